@@ -1,1 +1,21 @@
+//! cairn-core: the deterministic heart of Cairn. No threads, sockets, clocks or OS
+//! randomness: a [`Node`] is driven by inputs carrying the time and emits outputs.
 
+pub mod api;
+pub mod auth;
+pub mod crypto;
+pub mod ctx;
+pub mod kv;
+pub mod mounts;
+pub mod node;
+pub mod policy;
+pub mod seal;
+pub mod storage;
+pub mod sys;
+pub mod time;
+pub mod token;
+pub mod wrapping;
+
+pub use api::{Method, Request, Response};
+pub use node::{Admin, Input, Node, NodeConfig, Output};
+pub use storage::{MemStorage, Storage, StorageError, Write};

@@ -1,0 +1,2 @@
+//! Auth methods other than tokens.
+pub mod ldap;

@@ -1,0 +1,298 @@
+//! The mount tables: secrets engines (`sys/mounts`) and auth methods (`sys/auth`).
+//!
+//! Replicated mounts live in `core/mounts` and `core/auth`; mounts enabled with `local`
+//! live in `core/local-mounts` and `core/local-auth` (cluster-local class, never sent to
+//! performance secondaries). A mount's data lives under `logical/<uuid>/` (secrets) or
+//! `auth/<uuid>/` (auth methods), so one prefix holds everything a mount owns.
+
+use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request};
+use crate::crypto;
+use crate::ctx::Ctx;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MountEntry {
+    /// With trailing `/`, e.g. `secret/` or (auth) `ldap/`.
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub description: String,
+    pub uuid: String,
+    pub accessor: String,
+    pub local: bool,
+    #[serde(default)]
+    pub options: Map<String, Value>,
+    #[serde(default)]
+    pub default_lease_ttl: u64,
+    #[serde(default)]
+    pub max_lease_ttl: u64,
+}
+
+impl MountEntry {
+    /// Storage prefix of this mount's data.
+    pub fn data_prefix(&self, auth: bool) -> String {
+        if auth {
+            format!("auth/{}/", self.uuid)
+        } else {
+            format!("logical/{}/", self.uuid)
+        }
+    }
+    fn api_view(&self) -> Value {
+        json!({
+            "type": self.kind,
+            "description": self.description,
+            "accessor": self.accessor,
+            "uuid": self.uuid,
+            "local": self.local,
+            "seal_wrap": false,
+            "external_entropy_access": false,
+            "options": if self.options.is_empty() { Value::Null } else { Value::Object(self.options.clone()) },
+            "config": {
+                "default_lease_ttl": self.default_lease_ttl,
+                "max_lease_ttl": self.max_lease_ttl,
+                "force_no_cache": false,
+            },
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    Secrets,
+    Auth,
+}
+
+impl Table {
+    fn keys(self) -> (&'static str, &'static str) {
+        match self {
+            Table::Secrets => ("core/mounts", "core/local-mounts"),
+            Table::Auth => ("core/auth", "core/local-auth"),
+        }
+    }
+    fn known_types(self) -> &'static [&'static str] {
+        match self {
+            Table::Secrets => &["kv", "generic"],
+            Table::Auth => &["ldap"],
+        }
+    }
+}
+
+/// Built-in mounts every node has; they cannot be disabled or shadowed.
+fn builtin(table: Table) -> Vec<MountEntry> {
+    let mk = |path: &str, kind: &str, desc: &str| MountEntry {
+        path: path.into(),
+        kind: kind.into(),
+        description: desc.into(),
+        uuid: kind.into(),
+        accessor: format!("{kind}_builtin"),
+        local: false,
+        options: Map::new(),
+        default_lease_ttl: 0,
+        max_lease_ttl: 0,
+    };
+    match table {
+        Table::Secrets => vec![mk(
+            "sys/",
+            "system",
+            "system endpoints used for control, policy and debugging",
+        )],
+        Table::Auth => vec![mk("token/", "token", "token based credentials")],
+    }
+}
+
+/// Every mount of a table (replicated and local), sorted by path.
+pub fn all(ctx: &Ctx, table: Table) -> ApiResult<Vec<MountEntry>> {
+    let (r, l) = table.keys();
+    let mut v: Vec<MountEntry> = ctx.get_json(r)?.unwrap_or_default();
+    v.extend(ctx.get_json::<Vec<MountEntry>>(l)?.unwrap_or_default());
+    v.extend(builtin(table));
+    v.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(v)
+}
+
+/// The mount owning `path` (longest prefix match), and the path inside it.
+pub fn resolve(ctx: &Ctx, table: Table, path: &str) -> ApiResult<Option<(MountEntry, String)>> {
+    let with_slash = format!("{path}/");
+    let mut best: Option<MountEntry> = None;
+    for m in all(ctx, table)? {
+        if (path.starts_with(&m.path) || with_slash == m.path)
+            && best.as_ref().is_none_or(|b| m.path.len() > b.path.len())
+        {
+            best = Some(m);
+        }
+    }
+    Ok(best.map(|m| {
+        let rest = path.get(m.path.len()..).unwrap_or("").to_string();
+        (m, rest)
+    }))
+}
+
+fn normalize_path(p: &str) -> ApiResult<String> {
+    let p = p.trim_matches('/');
+    if p.is_empty() {
+        return Err(ApiError::bad("path: a mount path is required"));
+    }
+    if p.len() > 256 || p.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
+        return Err(ApiError::bad(format!("path: invalid mount path {p:?}")));
+    }
+    Ok(format!("{p}/"))
+}
+
+/// Adds a mount; refuses duplicates and paths that nest inside or around another mount.
+pub fn enable(
+    ctx: &mut Ctx,
+    table: Table,
+    path: &str,
+    kind: &str,
+    description: &str,
+    local: bool,
+    options: Map<String, Value>,
+) -> ApiResult<MountEntry> {
+    let path = normalize_path(path)?;
+    if !table.known_types().contains(&kind) {
+        return Err(ApiError::bad(format!(
+            "type: unknown {} type {kind:?}",
+            match table {
+                Table::Secrets => "secrets engine",
+                Table::Auth => "auth method",
+            }
+        )));
+    }
+    for m in all(ctx, table)? {
+        if path.starts_with(&m.path) || m.path.starts_with(&path) {
+            return Err(ApiError::bad(format!(
+                "path is already in use at {}",
+                m.path
+            )));
+        }
+    }
+    if table == Table::Secrets
+        && (path.starts_with("auth/") || path.starts_with("sys/") || path == "auth/")
+    {
+        return Err(ApiError::bad(format!(
+            "path: cannot mount under reserved path {path:?}"
+        )));
+    }
+    let uuid = crypto::uuid(ctx.rng());
+    let entry = MountEntry {
+        path,
+        kind: if kind == "generic" {
+            "kv".into()
+        } else {
+            kind.into()
+        },
+        description: description.into(),
+        accessor: format!("{}_{}", kind, &uuid[..8]),
+        uuid,
+        local,
+        options,
+        default_lease_ttl: 0,
+        max_lease_ttl: 0,
+    };
+    let (r, l) = table.keys();
+    let key = if local { l } else { r };
+    let mut v: Vec<MountEntry> = ctx.get_json(key)?.unwrap_or_default();
+    v.push(entry.clone());
+    v.sort_by(|a, b| a.path.cmp(&b.path));
+    ctx.put_json(key, &v)?;
+    Ok(entry)
+}
+
+/// Removes a mount and all of its data.
+pub fn disable(ctx: &mut Ctx, table: Table, path: &str) -> ApiResult<()> {
+    let path = normalize_path(path)?;
+    if builtin(table).iter().any(|m| m.path == path) {
+        return Err(ApiError::bad(format!(
+            "cannot disable built-in mount {path:?}"
+        )));
+    }
+    let (r, l) = table.keys();
+    for key in [r, l] {
+        let mut v: Vec<MountEntry> = ctx.get_json(key)?.unwrap_or_default();
+        if let Some(i) = v.iter().position(|m| m.path == path) {
+            let m = v.remove(i);
+            ctx.put_json(key, &v)?;
+            ctx.delete_prefix(&m.data_prefix(table == Table::Auth))?;
+            return Ok(());
+        }
+    }
+    // Disabling a path that is not mounted succeeds, as in the reference.
+    Ok(())
+}
+
+fn table_view(ctx: &Ctx, table: Table) -> ApiResult<Map<String, Value>> {
+    let mut out = Map::new();
+    for m in all(ctx, table)? {
+        out.insert(m.path.clone(), m.api_view());
+    }
+    Ok(out)
+}
+
+/// `sys/mounts[/<path>]` and `sys/auth[/<path>]`.
+pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResult {
+    match (req.method, rest.trim_matches('/')) {
+        (Method::Get, "") => {
+            let t = table_view(ctx, table)?;
+            // The reference repeats the table at the top level for old clients.
+            let mut env = t.clone();
+            env.insert("data".into(), Value::Object(t));
+            Ok(Reply::Envelope(Value::Object(env)))
+        }
+        (Method::Post | Method::Put, p) if !p.is_empty() => {
+            let body = body_object(&req.body)?;
+            let f = Fields(&body);
+            f.only(&[
+                "type",
+                "description",
+                "config",
+                "options",
+                "local",
+                "seal_wrap",
+                "plugin_name",
+                "external_entropy_access",
+                "plugin_version",
+            ])?;
+            let kind = f.req_str("type")?;
+            let options: Map<String, Value> = match body.get("options") {
+                None | Some(Value::Null) => Map::new(),
+                Some(Value::Object(o)) => o.clone(),
+                Some(_) => return Err(ApiError::bad("options: expected an object")),
+            };
+            if let Some(v) = options.get("version") {
+                let v = v
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string());
+                if v != "1" && v != "\"1\"" && !v.is_empty() {
+                    return Err(ApiError::bad(format!(
+                        "options.version: only KV version 1 is supported, got {v}"
+                    )));
+                }
+            }
+            enable(
+                ctx,
+                table,
+                p,
+                &kind,
+                &f.str("description")?.unwrap_or_default(),
+                f.bool("local")?.unwrap_or(false),
+                options,
+            )?;
+            Ok(Reply::Empty)
+        }
+        (Method::Get, p) => {
+            let path = normalize_path(p)?;
+            all(ctx, table)?
+                .into_iter()
+                .find(|m| m.path == path)
+                .map(|m| Reply::Data(m.api_view()))
+                .ok_or_else(|| ApiError::bad(format!("no mount at {path:?}")))
+        }
+        (Method::Delete, p) if !p.is_empty() => {
+            disable(ctx, table, p)?;
+            Ok(Reply::Empty)
+        }
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}

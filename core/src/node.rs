@@ -1,0 +1,915 @@
+//! The node: one server as a deterministic state machine.
+//!
+//! Everything that happens to a node is an [`Input`] given to [`Node::handle`] with the
+//! current time; everything it wants done comes out of [`Node::poll_output`];
+//! [`Node::poll_timeout`] says when it next wants a [`Input::Tick`]. Each input is one
+//! atomic storage write set: a handler that fails leaves storage untouched.
+
+use crate::api::{self, ApiError, ApiResult, Method, Reply, Request, RequestId, Response};
+use crate::auth::ldap::{self, LdapCall, LdapReply, Logins};
+use crate::ctx::Ctx;
+use crate::mounts::{self, Table};
+use crate::policy;
+use crate::seal::{self, Barrier, SealConfig};
+use crate::storage::{Storage, Txn};
+use crate::sys;
+use crate::time::{self, Millis};
+use crate::token::{self, Caller, NewToken};
+use crate::{crypto, kv, wrapping};
+use rand_chacha::ChaCha20Rng;
+use rand_core::SeedableRng;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Something that happens to a node.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// An API request.
+    Request(Request),
+    /// The result of an LDAP operation the node asked for.
+    Ldap(LdapReply),
+    /// Time passed; do periodic work (expiry, heartbeats).
+    Tick,
+    /// Operator actions of the process itself (dev mode set-up).
+    Admin(Admin),
+}
+
+#[derive(Debug, Clone)]
+pub enum Admin {
+    /// Initialise with one key share, unseal, mount `secret/` (kv) and `auth/ldap/`.
+    DevSetup { root_token_id: Option<String> },
+}
+
+/// Something the node wants done.
+#[derive(Debug, Clone)]
+pub enum Output {
+    Response(Response),
+    Ldap(LdapCall),
+    /// Result of an admin command (dev set-up: keys and root token).
+    AdminDone(Value),
+}
+
+/// Settings fixed at start.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: String,
+    pub cluster_name: String,
+    pub version: String,
+    /// Interval between ticks the node asks for.
+    pub tick_ms: Millis,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            node_id: "node".into(),
+            cluster_name: "cairn-cluster".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            tick_ms: 1000,
+        }
+    }
+}
+
+/// A request whose answer waits for outside work (an LDAP login).
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub path: String,
+    pub wrap_ttl: Option<u64>,
+}
+
+/// Node state that handlers may change besides storage.
+pub struct NodeState {
+    pub config: NodeConfig,
+    pub outputs: VecDeque<Output>,
+    pub logins: Logins,
+    pub(crate) pending: BTreeMap<RequestId, Pending>,
+    pub seal_requested: bool,
+    pub unseal_progress: Vec<Vec<u8>>,
+}
+
+pub struct Node<S: Storage> {
+    storage: S,
+    rng: ChaCha20Rng,
+    barrier: Barrier,
+    st: NodeState,
+    now: Millis,
+    last_tick: Millis,
+}
+
+/// Paths answered without a token.
+fn unauthenticated(path: &str) -> bool {
+    matches!(
+        path,
+        "sys/init"
+            | "sys/unseal"
+            | "sys/seal-status"
+            | "sys/health"
+            | "sys/leader"
+            | "sys/wrapping/unwrap"
+            | "sys/wrapping/lookup"
+            | "sys/replication/status"
+            | "sys/replication/dr/status"
+            | "sys/replication/performance/status"
+    ) || is_login(path)
+}
+
+fn is_login(path: &str) -> bool {
+    path.starts_with("auth/")
+        && !path.starts_with("auth/token/")
+        && (path.contains("/login/") || path.ends_with("/login"))
+}
+
+/// Paths whose writes need `sudo` on top of the usual capability.
+fn needs_sudo(method: Method, path: &str) -> bool {
+    let w = method != Method::Get && method != Method::List;
+    (w && (path.starts_with("sys/mounts/") || path.starts_with("sys/auth/")))
+        || path == "sys/seal"
+        || path.starts_with("sys/audit")
+        || path == "auth/token/accessors"
+        || path == "auth/token/accessors/"
+        || (path.starts_with("sys/replication/") && !path.ends_with("/status"))
+}
+
+impl<S: Storage> Node<S> {
+    pub fn new(storage: S, seed: [u8; 32], config: NodeConfig) -> Self {
+        Node {
+            storage,
+            rng: ChaCha20Rng::from_seed(seed),
+            barrier: Barrier::default(),
+            st: NodeState {
+                config,
+                outputs: VecDeque::new(),
+                logins: Logins::default(),
+                pending: BTreeMap::new(),
+                seal_requested: false,
+                unseal_progress: Vec::new(),
+            },
+            now: 0,
+            last_tick: 0,
+        }
+    }
+
+    pub fn storage(&self) -> &S {
+        &self.storage
+    }
+    pub fn storage_mut(&mut self) -> &mut S {
+        &mut self.storage
+    }
+    pub fn into_storage(self) -> S {
+        self.storage
+    }
+    pub fn is_sealed(&self) -> bool {
+        self.barrier.sealed()
+    }
+    pub fn config(&self) -> &NodeConfig {
+        &self.st.config
+    }
+
+    /// The next thing the node wants done.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.st.outputs.pop_front()
+    }
+
+    /// When the node next wants a tick.
+    pub fn poll_timeout(&self) -> Millis {
+        self.last_tick
+            .max(self.now.saturating_sub(self.st.config.tick_ms))
+            + self.st.config.tick_ms
+    }
+
+    /// Handles one input at time `now`.
+    pub fn handle(&mut self, now: Millis, input: Input) {
+        self.now = self.now.max(now);
+        match input {
+            Input::Request(req) => {
+                let id = req.id;
+                let wrap = req.wrap_ttl.clone();
+                let path = req.path.clone();
+                let result = self.request(req);
+                self.finish(id, &path, wrap.as_deref(), result);
+            }
+            Input::Ldap(reply) => {
+                let now = self.now;
+                let mut ctx = Ctx {
+                    txn: Txn::new(&self.storage),
+                    barrier: &self.barrier,
+                    rng: &mut self.rng,
+                    now,
+                };
+                let done = ldap::on_reply(&mut ctx, &mut self.st, reply);
+                let writes = ctx.txn.into_writes();
+                if let Some((id, result)) = done {
+                    let result = match result {
+                        Ok(r) => self
+                            .storage
+                            .apply(&writes)
+                            .map(|_| r)
+                            .map_err(ApiError::from),
+                        Err(e) => Err(e),
+                    };
+                    if let Some(p) = self.st.pending.remove(&id) {
+                        let wrap = p.wrap_ttl.map(|t| t.to_string());
+                        self.finish(id, &p.path, wrap.as_deref(), result);
+                    }
+                }
+            }
+            Input::Tick => {
+                self.last_tick = self.now;
+                self.tick();
+            }
+            Input::Admin(Admin::DevSetup { root_token_id }) => {
+                let out = self.dev_setup(root_token_id);
+                let v = match out {
+                    Ok(v) => v,
+                    Err(e) => json!({ "error": e.to_string() }),
+                };
+                self.st.outputs.push_back(Output::AdminDone(v));
+            }
+        }
+        if self.st.seal_requested {
+            self.st.seal_requested = false;
+            self.barrier.seal();
+            self.st.unseal_progress.clear();
+        }
+    }
+
+    fn tick(&mut self) {
+        if self.barrier.sealed() {
+            return;
+        }
+        let now = self.now;
+        let mut ctx = Ctx {
+            txn: Txn::new(&self.storage),
+            barrier: &self.barrier,
+            rng: &mut self.rng,
+            now,
+        };
+        if token::expire(&mut ctx, 1000).is_ok() {
+            let writes = ctx.txn.into_writes();
+            if !writes.is_empty() {
+                if let Err(e) = self.storage.apply(&writes) {
+                    log::error!("token expiry not applied: {e}");
+                }
+            }
+        }
+    }
+
+    /// Puts the envelope (and, when asked, the wrapping) around a handler's reply.
+    fn finish(&mut self, id: RequestId, path: &str, wrap_ttl: Option<&str>, result: ApiResult) {
+        let request_id = crypto::uuid(&mut self.rng);
+        let resp = match result {
+            Err(e) => Response::error(id, &e),
+            Ok(Reply::Pending) => return,
+            Ok(Reply::Empty) => Response::no_content(id),
+            Ok(Reply::Raw(status, v)) => Response::json(id, status, v),
+            Ok(Reply::Text(status, ct, bytes)) => Response {
+                id,
+                status,
+                body: None,
+                raw: Some((ct, bytes)),
+            },
+            Ok(reply) => {
+                let mut env = api::envelope(&request_id, Value::Null);
+                match reply {
+                    Reply::Data(d) => env["data"] = d,
+                    Reply::Envelope(Value::Object(m)) => {
+                        for (k, v) in m {
+                            env[k.as_str()] = v;
+                        }
+                        env["request_id"] = json!(request_id);
+                    }
+                    _ => {}
+                }
+                match wrap_ttl.filter(|t| !t.is_empty()) {
+                    None => Response::json(id, 200, env),
+                    Some(t) => match self.wrap_response(env, path, t) {
+                        Ok(v) => Response::json(id, 200, v),
+                        Err(e) => Response::error(id, &e),
+                    },
+                }
+            }
+        };
+        self.st.outputs.push_back(Output::Response(resp));
+    }
+
+    fn wrap_response(&mut self, env: Value, path: &str, ttl: &str) -> ApiResult<Value> {
+        let ttl = time::parse_duration(ttl).map_err(|e| ApiError::bad(format!("wrap ttl: {e}")))?;
+        let now = self.now;
+        let mut ctx = Ctx {
+            txn: Txn::new(&self.storage),
+            barrier: &self.barrier,
+            rng: &mut self.rng,
+            now,
+        };
+        let info = wrapping::wrap(&mut ctx, 200, Some(env), path, ttl)?;
+        let writes = ctx.txn.into_writes();
+        self.storage.apply(&writes)?;
+        let request_id = crypto::uuid(&mut self.rng);
+        let mut out = api::envelope(&request_id, Value::Null);
+        out["wrap_info"] = info;
+        Ok(out)
+    }
+
+    fn request(&mut self, mut req: Request) -> ApiResult {
+        if req.method == Method::Get && matches!(req.query("list"), Some("true") | Some("1")) {
+            req.method = Method::List;
+        }
+        let path = req.path.trim_start_matches('/').to_string();
+        req.path = path.clone();
+        if path.len() > 4096 {
+            return Err(ApiError::bad("path: longer than 4096 bytes"));
+        }
+        match path.as_str() {
+            "sys/init" => return self.init(&req),
+            "sys/unseal" => return self.unseal(&req),
+            "sys/seal-status" => return self.seal_status(),
+            "sys/health" => return self.health(&req),
+            _ => {}
+        }
+        if self.barrier.sealed() {
+            return Err(ApiError::Sealed);
+        }
+        let now = self.now;
+        let mut ctx = Ctx {
+            txn: Txn::new(&self.storage),
+            barrier: &self.barrier,
+            rng: &mut self.rng,
+            now,
+        };
+        let reply = route(&mut ctx, &mut self.st, &req)?;
+        let writes = ctx.txn.into_writes();
+        if !writes.is_empty() {
+            self.storage.apply(&writes)?;
+        }
+        if let Reply::Pending = reply {
+            let wrap = match req.wrap_ttl.as_deref() {
+                Some(t) if !t.is_empty() => Some(
+                    time::parse_duration(t).map_err(|e| ApiError::bad(format!("wrap ttl: {e}")))?,
+                ),
+                _ => None,
+            };
+            self.st.pending.insert(
+                req.id,
+                Pending {
+                    path,
+                    wrap_ttl: wrap,
+                },
+            );
+        }
+        Ok(reply)
+    }
+
+    fn seal_config(&self) -> ApiResult<Option<SealConfig>> {
+        match self.storage.get(seal::SEAL_CONFIG_KEY)? {
+            None => Ok(None),
+            Some(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .map_err(|e| ApiError::Internal(format!("seal config: {e}"))),
+        }
+    }
+
+    fn seal_status(&self) -> ApiResult {
+        let cfg = self.seal_config()?;
+        let (t, n) = cfg
+            .as_ref()
+            .map(|c| (c.secret_threshold, c.secret_shares))
+            .unwrap_or((0, 0));
+        Ok(Reply::Raw(
+            200,
+            json!({
+                "type": "shamir",
+                "initialized": cfg.is_some(),
+                "sealed": self.barrier.sealed(),
+                "t": t,
+                "n": n,
+                "progress": self.st.unseal_progress.len(),
+                "nonce": "",
+                "version": self.st.config.version,
+                "build_date": "",
+                "migration": false,
+                "cluster_name": self.st.config.cluster_name,
+                "cluster_id": "",
+                "recovery_seal": false,
+                "storage_type": "sqlite",
+            }),
+        ))
+    }
+
+    fn health(&self, req: &Request) -> ApiResult {
+        let init = self.seal_config()?.is_some();
+        let sealed = self.barrier.sealed();
+        let code = |name: &str, default: u16| {
+            req.query(name)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        let status = if !init {
+            code("uninitcode", 501)
+        } else if sealed {
+            code("sealedcode", 503)
+        } else {
+            code("activecode", 200)
+        };
+        Ok(Reply::Raw(
+            status,
+            json!({
+                "initialized": init,
+                "sealed": sealed,
+                "standby": false,
+                "performance_standby": false,
+                "replication_performance_mode": "disabled",
+                "replication_dr_mode": "disabled",
+                "server_time_utc": self.now / 1000,
+                "version": self.st.config.version,
+                "cluster_name": self.st.config.cluster_name,
+                "cluster_id": "",
+            }),
+        ))
+    }
+
+    fn init(&mut self, req: &Request) -> ApiResult {
+        match req.method {
+            Method::Get => Ok(Reply::Raw(
+                200,
+                json!({ "initialized": self.seal_config()?.is_some() }),
+            )),
+            Method::Put | Method::Post => {
+                let body = api::body_object(&req.body)?;
+                let f = api::Fields(&body);
+                let shares = f
+                    .int("secret_shares")?
+                    .ok_or_else(|| ApiError::bad("missing required field \"secret_shares\""))?;
+                let threshold = f
+                    .int("secret_threshold")?
+                    .ok_or_else(|| ApiError::bad("missing required field \"secret_threshold\""))?;
+                if !(1..=255).contains(&shares) || !(1..=255).contains(&threshold) {
+                    return Err(ApiError::bad(
+                        "secret_shares and secret_threshold must be between 1 and 255",
+                    ));
+                }
+                let cfg = SealConfig {
+                    secret_shares: shares as u8,
+                    secret_threshold: threshold as u8,
+                };
+                let (v, _) = self.initialize(cfg, None)?;
+                Ok(Reply::Raw(200, v))
+            }
+            _ => Err(ApiError::MethodNotAllowed),
+        }
+    }
+
+    /// Creates the seal, keyring and root token; the node stays sealed. Returns the response
+    /// body and the root key.
+    fn initialize(
+        &mut self,
+        cfg: SealConfig,
+        root_token_id: Option<String>,
+    ) -> ApiResult<(Value, [u8; 32])> {
+        cfg.validate().map_err(|e| ApiError::bad(e.to_string()))?;
+        if self.seal_config()?.is_some() {
+            return Err(ApiError::bad("Vault is already initialized"));
+        }
+        let root = crypto::random_key(&mut self.rng);
+        let barrier_key = crypto::random_key(&mut self.rng);
+        let shares = seal::split(&root, &cfg, &mut self.rng);
+        let mut b = Barrier::default();
+        b.unseal_with(barrier_key);
+        let now = self.now;
+        let mut ctx = Ctx {
+            txn: Txn::new(&self.storage),
+            barrier: &b,
+            rng: &mut self.rng,
+            now,
+        };
+        ctx.txn.put(
+            seal::SEAL_CONFIG_KEY,
+            serde_json::to_vec(&cfg).unwrap_or_default(),
+        );
+        let kr = seal::wrap_keyring(&root, &barrier_key, ctx.rng);
+        ctx.txn.put(seal::KEYRING_KEY, kr);
+        let (root_token, _) = token::create(
+            &mut ctx,
+            NewToken {
+                id: root_token_id,
+                policies: vec!["root".into()],
+                path: "auth/token/root".into(),
+                display_name: "root".into(),
+                ..Default::default()
+            },
+        )?;
+        let writes = ctx.txn.into_writes();
+        self.storage.apply(&writes)?;
+        use base64::Engine;
+        let v = json!({
+            "keys": shares.iter().map(hex::encode).collect::<Vec<_>>(),
+            "keys_base64": shares.iter().map(|s| base64::engine::general_purpose::STANDARD.encode(s)).collect::<Vec<_>>(),
+            "root_token": root_token,
+        });
+        Ok((v, root))
+    }
+
+    fn unseal(&mut self, req: &Request) -> ApiResult {
+        if !req.method.is_write() {
+            return Err(ApiError::MethodNotAllowed);
+        }
+        let body = api::body_object(&req.body)?;
+        let f = api::Fields(&body);
+        if f.bool("reset")?.unwrap_or(false) {
+            self.st.unseal_progress.clear();
+            return self.seal_status();
+        }
+        let cfg = self
+            .seal_config()?
+            .ok_or_else(|| ApiError::bad("Vault is not initialized"))?;
+        if !self.barrier.sealed() {
+            return self.seal_status();
+        }
+        let key = f.req_str("key")?;
+        let share = seal::decode_share(&key).map_err(|e| ApiError::bad(format!("key: {e}")))?;
+        if self
+            .st
+            .unseal_progress
+            .iter()
+            .any(|s| crypto::ct_eq(s, &share))
+        {
+            return self.seal_status();
+        }
+        self.st.unseal_progress.push(share);
+        if self.st.unseal_progress.len() >= cfg.secret_threshold as usize {
+            let shares = std::mem::take(&mut self.st.unseal_progress);
+            let keyring = self
+                .storage
+                .get(seal::KEYRING_KEY)?
+                .ok_or_else(|| ApiError::Internal("keyring missing".into()))?;
+            let bk = seal::combine(&shares, &cfg)
+                .and_then(|root| seal::unwrap_keyring(&root, &keyring))
+                .map_err(|e| ApiError::bad(e.to_string()))?;
+            self.barrier.unseal_with(bk);
+        }
+        self.seal_status()
+    }
+
+    fn dev_setup(&mut self, root_token_id: Option<String>) -> ApiResult<Value> {
+        let cfg = SealConfig {
+            secret_shares: 1,
+            secret_threshold: 1,
+        };
+        let (v, root) = self.initialize(cfg, root_token_id)?;
+        let keyring = self
+            .storage
+            .get(seal::KEYRING_KEY)?
+            .ok_or_else(|| ApiError::Internal("keyring missing".into()))?;
+        let bk =
+            seal::unwrap_keyring(&root, &keyring).map_err(|e| ApiError::Internal(e.to_string()))?;
+        self.barrier.unseal_with(bk);
+        let now = self.now;
+        let mut ctx = Ctx {
+            txn: Txn::new(&self.storage),
+            barrier: &self.barrier,
+            rng: &mut self.rng,
+            now,
+        };
+        mounts::enable(
+            &mut ctx,
+            Table::Secrets,
+            "secret",
+            "kv",
+            "key/value secret storage",
+            false,
+            Default::default(),
+        )?;
+        mounts::enable(
+            &mut ctx,
+            Table::Auth,
+            "ldap",
+            "ldap",
+            "LDAP directory login",
+            false,
+            Default::default(),
+        )?;
+        let writes = ctx.txn.into_writes();
+        self.storage.apply(&writes)?;
+        Ok(v)
+    }
+}
+
+/// Which capability a request needs on its path.
+fn needed(ctx: &Ctx, req: &Request) -> ApiResult<u8> {
+    let mut need = match req.method {
+        Method::Get => policy::READ,
+        Method::List => policy::LIST,
+        Method::Delete => policy::DELETE,
+        Method::Put | Method::Post => {
+            // Secrets engines distinguish create from update by existence.
+            match mounts::resolve(ctx, Table::Secrets, &req.path)? {
+                Some((m, rest)) if m.kind == "kv" && !kv::exists(ctx, &m, &rest)? => policy::CREATE,
+                _ => policy::UPDATE,
+            }
+        }
+    };
+    if needs_sudo(req.method, &req.path) {
+        need |= policy::SUDO;
+    }
+    Ok(need)
+}
+
+/// Authenticates and authorizes, then dispatches by path.
+fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
+    let path = req.path.as_str();
+    let caller = if unauthenticated(path) {
+        None
+    } else {
+        let t = req
+            .token
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .ok_or(ApiError::PermissionDenied)?;
+        let (h, mut e) = token::lookup(ctx, t)?.ok_or(ApiError::PermissionDenied)?;
+        let acl = sys::acl_for(ctx, &e.policies)?;
+        let need = needed(ctx, req)?;
+        let ok = acl.allows(path, need)
+            || (need & (policy::CREATE | policy::UPDATE) != 0
+                && need & policy::SUDO == 0
+                && acl.allows(path, policy::UPDATE));
+        if !ok {
+            return Err(ApiError::PermissionDenied);
+        }
+        token::use_once(ctx, &h, &mut e)?;
+        Some(Caller {
+            hash: h,
+            id: t.to_string(),
+            entry: e,
+        })
+    };
+    let caller = caller.as_ref();
+    if let Some(rest) = path.strip_prefix("sys/") {
+        return route_sys(ctx, st, req, rest, caller);
+    }
+    if let Some(rest) = path.strip_prefix("auth/") {
+        if let Some(r) = rest.strip_prefix("token/") {
+            return token::handle(ctx, req, r, caller);
+        }
+        let (m, r) = mounts::resolve(ctx, Table::Auth, rest)?
+            .ok_or_else(|| ApiError::NotFound(String::new()))?;
+        return match m.kind.as_str() {
+            "ldap" => ldap::handle(ctx, st, req, &m, &r, caller),
+            _ => Err(ApiError::NotFound(String::new())),
+        };
+    }
+    let (m, rest) = mounts::resolve(ctx, Table::Secrets, path)?
+        .ok_or_else(|| ApiError::NotFound(String::new()))?;
+    match m.kind.as_str() {
+        "kv" => kv::handle(ctx, req, &m, &rest),
+        _ => Err(ApiError::NotFound(String::new())),
+    }
+}
+
+fn route_sys(
+    ctx: &mut Ctx,
+    st: &mut NodeState,
+    req: &Request,
+    rest: &str,
+    caller: Option<&Caller>,
+) -> ApiResult {
+    let (head, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    match head {
+        "seal" => {
+            if !req.method.is_write() {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            st.seal_requested = true;
+            Ok(Reply::Empty)
+        }
+        "mounts" => mounts::handle(ctx, req, Table::Secrets, tail),
+        "auth" => mounts::handle(ctx, req, Table::Auth, tail),
+        "policies" => match tail.split_once('/') {
+            Some(("acl", name)) => sys::policies(ctx, req, name, false),
+            None if tail == "acl" => sys::policies(ctx, req, "", false),
+            _ => Err(ApiError::NotFound(String::new())),
+        },
+        "policy" => sys::policies(ctx, req, tail, true),
+        "capabilities-self" | "capabilities" | "capabilities-accessor" if tail.is_empty() => {
+            sys::capabilities(ctx, req, head, caller)
+        }
+        "wrapping" => match (req.method, tail) {
+            (Method::Post | Method::Put, "unwrap") => wrapping::unwrap(ctx, req),
+            (Method::Post | Method::Put, "lookup") => wrapping::lookup(ctx, req),
+            (Method::Post | Method::Put, "wrap") => {
+                let body = api::body_object(&req.body)?;
+                if req.wrap_ttl.is_none() {
+                    return Err(ApiError::bad(
+                        "wrap: the X-Vault-Wrap-TTL header is required",
+                    ));
+                }
+                Ok(Reply::Data(Value::Object(body)))
+            }
+            (_, "unwrap" | "lookup" | "wrap") => Err(ApiError::MethodNotAllowed),
+            _ => Err(ApiError::NotFound(String::new())),
+        },
+        _ => Err(ApiError::NotFound(String::new())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::MemStorage;
+
+    pub(crate) fn call(n: &mut Node<MemStorage>, now: Millis, req: Request) -> Response {
+        let id = req.id;
+        n.handle(now, Input::Request(req));
+        while let Some(o) = n.poll_output() {
+            if let Output::Response(r) = o {
+                if r.id == id {
+                    return r;
+                }
+            }
+        }
+        panic!("no response for request {id}");
+    }
+
+    fn dev() -> (Node<MemStorage>, String) {
+        let mut n = Node::new(MemStorage::new(), [1; 32], NodeConfig::default());
+        n.handle(
+            1_000,
+            Input::Admin(Admin::DevSetup {
+                root_token_id: None,
+            }),
+        );
+        let Some(Output::AdminDone(v)) = n.poll_output() else {
+            panic!("no admin output")
+        };
+        (n, v["root_token"].as_str().unwrap().to_string())
+    }
+
+    #[test]
+    fn init_unseal_threshold_and_restart_sealed() {
+        let mut n = Node::new(MemStorage::new(), [2; 32], NodeConfig::default());
+        let r = call(
+            &mut n,
+            0,
+            Request::new(1, Method::Put, "sys/init")
+                .with_json(json!({"secret_shares": 5, "secret_threshold": 3})),
+        );
+        assert_eq!(r.status, 200);
+        let b = r.body.unwrap();
+        let keys: Vec<String> = b["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap().to_string())
+            .collect();
+        let root = b["root_token"].as_str().unwrap().to_string();
+        assert_eq!(
+            call(
+                &mut n,
+                0,
+                Request::new(2, Method::Get, "secret/x").with_token(&root)
+            )
+            .status,
+            503
+        );
+        for (i, k) in keys.iter().take(3).enumerate() {
+            let r = call(
+                &mut n,
+                0,
+                Request::new(10 + i as u64, Method::Put, "sys/unseal").with_json(json!({"key": k})),
+            );
+            assert_eq!(r.body.unwrap()["sealed"], json!(i < 2));
+        }
+        let r = call(
+            &mut n,
+            0,
+            Request::new(20, Method::Get, "auth/token/lookup-self").with_token(&root),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        // A restart (new node on the same storage) comes back sealed.
+        let mut n2 = Node::new(n.into_storage(), [3; 32], NodeConfig::default());
+        assert!(n2.is_sealed());
+        let r = call(
+            &mut n2,
+            0,
+            Request::new(21, Method::Put, "sys/unseal").with_json(json!({"key": keys[4]})),
+        );
+        assert_eq!(r.body.unwrap()["progress"], json!(1));
+    }
+
+    #[test]
+    fn stored_values_are_encrypted() {
+        let (mut n, root) = dev();
+        let r = call(
+            &mut n,
+            2_000,
+            Request::new(1, Method::Put, "secret/plain")
+                .with_token(&root)
+                .with_json(json!({"password": "hunter2-very-secret"})),
+        );
+        assert_eq!(r.status, 204);
+        for (_, v) in n.storage().map.iter() {
+            assert!(!String::from_utf8_lossy(v).contains("hunter2-very-secret"));
+        }
+        let r = call(
+            &mut n,
+            2_000,
+            Request::new(2, Method::Get, "secret/plain").with_token(&root),
+        );
+        assert_eq!(
+            r.body.unwrap()["data"]["password"],
+            json!("hunter2-very-secret")
+        );
+    }
+
+    #[test]
+    fn policy_limits_token_and_failed_write_changes_nothing() {
+        let (mut n, root) = dev();
+        let pol = r#"path "secret/team/*" { capabilities = ["create", "read", "update", "list"] }"#;
+        let r = call(
+            &mut n,
+            2_000,
+            Request::new(1, Method::Put, "sys/policies/acl/team")
+                .with_token(&root)
+                .with_json(json!({"policy": pol})),
+        );
+        assert_eq!(r.status, 204);
+        let r = call(
+            &mut n,
+            2_000,
+            Request::new(2, Method::Post, "auth/token/create")
+                .with_token(&root)
+                .with_json(json!({"policies": ["team"], "ttl": "1h"})),
+        );
+        let t = r.body.unwrap()["auth"]["client_token"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let ok = call(
+            &mut n,
+            2_000,
+            Request::new(3, Method::Put, "secret/team/a")
+                .with_token(&t)
+                .with_json(json!({"v": 1})),
+        );
+        assert_eq!(ok.status, 204);
+        let denied = call(
+            &mut n,
+            2_000,
+            Request::new(4, Method::Put, "secret/other")
+                .with_token(&t)
+                .with_json(json!({"v": 1})),
+        );
+        assert_eq!(denied.status, 403);
+        let before = n.storage().map.clone();
+        let bad = call(
+            &mut n,
+            2_000,
+            Request::new(5, Method::Put, "sys/policies/acl/broken")
+                .with_token(&root)
+                .with_json(json!({"policy": "path {"})),
+        );
+        assert_eq!(bad.status, 400);
+        assert_eq!(
+            n.storage().map.keys().collect::<Vec<_>>(),
+            before.keys().collect::<Vec<_>>()
+        );
+        // The token expires after its TTL, driven by ticks.
+        n.handle(2_000 + 3_601_000, Input::Tick);
+        let gone = call(
+            &mut n,
+            2_000 + 3_601_000,
+            Request::new(6, Method::Get, "secret/team/a").with_token(&t),
+        );
+        assert_eq!(gone.status, 403);
+    }
+
+    #[test]
+    fn wrapped_response_unwraps_once() {
+        let (mut n, root) = dev();
+        call(
+            &mut n,
+            2_000,
+            Request::new(1, Method::Put, "secret/w")
+                .with_token(&root)
+                .with_json(json!({"k": "v"})),
+        );
+        let mut req = Request::new(2, Method::Get, "secret/w").with_token(&root);
+        req.wrap_ttl = Some("5m".into());
+        let r = call(&mut n, 2_000, req);
+        let wt = r.body.unwrap()["wrap_info"]["token"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let u = call(
+            &mut n,
+            2_500,
+            Request::new(3, Method::Post, "sys/wrapping/unwrap").with_token(&wt),
+        );
+        assert_eq!(u.status, 200);
+        assert_eq!(u.body.unwrap()["data"]["k"], json!("v"));
+        let again = call(
+            &mut n,
+            2_600,
+            Request::new(4, Method::Post, "sys/wrapping/unwrap").with_token(&wt),
+        );
+        assert_eq!(again.status, 400);
+    }
+}

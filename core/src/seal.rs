@@ -1,0 +1,254 @@
+//! The seal: the root key split into key shares (Shamir, from the `blahaj` crate), the
+//! unseal progress, and the barrier that encrypts every stored value.
+//!
+//! Layout in storage: `core/seal-config` (plaintext JSON: shares and threshold) and
+//! `core/keyring` (the barrier key, AES-256-GCM-encrypted under the root key). Every other
+//! value passes through [`Barrier`], which encrypts it with the barrier key, binding the
+//! storage path as associated data so a value cannot be moved to another key unnoticed.
+
+use crate::crypto;
+use rand_core::RngCore;
+use serde::{Deserialize, Serialize};
+
+pub const SEAL_CONFIG_KEY: &str = "core/seal-config";
+pub const KEYRING_KEY: &str = "core/keyring";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SealConfig {
+    pub secret_shares: u8,
+    pub secret_threshold: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SealError {
+    BadConfig(String),
+    BadShare(String),
+    WrongKey,
+}
+
+impl std::fmt::Display for SealError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SealError::BadConfig(m) => write!(f, "{m}"),
+            SealError::BadShare(m) => write!(f, "invalid key share: {m}"),
+            SealError::WrongKey => write!(
+                f,
+                "unseal failed: the key shares do not reconstruct this cluster's root key"
+            ),
+        }
+    }
+}
+
+impl SealConfig {
+    pub fn validate(&self) -> Result<(), SealError> {
+        if self.secret_shares == 0 {
+            return Err(SealError::BadConfig(
+                "secret_shares must be at least 1".into(),
+            ));
+        }
+        if self.secret_threshold == 0 || self.secret_threshold > self.secret_shares {
+            return Err(SealError::BadConfig(
+                "secret_threshold must be between 1 and secret_shares".into(),
+            ));
+        }
+        if self.secret_shares > 1 && self.secret_threshold == 1 {
+            return Err(SealError::BadConfig(
+                "secret_threshold must be greater than 1 when secret_shares is greater than 1"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Splits the root key into `cfg.secret_shares` shares.
+pub fn split(root: &[u8; 32], cfg: &SealConfig, rng: &mut (impl RngCore + ?Sized)) -> Vec<Vec<u8>> {
+    if cfg.secret_shares == 1 {
+        return vec![root.to_vec()];
+    }
+    let mut seed = [0u8; 32];
+    rng.fill_bytes(&mut seed);
+    let mut r = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::from_seed(seed);
+    let sharks = blahaj::Sharks(cfg.secret_threshold);
+    sharks
+        .dealer_rng(root, &mut r)
+        .take(cfg.secret_shares as usize)
+        .map(|s| Vec::from(&s))
+        .collect()
+}
+
+/// Recombines shares into a 32-byte candidate root key (not yet checked against a keyring).
+pub fn combine(shares: &[Vec<u8>], cfg: &SealConfig) -> Result<[u8; 32], SealError> {
+    if cfg.secret_shares == 1 {
+        let s = shares
+            .first()
+            .ok_or_else(|| SealError::BadShare("no share".into()))?;
+        return s
+            .as_slice()
+            .try_into()
+            .map_err(|_| SealError::BadShare("expected a 32-byte key".into()));
+    }
+    let mut parsed = Vec::new();
+    for s in shares {
+        if s.len() != 33 {
+            return Err(SealError::BadShare(format!(
+                "expected 33 bytes, got {}",
+                s.len()
+            )));
+        }
+        parsed.push(
+            blahaj::Share::try_from(s.as_slice())
+                .map_err(|e| SealError::BadShare(e.to_string()))?,
+        );
+    }
+    let secret = blahaj::Sharks(cfg.secret_threshold)
+        .recover(parsed.iter())
+        .map_err(|e| SealError::BadShare(e.to_string()))?;
+    secret
+        .as_slice()
+        .try_into()
+        .map_err(|_| SealError::WrongKey)
+}
+
+/// Decodes a key share given as hex or base64.
+pub fn decode_share(s: &str) -> Result<Vec<u8>, SealError> {
+    use base64::Engine;
+    let s = s.trim();
+    if let Ok(b) = hex::decode(s) {
+        return Ok(b);
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .map_err(|_| SealError::BadShare("must be hex or base64".into()))
+}
+
+/// The keyring: the barrier key, stored encrypted under the root key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Keyring {
+    pub term: u32,
+    pub key: String,
+}
+
+pub fn wrap_keyring(root: &[u8; 32], barrier_key: &[u8; 32], rng: &mut dyn RngCore) -> Vec<u8> {
+    let kr = Keyring {
+        term: 1,
+        key: hex::encode(barrier_key),
+    };
+    let plain = serde_json::to_vec(&kr).unwrap_or_default();
+    crypto::seal(root, rng, &plain, KEYRING_KEY.as_bytes())
+}
+
+/// Opens the keyring with a candidate root key.
+pub fn unwrap_keyring(root: &[u8; 32], sealed: &[u8]) -> Result<[u8; 32], SealError> {
+    let plain = crypto::open(root, sealed, KEYRING_KEY.as_bytes()).ok_or(SealError::WrongKey)?;
+    let kr: Keyring = serde_json::from_slice(&plain).map_err(|_| SealError::WrongKey)?;
+    let key = hex::decode(kr.key).map_err(|_| SealError::WrongKey)?;
+    key.as_slice().try_into().map_err(|_| SealError::WrongKey)
+}
+
+/// Encrypts and decrypts stored values with the barrier key.
+#[derive(Clone, Default)]
+pub struct Barrier {
+    key: Option<[u8; 32]>,
+}
+
+impl std::fmt::Debug for Barrier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Barrier {{ sealed: {} }}", self.key.is_none())
+    }
+}
+
+impl Barrier {
+    pub fn sealed(&self) -> bool {
+        self.key.is_none()
+    }
+    pub fn unseal_with(&mut self, key: [u8; 32]) {
+        self.key = Some(key);
+    }
+    pub fn seal(&mut self) {
+        self.key = None;
+    }
+    pub fn encrypt(&self, path: &str, plain: &[u8], rng: &mut dyn RngCore) -> Option<Vec<u8>> {
+        let key = self.key.as_ref()?;
+        let mut out = vec![1u8];
+        out.extend(crypto::seal(key, rng, plain, path.as_bytes()));
+        Some(out)
+    }
+    pub fn decrypt(&self, path: &str, data: &[u8]) -> Option<Vec<u8>> {
+        let key = self.key.as_ref()?;
+        if data.first() != Some(&1) {
+            return None;
+        }
+        crypto::open(key, &data[1..], path.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_chacha::ChaCha20Rng;
+    use rand_core::SeedableRng;
+
+    #[test]
+    fn split_and_combine_threshold() {
+        let mut rng = ChaCha20Rng::seed_from_u64(7);
+        let root = crypto::random_key(&mut rng);
+        let cfg = SealConfig {
+            secret_shares: 5,
+            secret_threshold: 3,
+        };
+        let shares = split(&root, &cfg, &mut rng);
+        assert_eq!(shares.len(), 5);
+        assert_eq!(combine(&shares[1..4], &cfg).unwrap(), root);
+        assert_eq!(
+            combine(
+                &[shares[0].clone(), shares[4].clone(), shares[2].clone()],
+                &cfg
+            )
+            .unwrap(),
+            root
+        );
+        // Two shares are not enough to reconstruct.
+        let two = combine(&shares[..2], &cfg);
+        assert!(two.is_err() || two.unwrap() != root);
+    }
+
+    #[test]
+    fn keyring_rejects_wrong_root() {
+        let mut rng = ChaCha20Rng::seed_from_u64(8);
+        let root = crypto::random_key(&mut rng);
+        let bk = crypto::random_key(&mut rng);
+        let sealed = wrap_keyring(&root, &bk, &mut rng);
+        assert_eq!(unwrap_keyring(&root, &sealed).unwrap(), bk);
+        let other = crypto::random_key(&mut rng);
+        assert_eq!(unwrap_keyring(&other, &sealed), Err(SealError::WrongKey));
+    }
+
+    #[test]
+    fn config_validation() {
+        assert!(SealConfig {
+            secret_shares: 1,
+            secret_threshold: 1
+        }
+        .validate()
+        .is_ok());
+        assert!(SealConfig {
+            secret_shares: 3,
+            secret_threshold: 4
+        }
+        .validate()
+        .is_err());
+        assert!(SealConfig {
+            secret_shares: 3,
+            secret_threshold: 1
+        }
+        .validate()
+        .is_err());
+        assert!(SealConfig {
+            secret_shares: 0,
+            secret_threshold: 0
+        }
+        .validate()
+        .is_err());
+    }
+}

@@ -1,0 +1,149 @@
+//! Storage: the one synchronous dependency of the core.
+//!
+//! A [`Storage`] is an ordered key/value map of opaque bytes. The core never writes to it
+//! directly while handling an input: every handler works through a [`Txn`], a write set laid
+//! over the storage, and the node applies the whole write set at the end of a successful
+//! input with [`Storage::apply`]. A failed input drops its write set, so no input is ever
+//! half-applied. The shell groups several inputs into one durable transaction (SQLite); the
+//! in-memory [`MemStorage`] serves unit tests and the simulator.
+
+use std::collections::BTreeMap;
+
+/// One change in a write set: `None` deletes the key.
+pub type Write = (String, Option<Vec<u8>>);
+
+/// Error from a storage backend (disk full, I/O error, corrupt database).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageError(pub String);
+
+impl std::fmt::Display for StorageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "storage error: {}", self.0)
+    }
+}
+
+/// Ordered key/value storage.
+pub trait Storage {
+    /// Reads one key.
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError>;
+    /// Every key that starts with `prefix`, in key order, with its value.
+    fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError>;
+    /// Applies a write set atomically (in the shell: inside the open batch transaction).
+    fn apply(&mut self, writes: &[Write]) -> Result<(), StorageError>;
+}
+
+/// In-memory storage for tests and the simulator.
+#[derive(Debug, Clone, Default)]
+pub struct MemStorage {
+    pub map: BTreeMap<String, Vec<u8>>,
+}
+
+impl MemStorage {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Storage for MemStorage {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.map.get(key).cloned())
+    }
+    fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+        Ok(self
+            .map
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+    fn apply(&mut self, writes: &[Write]) -> Result<(), StorageError> {
+        for (k, v) in writes {
+            match v {
+                Some(v) => {
+                    self.map.insert(k.clone(), v.clone());
+                }
+                None => {
+                    self.map.remove(k);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A write set over a storage: reads see the set's own writes first.
+pub struct Txn<'a> {
+    base: &'a dyn Storage,
+    writes: BTreeMap<String, Option<Vec<u8>>>,
+}
+
+impl<'a> Txn<'a> {
+    pub fn new(base: &'a dyn Storage) -> Self {
+        Txn {
+            base,
+            writes: BTreeMap::new(),
+        }
+    }
+    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        match self.writes.get(key) {
+            Some(v) => Ok(v.clone()),
+            None => self.base.get(key),
+        }
+    }
+    pub fn put(&mut self, key: &str, value: Vec<u8>) {
+        self.writes.insert(key.to_string(), Some(value));
+    }
+    pub fn delete(&mut self, key: &str) {
+        self.writes.insert(key.to_string(), None);
+    }
+    /// Keys and values under `prefix` in key order, merged with this set's writes.
+    pub fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+        let mut merged: BTreeMap<String, Vec<u8>> = self.base.scan(prefix)?.into_iter().collect();
+        for (k, v) in self
+            .writes
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+        {
+            match v {
+                Some(v) => {
+                    merged.insert(k.clone(), v.clone());
+                }
+                None => {
+                    merged.remove(k);
+                }
+            }
+        }
+        Ok(merged.into_iter().collect())
+    }
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+    /// The write set in key order.
+    pub fn into_writes(self) -> Vec<Write> {
+        self.writes.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quickcheck::quickcheck;
+
+    quickcheck! {
+        /// A scan through a write set equals a scan of the storage after applying it.
+        fn txn_scan_matches_applied(base: Vec<(u8, u8)>, ops: Vec<(u8, Option<u8>)>) -> bool {
+            let mut s = MemStorage::new();
+            let init: Vec<Write> = base.iter().map(|(k, v)| (format!("p/{k}"), Some(vec![*v]))).collect();
+            s.apply(&init).unwrap();
+            let mut t = Txn::new(&s);
+            for (k, v) in &ops {
+                match v { Some(v) => t.put(&format!("p/{k}"), vec![*v]), None => t.delete(&format!("p/{k}")) }
+            }
+            let through = t.scan("p/").unwrap();
+            let writes = t.into_writes();
+            let mut s2 = s.clone();
+            s2.apply(&writes).unwrap();
+            through == s2.scan("p/").unwrap()
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! `sys/*` endpoints that need no node-level state: policies and capabilities.
+//! (Seal, init and health live in `node`, which owns the barrier.)
+
+use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request};
+use crate::ctx::Ctx;
+use crate::policy::{self, Acl, Policy};
+use crate::token::Caller;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// Storage prefix of policies (replicated class).
+pub const POLICY: &str = "sys/policy/";
+/// Largest accepted policy document.
+pub const MAX_POLICY_BYTES: usize = 256 * 1024;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredPolicy {
+    pub name: String,
+    pub policy: String,
+}
+
+const RESPONSE_WRAPPING: &str = r#"
+path "sys/wrapping/unwrap" { capabilities = ["update"] }
+path "sys/wrapping/lookup" { capabilities = ["update"] }
+"#;
+
+/// Loads a policy by name (built-ins included); `None` for an unknown name.
+pub fn load_policy(ctx: &Ctx, name: &str) -> ApiResult<Option<Policy>> {
+    if let Some(sp) = ctx.get_json::<StoredPolicy>(&format!("{POLICY}{name}"))? {
+        return Ok(Policy::parse(&sp.policy).ok());
+    }
+    Ok(match name {
+        "default" => Policy::parse(policy::DEFAULT_POLICY).ok(),
+        "response-wrapping" => Policy::parse(RESPONSE_WRAPPING).ok(),
+        _ => None,
+    })
+}
+
+/// The ACL of a set of policy names.
+pub fn acl_for(ctx: &Ctx, names: &[String]) -> ApiResult<Acl> {
+    let root = names.iter().any(|n| n == "root");
+    let mut ps = Vec::new();
+    for n in names {
+        if let Some(p) = load_policy(ctx, n)? {
+            ps.push(p);
+        }
+    }
+    Ok(Acl::new(ps.iter(), root))
+}
+
+fn policy_names(ctx: &Ctx) -> ApiResult<Vec<String>> {
+    let mut names: Vec<String> = ctx.list(POLICY)?;
+    for b in ["default", "root"] {
+        if !names.iter().any(|n| n == b) {
+            names.push(b.into());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn read_policy(ctx: &Ctx, name: &str) -> ApiResult<Option<String>> {
+    if let Some(sp) = ctx.get_json::<StoredPolicy>(&format!("{POLICY}{name}"))? {
+        return Ok(Some(sp.policy));
+    }
+    Ok(match name {
+        "default" => Some(policy::DEFAULT_POLICY.trim().to_string()),
+        "root" => Some(String::new()),
+        _ => None,
+    })
+}
+
+/// `sys/policies/acl[/<name>]` (`legacy` = `sys/policy[/<name>]`, which names the text `rules`).
+pub fn policies(ctx: &mut Ctx, req: &Request, name: &str, legacy: bool) -> ApiResult {
+    let name = name.trim_matches('/').to_lowercase();
+    match (req.method, name.as_str()) {
+        (Method::List, "") | (Method::Get, "") => {
+            let names = policy_names(ctx)?;
+            if legacy {
+                Ok(Reply::Envelope(
+                    json!({"policies": names, "keys": names, "data": {"policies": names, "keys": names}}),
+                ))
+            } else {
+                Ok(Reply::Data(json!({ "keys": names })))
+            }
+        }
+        (Method::Get, n) => {
+            let text = read_policy(ctx, n)?
+                .ok_or_else(|| ApiError::NotFound(format!("no policy named {n:?}")))?;
+            let field = if legacy { "rules" } else { "policy" };
+            let mut d = Map::new();
+            d.insert("name".into(), json!(n));
+            d.insert(field.into(), json!(text));
+            if legacy {
+                Ok(Reply::Envelope(
+                    json!({"name": n, "rules": text, "data": Value::Object(d)}),
+                ))
+            } else {
+                Ok(Reply::Data(Value::Object(d)))
+            }
+        }
+        (Method::Put | Method::Post, n) => {
+            if n == "root" {
+                return Err(ApiError::bad("cannot update \"root\" policy"));
+            }
+            if !policy::valid_name(n) {
+                return Err(ApiError::bad(format!("name: invalid policy name {n:?}")));
+            }
+            let body = body_object(&req.body)?;
+            let f = Fields(&body);
+            let text = match f.str("policy")? {
+                Some(t) => t,
+                None => f.req_str("rules")?,
+            };
+            let text = decode_maybe_base64(&text);
+            if text.len() > MAX_POLICY_BYTES {
+                return Err(ApiError::TooLarge(format!(
+                    "policy: larger than {MAX_POLICY_BYTES} bytes"
+                )));
+            }
+            Policy::parse(&text).map_err(|e| ApiError::bad(format!("policy: {e}")))?;
+            ctx.put_json(
+                &format!("{POLICY}{n}"),
+                &StoredPolicy {
+                    name: n.into(),
+                    policy: text,
+                },
+            )?;
+            Ok(Reply::Empty)
+        }
+        (Method::Delete, n) => {
+            if n == "root" || n == "default" {
+                return Err(ApiError::bad(format!("cannot delete {n:?} policy")));
+            }
+            ctx.delete(&format!("{POLICY}{n}"));
+            Ok(Reply::Empty)
+        }
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+fn decode_maybe_base64(text: &str) -> String {
+    use base64::Engine;
+    if text.contains('{') || text.contains('"') {
+        return text.to_string();
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .unwrap_or_else(|| text.to_string())
+}
+
+/// `sys/capabilities-self`, `sys/capabilities`, `sys/capabilities-accessor`.
+pub fn capabilities(
+    ctx: &mut Ctx,
+    req: &Request,
+    which: &str,
+    caller: Option<&Caller>,
+) -> ApiResult {
+    let body = body_object(&req.body)?;
+    let f = Fields(&body);
+    let paths = match f.list("paths")? {
+        Some(p) => p,
+        None => vec![f.req_str("path")?],
+    };
+    let policies = match which {
+        "capabilities-self" => caller
+            .ok_or(ApiError::PermissionDenied)?
+            .entry
+            .policies
+            .clone(),
+        "capabilities" => {
+            let t = f.req_str("token")?;
+            crate::token::lookup(ctx, &t)?
+                .ok_or_else(|| ApiError::bad("invalid token"))?
+                .1
+                .policies
+        }
+        _ => {
+            let a = f.req_str("accessor")?;
+            let h = crate::token::hash_by_accessor(ctx, &a)?
+                .ok_or_else(|| ApiError::bad("invalid accessor"))?;
+            crate::token::lookup_hash(ctx, &h)?
+                .ok_or_else(|| ApiError::bad("invalid accessor"))?
+                .policies
+        }
+    };
+    let acl = acl_for(ctx, &policies)?;
+    let mut out = Map::new();
+    let mut all = Vec::new();
+    for p in &paths {
+        let p = p.trim_start_matches('/');
+        let caps = acl.capabilities(p);
+        let names: Vec<&str> = if acl.is_root() {
+            vec!["root"]
+        } else if caps == 0 {
+            vec!["deny"]
+        } else {
+            policy::cap_names(caps)
+        };
+        out.insert(p.to_string(), json!(names));
+        all.extend(names.iter().map(|s| s.to_string()));
+    }
+    if paths.len() == 1 {
+        out.insert("capabilities".into(), json!(all));
+    }
+    let mut env = out.clone();
+    env.insert("data".into(), Value::Object(out));
+    Ok(Reply::Envelope(Value::Object(env)))
+}

@@ -1,0 +1,111 @@
+//! Time as the core sees it: milliseconds since the Unix epoch, given with every input.
+//! Formatting to RFC 3339 and parsing of duration strings (`30m`, `1h`, `90s`, `3600`).
+
+/// Milliseconds since the Unix epoch.
+pub type Millis = u64;
+
+/// Formats `ms` as an RFC 3339 UTC timestamp, e.g. `2026-11-23T10:00:00.123Z`.
+pub fn rfc3339(ms: Millis) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Parses a duration: a bare number of seconds or a sequence like `1h30m`, `90s`, `500ms`,
+/// `7d`. Returns seconds (milliseconds are rounded down).
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("empty duration".into());
+    }
+    if let Ok(n) = s.parse::<u64>() {
+        return Ok(n);
+    }
+    let mut total_ms: u128 = 0;
+    let mut num = String::new();
+    let mut chars = s.chars().peekable();
+    let mut saw_unit = false;
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let mut unit = c.to_string();
+        if c == 'm' && chars.peek() == Some(&'s') {
+            unit.push('s');
+            chars.next();
+        }
+        let n: u128 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+        num.clear();
+        let mult: u128 = match unit.as_str() {
+            "ms" => 1,
+            "s" => 1000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(format!("invalid duration {s:?}: unknown unit {unit:?}")),
+        };
+        total_ms = total_ms.saturating_add(n.saturating_mul(mult));
+        saw_unit = true;
+    }
+    if !num.is_empty() || !saw_unit {
+        return Err(format!("invalid duration {s:?}: missing unit"));
+    }
+    Ok(u64::try_from(total_ms / 1000).unwrap_or(u64::MAX))
+}
+
+/// Reads a duration from a JSON value: a number of seconds or a duration string.
+pub fn duration_value(v: &serde_json::Value) -> Result<u64, String> {
+    match v {
+        serde_json::Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| format!("invalid duration {n}: must be a non-negative integer")),
+        serde_json::Value::String(s) => parse_duration(s),
+        other => Err(format!("invalid duration {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_795_435_200_123), "2026-11-23T12:00:00.123Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn parses_durations() {
+        assert_eq!(parse_duration("30m"), Ok(1800));
+        assert_eq!(parse_duration("1h30m"), Ok(5400));
+        assert_eq!(parse_duration("45"), Ok(45));
+        assert_eq!(parse_duration("1500ms"), Ok(1));
+        assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("5m3").is_err());
+    }
+}

@@ -1,0 +1,524 @@
+//! The token store: service tokens stored by salted hash with accessors, TTLs, use counts,
+//! parent/child revocation trees, and expiry driven by ticks; plus the `auth/token/*`
+//! endpoints.
+//!
+//! Storage (cluster-local class): `sys/token/salt`, `sys/token/id/<hash>` (entry),
+//! `sys/token/accessor/<accessor>` (hash), `sys/token/parent/<parent>/<child>`,
+//! `sys/token/expiry/<ms, 20 digits>/<hash>`.
+
+use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request};
+use crate::crypto;
+use crate::ctx::Ctx;
+use crate::time::{rfc3339, Millis};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+pub const SALT_KEY: &str = "sys/token/salt";
+const ID: &str = "sys/token/id/";
+const ACCESSOR: &str = "sys/token/accessor/";
+const PARENT: &str = "sys/token/parent/";
+const EXPIRY: &str = "sys/token/expiry/";
+
+/// Default and ceiling TTL of tokens (the reference's 768h).
+pub const DEFAULT_TTL: u64 = 768 * 3600;
+pub const MAX_TTL: u64 = 768 * 3600;
+/// Most policies one token may carry.
+pub const MAX_POLICIES: usize = 256;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct TokenEntry {
+    pub accessor: String,
+    pub policies: Vec<String>,
+    pub path: String,
+    pub meta: BTreeMap<String, String>,
+    pub display_name: String,
+    /// 0 = unlimited; counts down, the token is revoked after its last use.
+    pub num_uses: i64,
+    pub creation_time: Millis,
+    /// Seconds; 0 = no expiry.
+    pub ttl: u64,
+    pub explicit_max_ttl: u64,
+    pub period: u64,
+    pub expire_time: Option<Millis>,
+    pub orphan: bool,
+    pub parent: Option<String>,
+    pub renewable: bool,
+    /// `service` or `wrapping`.
+    #[serde(default)]
+    pub kind: String,
+    /// Auth mount path that issued it (`auth/ldap/`), for renewals that re-check the source.
+    #[serde(default)]
+    pub auth_mount: Option<String>,
+    /// The login name it was issued for (auth methods), used by renewals.
+    #[serde(default)]
+    pub login_name: Option<String>,
+}
+
+impl TokenEntry {
+    pub fn is_root(&self) -> bool {
+        self.policies.iter().any(|p| p == "root")
+    }
+    pub fn remaining_ttl(&self, now: Millis) -> u64 {
+        match self.expire_time {
+            None => 0,
+            Some(e) => e.saturating_sub(now) / 1000,
+        }
+    }
+}
+
+/// What a caller asks for when creating a token.
+#[derive(Debug, Clone, Default)]
+pub struct NewToken {
+    pub id: Option<String>,
+    pub policies: Vec<String>,
+    pub meta: BTreeMap<String, String>,
+    pub display_name: String,
+    pub num_uses: i64,
+    pub ttl: Option<u64>,
+    pub explicit_max_ttl: u64,
+    pub period: u64,
+    pub no_parent: bool,
+    pub parent: Option<String>,
+    pub renewable: bool,
+    pub path: String,
+    pub kind: String,
+    pub auth_mount: Option<String>,
+    pub login_name: Option<String>,
+    pub no_default_policy: bool,
+}
+
+pub fn salt(ctx: &mut Ctx) -> ApiResult<Vec<u8>> {
+    if let Some(s) = ctx.get(SALT_KEY)? {
+        return Ok(s);
+    }
+    let s = crypto::random_key(ctx.rng()).to_vec();
+    ctx.put(SALT_KEY, &s)?;
+    Ok(s)
+}
+
+pub fn hash(ctx: &mut Ctx, token: &str) -> ApiResult<String> {
+    let s = salt(ctx)?;
+    Ok(hex::encode(crypto::hmac_sha256(&s, token.as_bytes())))
+}
+
+/// Normalises a policy list: sorted, unique, `default` added unless refused, `root` alone.
+pub fn normalize_policies(mut p: Vec<String>, add_default: bool) -> Vec<String> {
+    if add_default && !p.iter().any(|x| x == "root") {
+        p.push("default".into());
+    }
+    p.sort();
+    p.dedup();
+    p
+}
+
+/// Creates and stores a token; returns the secret id and the entry.
+pub fn create(ctx: &mut Ctx, req: NewToken) -> ApiResult<(String, TokenEntry)> {
+    if req.policies.len() > MAX_POLICIES {
+        return Err(ApiError::bad(format!(
+            "policies: at most {MAX_POLICIES} policies per token"
+        )));
+    }
+    let id = match req.id {
+        Some(id) => id,
+        None => format!("cs.{}", crypto::base62(ctx.rng(), 24)),
+    };
+    let h = hash(ctx, &id)?;
+    if ctx.get(&format!("{ID}{h}"))?.is_some() {
+        return Err(ApiError::bad("id: a token with this id already exists"));
+    }
+    let accessor = crypto::base62(ctx.rng(), 24);
+    let root = req.policies.iter().any(|p| p == "root");
+    let ttl = if root && req.ttl.is_none() {
+        0
+    } else if req.period > 0 {
+        req.period
+    } else {
+        let t = req.ttl.unwrap_or(DEFAULT_TTL);
+        let t = if t == 0 { DEFAULT_TTL } else { t };
+        let t = t.min(MAX_TTL);
+        if req.explicit_max_ttl > 0 {
+            t.min(req.explicit_max_ttl)
+        } else {
+            t
+        }
+    };
+    let entry = TokenEntry {
+        accessor: accessor.clone(),
+        policies: req.policies,
+        path: req.path,
+        meta: req.meta,
+        display_name: req.display_name,
+        num_uses: req.num_uses,
+        creation_time: ctx.now,
+        ttl,
+        explicit_max_ttl: req.explicit_max_ttl,
+        period: req.period,
+        expire_time: (ttl > 0).then(|| ctx.now + ttl * 1000),
+        orphan: req.no_parent || req.parent.is_none(),
+        parent: if req.no_parent { None } else { req.parent },
+        renewable: req.renewable && ttl > 0,
+        kind: if req.kind.is_empty() {
+            "service".into()
+        } else {
+            req.kind
+        },
+        auth_mount: req.auth_mount,
+        login_name: req.login_name,
+    };
+    store(ctx, &h, &entry, None)?;
+    ctx.put(&format!("{ACCESSOR}{accessor}"), h.as_bytes())?;
+    if let Some(p) = &entry.parent {
+        ctx.put(&format!("{PARENT}{p}/{h}"), b"")?;
+    }
+    Ok((id, entry))
+}
+
+fn expiry_key(at: Millis, h: &str) -> String {
+    format!("{EXPIRY}{at:020}/{h}")
+}
+
+fn store(ctx: &mut Ctx, h: &str, e: &TokenEntry, old_expiry: Option<Millis>) -> ApiResult<()> {
+    if let Some(o) = old_expiry {
+        ctx.delete(&expiry_key(o, h));
+    }
+    if let Some(at) = e.expire_time {
+        ctx.put(&expiry_key(at, h), b"")?;
+    }
+    ctx.put_json(&format!("{ID}{h}"), e)
+}
+
+/// Looks a token up by its secret id; expired tokens are treated as absent.
+pub fn lookup(ctx: &mut Ctx, token: &str) -> ApiResult<Option<(String, TokenEntry)>> {
+    if token.is_empty() || token.len() > 512 {
+        return Ok(None);
+    }
+    let h = hash(ctx, token)?;
+    Ok(lookup_hash(ctx, &h)?.map(|e| (h, e)))
+}
+
+pub fn lookup_hash(ctx: &Ctx, h: &str) -> ApiResult<Option<TokenEntry>> {
+    let e: Option<TokenEntry> = ctx.get_json(&format!("{ID}{h}"))?;
+    Ok(e.filter(|e| e.expire_time.is_none_or(|x| x > ctx.now)))
+}
+
+pub fn hash_by_accessor(ctx: &Ctx, accessor: &str) -> ApiResult<Option<String>> {
+    Ok(ctx
+        .get(&format!("{ACCESSOR}{accessor}"))?
+        .map(|b| String::from_utf8_lossy(&b).into_owned()))
+}
+
+/// Records one use of a limited-use token; revokes it after its last use.
+pub fn use_once(ctx: &mut Ctx, h: &str, e: &mut TokenEntry) -> ApiResult<()> {
+    if e.num_uses <= 0 {
+        return Ok(());
+    }
+    e.num_uses -= 1;
+    if e.num_uses == 0 {
+        revoke_tree(ctx, h)
+    } else {
+        store(ctx, h, e, e.expire_time)
+    }
+}
+
+/// Revokes a token and, recursively, its children.
+pub fn revoke_tree(ctx: &mut Ctx, h: &str) -> ApiResult<()> {
+    let mut stack = vec![h.to_string()];
+    let mut seen = 0usize;
+    while let Some(cur) = stack.pop() {
+        seen += 1;
+        if seen > 1_000_000 {
+            return Err(ApiError::Internal(
+                "token tree too large to revoke in one step".into(),
+            ));
+        }
+        let prefix = format!("{PARENT}{cur}/");
+        for k in ctx.keys(&prefix)? {
+            stack.push(k[prefix.len()..].to_string());
+            ctx.delete(&k);
+        }
+        revoke_one(ctx, &cur)?;
+    }
+    Ok(())
+}
+
+/// Revokes one token; its children become orphans.
+pub fn revoke_orphan(ctx: &mut Ctx, h: &str) -> ApiResult<()> {
+    let prefix = format!("{PARENT}{h}/");
+    for k in ctx.keys(&prefix)? {
+        let child = k[prefix.len()..].to_string();
+        if let Some(mut e) = ctx.get_json::<TokenEntry>(&format!("{ID}{child}"))? {
+            e.parent = None;
+            e.orphan = true;
+            ctx.put_json(&format!("{ID}{child}"), &e)?;
+        }
+        ctx.delete(&k);
+    }
+    revoke_one(ctx, h)
+}
+
+fn revoke_one(ctx: &mut Ctx, h: &str) -> ApiResult<()> {
+    let key = format!("{ID}{h}");
+    if let Some(e) = ctx.get_json::<TokenEntry>(&key)? {
+        ctx.delete(&format!("{ACCESSOR}{}", e.accessor));
+        if let Some(at) = e.expire_time {
+            ctx.delete(&expiry_key(at, h));
+        }
+        if let Some(p) = &e.parent {
+            ctx.delete(&format!("{PARENT}{p}/{h}"));
+        }
+        if e.kind == "wrapping" {
+            ctx.delete(&format!("{}{h}", crate::wrapping::RESPONSE));
+        }
+    }
+    ctx.delete(&key);
+    Ok(())
+}
+
+/// Revokes every token whose expiry has passed (called on ticks); bounded per call.
+pub fn expire(ctx: &mut Ctx, limit: usize) -> ApiResult<usize> {
+    let mut n = 0;
+    for k in ctx.keys(EXPIRY)? {
+        if n >= limit {
+            break;
+        }
+        let rest = &k[EXPIRY.len()..];
+        let (at, h) = rest.split_once('/').unwrap_or((rest, ""));
+        let at: Millis = at.parse().unwrap_or(0);
+        if at > ctx.now {
+            break;
+        }
+        ctx.delete(&k);
+        revoke_tree(ctx, h)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Renews a token by `increment` seconds (or its TTL), bounded by explicit max and system max.
+pub fn renew(ctx: &mut Ctx, h: &str, e: &mut TokenEntry, increment: Option<u64>) -> ApiResult<()> {
+    if !e.renewable || e.expire_time.is_none() {
+        return Err(ApiError::bad("lease is not renewable"));
+    }
+    let inc = if e.period > 0 {
+        e.period
+    } else {
+        increment.filter(|i| *i > 0).unwrap_or(e.ttl).min(MAX_TTL)
+    };
+    let mut new_exp = ctx.now + inc * 1000;
+    let cap_from = |ttl: u64| e.creation_time + ttl * 1000;
+    if e.explicit_max_ttl > 0 {
+        new_exp = new_exp.min(cap_from(e.explicit_max_ttl));
+    }
+    if e.period == 0 {
+        new_exp = new_exp.min(cap_from(MAX_TTL));
+    }
+    let old = e.expire_time;
+    e.expire_time = Some(new_exp);
+    e.ttl = (new_exp.saturating_sub(ctx.now)) / 1000;
+    store(ctx, h, e, old)
+}
+
+/// The `auth` block of a response for a freshly created token.
+pub fn auth_block(id: &str, e: &TokenEntry, token_policies: &[String]) -> Value {
+    json!({
+        "client_token": id,
+        "accessor": e.accessor,
+        "policies": e.policies,
+        "token_policies": token_policies,
+        "identity_policies": null,
+        "metadata": e.meta,
+        "lease_duration": e.ttl,
+        "renewable": e.renewable,
+        "entity_id": "",
+        "token_type": "service",
+        "orphan": e.orphan,
+        "mfa_requirement": null,
+        "num_uses": e.num_uses,
+    })
+}
+
+/// The data of a token lookup.
+pub fn lookup_data(e: &TokenEntry, id: Option<&str>, now: Millis) -> Value {
+    json!({
+        "accessor": e.accessor,
+        "creation_time": e.creation_time / 1000,
+        "creation_ttl": e.ttl,
+        "display_name": e.display_name,
+        "entity_id": "",
+        "expire_time": e.expire_time.map(rfc3339),
+        "explicit_max_ttl": e.explicit_max_ttl,
+        "id": id.unwrap_or(""),
+        "issue_time": rfc3339(e.creation_time),
+        "meta": if e.meta.is_empty() { Value::Null } else { json!(e.meta) },
+        "num_uses": e.num_uses,
+        "orphan": e.orphan,
+        "path": e.path,
+        "period": if e.period > 0 { json!(e.period) } else { Value::Null },
+        "policies": e.policies,
+        "renewable": e.renewable,
+        "ttl": e.remaining_ttl(now),
+        "type": "service",
+    })
+}
+
+/// The caller as the router resolved it.
+pub struct Caller {
+    pub hash: String,
+    pub id: String,
+    pub entry: TokenEntry,
+}
+
+/// `auth/token/*`.
+pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>) -> ApiResult {
+    let body = body_object(&req.body)?;
+    let f = Fields(&body);
+    let caller = caller.ok_or(ApiError::PermissionDenied)?;
+    match (req.method, rest) {
+        (Method::Post | Method::Put, "create" | "create-orphan") => {
+            let root = caller.entry.is_root();
+            let policies = f.list("policies")?;
+            let no_default = f.bool("no_default_policy")?.unwrap_or(false);
+            let policies = match policies {
+                Some(p) if !p.is_empty() => p,
+                _ => caller
+                    .entry
+                    .policies
+                    .iter()
+                    .filter(|p| *p != "default" || !no_default)
+                    .cloned()
+                    .collect(),
+            };
+            if !root {
+                for p in &policies {
+                    if p != "default" && !caller.entry.policies.contains(p) {
+                        return Err(ApiError::Forbidden(format!(
+                            "child policies must be subset of parent: {p:?} is not held by the caller"
+                        )));
+                    }
+                }
+            }
+            let add_default = !no_default && !policies.iter().any(|p| p == "root");
+            let policies = normalize_policies(policies, add_default);
+            let id = f.str("id")?;
+            if id.is_some() && !root {
+                return Err(ApiError::Forbidden(
+                    "id: only root tokens may set a token id".into(),
+                ));
+            }
+            let no_parent = rest == "create-orphan" || f.bool("no_parent")?.unwrap_or(false);
+            if no_parent && !root && rest != "create-orphan" {
+                return Err(ApiError::Forbidden(
+                    "no_parent: root or sudo required to create an orphan token".into(),
+                ));
+            }
+            let meta: BTreeMap<String, String> = match body.get("meta") {
+                None | Some(Value::Null) => BTreeMap::new(),
+                Some(v) => serde_json::from_value(v.clone())
+                    .map_err(|_| ApiError::bad("meta: expected an object of strings"))?,
+            };
+            let num_uses = f.int("num_uses")?.unwrap_or(0);
+            if num_uses < 0 {
+                return Err(ApiError::bad("num_uses: must be zero or positive"));
+            }
+            let display = f.str("display_name")?.unwrap_or_default();
+            let nt = NewToken {
+                id,
+                policies: policies.clone(),
+                meta,
+                display_name: if display.is_empty() {
+                    "token".into()
+                } else {
+                    format!("token-{display}")
+                },
+                num_uses,
+                ttl: f.duration("ttl")?,
+                explicit_max_ttl: f.duration("explicit_max_ttl")?.unwrap_or(0),
+                period: f.duration("period")?.unwrap_or(0),
+                no_parent,
+                parent: Some(caller.hash.clone()),
+                renewable: f.bool("renewable")?.unwrap_or(true),
+                path: "auth/token/create".into(),
+                ..Default::default()
+            };
+            let (id, e) = create(ctx, nt)?;
+            Ok(Reply::Envelope(
+                json!({ "auth": auth_block(&id, &e, &policies) }),
+            ))
+        }
+        (Method::Get, "lookup-self") | (Method::Post | Method::Put, "lookup-self") => Ok(
+            Reply::Data(lookup_data(&caller.entry, Some(&caller.id), ctx.now)),
+        ),
+        (Method::Post | Method::Put | Method::Get, "lookup") => {
+            let t = f
+                .str("token")?
+                .or_else(|| req.query("token").map(str::to_string))
+                .ok_or_else(|| ApiError::bad("missing required field \"token\""))?;
+            match lookup(ctx, &t)? {
+                Some((_, e)) => Ok(Reply::Data(lookup_data(&e, Some(&t), ctx.now))),
+                None => Err(ApiError::bad("bad token")),
+            }
+        }
+        (Method::Post | Method::Put, "lookup-accessor") => {
+            let a = f.req_str("accessor")?;
+            let h = hash_by_accessor(ctx, &a)?.ok_or_else(|| ApiError::bad("invalid accessor"))?;
+            let e = lookup_hash(ctx, &h)?.ok_or_else(|| ApiError::bad("invalid accessor"))?;
+            Ok(Reply::Data(lookup_data(&e, None, ctx.now)))
+        }
+        (Method::Post | Method::Put, "renew-self") => {
+            let mut e = caller.entry.clone();
+            renew(ctx, &caller.hash, &mut e, f.duration("increment")?)?;
+            let tp = e.policies.clone();
+            Ok(Reply::Envelope(
+                json!({ "auth": auth_block(&caller.id, &e, &tp) }),
+            ))
+        }
+        (Method::Post | Method::Put, "renew") => {
+            let t = f.req_str("token")?;
+            let (h, mut e) = lookup(ctx, &t)?.ok_or_else(|| ApiError::bad("bad token"))?;
+            renew(ctx, &h, &mut e, f.duration("increment")?)?;
+            let tp = e.policies.clone();
+            Ok(Reply::Envelope(json!({ "auth": auth_block(&t, &e, &tp) })))
+        }
+        (Method::Post | Method::Put, "revoke-self") => {
+            revoke_tree(ctx, &caller.hash)?;
+            Ok(Reply::Empty)
+        }
+        (Method::Post | Method::Put, "revoke") => {
+            let t = f.req_str("token")?;
+            if let Some((h, _)) = lookup(ctx, &t)? {
+                revoke_tree(ctx, &h)?;
+            }
+            Ok(Reply::Empty)
+        }
+        (Method::Post | Method::Put, "revoke-orphan") => {
+            let t = f.req_str("token")?;
+            if let Some((h, _)) = lookup(ctx, &t)? {
+                revoke_orphan(ctx, &h)?;
+            }
+            Ok(Reply::Empty)
+        }
+        (Method::Post | Method::Put, "revoke-accessor") => {
+            let a = f.req_str("accessor")?;
+            if let Some(h) = hash_by_accessor(ctx, &a)? {
+                revoke_tree(ctx, &h)?;
+            }
+            Ok(Reply::Empty)
+        }
+        (Method::List, "accessors") | (Method::List, "accessors/") => {
+            let keys: Vec<String> = ctx
+                .keys(ACCESSOR)?
+                .into_iter()
+                .map(|k| k[ACCESSOR.len()..].to_string())
+                .collect();
+            Ok(Reply::Data(json!({ "keys": keys })))
+        }
+        (
+            _,
+            "create" | "create-orphan" | "lookup-self" | "lookup" | "lookup-accessor"
+            | "renew-self" | "renew" | "revoke-self" | "revoke" | "revoke-orphan"
+            | "revoke-accessor" | "accessors",
+        ) => Err(ApiError::MethodNotAllowed),
+        _ => Err(ApiError::NotFound(String::new())),
+    }
+}
