@@ -1,0 +1,64 @@
+//! A small stderr logger for the `log` facade; the level comes from `--log-level` or the
+//! `CAIRN_LOG` environment variable. Secrets never reach it: the core logs no values.
+
+use log::{Level, LevelFilter, Metadata, Record};
+
+struct Stderr;
+
+impl log::Log for Stderr {
+    fn enabled(&self, m: &Metadata) -> bool {
+        m.level() <= log::max_level()
+    }
+    fn log(&self, r: &Record) {
+        if self.enabled(r.metadata()) {
+            let ts = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0);
+            let lvl = match r.level() {
+                Level::Error => "ERROR",
+                Level::Warn => "WARN ",
+                Level::Info => "INFO ",
+                Level::Debug => "DEBUG",
+                Level::Trace => "TRACE",
+            };
+            eprintln!(
+                "{} [{lvl}] {}: {}",
+                cairn_core::time::rfc3339(ts),
+                r.target(),
+                r.args()
+            );
+        }
+    }
+    fn flush(&self) {}
+}
+
+static LOGGER: Stderr = Stderr;
+
+pub fn parse_level(s: &str) -> Result<LevelFilter, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "trace" => Ok(LevelFilter::Trace),
+        "debug" => Ok(LevelFilter::Debug),
+        "info" => Ok(LevelFilter::Info),
+        "warn" | "warning" => Ok(LevelFilter::Warn),
+        "error" | "err" => Ok(LevelFilter::Error),
+        "off" => Ok(LevelFilter::Off),
+        _ => Err(format!(
+            "invalid log level {s:?} (trace, debug, info, warn, error, off)"
+        )),
+    }
+}
+
+/// Installs the logger; `flag` wins over `CAIRN_LOG`; default `info`.
+pub fn init(flag: Option<&str>) -> Result<(), String> {
+    let level = match flag
+        .map(str::to_string)
+        .or_else(|| std::env::var("CAIRN_LOG").ok())
+    {
+        Some(s) => parse_level(&s)?,
+        None => LevelFilter::Info,
+    };
+    let _ = log::set_logger(&LOGGER);
+    log::set_max_level(level);
+    Ok(())
+}

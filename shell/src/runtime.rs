@@ -1,0 +1,148 @@
+//! The core thread: owns the `Node` and its SQLite storage, drains a channel of inputs in
+//! batches, runs each batch inside one SQLite transaction (group commit), and releases the
+//! batch's responses only after the commit, so an acknowledged write is durable. Timers
+//! come from `poll_timeout`; LDAP operations go to the LDAP pool.
+
+use crate::sqlite::SqliteStorage;
+use cairn_core::api::{ApiError, Response};
+use cairn_core::{Input, Node, NodeConfig, Output};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Largest number of inputs grouped into one commit.
+const MAX_BATCH: usize = 512;
+
+pub enum Msg {
+    /// An API request and where to send its response.
+    Request(cairn_core::Request, SyncSender<Response>),
+    /// Any other input (LDAP results).
+    Input(Input),
+    /// An admin command and where to send its result.
+    Admin(cairn_core::Admin, SyncSender<Value>),
+}
+
+/// A handle to the core thread.
+#[derive(Clone)]
+pub struct Core {
+    tx: Sender<Msg>,
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Core {
+    /// Starts the core thread.
+    pub fn start(storage: SqliteStorage, config: NodeConfig, ldap_threads: usize) -> Core {
+        let (tx, rx) = mpsc::channel::<Msg>();
+        let ldap_tx = tx.clone();
+        let pool = crate::ldap::LdapPool::new(
+            ldap_threads,
+            Box::new(move |reply| {
+                let _ = ldap_tx.send(Msg::Input(Input::Ldap(reply)));
+            }),
+        );
+        let mut seed = [0u8; 32];
+        rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut seed);
+        let node = Node::new(storage, seed, config);
+        std::thread::Builder::new()
+            .name("cairn-core".into())
+            .spawn(move || run(node, rx, pool))
+            .expect("spawn core thread");
+        Core { tx }
+    }
+
+    /// Sends a request and waits for its response.
+    pub fn request(&self, req: cairn_core::Request) -> Response {
+        let id = req.id;
+        let (tx, rx) = mpsc::sync_channel(1);
+        if self.tx.send(Msg::Request(req, tx)).is_err() {
+            return Response::error(id, &ApiError::Unavailable("server is shutting down".into()));
+        }
+        rx.recv()
+            .unwrap_or_else(|_| Response::error(id, &ApiError::Internal("core stopped".into())))
+    }
+
+    pub fn admin(&self, cmd: cairn_core::Admin) -> Option<Value> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.tx.send(Msg::Admin(cmd, tx)).ok()?;
+        rx.recv().ok()
+    }
+}
+
+fn run(mut node: Node<SqliteStorage>, rx: Receiver<Msg>, pool: crate::ldap::LdapPool) {
+    let mut waiting: BTreeMap<u64, SyncSender<Response>> = BTreeMap::new();
+    let mut admin: Vec<SyncSender<Value>> = Vec::new();
+    loop {
+        let now = now_ms();
+        let deadline = node.poll_timeout();
+        let first = if deadline <= now {
+            None
+        } else {
+            match rx.recv_timeout(Duration::from_millis(deadline - now)) {
+                Ok(m) => Some(m),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        };
+        let mut batch: Vec<Msg> = first.into_iter().collect();
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(m) => batch.push(m),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = node.storage_mut().begin() {
+            log::error!("cannot open a storage transaction: {e}");
+        }
+        let mut ids_in_batch = Vec::new();
+        let now = now_ms();
+        if node.poll_timeout() <= now {
+            node.handle(now, Input::Tick);
+        }
+        for m in batch {
+            match m {
+                Msg::Request(req, tx) => {
+                    ids_in_batch.push(req.id);
+                    waiting.insert(req.id, tx);
+                    node.handle(now, Input::Request(req));
+                }
+                Msg::Input(i) => node.handle(now, i),
+                Msg::Admin(cmd, tx) => {
+                    admin.push(tx);
+                    node.handle(now, Input::Admin(cmd));
+                }
+            }
+        }
+        let committed = node.storage_mut().commit();
+        if let Err(e) = &committed {
+            log::error!(
+                "batch commit failed, {} requests answered with errors: {e}",
+                ids_in_batch.len()
+            );
+        }
+        while let Some(out) = node.poll_output() {
+            match out {
+                Output::Response(mut r) => {
+                    if let Err(e) = &committed {
+                        r = Response::error(r.id, &ApiError::Internal(e.to_string()));
+                    }
+                    if let Some(tx) = waiting.remove(&r.id) {
+                        let _ = tx.send(r);
+                    }
+                }
+                Output::Ldap(call) => pool.submit(call),
+                Output::AdminDone(v) => {
+                    if !admin.is_empty() {
+                        let _ = admin.remove(0).send(v);
+                    }
+                }
+            }
+        }
+    }
+}

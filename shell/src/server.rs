@@ -1,0 +1,150 @@
+//! `cairn server`: loads the configuration (or the dev-mode defaults), opens SQLite, starts
+//! the core thread and the API listener, and in dev mode initialises and unseals itself.
+
+use crate::config::{self, ServerConfig};
+use crate::http::{self, ApiOptions, TlsFiles};
+use crate::runtime::Core;
+use crate::sqlite::SqliteStorage;
+use cairn_core::{Admin, NodeConfig};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct ServerArgs {
+    /// Path to the HCL configuration file.
+    #[arg(long, short = 'c', alias = "config-file")]
+    pub config: Option<PathBuf>,
+    /// Development mode: SQLite in a temp dir, initialised and unsealed, KV at secret/, LDAP at auth/ldap.
+    #[arg(long)]
+    pub dev: bool,
+    /// Dev-mode API address (the cluster listener takes the next port).
+    #[arg(long, default_value = "127.0.0.1:8200")]
+    pub dev_listen_address: String,
+    /// Dev-mode root token id.
+    #[arg(long)]
+    pub dev_root_token_id: Option<String>,
+    /// trace, debug, info, warn, error (or CAIRN_LOG).
+    #[arg(long)]
+    pub log_level: Option<String>,
+}
+
+fn load(a: &ServerArgs) -> Result<(ServerConfig, Option<tempfile::TempDir>), String> {
+    if a.dev {
+        let dir = tempfile::Builder::new()
+            .prefix("cairn-dev-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a temp dir: {e}"))?;
+        let c = ServerConfig {
+            storage_path: dir.path().join("cairn.db"),
+            address: a.dev_listen_address.clone(),
+            cluster_address: config::next_port(&a.dev_listen_address).ok_or_else(|| {
+                format!(
+                    "--dev-listen-address: {:?} is not HOST:PORT",
+                    a.dev_listen_address
+                )
+            })?,
+            max_request_size: config::DEFAULT_MAX_REQUEST_SIZE,
+            cluster_name: "cairn-dev".into(),
+            ..Default::default()
+        };
+        return Ok((c, Some(dir)));
+    }
+    let path = a
+        .config
+        .as_ref()
+        .ok_or("either --dev or --config FILE is required")?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let c = config::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((c, None))
+}
+
+pub fn run(a: ServerArgs) -> i32 {
+    let (cfg, _tmp) = match load(&a) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("Error: {e}");
+            return 1;
+        }
+    };
+    if let Err(e) = crate::logger::init(a.log_level.as_deref().or(cfg.log_level.as_deref())) {
+        eprintln!("Error: {e}");
+        return 1;
+    }
+    let storage = match SqliteStorage::open(&cfg.storage_path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "Error: cannot open storage at {}: {e}",
+                cfg.storage_path.display()
+            );
+            return 1;
+        }
+    };
+    let tls = match (&cfg.tls_cert_file, &cfg.tls_key_file) {
+        (Some(c), Some(k)) => match (std::fs::read(c), std::fs::read(k)) {
+            (Ok(cert_pem), Ok(key_pem)) => Some(TlsFiles { cert_pem, key_pem }),
+            (Err(e), _) | (_, Err(e)) => {
+                eprintln!("Error: cannot read TLS certificate or key: {e}");
+                return 1;
+            }
+        },
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let node_config = NodeConfig {
+        node_id: format!("node-{}", std::process::id()),
+        cluster_name: cfg.cluster_name.clone(),
+        ..Default::default()
+    };
+    let core = Core::start(storage, node_config, 8);
+    let addr = match http::serve(
+        &cfg.address,
+        tls,
+        core.clone(),
+        ApiOptions {
+            max_body: cfg.max_request_size,
+            threads: 16,
+        },
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("Error: {e}");
+            return 1;
+        }
+    };
+    log::info!("API listening on {scheme}://{addr}");
+    println!(
+        "==> Cairn server started. API: {scheme}://{addr}  Cluster: {}",
+        cfg.cluster_address
+    );
+    if a.dev {
+        match core.admin(Admin::DevSetup {
+            root_token_id: a.dev_root_token_id.clone(),
+        }) {
+            Some(v) if v.get("error").is_none() => {
+                let key = v["keys_base64"][0].as_str().unwrap_or_default();
+                let token = v["root_token"].as_str().unwrap_or_default();
+                println!("WARNING: dev mode: storage in a temp dir, initialised and unsealed; do not use in production.");
+                println!();
+                println!("    export CAIRN_ADDR='{scheme}://{addr}'");
+                println!();
+                println!("Unseal Key: {key}");
+                println!("Root Token: {token}");
+                println!();
+                println!("KV v1 is mounted at secret/ and the LDAP auth method at auth/ldap/.");
+            }
+            other => {
+                eprintln!(
+                    "Error: dev set-up failed: {}",
+                    other.map(|v| v.to_string()).unwrap_or_default()
+                );
+                return 1;
+            }
+        }
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    loop {
+        std::thread::park();
+    }
+}
