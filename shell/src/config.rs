@@ -184,8 +184,10 @@ mod tests {
     fn parses_reference_layout() {
         let c = parse(
             r#"storage "sqlite" { path = "/tmp/x.db" }
-               listener "tcp" { address = "127.0.0.1:8300"
-                                tls_disable = true }
+               listener "tcp" {
+                 address = "127.0.0.1:8300"
+                 tls_disable = true
+               }
                api_addr = "http://127.0.0.1:8300""#,
         )
         .unwrap();
@@ -198,8 +200,10 @@ mod tests {
     fn refuses_unknown_keys_and_bad_values() {
         let e = parse(
             r#"storage "sqlite" { path = "/x" }
-                         listener "tcp" { address = "127.0.0.1:1" 
-                                          tls_disable = true }
+                         listener "tcp" {
+                           address = "127.0.0.1:1"
+                           tls_disable = true
+                         }
                          bogus = 1"#,
         )
         .unwrap_err();
@@ -208,14 +212,18 @@ mod tests {
         assert!(e.contains("raft"), "{e}");
         let e = parse(
             r#"storage "sqlite" { path = "/x" }
-                         listener "tcp" { address = "nope"
-                                          tls_disable = true }"#,
+                         listener "tcp" {
+                           address = "nope"
+                           tls_disable = true
+                         }"#,
         )
         .unwrap_err();
         assert!(e.contains("address"), "{e}");
         let e = parse(
             r#"storage "sqlite" { path = "/x" }
-                         listener "tcp" { address = "127.0.0.1:1" }"#,
+                         listener "tcp" {
+                           address = "127.0.0.1:1"
+                         }"#,
         )
         .unwrap_err();
         assert!(e.contains("tls_cert_file"), "{e}");

@@ -8,6 +8,14 @@ use crate::sqlite::SqliteStorage;
 use cairn_core::{Admin, NodeConfig};
 use std::path::PathBuf;
 
+/// Prints to stdout, ignoring a closed pipe (the server must not die with its reader).
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 #[derive(clap::Args)]
 pub struct ServerArgs {
     /// Path to the HCL configuration file.
@@ -113,7 +121,7 @@ pub fn run(a: ServerArgs) -> i32 {
         }
     };
     log::info!("API listening on {scheme}://{addr}");
-    println!(
+    out!(
         "==> Cairn server started. API: {scheme}://{addr}  Cluster: {}",
         cfg.cluster_address
     );
@@ -124,14 +132,14 @@ pub fn run(a: ServerArgs) -> i32 {
             Some(v) if v.get("error").is_none() => {
                 let key = v["keys_base64"][0].as_str().unwrap_or_default();
                 let token = v["root_token"].as_str().unwrap_or_default();
-                println!("WARNING: dev mode: storage in a temp dir, initialised and unsealed; do not use in production.");
-                println!();
-                println!("    export CAIRN_ADDR='{scheme}://{addr}'");
-                println!();
-                println!("Unseal Key: {key}");
-                println!("Root Token: {token}");
-                println!();
-                println!("KV v1 is mounted at secret/ and the LDAP auth method at auth/ldap/.");
+                out!("WARNING: dev mode: storage in a temp dir, initialised and unsealed; do not use in production.");
+                out!("");
+                out!("    export CAIRN_ADDR='{scheme}://{addr}'");
+                out!("");
+                out!("Unseal Key: {key}");
+                out!("Root Token: {token}");
+                out!("");
+                out!("KV v1 is mounted at secret/ and the LDAP auth method at auth/ldap/.");
             }
             other => {
                 eprintln!(
@@ -142,8 +150,7 @@ pub fn run(a: ServerArgs) -> i32 {
             }
         }
     }
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
+    let _ = std::io::Write::flush(&mut std::io::stdout());
     loop {
         std::thread::park();
     }

@@ -1,1 +1,263 @@
+//! End-to-end test harness: starts real `cairn` processes on free loopback ports, talks to
+//! them over HTTP, and stops them (gracefully or with `kill -9`).
 
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `cairn` binary, built on demand next to this test binary.
+pub fn cairn_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("CAIRN_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = dir.join("cairn");
+    static BUILD: std::sync::Once = std::sync::Once::new();
+    BUILD.call_once(|| {
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-p", "cairn", "--bin", "cairn"])
+            .arg(if dir.ends_with("release") { "--release" } else { "--quiet" })
+            .status()
+            .expect("cargo build");
+        assert!(st.success(), "building cairn failed");
+    });
+    bin
+}
+
+/// A free loopback port whose successor is also free (API + cluster).
+pub fn free_port_pair() -> u16 {
+    for _ in 0..200 {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let p = l.local_addr().expect("addr").port();
+        if p < 65000 && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no free port pair");
+}
+
+/// A running `cairn` server.
+pub struct Server {
+    pub child: Option<Child>,
+    pub addr: String,
+    pub port: u16,
+    pub root_token: String,
+    pub unseal_keys: Vec<String>,
+    pub dir: PathBuf,
+    pub stdout_lines: Vec<String>,
+}
+
+/// A response: status and JSON body (Null when empty).
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Resp {
+    pub fn errors(&self) -> String {
+        self.body["errors"].to_string()
+    }
+}
+
+pub fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "cairn-e2e-{tag}-{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos() ^ (rand_suffix() as u128)
+    ));
+    std::fs::create_dir_all(&d).expect("mkdir");
+    d
+}
+
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(1);
+    h.finish()
+}
+
+impl Server {
+    /// `cairn server --dev` with a fixed root token.
+    pub fn dev() -> Server {
+        let port = free_port_pair();
+        let addr = format!("127.0.0.1:{port}");
+        let mut child = Command::new(cairn_bin())
+            .args(["server", "--dev", "--dev-listen-address", &addr, "--dev-root-token-id", "root-e2e", "--log-level", "warn"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn cairn");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = Vec::new();
+        let mut key = String::new();
+        let mut reader = BufReader::new(stdout).lines();
+        for line in reader.by_ref() {
+            let line = line.expect("read stdout");
+            if let Some(k) = line.strip_prefix("Unseal Key: ") {
+                key = k.to_string();
+            }
+            let done = line.starts_with("Root Token: ");
+            lines.push(line);
+            if done {
+                break;
+            }
+        }
+        // Keep draining stdout so the server never writes into a closed pipe.
+        std::thread::spawn(move || for _ in reader {});
+        let s = Server {
+            child: Some(child),
+            addr: format!("http://{addr}"),
+            port,
+            root_token: "root-e2e".into(),
+            unseal_keys: vec![key],
+            dir: PathBuf::new(),
+            stdout_lines: lines,
+        };
+        s.wait_ready();
+        s
+    }
+
+    /// `cairn server --config` on SQLite in `dir` (kept across restarts), not initialised.
+    pub fn with_config(dir: &Path, port: u16, extra: &str) -> Server {
+        let cfg = format!(
+            "storage \"sqlite\" {{ path = \"{}\" }}\nlistener \"tcp\" {{\n address = \"127.0.0.1:{port}\"\n cluster_address = \"127.0.0.1:{}\"\n tls_disable = true\n}}\napi_addr = \"http://127.0.0.1:{port}\"\n{extra}\n",
+            dir.join("cairn.db").display(),
+            port + 1
+        );
+        let cfg_path = dir.join("cairn.hcl");
+        std::fs::write(&cfg_path, cfg).expect("write config");
+        let child = Command::new(cairn_bin())
+            .args(["server", "--config"])
+            .arg(&cfg_path)
+            .args(["--log-level", "warn"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn cairn");
+        let s = Server {
+            child: Some(child),
+            addr: format!("http://127.0.0.1:{port}"),
+            port,
+            root_token: String::new(),
+            unseal_keys: Vec::new(),
+            dir: dir.to_path_buf(),
+            stdout_lines: Vec::new(),
+        };
+        s.wait_ready();
+        s
+    }
+
+    /// Initialises with `shares`/`threshold` and unseals.
+    pub fn init_unseal(&mut self, shares: u8, threshold: u8) {
+        let r = self.put("sys/init", serde_json::json!({"secret_shares": shares, "secret_threshold": threshold}));
+        assert_eq!(r.status, 200, "init: {:?}", r.body);
+        self.root_token = r.body["root_token"].as_str().expect("root token").to_string();
+        self.unseal_keys = r.body["keys"].as_array().expect("keys").iter().map(|k| k.as_str().unwrap_or_default().to_string()).collect();
+        self.unseal();
+    }
+
+    pub fn unseal(&self) {
+        for k in &self.unseal_keys {
+            let r = self.put("sys/unseal", serde_json::json!({ "key": k }));
+            assert_eq!(r.status, 200, "unseal: {:?}", r.body);
+            if r.body["sealed"] == Value::Bool(false) {
+                return;
+            }
+        }
+        panic!("still sealed after all keys");
+    }
+
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Some(r) = self.try_call("GET", "sys/health", None, None) {
+                if r.status != 0 {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("server at {} did not become ready", self.addr);
+    }
+
+    fn try_call(&self, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Option<Resp> {
+        let url = format!("{}/v1/{}", self.addr, path);
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .allow_non_standard_methods(true)
+            .build()
+            .into();
+        let mut b = ureq::http::Request::builder().method(method).uri(&url);
+        if let Some(t) = token {
+            b = b.header("X-Service-Token", t);
+        }
+        let data = body.map(|v| serde_json::to_vec(v).unwrap_or_default()).unwrap_or_default();
+        let req = b.body(data).ok()?;
+        let mut resp = agent.run(req).ok()?;
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        let body = if text.trim().is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        Some(Resp { status, body })
+    }
+
+    /// Any method with the root token (or none when the root token is empty).
+    pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> Resp {
+        let t = (!self.root_token.is_empty()).then_some(self.root_token.as_str());
+        self.call_as(t, method, path, body)
+    }
+
+    pub fn call_as(&self, token: Option<&str>, method: &str, path: &str, body: Option<Value>) -> Resp {
+        self.try_call(method, path, token, body.as_ref()).unwrap_or_else(|| panic!("{method} {path}: no response from {}", self.addr))
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        self.call("GET", path, None)
+    }
+    pub fn put(&self, path: &str, body: Value) -> Resp {
+        self.call("PUT", path, Some(body))
+    }
+    pub fn post(&self, path: &str, body: Value) -> Resp {
+        self.call("POST", path, Some(body))
+    }
+    pub fn delete(&self, path: &str) -> Resp {
+        self.call("DELETE", path, None)
+    }
+    pub fn list(&self, path: &str) -> Resp {
+        self.call("LIST", path, None)
+    }
+
+    /// Raw request with custom headers and body bytes.
+    pub fn raw(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Resp {
+        let url = format!("{}{}", self.addr, path);
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).allow_non_standard_methods(true).build().into();
+        let mut b = ureq::http::Request::builder().method(method).uri(&url);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let mut resp = agent.run(b.body(body).expect("request")).expect("response");
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().with_config().limit(64 << 20).read_to_string().unwrap_or_default();
+        let body = if text.trim().is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        Resp { status, body }
+    }
+
+    /// `kill -9`.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
