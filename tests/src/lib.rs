@@ -14,7 +14,10 @@ pub fn cairn_bin() -> PathBuf {
         return PathBuf::from(p);
     }
     let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let mut dir = exe.parent().expect("exe dir");
+    if dir.ends_with("deps") {
+        dir = dir.parent().expect("target dir");
+    }
     let bin = dir.join("cairn");
     static BUILD: std::sync::Once = std::sync::Once::new();
     BUILD.call_once(|| {

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine lacks for building and testing Cairn:
+# OpenLDAP (slapd, ldap-utils) and openssl for the LDAP tests, python3-venv for the hvac test.
+set -euo pipefail
+need=()
+command -v slapd >/dev/null 2>&1 || [ -x /usr/sbin/slapd ] || need+=(slapd)
+command -v ldapadd >/dev/null 2>&1 || need+=(ldap-utils)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v tmux >/dev/null 2>&1 || need+=(tmux)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: need root to install: ${need[*]}" >&2
+    exit 1
+  fi
+  echo "setup: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+command -v cargo >/dev/null 2>&1 || { echo "setup: cargo (Rust toolchain) is required" >&2; exit 1; }
+echo "setup: ok"

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The project's test command: installs what it needs, builds, runs every test
+# (unit, property, end-to-end against real processes and a real slapd), then the
+# simulator's regression seeds and a batch of fresh random seeds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+export CARGO_TERM_COLOR=never
+cargo build --workspace --all-targets
+cargo build --release -p cairn-sim
+cargo test --workspace -- --test-threads=2
+SIM=target/release/cairn-sim
+"$SIM" --regressions
+"$SIM" --seeds "${SIM_SEEDS:-300}"

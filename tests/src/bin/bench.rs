@@ -1,0 +1,115 @@
+//! `bench`: throughput and latency measurements against real `cairn` processes, each next
+//! to a baseline measured in the same run. Run through `scripts/bench.sh`.
+//!
+//! `bench kv [SECONDS] [CLIENTS]`: acknowledged (durable) KV writes/s and reads/s over HTTP
+//! with concurrent clients, next to single-row SQLite commits/s with the same durability
+//! (WAL journal, synchronous=FULL).
+
+use cairn_tests::{free_port_pair, tmpdir, Server};
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn sqlite_baseline(secs: f64) -> f64 {
+    let dir = tmpdir("bench-sqlite");
+    let conn = rusqlite::Connection::open(dir.join("b.db")).expect("open");
+    conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
+    conn.pragma_update(None, "synchronous", "FULL").expect("sync");
+    conn.execute_batch("CREATE TABLE kv (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID").expect("table");
+    let start = Instant::now();
+    let mut n = 0u64;
+    let value = vec![7u8; 120];
+    while start.elapsed().as_secs_f64() < secs {
+        conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?1, ?2)", rusqlite::params![format!("k{n}").as_bytes(), value]).expect("insert");
+        n += 1;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Runs `clients` threads calling `op(thread, i)` for `secs`; returns (ops/s, p50 ms, p99 ms, errors).
+fn drive(clients: usize, secs: f64, op: Arc<dyn Fn(&ureq::Agent, usize, u64) -> bool + Send + Sync>) -> (f64, f64, f64, u64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let handles: Vec<_> = (0..clients)
+        .map(|t| {
+            let (stop, op) = (stop.clone(), op.clone());
+            std::thread::spawn(move || {
+                let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+                let (mut lat, mut errs, mut i) = (Vec::new(), 0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let t0 = Instant::now();
+                    if op(&agent, t, i) {
+                        lat.push(t0.elapsed().as_secs_f64() * 1000.0);
+                    } else {
+                        errs += 1;
+                    }
+                    i += 1;
+                }
+                (lat, errs)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    let mut errs = 0;
+    for h in handles {
+        let (l, e) = h.join().expect("client thread");
+        all.extend(l);
+        errs += e;
+    }
+    let rate = all.len() as f64 / start.elapsed().as_secs_f64();
+    let p50 = percentile(&mut all, 0.5);
+    let p99 = percentile(&mut all, 0.99);
+    (rate, p50, p99, errs)
+}
+
+fn kv(secs: f64, clients: usize) {
+    let baseline = sqlite_baseline(secs);
+    let dir = tmpdir("bench-kv");
+    let mut s = Server::with_config(&dir, free_port_pair(), "");
+    s.init_unseal(1, 1);
+    assert_eq!(s.post("sys/mounts/kv", json!({"type": "kv"})).status, 204);
+    let (addr, token) = (s.addr.clone(), s.root_token.clone());
+    let (a, t) = (addr.clone(), token.clone());
+    let writes = drive(clients, secs, Arc::new(move |agent, th, i| {
+        matches!(agent.put(&format!("{a}/v1/kv/b/{th}/{i}")).header("X-Vault-Token", &t).send_json(json!({"value": "x".repeat(64)})), Ok(r) if r.status().as_u16() == 204)
+    }));
+    let (a, t) = (addr.clone(), token.clone());
+    let reads = drive(clients, secs, Arc::new(move |agent, th, i| {
+        matches!(agent.get(&format!("{a}/v1/kv/b/{th}/{}", i % 50)).header("X-Vault-Token", &t).call(), Ok(r) if r.status().as_u16() == 200)
+    }));
+    println!("| measurement | rate (/s) | p50 (ms) | p99 (ms) | errors |");
+    println!("|---|---:|---:|---:|---:|");
+    println!("| SQLite single-row commits (WAL, synchronous=FULL), 1 thread | {baseline:.0} | | | |");
+    println!("| Cairn durable KV writes over HTTP, {clients} clients | {:.0} | {:.2} | {:.2} | {} |", writes.0, writes.1, writes.2, writes.3);
+    println!("| Cairn KV reads over HTTP, {clients} clients | {:.0} | {:.2} | {:.2} | {} |", reads.0, reads.1, reads.2, reads.3);
+    println!();
+    println!("writes / SQLite per-commit baseline = {:.2}x (target >= 2x); reads = {:.0}/s (target >= 20000/s)", writes.0 / baseline, reads.0);
+    s.kill9();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let what = args.first().map(String::as_str).unwrap_or("kv");
+    let secs: f64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5.0);
+    let clients: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(32);
+    match what {
+        "kv" => kv(secs, clients),
+        other => {
+            eprintln!("unknown benchmark {other:?}; available: kv");
+            std::process::exit(1);
+        }
+    }
+}
