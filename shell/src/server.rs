@@ -99,19 +99,33 @@ pub fn run(a: ServerArgs) -> i32 {
         _ => None,
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
+    let (replication, license) =
+        match crate::cluster::node_settings(&cfg, scheme, a.dev, crate::runtime::now_ms()) {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("Error: {e}");
+                return 1;
+            }
+        };
     let node_config = NodeConfig {
         node_id: format!("node-{}", std::process::id()),
         cluster_name: cfg.cluster_name.clone(),
+        replication,
+        license,
         ..Default::default()
     };
     let core = Core::start(storage, node_config, 8);
+    if let Err(e) = crate::cluster::serve(&cfg.cluster_address, core.clone(), 8) {
+        eprintln!("Error: cluster listener: {e}");
+        return 1;
+    }
     let addr = match http::serve(
         &cfg.address,
         tls,
         core.clone(),
         ApiOptions {
             max_body: cfg.max_request_size,
-            threads: 16,
+            threads: 32,
         },
     ) {
         Ok(a) => a,

@@ -44,7 +44,7 @@ fn drive(clients: usize, secs: f64, op: Arc<dyn Fn(&ureq::Agent, usize, u64) -> 
         .map(|t| {
             let (stop, op) = (stop.clone(), op.clone());
             std::thread::spawn(move || {
-                let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+                let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(10))).build().into();
                 let (mut lat, mut errs, mut i) = (Vec::new(), 0u64, 0u64);
                 while !stop.load(Ordering::Relaxed) {
                     let t0 = Instant::now();
@@ -83,11 +83,35 @@ fn kv(secs: f64, clients: usize) {
     let (addr, token) = (s.addr.clone(), s.root_token.clone());
     let (a, t) = (addr.clone(), token.clone());
     let writes = drive(clients, secs, Arc::new(move |agent, th, i| {
-        matches!(agent.put(&format!("{a}/v1/kv/b/{th}/{i}")).header("X-Vault-Token", &t).send_json(json!({"value": "x".repeat(64)})), Ok(r) if r.status().as_u16() == 204)
+        match agent.put(&format!("{a}/v1/kv/b/{th}/{i}")).header("X-Vault-Token", &t).send_json(json!({"value": "x".repeat(64)})) {
+            Ok(r) => r.status().as_u16() == 204,
+            Err(e) => {
+                eprintln!("write error (client {th}, op {i}): {e}");
+                false
+            }
+        }
     }));
+    for th in 0..clients {
+        for k in 0..20 {
+            assert_eq!(s.put(&format!("kv/r/{th}/{k}"), json!({"value": "x".repeat(64)})).status, 204);
+        }
+    }
     let (a, t) = (addr.clone(), token.clone());
     let reads = drive(clients, secs, Arc::new(move |agent, th, i| {
-        matches!(agent.get(&format!("{a}/v1/kv/b/{th}/{}", i % 50)).header("X-Vault-Token", &t).call(), Ok(r) if r.status().as_u16() == 200)
+        match agent.get(&format!("{a}/v1/kv/r/{th}/{}", i % 20)).header("X-Vault-Token", &t).call() {
+            Ok(mut r) => {
+                let st = r.status().as_u16();
+                let ok = st == 200 && r.body_mut().read_to_vec().is_ok();
+                if !ok {
+                    eprintln!("read error (client {th}): status {st}");
+                }
+                ok
+            }
+            Err(e) => {
+                eprintln!("read error (client {th}): {e}");
+                false
+            }
+        }
     }));
     println!("| measurement | rate (/s) | p50 (ms) | p99 (ms) | errors |");
     println!("|---|---:|---:|---:|---:|");
