@@ -10,8 +10,9 @@ use crate::auth::ldap::{self, LdapCall, LdapReply, Logins};
 use crate::ctx::Ctx;
 use crate::mounts::{self, Table};
 use crate::policy;
+use crate::replication::{self, Env, HttpCall, HttpReply, PeerReply, PeerRequest, PeerResponse, PeerSend};
 use crate::seal::{self, Barrier, SealConfig};
-use crate::storage::{Storage, Txn};
+use crate::storage::{Storage, Txn, Write};
 use crate::sys;
 use crate::time::{self, Millis};
 use crate::token::{self, Caller, NewToken};
@@ -32,6 +33,12 @@ pub enum Input {
     Tick,
     /// Operator actions of the process itself (dev mode set-up).
     Admin(Admin),
+    /// A message that arrived on the cluster listener (replication).
+    PeerRequest(PeerRequest),
+    /// The answer to a [`Output::PeerSend`].
+    PeerReply(PeerReply),
+    /// The result of an [`Output::HttpCall`].
+    HttpReply(HttpReply),
 }
 
 #[derive(Debug, Clone)]
@@ -47,6 +54,12 @@ pub enum Output {
     Ldap(LdapCall),
     /// Result of an admin command (dev set-up: keys and root token).
     AdminDone(Value),
+    /// Send a message to a peer's cluster address; answer with [`Input::PeerReply`].
+    PeerSend(PeerSend),
+    /// The answer to an [`Input::PeerRequest`].
+    PeerResponse(PeerResponse),
+    /// Make an outbound HTTP call; answer with [`Input::HttpReply`].
+    HttpCall(HttpCall),
 }
 
 /// Settings fixed at start.
@@ -57,6 +70,10 @@ pub struct NodeConfig {
     pub version: String,
     /// Interval between ticks the node asks for.
     pub tick_ms: Millis,
+    /// Replication settings (addresses, WAL retention).
+    pub replication: replication::ReplicationConfig,
+    /// The verified license (replication needs one).
+    pub license: crate::license::LicenseState,
 }
 
 impl Default for NodeConfig {
@@ -66,6 +83,8 @@ impl Default for NodeConfig {
             cluster_name: "cairn-cluster".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             tick_ms: 1000,
+            replication: Default::default(),
+            license: Default::default(),
         }
     }
 }
@@ -85,6 +104,8 @@ pub struct NodeState {
     pub(crate) pending: BTreeMap<RequestId, Pending>,
     pub seal_requested: bool,
     pub unseal_progress: Vec<Vec<u8>>,
+    /// Replication roles, Merkle trees, WAL position and peer calls.
+    pub repl: replication::Replication,
 }
 
 pub struct Node<S: Storage> {
@@ -143,6 +164,7 @@ impl<S: Storage> Node<S> {
                 pending: BTreeMap::new(),
                 seal_requested: false,
                 unseal_progress: Vec::new(),
+                repl: Default::default(),
             },
             now: 0,
             last_tick: 0,
@@ -172,14 +194,44 @@ impl<S: Storage> Node<S> {
 
     /// When the node next wants a tick.
     pub fn poll_timeout(&self) -> Millis {
-        self.last_tick
+        let tick = self
+            .last_tick
             .max(self.now.saturating_sub(self.st.config.tick_ms))
-            + self.st.config.tick_ms
+            + self.st.config.tick_ms;
+        match self.st.repl.next_wake() {
+            Some(w) => tick.min(w),
+            None => tick,
+        }
+    }
+
+    /// The replication environment over this node's parts.
+    fn env(&mut self) -> Env<'_> {
+        Env {
+            storage: &mut self.storage,
+            barrier: &mut self.barrier,
+            rng: &mut self.rng,
+            st: &mut self.st,
+            now: self.now,
+        }
+    }
+
+    /// The single place where a write set is applied: the replication commit hook (WAL,
+    /// Merkle trees, role checks) around the storage write.
+    fn commit(&mut self, writes: Vec<Write>) -> ApiResult<()> {
+        replication::commit(&mut self.env(), writes, replication::Origin::Client)
+    }
+
+    /// Read-only view of replication state (status, tests, the simulator's checkers).
+    pub fn replication(&self) -> &replication::Replication {
+        &self.st.repl
     }
 
     /// Handles one input at time `now`.
     pub fn handle(&mut self, now: Millis, input: Input) {
         self.now = self.now.max(now);
+        if let Err(e) = replication::ensure_loaded(&mut self.env()) {
+            log::error!("replication state not loaded: {e}");
+        }
         match input {
             Input::Request(req) => {
                 let id = req.id;
@@ -200,11 +252,7 @@ impl<S: Storage> Node<S> {
                 let writes = ctx.txn.into_writes();
                 if let Some((id, result)) = done {
                     let result = match result {
-                        Ok(r) => self
-                            .storage
-                            .apply(&writes)
-                            .map(|_| r)
-                            .map_err(ApiError::from),
+                        Ok(r) => self.commit(writes).map(|_| r),
                         Err(e) => Err(e),
                     };
                     if let Some(p) = self.st.pending.remove(&id) {
@@ -225,16 +273,38 @@ impl<S: Storage> Node<S> {
                 };
                 self.st.outputs.push_back(Output::AdminDone(v));
             }
+            Input::PeerRequest(r) => replication::on_peer_request(&mut self.env(), r),
+            Input::PeerReply(r) => {
+                let done = replication::on_peer_reply(&mut self.env(), r);
+                self.finish_pending(done);
+            }
+            Input::HttpReply(r) => {
+                let done = replication::on_http_reply(&mut self.env(), r);
+                self.finish_pending(done);
+            }
         }
         if self.st.seal_requested {
             self.st.seal_requested = false;
             self.barrier.seal();
             self.st.unseal_progress.clear();
+            self.st.repl.on_seal();
+        }
+        replication::poll(&mut self.env());
+    }
+
+    /// Answers a request that waited for outside work.
+    fn finish_pending(&mut self, done: Option<(RequestId, ApiResult)>) {
+        if let Some((id, result)) = done {
+            if let Some(p) = self.st.pending.remove(&id) {
+                let wrap = p.wrap_ttl.map(|t| t.to_string());
+                self.finish(id, &p.path, wrap.as_deref(), result);
+            }
         }
     }
 
     fn tick(&mut self) {
-        if self.barrier.sealed() {
+        // A DR secondary's tokens are its primary's: they expire there and replicate.
+        if self.barrier.sealed() || self.st.repl.is_dr_secondary() {
             return;
         }
         let now = self.now;
@@ -247,7 +317,7 @@ impl<S: Storage> Node<S> {
         if token::expire(&mut ctx, 1000).is_ok() {
             let writes = ctx.txn.into_writes();
             if !writes.is_empty() {
-                if let Err(e) = self.storage.apply(&writes) {
+                if let Err(e) = self.commit(writes) {
                     log::error!("token expiry not applied: {e}");
                 }
             }
@@ -303,7 +373,7 @@ impl<S: Storage> Node<S> {
         };
         let info = wrapping::wrap(&mut ctx, 200, Some(env), path, ttl)?;
         let writes = ctx.txn.into_writes();
-        self.storage.apply(&writes)?;
+        self.commit(writes)?;
         let request_id = crypto::uuid(&mut self.rng);
         let mut out = api::envelope(&request_id, Value::Null);
         out["wrap_info"] = info;
@@ -329,6 +399,7 @@ impl<S: Storage> Node<S> {
         if self.barrier.sealed() {
             return Err(ApiError::Sealed);
         }
+        replication::gate_request(&self.st, &req)?;
         let now = self.now;
         let mut ctx = Ctx {
             txn: Txn::new(&self.storage),
@@ -339,7 +410,7 @@ impl<S: Storage> Node<S> {
         let reply = route(&mut ctx, &mut self.st, &req)?;
         let writes = ctx.txn.into_writes();
         if !writes.is_empty() {
-            self.storage.apply(&writes)?;
+            self.commit(writes)?;
         }
         if let Reply::Pending = reply {
             let wrap = match req.wrap_ttl.as_deref() {
@@ -498,7 +569,7 @@ impl<S: Storage> Node<S> {
             },
         )?;
         let writes = ctx.txn.into_writes();
-        self.storage.apply(&writes)?;
+        self.commit(writes)?;
         use base64::Engine;
         let v = json!({
             "keys": shares.iter().map(hex::encode).collect::<Vec<_>>(),
@@ -545,6 +616,7 @@ impl<S: Storage> Node<S> {
                 .and_then(|root| seal::unwrap_keyring(&root, &keyring))
                 .map_err(|e| ApiError::bad(e.to_string()))?;
             self.barrier.unseal_with(bk);
+            self.st.repl.barrier_key = Some(bk);
         }
         self.seal_status()
     }
@@ -562,6 +634,10 @@ impl<S: Storage> Node<S> {
         let bk =
             seal::unwrap_keyring(&root, &keyring).map_err(|e| ApiError::Internal(e.to_string()))?;
         self.barrier.unseal_with(bk);
+        self.st.repl.barrier_key = Some(bk);
+        if let Err(e) = replication::ensure_loaded(&mut self.env()) {
+            log::error!("replication state not loaded: {e}");
+        }
         let now = self.now;
         let mut ctx = Ctx {
             txn: Txn::new(&self.storage),
@@ -588,7 +664,7 @@ impl<S: Storage> Node<S> {
             Default::default(),
         )?;
         let writes = ctx.txn.into_writes();
-        self.storage.apply(&writes)?;
+        self.commit(writes)?;
         Ok(v)
     }
 }
@@ -616,7 +692,10 @@ fn needed(ctx: &Ctx, req: &Request) -> ApiResult<u8> {
 /// Authenticates and authorizes, then dispatches by path.
 fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
     let path = req.path.as_str();
-    let caller = if unauthenticated(path) {
+    let caller = if unauthenticated(path)
+        || replication::unauthenticated(st, path)
+        || replication::dr_token::unauthenticated(path)
+    {
         None
     } else {
         let t = req
@@ -691,8 +770,20 @@ fn route_sys(
         "capabilities-self" | "capabilities" | "capabilities-accessor" if tail.is_empty() => {
             sys::capabilities(ctx, req, head, caller)
         }
+        "replication" if replication::dr_token::owns(req.path.as_str()) => {
+            replication::dr_token::handle(ctx, st, req, tail)
+        }
+        "replication" => replication::handle(ctx, st, req, tail, caller),
+        "license" if tail == "status" && req.method == Method::Get => Ok(Reply::Data(
+            crate::license::status(&st.config.license, ctx.now),
+        )),
         "wrapping" => match (req.method, tail) {
-            (Method::Post | Method::Put, "unwrap") => wrapping::unwrap(ctx, req),
+            (Method::Post | Method::Put, "unwrap") => {
+                match replication::activation::unwrap_request(ctx, req)? {
+                    Some(r) => wrapping::unwrap(ctx, &r),
+                    None => wrapping::unwrap(ctx, req),
+                }
+            }
             (Method::Post | Method::Put, "lookup") => wrapping::lookup(ctx, req),
             (Method::Post | Method::Put, "wrap") => {
                 let body = api::body_object(&req.body)?;

@@ -1,16 +1,618 @@
-//! LDAP operations executed for the core on a thread pool (placeholder until the executor lands).
+//! The LDAP executor: runs the core's [`LdapCall`]s against real directories with ldap3's
+//! sync API on a pool of threads, and hands each [`LdapReply`] to a delivery callback
+//! (the runtime turns it into `Input::Ldap`).
+//!
+//! One connection per login, kept in a table by connection id between calls: `Connect`
+//! tries the URLs in order (TCP, then TLS for `ldaps://` or StartTLS), with the configured
+//! CA (or the system roots), client certificate, TLS version bounds and `insecure_tls`;
+//! `Search` uses the paged results control when asked and the requested alias
+//! dereferencing. Calls for one connection arrive one at a time (the core waits for each
+//! reply), so any thread may run them. Passwords are never logged: calls are logged by
+//! kind only, and `Secret`'s `Debug` redacts anyway.
 
-use cairn_core::auth::ldap::{LdapCall, LdapReply};
+use cairn_core::auth::ldap::{
+    ConnId, ConnectSpec, Deref, FailKind, LdapCall, LdapDone, LdapEntry, LdapFailure, LdapOp,
+    LdapReply, Scope, SearchSpec, TlsVersion,
+};
+use ldap3::adapters::{Adapter, EntriesOnly, PagedResults};
+use ldap3::{DerefAliases, LdapConn, LdapConnSettings, LdapError, SearchEntry, SearchOptions};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+/// Connections idle longer than this are dropped (a login that was abandoned).
+const IDLE_LIMIT: Duration = Duration::from_secs(600);
+/// Most TLS configurations kept built at once.
+const TLS_CACHE_MAX: usize = 64;
+
+type Deliver = Box<dyn Fn(LdapReply) + Send + Sync>;
+
+/// A pool of threads executing LDAP calls.
 pub struct LdapPool {
-    _deliver: Box<dyn Fn(LdapReply) + Send + Sync>,
+    tx: Mutex<Sender<LdapCall>>,
+}
+
+struct Conn {
+    ldap: LdapConn,
+    timeout: Option<Duration>,
+    last_used: Instant,
+}
+
+/// The TLS settings that decide a `ClientConfig`.
+#[derive(PartialEq, Eq, Hash, Clone)]
+struct TlsKey {
+    ca: Option<String>,
+    cert: Option<String>,
+    key: Option<String>,
+    insecure: bool,
+    min: u8,
+    max: u8,
+}
+
+struct Shared {
+    rx: Mutex<Receiver<LdapCall>>,
+    conns: Mutex<HashMap<ConnId, Conn>>,
+    tls: Mutex<HashMap<TlsKey, Arc<ClientConfig>>>,
+    deliver: Deliver,
 }
 
 impl LdapPool {
-    pub fn new(_threads: usize, deliver: Box<dyn Fn(LdapReply) + Send + Sync>) -> Self {
-        LdapPool { _deliver: deliver }
+    /// Starts `threads` workers (at least one); `deliver` receives every reply.
+    pub fn new(threads: usize, deliver: Box<dyn Fn(LdapReply) + Send + Sync>) -> LdapPool {
+        let (tx, rx) = mpsc::channel();
+        let shared = Arc::new(Shared {
+            rx: Mutex::new(rx),
+            conns: Mutex::new(HashMap::new()),
+            tls: Mutex::new(HashMap::new()),
+            deliver,
+        });
+        for i in 0..threads.max(1) {
+            let s = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("ldap-{i}"))
+                .spawn(move || worker(s));
+            if let Err(e) = spawned {
+                log::error!("cannot start LDAP worker thread: {e}");
+            }
+        }
+        LdapPool { tx: Mutex::new(tx) }
     }
+
+    /// Queues a call; its reply goes to the delivery callback.
     pub fn submit(&self, call: LdapCall) {
-        (self._deliver)(LdapReply { op_id: call.op_id });
+        let tx = match self.tx.lock() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
+        };
+        if let Err(e) = tx.send(call) {
+            log::error!("LDAP pool is gone; dropping op {}", e.0.op_id);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+fn worker(s: Arc<Shared>) {
+    loop {
+        let call = {
+            let rx = lock(&s.rx);
+            match rx.recv() {
+                Ok(c) => c,
+                Err(_) => return,
+            }
+        };
+        let reply = execute(&s, call);
+        (s.deliver)(reply);
+    }
+}
+
+fn kind_of(op: &LdapOp) -> &'static str {
+    match op {
+        LdapOp::Connect(_) => "connect",
+        LdapOp::Bind { .. } => "bind",
+        LdapOp::Search(_) => "search",
+        LdapOp::Close => "close",
+    }
+}
+
+fn execute(s: &Shared, call: LdapCall) -> LdapReply {
+    let started = Instant::now();
+    let conn_id = call.conn;
+    let result = match &call.op {
+        LdapOp::Connect(spec) => {
+            reap_idle(s);
+            match connect(s, spec) {
+                Ok((ldap, url)) => {
+                    if !call.close_after {
+                        let timeout = (spec.request_timeout_ms > 0)
+                            .then(|| Duration::from_millis(spec.request_timeout_ms));
+                        lock(&s.conns).insert(
+                            conn_id,
+                            Conn {
+                                ldap,
+                                timeout,
+                                last_used: Instant::now(),
+                            },
+                        );
+                    }
+                    Ok(LdapDone::Connected { url })
+                }
+                Err(f) => Err(f),
+            }
+        }
+        LdapOp::Close => {
+            if let Some(mut c) = lock(&s.conns).remove(&conn_id) {
+                let _ = c.ldap.unbind();
+            }
+            Ok(LdapDone::Closed)
+        }
+        op => {
+            let taken = lock(&s.conns).remove(&conn_id);
+            match taken {
+                None => Err(LdapFailure::new(
+                    FailKind::NoConnection,
+                    None,
+                    "the LDAP connection is not open",
+                )),
+                Some(mut c) => {
+                    let r = match op {
+                        LdapOp::Bind { dn, password } => bind(&mut c, dn, password.expose()),
+                        LdapOp::Search(spec) => search(&mut c, spec),
+                        _ => Ok(LdapDone::Closed),
+                    };
+                    if call.close_after {
+                        let _ = c.ldap.unbind();
+                    } else {
+                        c.last_used = Instant::now();
+                        lock(&s.conns).insert(conn_id, c);
+                    }
+                    r
+                }
+            }
+        }
+    };
+    match &result {
+        Ok(_) => log::debug!(
+            "ldap op {} ({}) on conn {conn_id}: ok in {:?}",
+            call.op_id,
+            kind_of(&call.op),
+            started.elapsed()
+        ),
+        Err(f) => log::debug!(
+            "ldap op {} ({}) on conn {conn_id}: {:?}: {}",
+            call.op_id,
+            kind_of(&call.op),
+            f.kind,
+            f.message
+        ),
+    }
+    LdapReply {
+        op_id: call.op_id,
+        conn: conn_id,
+        result,
+    }
+}
+
+fn reap_idle(s: &Shared) {
+    let mut conns = lock(&s.conns);
+    let before = conns.len();
+    conns.retain(|_, c| c.last_used.elapsed() < IDLE_LIMIT);
+    if conns.len() < before {
+        log::warn!(
+            "dropped {} idle LDAP connection(s) nobody closed",
+            before - conns.len()
+        );
+    }
+}
+
+fn connect(s: &Shared, spec: &ConnectSpec) -> Result<(LdapConn, String), LdapFailure> {
+    let mut errors = Vec::new();
+    let mut kind = FailKind::Connect;
+    let mut tls: Option<Arc<ClientConfig>> = None;
+    for url in &spec.urls {
+        let ldaps = url.starts_with("ldaps://");
+        let starttls = spec.starttls && !ldaps;
+        let mut settings = LdapConnSettings::new()
+            .set_conn_timeout(Duration::from_millis(spec.connect_timeout_ms.max(1)))
+            .set_starttls(starttls)
+            .set_no_tls_verify(spec.insecure_tls);
+        if ldaps || starttls {
+            if tls.is_none() {
+                match tls_config(s, spec) {
+                    Ok(c) => tls = Some(c),
+                    Err(e) => {
+                        return Err(LdapFailure::new(
+                            FailKind::Tls,
+                            None,
+                            format!("TLS settings are unusable: {e}"),
+                        ))
+                    }
+                }
+            }
+            if let Some(c) = &tls {
+                settings = settings.set_config(c.clone());
+            }
+        }
+        match LdapConn::with_settings(settings, url) {
+            Ok(c) => {
+                if !errors.is_empty() {
+                    log::info!(
+                        "ldap: connected to {url} after failures: {}",
+                        errors.join("; ")
+                    );
+                }
+                return Ok((c, url.clone()));
+            }
+            Err(e) => {
+                let f = classify(&e);
+                if f.kind == FailKind::Tls {
+                    kind = FailKind::Tls;
+                }
+                errors.push(format!("error connecting to host {url:?}: {}", f.message));
+            }
+        }
+    }
+    if errors.is_empty() {
+        errors.push("no LDAP URL configured".into());
+    }
+    Err(LdapFailure::new(kind, None, errors.join("; ")))
+}
+
+fn bind(c: &mut Conn, dn: &str, password: &str) -> Result<LdapDone, LdapFailure> {
+    let ldap = match c.timeout {
+        Some(t) => c.ldap.with_timeout(t),
+        None => &mut c.ldap,
+    };
+    ldap.simple_bind(dn, password)
+        .and_then(|r| r.success())
+        .map(|_| LdapDone::Bound)
+        .map_err(|e| classify(&e))
+}
+
+fn search(c: &mut Conn, spec: &SearchSpec) -> Result<LdapDone, LdapFailure> {
+    let scope = match spec.scope {
+        Scope::Base => ldap3::Scope::Base,
+        Scope::One => ldap3::Scope::OneLevel,
+        Scope::Sub => ldap3::Scope::Subtree,
+    };
+    let deref = match spec.deref {
+        Deref::Never => DerefAliases::Never,
+        Deref::Finding => DerefAliases::Finding,
+        Deref::Searching => DerefAliases::Searching,
+        Deref::Always => DerefAliases::Always,
+    };
+    let attrs: Vec<String> = spec.attrs.clone();
+    let ldap = c
+        .ldap
+        .with_search_options(SearchOptions::new().deref(deref));
+    let ldap = match c.timeout {
+        Some(t) => ldap.with_timeout(t),
+        None => ldap,
+    };
+    let mut out = Vec::new();
+    if spec.page_size > 0 {
+        let size = i32::try_from(spec.page_size).unwrap_or(i32::MAX);
+        let adapters: Vec<Box<dyn Adapter<String, Vec<String>>>> = vec![
+            Box::new(EntriesOnly::new()),
+            Box::new(PagedResults::new(size)),
+        ];
+        let mut stream = ldap
+            .streaming_search_with(adapters, &spec.base, scope, &spec.filter, attrs)
+            .map_err(|e| classify(&e))?;
+        loop {
+            match stream.next() {
+                Ok(Some(e)) => out.push(entry(SearchEntry::construct(e))),
+                Ok(None) => break,
+                Err(e) => return Err(classify(&e)),
+            }
+        }
+        stream.result().success().map_err(|e| classify(&e))?;
+    } else {
+        let (entries, _) = ldap
+            .search(&spec.base, scope, &spec.filter, attrs)
+            .and_then(|r| r.success())
+            .map_err(|e| classify(&e))?;
+        out.extend(
+            entries
+                .into_iter()
+                .map(|e| entry(SearchEntry::construct(e))),
+        );
+    }
+    Ok(LdapDone::Entries(out))
+}
+
+fn entry(e: SearchEntry) -> LdapEntry {
+    LdapEntry {
+        dn: e.dn,
+        attrs: e.attrs.into_iter().collect::<BTreeMap<_, _>>(),
+    }
+}
+
+/// Names of common LDAP result codes (RFC 4511 appendix A).
+fn rc_name(rc: u32) -> &'static str {
+    match rc {
+        1 => "operationsError",
+        2 => "protocolError",
+        3 => "timeLimitExceeded",
+        4 => "sizeLimitExceeded",
+        7 => "authMethodNotSupported",
+        8 => "strongerAuthRequired",
+        11 => "adminLimitExceeded",
+        13 => "confidentialityRequired",
+        32 => "noSuchObject",
+        34 => "invalidDNSyntax",
+        48 => "inappropriateAuthentication",
+        49 => "invalidCredentials",
+        50 => "insufficientAccessRights",
+        51 => "busy",
+        52 => "unavailable",
+        53 => "unwillingToPerform",
+        80 => "other",
+        _ => "error",
+    }
+}
+
+/// Turns an ldap3 error into a failure the core understands.
+fn classify(e: &LdapError) -> LdapFailure {
+    match e {
+        LdapError::LdapResult { result } => {
+            let kind = match result.rc {
+                49 => FailKind::InvalidCredentials,
+                4 => FailKind::SizeLimit,
+                3 => FailKind::Timeout,
+                _ => FailKind::Ldap,
+            };
+            let mut msg = format!("LDAP result code {} ({})", result.rc, rc_name(result.rc));
+            if !result.text.is_empty() {
+                msg.push_str(": ");
+                msg.push_str(&result.text);
+            }
+            LdapFailure::new(kind, Some(result.rc), msg)
+        }
+        LdapError::Io { source } => {
+            if let Some(t) = source
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            {
+                return LdapFailure::new(FailKind::Tls, None, format!("TLS handshake failed: {t}"));
+            }
+            LdapFailure::new(FailKind::Connect, None, source.to_string())
+        }
+        LdapError::Rustls { source } => {
+            LdapFailure::new(FailKind::Tls, None, format!("TLS error: {source}"))
+        }
+        LdapError::DNSName { source } => LdapFailure::new(
+            FailKind::Tls,
+            None,
+            format!("the host is not a valid TLS server name: {source}"),
+        ),
+        LdapError::Timeout { .. } => LdapFailure::new(FailKind::Timeout, None, "timed out"),
+        LdapError::FilterParsing => {
+            LdapFailure::new(FailKind::Ldap, None, "the search filter does not parse")
+        }
+        LdapError::UrlParsing { .. } | LdapError::UnknownScheme(_) => {
+            LdapFailure::new(FailKind::Connect, None, e.to_string())
+        }
+        LdapError::OpSend { .. }
+        | LdapError::ResultRecv { .. }
+        | LdapError::EndOfStream
+        | LdapError::IdScrubSend { .. }
+        | LdapError::MiscSend { .. } => {
+            LdapFailure::new(FailKind::Connect, None, "the connection was closed")
+        }
+        other => LdapFailure::new(FailKind::Ldap, None, other.to_string()),
+    }
+}
+
+fn version_rank(v: TlsVersion) -> u8 {
+    match v {
+        TlsVersion::Tls10 => 10,
+        TlsVersion::Tls11 => 11,
+        TlsVersion::Tls12 => 12,
+        TlsVersion::Tls13 => 13,
+    }
+}
+
+/// The rustls configuration for `spec`, built once per distinct TLS settings.
+fn tls_config(s: &Shared, spec: &ConnectSpec) -> Result<Arc<ClientConfig>, String> {
+    let key = TlsKey {
+        ca: spec.ca_pem.clone(),
+        cert: spec.client_cert_pem.clone(),
+        key: spec.client_key_pem.as_ref().map(|k| k.expose().to_string()),
+        insecure: spec.insecure_tls,
+        min: version_rank(spec.tls_min),
+        max: version_rank(spec.tls_max),
+    };
+    if let Some(c) = lock(&s.tls).get(&key) {
+        return Ok(c.clone());
+    }
+    let cfg = Arc::new(build_tls(spec)?);
+    let mut cache = lock(&s.tls);
+    if cache.len() >= TLS_CACHE_MAX {
+        cache.clear();
+    }
+    cache.insert(key, cfg.clone());
+    Ok(cfg)
+}
+
+fn build_tls(spec: &ConnectSpec) -> Result<ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut versions: Vec<&'static rustls::SupportedProtocolVersion> = Vec::new();
+    if spec.tls_min <= TlsVersion::Tls12 && spec.tls_max >= TlsVersion::Tls12 {
+        versions.push(&rustls::version::TLS12);
+    }
+    if spec.tls_max >= TlsVersion::Tls13 {
+        versions.push(&rustls::version::TLS13);
+    }
+    if versions.is_empty() {
+        return Err(
+            "TLS 1.0 and 1.1 are not supported; set tls_max_version to tls12 or tls13".into(),
+        );
+    }
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+        .map_err(|e| e.to_string())?;
+    let builder = if spec.insecure_tls {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+    } else {
+        let mut roots = RootCertStore::empty();
+        match &spec.ca_pem {
+            Some(pem) => {
+                for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                    let cert = cert.map_err(|e| format!("certificate: {e}"))?;
+                    roots.add(cert).map_err(|e| format!("certificate: {e}"))?;
+                }
+            }
+            None => {
+                let found = rustls_native_certs::load_native_certs();
+                for cert in found.certs {
+                    let _ = roots.add(cert);
+                }
+            }
+        }
+        builder.with_root_certificates(roots)
+    };
+    match (&spec.client_cert_pem, &spec.client_key_pem) {
+        (Some(cert), Some(key)) => {
+            let chain: Vec<CertificateDer<'static>> =
+                CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| format!("client_tls_cert: {e}"))?;
+            // The key's own parse error could quote key bytes; say only what failed.
+            let key = PrivateKeyDer::from_pem_slice(key.expose().as_bytes())
+                .map_err(|_| "client_tls_key: not a usable PEM private key".to_string())?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("client certificate: {e}"))
+        }
+        _ => Ok(builder.with_no_client_auth()),
+    }
+}
+
+/// Accepts any server certificate (`insecure_tls`), still checking handshake signatures.
+#[derive(Debug)]
+struct NoVerify(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_core::auth::ldap::Secret;
+
+    fn spec(urls: &[&str]) -> ConnectSpec {
+        ConnectSpec {
+            urls: urls.iter().map(|u| u.to_string()).collect(),
+            starttls: false,
+            insecure_tls: false,
+            ca_pem: None,
+            client_cert_pem: None,
+            client_key_pem: None,
+            tls_min: TlsVersion::Tls12,
+            tls_max: TlsVersion::Tls12,
+            connect_timeout_ms: 2000,
+            request_timeout_ms: 2000,
+        }
+    }
+
+    #[test]
+    fn unreachable_urls_are_each_reported_and_ops_on_unknown_connections_fail() {
+        let (tx, rx) = mpsc::channel();
+        let pool = LdapPool::new(
+            2,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        // Port 1 on loopback refuses connections.
+        pool.submit(LdapCall {
+            op_id: 1,
+            conn: 1,
+            op: LdapOp::Connect(spec(&["ldap://127.0.0.1:1", "ldap://127.0.0.1:2"])),
+            close_after: false,
+        });
+        let r = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let f = r.result.unwrap_err();
+        assert_eq!(f.kind, FailKind::Connect);
+        assert!(f.message.contains("127.0.0.1:1") && f.message.contains("127.0.0.1:2"));
+        pool.submit(LdapCall {
+            op_id: 2,
+            conn: 9,
+            op: LdapOp::Bind {
+                dn: "cn=x".into(),
+                password: Secret::new("pw"),
+            },
+            close_after: false,
+        });
+        let r = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(r.result.unwrap_err().kind, FailKind::NoConnection);
+    }
+
+    #[test]
+    fn tls_versions_below_12_only_are_refused() {
+        let mut s = spec(&["ldaps://127.0.0.1:1"]);
+        s.tls_min = TlsVersion::Tls10;
+        s.tls_max = TlsVersion::Tls11;
+        assert!(build_tls(&s).unwrap_err().contains("not supported"));
+        s.tls_max = TlsVersion::Tls13;
+        assert!(build_tls(&s).is_ok());
+        s.insecure_tls = true;
+        assert!(build_tls(&s).is_ok());
     }
 }

@@ -1,5 +1,7 @@
 //! `cairn`: the server and its command-line client in one binary.
 
+mod cli;
+mod cluster;
 mod config;
 mod http;
 mod ldap;
@@ -25,12 +27,22 @@ struct Cli {
 enum Cmd {
     /// Run the server.
     Server(server::ServerArgs),
+    #[command(flatten)]
+    Client(cli::Command),
 }
 
 fn main() {
-    let cli = Cli::parse();
+    // Usage errors exit 1 (local error); help and version exit 0.
+    let cli = match Cli::try_parse_from(cli::normalize_args(std::env::args_os())) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() { 1 } else { 0 });
+        }
+    };
     let code = match cli.cmd {
         Cmd::Server(a) => server::run(a),
+        Cmd::Client(c) => cli::run(c),
     };
     std::process::exit(code);
 }

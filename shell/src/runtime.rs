@@ -21,6 +21,8 @@ pub enum Msg {
     Input(Input),
     /// An admin command and where to send its result.
     Admin(cairn_core::Admin, SyncSender<Value>),
+    /// A message from a peer's cluster connection and where to send the answer.
+    Peer(cairn_core::replication::PeerMsg, SyncSender<cairn_core::replication::PeerAnswer>),
 }
 
 /// A handle to the core thread.
@@ -52,7 +54,10 @@ impl Core {
         let node = Node::new(storage, seed, config);
         std::thread::Builder::new()
             .name("cairn-core".into())
-            .spawn(move || run(node, rx, pool))
+            .spawn({
+                let tx = tx.clone();
+                move || run(node, rx, tx, pool)
+            })
             .expect("spawn core thread");
         Core { tx }
     }
@@ -68,6 +73,21 @@ impl Core {
             .unwrap_or_else(|_| Response::error(id, &ApiError::Internal("core stopped".into())))
     }
 
+    /// Hands a peer message to the core and waits for the answer (a long poll may wait).
+    pub fn peer(&self, msg: cairn_core::replication::PeerMsg) -> cairn_core::replication::PeerAnswer {
+        use cairn_core::replication::PeerAnswer;
+        let (tx, rx) = mpsc::sync_channel(1);
+        let down = || PeerAnswer::Error {
+            code: "unavailable".into(),
+            message: "the server is shutting down".into(),
+        };
+        if self.tx.send(Msg::Peer(msg, tx)).is_err() {
+            return down();
+        }
+        rx.recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| down())
+    }
+
     pub fn admin(&self, cmd: cairn_core::Admin) -> Option<Value> {
         let (tx, rx) = mpsc::sync_channel(1);
         self.tx.send(Msg::Admin(cmd, tx)).ok()?;
@@ -75,8 +95,16 @@ impl Core {
     }
 }
 
-fn run(mut node: Node<SqliteStorage>, rx: Receiver<Msg>, pool: crate::ldap::LdapPool) {
+fn run(
+    mut node: Node<SqliteStorage>,
+    rx: Receiver<Msg>,
+    tx: Sender<Msg>,
+    pool: crate::ldap::LdapPool,
+) {
     let mut waiting: BTreeMap<u64, SyncSender<Response>> = BTreeMap::new();
+    let mut peers: BTreeMap<u64, SyncSender<cairn_core::replication::PeerAnswer>> =
+        BTreeMap::new();
+    let mut next_peer: u64 = 0;
     let mut admin: Vec<SyncSender<Value>> = Vec::new();
     loop {
         let now = now_ms();
@@ -117,6 +145,17 @@ fn run(mut node: Node<SqliteStorage>, rx: Receiver<Msg>, pool: crate::ldap::Ldap
                     admin.push(tx);
                     node.handle(now, Input::Admin(cmd));
                 }
+                Msg::Peer(msg, ptx) => {
+                    next_peer += 1;
+                    peers.insert(next_peer, ptx);
+                    node.handle(
+                        now,
+                        Input::PeerRequest(cairn_core::replication::PeerRequest {
+                            id: next_peer,
+                            msg,
+                        }),
+                    );
+                }
             }
         }
         let committed = node.storage_mut().commit();
@@ -142,6 +181,20 @@ fn run(mut node: Node<SqliteStorage>, rx: Receiver<Msg>, pool: crate::ldap::Ldap
                         let _ = admin.remove(0).send(v);
                     }
                 }
+                Output::PeerResponse(r) => {
+                    if let Some(ptx) = peers.remove(&r.id) {
+                        let msg = match &committed {
+                            Ok(()) => r.msg,
+                            Err(e) => cairn_core::replication::PeerAnswer::Error {
+                                code: "internal".into(),
+                                message: e.to_string(),
+                            },
+                        };
+                        let _ = ptx.send(msg);
+                    }
+                }
+                Output::PeerSend(s) => crate::cluster::send_peer(s, tx.clone()),
+                Output::HttpCall(c) => crate::cluster::http_call(c, tx.clone()),
             }
         }
     }

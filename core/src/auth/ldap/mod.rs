@@ -1,46 +1,478 @@
 //! The LDAP auth method: configuration, user and group mappings, and the login state
 //! machine that asks the shell for LDAP operations and is advanced by their results.
+//!
+//! Endpoints under `auth/<mount>/`: `config` (read, write), `groups/<name>` and
+//! `users/<name>` (read, write, delete, LIST on `groups`/`users`), `login/<username>`.
+//! Storage under the mount's prefix `auth/<uuid>/`: `config`, `group/<name>`,
+//! `user/<name>` (replicated class; values are encrypted by the barrier).
+//!
+//! A login answers [`Reply::Pending`]: it pushes an [`LdapCall`] into the node's outputs
+//! and keeps a [`login::Login`] in [`Logins`] under the call's op id. Each [`LdapReply`]
+//! goes to [`on_reply`], which sends the next call or finishes: policies from the
+//! mappings, a token from [`crate::token::create`], the login response.
 
-use crate::api::{ApiError, ApiResult, Reply, Request};
+pub mod config;
+pub mod dn;
+pub mod escape;
+pub mod fake;
+pub mod filter;
+pub mod login;
+pub mod ops;
+pub mod template;
+
+pub use ops::{
+    ConnId, ConnectSpec, Deref, FailKind, LdapCall, LdapDone, LdapEntry, LdapFailure, LdapOp,
+    LdapReply, OpId, Scope, SearchSpec, Secret, TlsVersion,
+};
+
+use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request, RequestId};
 use crate::ctx::Ctx;
 use crate::mounts::MountEntry;
-use crate::node::NodeState;
-use crate::token::Caller;
-use std::collections::BTreeMap;
+use crate::node::{NodeState, Output};
+use crate::token::{self, Caller, NewToken};
+use config::LdapConfig;
+use login::{Found, Login, Next};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
 
-/// An LDAP operation the node asks the shell to perform.
-#[derive(Debug, Clone)]
-pub struct LdapCall {
-    pub op_id: u64,
-}
+/// Most logins one node runs at once; more are refused with 429.
+pub const MAX_ACTIVE_LOGINS: usize = 4096;
+/// Longest group or user name accepted in a mapping path.
+pub const MAX_NAME_LEN: usize = 512;
 
-/// The result of an [`LdapCall`].
-#[derive(Debug, Clone)]
-pub struct LdapReply {
-    pub op_id: u64,
-}
-
-/// Logins in progress.
+/// Logins in progress, keyed by the op id of the call each waits for.
 #[derive(Debug, Default)]
 pub struct Logins {
-    pub active: BTreeMap<u64, ()>,
+    pub active: BTreeMap<OpId, Login>,
+    next_op: OpId,
+    next_conn: ConnId,
 }
 
+impl Logins {
+    fn op_id(&mut self) -> OpId {
+        self.next_op += 1;
+        self.next_op
+    }
+    fn conn_id(&mut self) -> ConnId {
+        self.next_conn += 1;
+        self.next_conn
+    }
+    /// Number of logins waiting for the directory.
+    pub fn len(&self) -> usize {
+        self.active.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.active.is_empty()
+    }
+}
+
+/// A group mapping.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GroupEntry {
+    pub policies: Vec<String>,
+}
+
+/// A user mapping.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UserEntry {
+    pub groups: Vec<String>,
+    pub policies: Vec<String>,
+}
+
+fn config_key(prefix: &str) -> String {
+    format!("{prefix}config")
+}
+
+/// The stored config of a mount, if written.
+pub fn load_config(ctx: &Ctx, m: &MountEntry) -> ApiResult<Option<LdapConfig>> {
+    ctx.get_json(&config_key(&m.data_prefix(true)))
+}
+
+/// Dispatches a request under an LDAP mount; `rest` is the path inside the mount.
 pub fn handle(
-    _ctx: &mut Ctx,
-    _st: &mut NodeState,
-    _req: &Request,
-    _m: &MountEntry,
-    _rest: &str,
+    ctx: &mut Ctx,
+    st: &mut NodeState,
+    req: &Request,
+    m: &MountEntry,
+    rest: &str,
     _caller: Option<&Caller>,
 ) -> ApiResult {
-    Err(ApiError::NotFound(String::new()))
+    let (head, name) = rest.split_once('/').unwrap_or((rest, ""));
+    match head {
+        "config" if name.is_empty() => config_endpoint(ctx, req, m),
+        "groups" => mapping(ctx, req, m, Kind::Group, name),
+        "users" => mapping(ctx, req, m, Kind::User, name),
+        "login" => login_start(ctx, st, req, m, name),
+        _ => Err(ApiError::NotFound(String::new())),
+    }
 }
 
-pub fn on_reply(
-    _ctx: &mut Ctx,
-    _st: &mut NodeState,
-    _r: LdapReply,
-) -> Option<(u64, ApiResult<Reply>)> {
-    None
+fn ignored_warning(unknown: &[String]) -> Option<Value> {
+    (!unknown.is_empty()).then(|| {
+        json!({
+            "warnings": [format!(
+                "Endpoint ignored these unrecognized parameters: [{}]",
+                unknown.join(" ")
+            )]
+        })
+    })
 }
+
+fn config_endpoint(ctx: &mut Ctx, req: &Request, m: &MountEntry) -> ApiResult {
+    match req.method {
+        Method::Get => {
+            let c = load_config(ctx, m)?.unwrap_or_default();
+            Ok(Reply::Data(c.read_view()))
+        }
+        Method::Put | Method::Post => {
+            let body = body_object(&req.body)?;
+            let mut c = load_config(ctx, m)?.unwrap_or_default();
+            c.apply(&Fields(&body))?;
+            c.validate()?;
+            ctx.put_json(&config_key(&m.data_prefix(true)), &c)?;
+            let unknown = config::unknown_fields(&body);
+            Ok(match ignored_warning(&unknown) {
+                Some(w) => Reply::Envelope(w),
+                None => Reply::Empty,
+            })
+        }
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Group,
+    User,
+}
+
+impl Kind {
+    fn dir(self) -> &'static str {
+        match self {
+            Kind::Group => "group/",
+            Kind::User => "user/",
+        }
+    }
+}
+
+fn mapping(ctx: &mut Ctx, req: &Request, m: &MountEntry, kind: Kind, name: &str) -> ApiResult {
+    let dir = format!("{}{}", m.data_prefix(true), kind.dir());
+    if name.is_empty() {
+        return match req.method {
+            Method::List => {
+                let keys: Vec<String> = ctx
+                    .keys(&dir)?
+                    .into_iter()
+                    .map(|k| k[dir.len()..].to_string())
+                    .collect();
+                if keys.is_empty() {
+                    return Err(ApiError::NotFound(String::new()));
+                }
+                Ok(Reply::Data(json!({ "keys": keys })))
+            }
+            _ => Err(ApiError::MethodNotAllowed),
+        };
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(ApiError::bad(format!(
+            "name: longer than {MAX_NAME_LEN} bytes"
+        )));
+    }
+    let cfg = load_config(ctx, m)?.unwrap_or_default();
+    let name = if cfg.case_sensitive_names {
+        name.to_string()
+    } else {
+        name.to_lowercase()
+    };
+    let key = format!("{dir}{name}");
+    match (req.method, kind) {
+        (Method::Get, Kind::Group) => {
+            let g: GroupEntry = ctx
+                .get_json(&key)?
+                .ok_or_else(|| ApiError::NotFound(String::new()))?;
+            Ok(Reply::Data(json!({ "policies": g.policies })))
+        }
+        (Method::Get, Kind::User) => {
+            let u: UserEntry = ctx
+                .get_json(&key)?
+                .ok_or_else(|| ApiError::NotFound(String::new()))?;
+            Ok(Reply::Data(json!({
+                "groups": u.groups.join(","),
+                "policies": u.policies,
+            })))
+        }
+        (Method::Put | Method::Post, _) => {
+            let body = body_object(&req.body)?;
+            let f = Fields(&body);
+            let policies = config::parse_policies(f.list("policies")?.unwrap_or_default());
+            let known: &[&str] = match kind {
+                Kind::Group => &["policies", "name"],
+                Kind::User => &["policies", "groups", "name"],
+            };
+            let unknown: Vec<String> = body
+                .keys()
+                .filter(|k| !known.contains(&k.as_str()))
+                .cloned()
+                .collect();
+            match kind {
+                Kind::Group => ctx.put_json(&key, &GroupEntry { policies })?,
+                Kind::User => {
+                    let mut seen = BTreeSet::new();
+                    let groups: Vec<String> = f
+                        .list("groups")?
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|g| {
+                            let g = g.trim().to_string();
+                            if cfg.case_sensitive_names {
+                                g
+                            } else {
+                                g.to_lowercase()
+                            }
+                        })
+                        .filter(|g| !g.is_empty() && seen.insert(g.clone()))
+                        .collect();
+                    ctx.put_json(&key, &UserEntry { groups, policies })?
+                }
+            }
+            Ok(match ignored_warning(&unknown) {
+                Some(w) => Reply::Envelope(w),
+                None => Reply::Empty,
+            })
+        }
+        (Method::Delete, _) => {
+            ctx.delete(&key);
+            Ok(Reply::Empty)
+        }
+        (Method::List, _) => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+fn login_start(
+    ctx: &mut Ctx,
+    st: &mut NodeState,
+    req: &Request,
+    m: &MountEntry,
+    username: &str,
+) -> ApiResult {
+    if !req.method.is_write() {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    if username.is_empty() {
+        return Err(ApiError::bad("missing username"));
+    }
+    if username.len() > MAX_NAME_LEN {
+        return Err(ApiError::bad(format!(
+            "username: longer than {MAX_NAME_LEN} bytes"
+        )));
+    }
+    let body = body_object(&req.body)?;
+    let password = Fields(&body).str("password")?.unwrap_or_default();
+    let cfg = load_config(ctx, m)?.ok_or_else(|| ApiError::bad("ldap backend not configured"))?;
+    if !cfg.token_bound_cidrs.is_empty()
+        && !cfg
+            .token_bound_cidrs
+            .iter()
+            .any(|c| config::cidr_contains(c, &req.remote_addr))
+    {
+        return Err(ApiError::PermissionDenied);
+    }
+    if cfg.deny_null_bind && password.is_empty() {
+        return Err(ApiError::bad(
+            "password cannot be of zero length when passwordless binds are being denied",
+        ));
+    }
+    if st.logins.len() >= MAX_ACTIVE_LOGINS {
+        return Err(ApiError::TooMany(
+            "too many LDAP logins in progress; try again".into(),
+        ));
+    }
+    let conn = st.logins.conn_id();
+    let op_id = st.logins.op_id();
+    let (login, op) = Login::start(
+        req.id,
+        m.clone(),
+        cfg,
+        username,
+        &password,
+        conn,
+        &req.remote_addr,
+    );
+    st.outputs.push_back(Output::Ldap(LdapCall {
+        op_id,
+        conn,
+        op,
+        close_after: false,
+    }));
+    st.logins.active.insert(op_id, login);
+    Ok(Reply::Pending)
+}
+
+/// Advances the login waiting for `r`: `None` while it needs more operations (the next
+/// call is in the outputs), `Some` with the request's result when it is done.
+pub fn on_reply(
+    ctx: &mut Ctx,
+    st: &mut NodeState,
+    r: LdapReply,
+) -> Option<(RequestId, ApiResult<Reply>)> {
+    let mut login = st.logins.active.remove(&r.op_id)?;
+    if r.conn != login.conn {
+        log::error!(
+            "ldap reply for op {} names connection {}, expected {}",
+            r.op_id,
+            r.conn,
+            login.conn
+        );
+    }
+    match login.advance(r.result) {
+        Next::Call(op, close_after) => {
+            let op_id = st.logins.op_id();
+            st.outputs.push_back(Output::Ldap(LdapCall {
+                op_id,
+                conn: login.conn,
+                op,
+                close_after,
+            }));
+            st.logins.active.insert(op_id, login);
+            None
+        }
+        Next::Done(result) => {
+            if !login.closed {
+                let op_id = st.logins.op_id();
+                st.outputs.push_back(Output::Ldap(LdapCall {
+                    op_id,
+                    conn: login.conn,
+                    op: LdapOp::Close,
+                    close_after: true,
+                }));
+            }
+            let result = match result {
+                Ok(found) => finish_login(ctx, &login, found),
+                Err(e) => {
+                    log::info!(
+                        "ldap login of {:?} on auth/{} refused: {e}",
+                        login.username,
+                        login.mount.path
+                    );
+                    Err(e)
+                }
+            };
+            Some((login.request_id, result))
+        }
+    }
+}
+
+/// Policies for a login: the mapped groups' policies (LDAP groups and the user mapping's
+/// groups), the user mapping's policies, and the config's `token_policies`.
+pub fn login_policies(
+    ctx: &Ctx,
+    m: &MountEntry,
+    cfg: &LdapConfig,
+    username: &str,
+    ldap_groups: &[String],
+) -> ApiResult<(Vec<String>, Vec<String>)> {
+    let prefix = m.data_prefix(true);
+    let canon = |s: &str| {
+        if cfg.case_sensitive_names {
+            s.to_string()
+        } else {
+            s.to_lowercase()
+        }
+    };
+    let user: Option<UserEntry> = ctx.get_json(&format!("{prefix}user/{}", canon(username)))?;
+    let mut all_groups: Vec<String> = Vec::new();
+    if let Some(u) = &user {
+        all_groups.extend(u.groups.iter().cloned());
+    }
+    all_groups.extend(ldap_groups.iter().cloned());
+    let mut policies: BTreeSet<String> = cfg.token_policies.iter().cloned().collect();
+    let mut seen = BTreeSet::new();
+    for g in &all_groups {
+        let g = canon(g);
+        if !seen.insert(g.clone()) {
+            continue;
+        }
+        if let Some(ge) = ctx.get_json::<GroupEntry>(&format!("{prefix}group/{g}"))? {
+            policies.extend(ge.policies);
+        }
+    }
+    if let Some(u) = &user {
+        policies.extend(u.policies.iter().cloned());
+    }
+    Ok((policies.into_iter().collect(), all_groups))
+}
+
+fn finish_login(ctx: &mut Ctx, login: &Login, found: Found) -> ApiResult<Reply> {
+    let cfg = &login.cfg;
+    let m = &login.mount;
+    let (policies, all_groups) = login_policies(ctx, m, cfg, &login.username, &found.groups)?;
+    let policies = token::normalize_policies(policies, !cfg.token_no_default_policy);
+    let max = if cfg.token_max_ttl > 0 {
+        cfg.token_max_ttl
+    } else {
+        m.max_lease_ttl
+    };
+    let mut ttl = if cfg.token_ttl > 0 {
+        cfg.token_ttl
+    } else if m.default_lease_ttl > 0 {
+        m.default_lease_ttl
+    } else {
+        token::DEFAULT_TTL
+    };
+    if max > 0 {
+        ttl = ttl.min(max);
+    }
+    let cap = match (cfg.token_explicit_max_ttl, max) {
+        (0, x) | (x, 0) => x,
+        (a, b) => a.min(b),
+    };
+    let mut meta = BTreeMap::new();
+    meta.insert("username".to_string(), login.username.clone());
+    let (id, entry) = token::create(
+        ctx,
+        NewToken {
+            policies: policies.clone(),
+            meta,
+            display_name: format!("{}-{}", m.kind, login.username),
+            num_uses: cfg.token_num_uses,
+            ttl: Some(ttl),
+            explicit_max_ttl: cap,
+            period: cfg.token_period,
+            no_parent: true,
+            renewable: true,
+            path: format!("auth/{}login/{}", m.path, login.username),
+            auth_mount: Some(format!("auth/{}", m.path)),
+            login_name: Some(login.username.clone()),
+            no_default_policy: cfg.token_no_default_policy,
+            ..Default::default()
+        },
+    )?;
+    log::info!(
+        "ldap login of {:?} on auth/{}: groups {:?}, policies {:?}",
+        login.username,
+        m.path,
+        all_groups,
+        policies
+    );
+    let mut auth = token::auth_block(&id, &entry, &policies);
+    auth["alias"] = json!({
+        "name": found.alias,
+        "mount_accessor": m.accessor,
+        "mount_type": m.kind,
+        "metadata": { "name": login.username },
+    });
+    let warnings = if found.warnings.is_empty() {
+        Value::Null
+    } else {
+        json!(found.warnings)
+    };
+    Ok(Reply::Envelope(
+        json!({ "auth": auth, "warnings": warnings }),
+    ))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,445 @@
+//! The login state machine: one value per login in progress, advanced by the result of the
+//! LDAP operation it asked for last. It never blocks and never touches I/O; each step
+//! returns the next operation or the outcome.
+//!
+//! Steps, following the reference's order:
+//! 1. connect (URL list in order, StartTLS when configured);
+//! 2. bind as `binddn` when one is configured;
+//! 3. find the user's bind DN: search `userdn` with the rendered `userfilter` (when
+//!    `discoverdn`, or `binddn`+`bindpass`), else `username@upndomain`, else
+//!    `userattr=<escaped username>,userdn`;
+//! 4. bind as the user with the password (the actual authentication);
+//! 5. re-bind as `binddn` so the service identity searches groups;
+//! 6. with `upndomain`, search the user's DN by `userPrincipalName`;
+//! 7. bind anonymously when `anonymous_group_search`;
+//! 8. search `groupdn` with the rendered `groupfilter`, reading `groupattr`.
+
+use super::config::LdapConfig;
+use super::dn;
+use super::escape;
+use super::ops::{
+    ConnId, FailKind, LdapDone, LdapEntry, LdapFailure, LdapOp, Scope, SearchSpec, Secret,
+};
+use super::template;
+use crate::api::{ApiError, RequestId};
+use crate::mounts::MountEntry;
+use std::collections::BTreeSet;
+
+/// The message of a refused user bind (the reference's wording); also used when the user
+/// is not found, so the answer does not tell which usernames exist.
+pub const USER_BIND_FAILED: &str = "ldap operation failed: failed to bind as user";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Connect,
+    ServiceBind,
+    UserSearch,
+    UserBind,
+    Rebind,
+    UpnSearch,
+    AnonBind,
+    GroupSearch,
+}
+
+/// What the directory said about the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// Group names found in the directory (sorted, unique).
+    pub groups: Vec<String>,
+    pub user_dn: String,
+    /// The alias name: the username or the user entry's `userattr` value.
+    pub alias: String,
+    pub warnings: Vec<String>,
+}
+
+/// What to do after a step.
+#[derive(Debug)]
+pub enum Next {
+    /// Send this operation (and close the connection after it when the flag is set).
+    Call(LdapOp, bool),
+    Done(Result<Found, ApiError>),
+}
+
+/// One login in progress.
+#[derive(Debug)]
+pub struct Login {
+    pub request_id: RequestId,
+    pub mount: MountEntry,
+    pub cfg: LdapConfig,
+    pub username: String,
+    password: Secret,
+    pub conn: ConnId,
+    pub step: Step,
+    /// The connection is closed already (never opened, or closed after the last call).
+    pub closed: bool,
+    close_pending: bool,
+    bind_dn: String,
+    user_dn: String,
+    alias_value: Option<String>,
+    /// Remote address of the client, for logs.
+    pub remote_addr: String,
+}
+
+fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError::bad(msg)
+}
+
+impl Login {
+    /// Starts a login; returns the machine and its first operation (connect).
+    pub fn start(
+        request_id: RequestId,
+        mount: MountEntry,
+        cfg: LdapConfig,
+        username: &str,
+        password: &str,
+        conn: ConnId,
+        remote_addr: &str,
+    ) -> (Login, LdapOp) {
+        let op = LdapOp::Connect(cfg.connect_spec());
+        (
+            Login {
+                request_id,
+                mount,
+                cfg,
+                username: username.to_string(),
+                password: Secret::new(password),
+                conn,
+                step: Step::Connect,
+                closed: false,
+                close_pending: false,
+                bind_dn: String::new(),
+                user_dn: String::new(),
+                alias_value: None,
+                remote_addr: remote_addr.to_string(),
+            },
+            op,
+        )
+    }
+
+    fn call(&mut self, step: Step, op: LdapOp) -> Next {
+        self.step = step;
+        Next::Call(op, false)
+    }
+
+    fn search(&self, base: &str, filter: String, attr: &str) -> LdapOp {
+        LdapOp::Search(SearchSpec {
+            base: base.to_string(),
+            scope: Scope::Sub,
+            filter,
+            attrs: vec![attr.to_string()],
+            deref: self.cfg.deref(),
+            page_size: self.cfg.page_size(),
+        })
+    }
+
+    fn done(&mut self, r: Result<Found, ApiError>) -> Next {
+        Next::Done(r)
+    }
+
+    /// Advances with the result of the last operation.
+    pub fn advance(&mut self, result: Result<LdapDone, LdapFailure>) -> Next {
+        if self.close_pending {
+            self.closed = true;
+        }
+        match (self.step, result) {
+            (Step::Connect, Ok(LdapDone::Connected { url })) => {
+                log::debug!("ldap login {}: connected to {url}", self.request_id);
+                self.after_connect()
+            }
+            (Step::Connect, Err(f)) => {
+                self.closed = true;
+                let what = if f.kind == FailKind::Tls {
+                    "TLS handshake with the LDAP server failed"
+                } else {
+                    "failed to connect to LDAP server"
+                };
+                self.done(Err(bad(format!(
+                    "ldap operation failed: {what}: {}",
+                    f.message
+                ))))
+            }
+            (Step::ServiceBind, Ok(LdapDone::Bound)) => self.find_user(),
+            (Step::ServiceBind, Err(f)) => {
+                log::warn!(
+                    "ldap login {}: bind as binddn {:?} failed: {}",
+                    self.request_id,
+                    self.cfg.binddn,
+                    f.message
+                );
+                self.done(Err(lost_or(
+                    &f,
+                    "ldap operation failed: failed to bind with the configured binddn",
+                )))
+            }
+            (Step::UserSearch, Ok(LdapDone::Entries(entries))) => self.user_found(entries),
+            (Step::UserSearch, Err(f)) => self.done(Err(search_failed(
+                "LDAP search for the user's bind DN failed",
+                &f,
+            ))),
+            (Step::UserBind, Ok(LdapDone::Bound)) => {
+                if self.cfg.has_service_bind() {
+                    let op = LdapOp::Bind {
+                        dn: self.cfg.binddn.clone(),
+                        password: self.cfg.bindpass.clone(),
+                    };
+                    self.call(Step::Rebind, op)
+                } else {
+                    self.after_rebind()
+                }
+            }
+            (Step::UserBind, Err(f)) => {
+                log::debug!(
+                    "ldap login {}: bind as {:?} failed: {}",
+                    self.request_id,
+                    self.bind_dn,
+                    f.message
+                );
+                let e = match f.kind {
+                    FailKind::InvalidCredentials => bad(USER_BIND_FAILED),
+                    FailKind::Connect | FailKind::Timeout => lost_or(&f, USER_BIND_FAILED),
+                    _ => bad(format!("{USER_BIND_FAILED}: {}", f.message)),
+                };
+                self.done(Err(e))
+            }
+            (Step::Rebind, Ok(LdapDone::Bound)) => self.after_rebind(),
+            (Step::Rebind, Err(f)) => self.done(Err(lost_or(
+                &f,
+                "ldap operation failed: failed to re-bind with the BindDN user",
+            ))),
+            (Step::UpnSearch, Ok(LdapDone::Entries(entries))) => {
+                // The reference takes the last entry; a UPN is unique in practice.
+                if let Some(e) = entries.last() {
+                    self.user_dn = e.dn.clone();
+                    self.take_alias(e);
+                } else {
+                    self.user_dn = String::new();
+                }
+                self.groups()
+            }
+            (Step::UpnSearch, Err(f)) => self.done(Err(search_failed(
+                "LDAP search failed for detecting user",
+                &f,
+            ))),
+            (Step::AnonBind, Ok(LdapDone::Bound)) => self.group_search(),
+            (Step::AnonBind, Err(f)) => self.done(Err(lost_or(
+                &f,
+                "ldap operation failed: failed to bind anonymously for the group search",
+            ))),
+            (Step::GroupSearch, Ok(LdapDone::Entries(entries))) => {
+                let groups = self.group_names(&entries);
+                self.finish(groups)
+            }
+            (Step::GroupSearch, Err(f)) => {
+                self.done(Err(search_failed("LDAP search for groups failed", &f)))
+            }
+            (step, Ok(other)) => self.done(Err(ApiError::Internal(format!(
+                "unexpected LDAP result {other:?} in step {step:?}"
+            )))),
+        }
+    }
+
+    fn after_connect(&mut self) -> Next {
+        if !self.cfg.binddn.is_empty() || !self.cfg.bindpass.is_empty() {
+            let op = LdapOp::Bind {
+                dn: self.cfg.binddn.clone(),
+                password: self.cfg.bindpass.clone(),
+            };
+            self.call(Step::ServiceBind, op)
+        } else {
+            self.find_user()
+        }
+    }
+
+    /// The rendered user filter with the username escaped for filters.
+    pub fn user_filter(&self) -> Result<String, String> {
+        let t = template::parse(&self.cfg.userfilter, super::config::USER_FIELDS)?;
+        let user = escape::filter_value(&self.username);
+        let (attr, name) = if self.cfg.upndomain.is_empty() {
+            (escape::filter_value(&self.cfg.userattr), user)
+        } else {
+            (
+                "userPrincipalName".to_string(),
+                format!("{user}@{}", self.cfg.upndomain),
+            )
+        };
+        Ok(t.render(&[("UserAttr", &attr), ("Username", &name)]))
+    }
+
+    /// The rendered group filter.
+    pub fn group_filter(&self) -> Result<String, String> {
+        let t = template::parse(&self.cfg.groupfilter, super::config::GROUP_FIELDS)?;
+        Ok(t.render(&[
+            ("UserDN", &escape::filter_value(&self.user_dn)),
+            ("Username", &escape::filter_value(&self.username)),
+        ]))
+    }
+
+    fn find_user(&mut self) -> Next {
+        if self.cfg.searches_for_user() {
+            let filter = match self.user_filter() {
+                Ok(f) => f,
+                Err(e) => return self.done(Err(bad(format!("invalid userfilter: {e}")))),
+            };
+            let op = self.search(&self.cfg.userdn, filter, &self.cfg.userattr);
+            return self.call(Step::UserSearch, op);
+        }
+        let user = escape::dn_value(&self.username);
+        self.bind_dn = if !self.cfg.upndomain.is_empty() {
+            format!("{user}@{}", self.cfg.upndomain)
+        } else if self.cfg.userdn.is_empty() {
+            format!("{}={user}", self.cfg.userattr)
+        } else {
+            format!("{}={user},{}", self.cfg.userattr, self.cfg.userdn)
+        };
+        self.user_bind()
+    }
+
+    fn user_found(&mut self, entries: Vec<LdapEntry>) -> Next {
+        match entries.len() {
+            1 => {
+                self.bind_dn = entries[0].dn.clone();
+                self.take_alias(&entries[0]);
+                self.user_bind()
+            }
+            0 => {
+                log::debug!(
+                    "ldap login {}: no entry under {:?} matches the user filter",
+                    self.request_id,
+                    self.cfg.userdn
+                );
+                self.done(Err(bad(USER_BIND_FAILED)))
+            }
+            n => self.done(Err(bad(format!(
+                "{USER_BIND_FAILED}: the user search matched {n} entries, not exactly one; make userfilter and userattr select a unique entry"
+            )))),
+        }
+    }
+
+    fn take_alias(&mut self, e: &LdapEntry) {
+        let v = e.values(&self.cfg.userattr);
+        if v.len() == 1 {
+            self.alias_value = Some(v[0].to_string());
+        }
+    }
+
+    fn user_bind(&mut self) -> Next {
+        let op = LdapOp::Bind {
+            dn: self.bind_dn.clone(),
+            password: self.password.clone(),
+        };
+        self.call(Step::UserBind, op)
+    }
+
+    fn after_rebind(&mut self) -> Next {
+        if !self.cfg.upndomain.is_empty() {
+            let filter = format!(
+                "(userPrincipalName={}@{})",
+                escape::filter_value(&self.username),
+                escape::filter_value(&self.cfg.upndomain)
+            );
+            let op = self.search(&self.cfg.userdn, filter, &self.cfg.userattr);
+            return self.call(Step::UpnSearch, op);
+        }
+        self.user_dn = self.bind_dn.clone();
+        self.groups()
+    }
+
+    fn groups(&mut self) -> Next {
+        if self.cfg.groupfilter.is_empty() || self.cfg.groupdn.is_empty() {
+            return self.finish(Vec::new());
+        }
+        if self.cfg.anonymous_group_search {
+            let op = LdapOp::Bind {
+                dn: String::new(),
+                password: Secret::default(),
+            };
+            return self.call(Step::AnonBind, op);
+        }
+        self.group_search()
+    }
+
+    fn group_search(&mut self) -> Next {
+        let filter = match self.group_filter() {
+            Ok(f) => f,
+            Err(e) => return self.done(Err(bad(format!("invalid groupfilter: {e}")))),
+        };
+        let op = self.search(&self.cfg.groupdn, filter, &self.cfg.groupattr);
+        self.step = Step::GroupSearch;
+        self.close_pending = true;
+        Next::Call(op, true)
+    }
+
+    /// Group names from the entries of the group search: each `groupattr` value, a DN
+    /// value standing for its first `cn`. An entry without the attribute names itself by
+    /// its DN's `cn` when `groupattr` is `cn` (group objects).
+    pub fn group_names(&self, entries: &[LdapEntry]) -> Vec<String> {
+        let mut set = BTreeSet::new();
+        for e in entries {
+            let vals = e.values(&self.cfg.groupattr);
+            if vals.is_empty() {
+                if self.cfg.groupattr.eq_ignore_ascii_case("cn") {
+                    if let Some(cn) = dn::first_cn(&e.dn) {
+                        set.insert(cn);
+                    }
+                }
+                continue;
+            }
+            for v in vals {
+                let name = dn::group_name(v);
+                if !name.is_empty() {
+                    set.insert(name);
+                }
+            }
+        }
+        set.into_iter().collect()
+    }
+
+    fn finish(&mut self, groups: Vec<String>) -> Next {
+        let mut warnings = Vec::new();
+        if groups.is_empty() {
+            warnings.push(format!(
+                "no LDAP groups found in groupDN {:?}; only policies from locally-defined groups available",
+                self.cfg.groupdn
+            ));
+        }
+        let alias = if self.cfg.username_as_alias {
+            self.username.clone()
+        } else {
+            self.alias_value
+                .clone()
+                .unwrap_or_else(|| self.username.clone())
+        };
+        let user_dn = self.user_dn.clone();
+        self.done(Ok(Found {
+            groups,
+            user_dn,
+            alias,
+            warnings,
+        }))
+    }
+}
+
+/// The error for a failed step: a lost connection or timeout says so; otherwise `msg`.
+fn lost_or(f: &LdapFailure, msg: &str) -> ApiError {
+    match f.kind {
+        FailKind::Connect | FailKind::NoConnection => bad(format!(
+            "ldap operation failed: lost the connection to the LDAP server: {}",
+            f.message
+        )),
+        FailKind::Timeout => bad(format!(
+            "ldap operation failed: the LDAP server did not answer in time (request_timeout): {}",
+            f.message
+        )),
+        _ => bad(msg.to_string()),
+    }
+}
+
+fn search_failed(what: &str, f: &LdapFailure) -> ApiError {
+    match f.kind {
+        FailKind::SizeLimit => bad(format!(
+            "{what}: the server's size limit was exceeded; set max_page_size to page through the results"
+        )),
+        FailKind::Connect | FailKind::NoConnection | FailKind::Timeout => lost_or(f, what),
+        _ => bad(format!("{what}: {}", f.message)),
+    }
+}

@@ -1,0 +1,1081 @@
+//! The DR operation token: the credential that authorizes the sensitive operations of a DR
+//! secondary (promote, disable, update-primary, operation-token delete, reindex, Merkle
+//! check), and the multi-step key-share process that generates it.
+//!
+//! Endpoints (under `sys/replication/dr/secondary/`, unauthenticated like the reference's
+//! `sys/generate-root`: the key shares are the authorization):
+//!
+//! * `GET generate-operation-token/attempt` — the attempt (started, nonce, progress, required,
+//!   encoded_token, pgp_fingerprint, otp_length, complete; never the OTP).
+//! * `POST|PUT generate-operation-token/attempt {pgp_key?, otp?}` — starts one attempt (only
+//!   one at a time). The node draws the nonce and a base62 one-time password as long as the
+//!   token from its seeded RNG and returns the OTP this once; with `pgp_key` (an OpenPGP public
+//!   key, base64 of the binary key or ASCII-armored) the token is encrypted to that key instead
+//!   and its fingerprint is reported. `otp` lets a client supply its own base62 OTP of
+//!   [`TOKEN_LEN`] characters (it is then not echoed).
+//! * `DELETE generate-operation-token/attempt` — cancels the attempt.
+//! * `POST|PUT generate-operation-token/update {key, nonce}` — one root key share (hex or
+//!   base64). The nonce must match; a share already given is refused. When `required` (the
+//!   seal threshold) shares are in, they are combined and checked against the stored keyring
+//!   (on a DR secondary: the primary's, replicated); wrong shares are refused and the progress
+//!   reset. On success the token is created and returned as `encoded_token`: base64 (unpadded,
+//!   as the reference encodes root tokens) of the token's bytes XORed with the OTP's bytes, or
+//!   base64 of the OpenPGP message encrypted to `pgp_key`.
+//! * `POST|PUT operation-token/delete {dr_operation_token}` — deletes that token.
+//!
+//! The token has no TTL and is local to this node: only its salted HMAC is stored, next to
+//! the attempt, under the node-local prefix [`PREFIX`] (never replicated; values pass through
+//! the barrier like every other stored value). [`check_dr_operation_token`] is what the
+//! protected operations call; it compares in constant time and refuses a missing, wrong or
+//! deleted token with [`ApiError::Forbidden`] before anything is changed.
+
+use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request};
+use crate::crypto;
+use crate::ctx::Ctx;
+use crate::node::NodeState;
+use crate::seal::{self, SealConfig};
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// Node-local storage prefix of everything this module keeps.
+pub const PREFIX: &str = "node/dr-token/";
+/// The generation attempt in progress (absent when there is none).
+pub const ATTEMPT_KEY: &str = "node/dr-token/attempt";
+/// The salted hashes of the DR operation tokens that exist on this node.
+pub const HASH_KEY: &str = "node/dr-token/hash";
+/// The salt of those hashes (drawn once, node-local).
+pub const SALT_KEY: &str = "node/dr-token/salt";
+
+/// Prefix of DR operation tokens (client tokens start with `cs.`).
+pub const TOKEN_PREFIX: &str = "cdr.";
+/// Length of a DR operation token, and so of the OTP.
+pub const TOKEN_LEN: usize = 28;
+/// Most DR operation tokens kept at once; generating one more drops the oldest.
+pub const MAX_TOKENS: usize = 32;
+
+/// Whether generation and the protected operations run only on a DR secondary. Off until the
+/// DR secondary role serves them end to end; turning it on is this one line.
+pub const REQUIRE_DR_SECONDARY: bool = false;
+
+const BASE: &str = "sys/replication/dr/secondary/";
+const ATTEMPT: &str = "generate-operation-token/attempt";
+const UPDATE: &str = "generate-operation-token/update";
+const DELETE: &str = "operation-token/delete";
+
+/// The body field carrying the token in protected operations.
+pub const FIELD: &str = "dr_operation_token";
+
+/// Whether this module serves `path` (full path, e.g.
+/// `sys/replication/dr/secondary/generate-operation-token/attempt`).
+pub fn owns(path: &str) -> bool {
+    path.strip_prefix(BASE).is_some_and(owns_tail)
+}
+
+fn owns_tail(t: &str) -> bool {
+    matches!(t, ATTEMPT | UPDATE | DELETE)
+}
+
+/// Paths answered without a client token (the key shares or the DR operation token are the
+/// authorization).
+pub fn unauthenticated(path: &str) -> bool {
+    owns(path)
+}
+
+/// Refuses unless this node may serve DR operation token requests (see
+/// [`REQUIRE_DR_SECONDARY`]).
+pub fn require_dr_secondary(is_dr_secondary: bool) -> ApiResult<()> {
+    if REQUIRE_DR_SECONDARY && !is_dr_secondary {
+        return Err(ApiError::bad(
+            "this cluster is not a DR secondary: DR operation tokens are generated and used on a DR secondary",
+        ));
+    }
+    Ok(())
+}
+
+/// A generation attempt, kept in node-local storage (encrypted by the barrier).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+struct Attempt {
+    nonce: String,
+    /// The OTP the token is XORed with; empty when the token is PGP-encrypted.
+    otp: String,
+    /// The OpenPGP public key as given (base64 or armored); empty without PGP.
+    #[serde(default)]
+    pgp_key: String,
+    #[serde(default)]
+    pgp_fingerprint: String,
+    /// Key shares given so far, hex.
+    #[serde(default)]
+    shares: Vec<String>,
+}
+
+/// Salted hashes of the tokens of this node.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Tokens {
+    hashes: Vec<TokenHash>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct TokenHash {
+    hash: String,
+    created_ms: u64,
+}
+
+/// Handles `sys/replication/<tail>` for the paths [`owns`] names: root namespace, license and
+/// (when switched on) the DR secondary role first, then the operation.
+pub fn handle(ctx: &mut Ctx, st: &NodeState, req: &Request, tail: &str) -> ApiResult {
+    let op = tail
+        .strip_prefix("dr/secondary/")
+        .filter(|t| owns_tail(t))
+        .ok_or_else(|| ApiError::NotFound(String::new()))?;
+    let ns = req.namespace.as_deref().unwrap_or("").trim_matches('/');
+    if !ns.is_empty() && ns != "root" {
+        return Err(ApiError::bad(format!(
+            "replication endpoints can be called only from the root namespace, not from namespace {ns:?}"
+        )));
+    }
+    crate::license::require(
+        &st.config.license,
+        ctx.now,
+        crate::license::FEATURE_REPLICATION,
+    )?;
+    require_dr_secondary(st.repl.is_dr_secondary())?;
+    dispatch(ctx, req, op)
+}
+
+/// The operations themselves, after the gates.
+fn dispatch(ctx: &mut Ctx, req: &Request, op: &str) -> ApiResult {
+    match (op, req.method) {
+        (ATTEMPT, Method::Get) => status(ctx),
+        (ATTEMPT, Method::Post | Method::Put) => start(ctx, &body_object(&req.body)?),
+        (ATTEMPT, Method::Delete) => cancel(ctx),
+        (UPDATE, Method::Post | Method::Put) => update(ctx, &body_object(&req.body)?),
+        (DELETE, Method::Post | Method::Put) => delete_token(ctx, &body_object(&req.body)?),
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+fn seal_config(ctx: &Ctx) -> ApiResult<SealConfig> {
+    let b = ctx.get(seal::SEAL_CONFIG_KEY)?.ok_or_else(|| {
+        ApiError::bad("this node is not initialized: it has no seal configuration")
+    })?;
+    serde_json::from_slice(&b).map_err(|e| ApiError::Internal(format!("seal config: {e}")))
+}
+
+fn load_attempt(ctx: &Ctx) -> ApiResult<Option<Attempt>> {
+    ctx.get_json(ATTEMPT_KEY)
+}
+
+/// The attempt object as the API shows it.
+fn view(a: Option<&Attempt>, required: u8) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("started".into(), json!(a.is_some()));
+    m.insert(
+        "nonce".into(),
+        json!(a.map(|a| a.nonce.as_str()).unwrap_or("")),
+    );
+    m.insert(
+        "progress".into(),
+        json!(a.map(|a| a.shares.len()).unwrap_or(0)),
+    );
+    m.insert("required".into(), json!(required));
+    m.insert("encoded_token".into(), json!(""));
+    m.insert(
+        "pgp_fingerprint".into(),
+        json!(a.map(|a| a.pgp_fingerprint.as_str()).unwrap_or("")),
+    );
+    let otp_length = match a {
+        Some(a) if a.pgp_key.is_empty() => TOKEN_LEN,
+        _ => 0,
+    };
+    m.insert("otp_length".into(), json!(otp_length));
+    m.insert("complete".into(), json!(false));
+    m
+}
+
+/// `GET .../attempt`.
+fn status(ctx: &Ctx) -> ApiResult {
+    let cfg = seal_config(ctx)?;
+    let a = load_attempt(ctx)?;
+    Ok(Reply::Raw(
+        200,
+        Value::Object(view(a.as_ref(), cfg.secret_threshold)),
+    ))
+}
+
+/// `POST .../attempt`.
+fn start(ctx: &mut Ctx, body: &Map<String, Value>) -> ApiResult {
+    let f = Fields(body);
+    f.only(&["pgp_key", "otp"])?;
+    let cfg = seal_config(ctx)?;
+    if let Some(a) = load_attempt(ctx)? {
+        return Err(ApiError::bad(format!(
+            "a DR operation token generation attempt is already in progress (nonce {}); \
+             finish it, or cancel it with DELETE sys/replication/dr/secondary/generate-operation-token/attempt",
+            a.nonce
+        )));
+    }
+    let pgp_key = f.str("pgp_key")?.unwrap_or_default().trim().to_string();
+    let given_otp = f.str("otp")?.unwrap_or_default().trim().to_string();
+    if !pgp_key.is_empty() && !given_otp.is_empty() {
+        return Err(ApiError::bad(
+            "pgp_key and otp: give one or the other (the token is either encrypted to the PGP key or encoded with the OTP)",
+        ));
+    }
+    let mut pgp_fingerprint = String::new();
+    if !pgp_key.is_empty() {
+        let key = openpgp::parse_public_key(&pgp_key)
+            .map_err(|e| ApiError::bad(format!("pgp_key: {e}")))?;
+        pgp_fingerprint = openpgp::fingerprint(&key);
+    }
+    if !given_otp.is_empty() {
+        check_otp(&given_otp)?;
+    }
+    let nonce = crypto::uuid(ctx.rng());
+    let generated = pgp_key.is_empty() && given_otp.is_empty();
+    let otp = if generated {
+        crypto::base62(ctx.rng(), TOKEN_LEN)
+    } else {
+        given_otp
+    };
+    let a = Attempt {
+        nonce,
+        otp: if pgp_key.is_empty() {
+            otp.clone()
+        } else {
+            String::new()
+        },
+        pgp_key,
+        pgp_fingerprint,
+        shares: Vec::new(),
+    };
+    ctx.put_json(ATTEMPT_KEY, &a)?;
+    let mut m = view(Some(&a), cfg.secret_threshold);
+    m.insert(
+        "otp".into(),
+        json!(if generated { otp } else { String::new() }),
+    );
+    Ok(Reply::Raw(200, Value::Object(m)))
+}
+
+fn check_otp(otp: &str) -> ApiResult<()> {
+    if otp.len() != TOKEN_LEN || !otp.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(ApiError::bad(format!(
+            "otp: must be {TOKEN_LEN} base62 characters (0-9, A-Z, a-z), the length of a DR operation token; \
+             leave it out to have the server generate one"
+        )));
+    }
+    Ok(())
+}
+
+/// `DELETE .../attempt`.
+fn cancel(ctx: &mut Ctx) -> ApiResult {
+    ctx.delete(ATTEMPT_KEY);
+    Ok(Reply::Empty)
+}
+
+/// A 400 answer that still commits the handler's writes (the reset progress).
+fn refused_keeping_writes(msg: String) -> ApiResult {
+    Ok(Reply::Raw(400, json!({ "errors": [msg] })))
+}
+
+/// `POST .../update`.
+fn update(ctx: &mut Ctx, body: &Map<String, Value>) -> ApiResult {
+    let f = Fields(body);
+    f.only(&["key", "nonce"])?;
+    let cfg = seal_config(ctx)?;
+    let mut a = load_attempt(ctx)?.ok_or_else(|| {
+        ApiError::bad(
+            "no DR operation token generation attempt is in progress; start one with \
+             POST sys/replication/dr/secondary/generate-operation-token/attempt",
+        )
+    })?;
+    let nonce = f.req_str("nonce")?;
+    if !crypto::ct_eq(nonce.trim().as_bytes(), a.nonce.as_bytes()) {
+        return Err(ApiError::bad(format!(
+            "nonce: {:?} does not match the nonce of the generation attempt in progress; \
+             use the nonce printed when the attempt started (GET .../generate-operation-token/attempt shows it)",
+            nonce.trim()
+        )));
+    }
+    let key = f.req_str("key")?;
+    let share = seal::decode_share(&key).map_err(|e| ApiError::bad(format!("key: {e}")))?;
+    let want = if cfg.secret_shares == 1 { 32 } else { 33 };
+    if share.len() != want {
+        return Err(ApiError::bad(format!(
+            "key: not a root key share of this cluster (expected {want} bytes, got {}); progress is unchanged",
+            share.len()
+        )));
+    }
+    let mut have = Vec::with_capacity(a.shares.len() + 1);
+    for s in &a.shares {
+        have.push(hex::decode(s).map_err(|e| ApiError::Internal(format!("stored share: {e}")))?);
+    }
+    if have.iter().any(|s| crypto::ct_eq(s, &share)) {
+        return Err(ApiError::bad(format!(
+            "key: this key share was already provided in this attempt; progress stays {} of {}",
+            have.len(),
+            cfg.secret_threshold
+        )));
+    }
+    have.push(share.clone());
+    let required = cfg.secret_threshold as usize;
+    if have.len() < required {
+        a.shares.push(hex::encode(&share));
+        ctx.put_json(ATTEMPT_KEY, &a)?;
+        let mut m = view(Some(&a), cfg.secret_threshold);
+        m.remove("otp_length");
+        return Ok(Reply::Raw(200, Value::Object(m)));
+    }
+    // Threshold reached: the shares must reconstruct the root key that opens the keyring.
+    let keyring = ctx
+        .get(seal::KEYRING_KEY)?
+        .ok_or_else(|| ApiError::Internal("keyring missing".into()))?;
+    let ok = seal::combine(&have, &cfg).and_then(|root| seal::unwrap_keyring(&root, &keyring));
+    if ok.is_err() {
+        a.shares.clear();
+        ctx.put_json(ATTEMPT_KEY, &a)?;
+        return refused_keeping_writes(format!(
+            "the {required} key shares given do not reconstruct this cluster's root key \
+             (a share is wrong or from another cluster); progress was reset to 0 of {required}, \
+             the attempt (nonce {}) stays open: provide the shares again",
+            a.nonce
+        ));
+    }
+    let token = format!(
+        "{TOKEN_PREFIX}{}",
+        crypto::base62(ctx.rng(), TOKEN_LEN - TOKEN_PREFIX.len())
+    );
+    let encoded = if a.pgp_key.is_empty() {
+        encode_token(&token, &a.otp).map_err(ApiError::Internal)?
+    } else {
+        let key = openpgp::parse_public_key(&a.pgp_key)
+            .map_err(|e| ApiError::bad(format!("pgp_key: {e}")))?;
+        let msg = openpgp::encrypt(&key, token.as_bytes(), ctx.rng())
+            .map_err(|e| ApiError::Internal(format!("encrypting the token to the PGP key: {e}")))?;
+        base64::engine::general_purpose::STANDARD.encode(msg)
+    };
+    store_token(ctx, &token)?;
+    ctx.delete(ATTEMPT_KEY);
+    let mut m = view(Some(&a), cfg.secret_threshold);
+    m.insert("progress".into(), json!(required));
+    m.insert("encoded_token".into(), json!(encoded));
+    m.insert("complete".into(), json!(true));
+    m.remove("otp_length");
+    Ok(Reply::Raw(200, Value::Object(m)))
+}
+
+fn salt(ctx: &mut Ctx) -> ApiResult<Vec<u8>> {
+    if let Some(s) = ctx.get(SALT_KEY)? {
+        return Ok(s);
+    }
+    let s = crypto::random_key(ctx.rng()).to_vec();
+    ctx.put(SALT_KEY, &s)?;
+    Ok(s)
+}
+
+fn token_hash(salt: &[u8], token: &str) -> [u8; 32] {
+    crypto::hmac_sha256(salt, token.as_bytes())
+}
+
+fn store_token(ctx: &mut Ctx, token: &str) -> ApiResult<()> {
+    let s = salt(ctx)?;
+    let mut t: Tokens = ctx.get_json(HASH_KEY)?.unwrap_or_default();
+    t.hashes.push(TokenHash {
+        hash: hex::encode(token_hash(&s, token)),
+        created_ms: ctx.now,
+    });
+    if t.hashes.len() > MAX_TOKENS {
+        let extra = t.hashes.len() - MAX_TOKENS;
+        t.hashes.drain(..extra);
+    }
+    ctx.put_json(HASH_KEY, &t)
+}
+
+/// Index of the stored token matching `token`, compared in constant time over all of them.
+fn find_token(ctx: &Ctx, token: &str) -> ApiResult<Option<(Tokens, usize)>> {
+    let Some(s) = ctx.get(SALT_KEY)? else {
+        return Ok(None);
+    };
+    let Some(t) = ctx.get_json::<Tokens>(HASH_KEY)? else {
+        return Ok(None);
+    };
+    let h = token_hash(&s, token);
+    let mut found = None;
+    for (i, e) in t.hashes.iter().enumerate() {
+        let stored = hex::decode(&e.hash).unwrap_or_default();
+        if crypto::ct_eq(&stored, &h) && found.is_none() {
+            found = Some(i);
+        }
+    }
+    Ok(found.map(|i| (t, i)))
+}
+
+/// Refuses unless `token` is a DR operation token of this node. This is what the protected
+/// DR operations (promote, disable, update-primary, operation-token delete, reindex,
+/// merkle-check) call before they change anything. An empty `token` counts as missing.
+pub fn check_dr_operation_token(ctx: &Ctx, token: &str) -> Result<(), ApiError> {
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(ApiError::Forbidden(format!(
+            "missing required field {FIELD:?}: this DR operation is authorized by a DR operation token \
+             (generate one with `cairn operator generate-root -dr-token`)"
+        )));
+    }
+    if find_token(ctx, token)?.is_some() {
+        return Ok(());
+    }
+    if !token.starts_with(TOKEN_PREFIX) {
+        return Err(ApiError::Forbidden(format!(
+            "{FIELD}: not a DR operation token (a client or root token does not authorize DR operations); \
+             generate one with `cairn operator generate-root -dr-token`"
+        )));
+    }
+    Err(ApiError::Forbidden(format!(
+        "{FIELD}: invalid DR operation token: it does not exist on this node \
+         (it is wrong, was deleted, or was generated on another node)"
+    )))
+}
+
+/// [`check_dr_operation_token`] on the `dr_operation_token` field of a request body.
+pub fn check_body(ctx: &Ctx, body: &Map<String, Value>) -> Result<(), ApiError> {
+    let t = Fields(body)
+        .str(FIELD)
+        .map_err(|_| ApiError::Forbidden(format!("{FIELD}: expected a string")))?
+        .unwrap_or_default();
+    check_dr_operation_token(ctx, &t)
+}
+
+/// `POST operation-token/delete`.
+fn delete_token(ctx: &mut Ctx, body: &Map<String, Value>) -> ApiResult {
+    check_body(ctx, body)?;
+    let t = Fields(body).str(FIELD)?.unwrap_or_default();
+    if let Some((mut tokens, i)) = find_token(ctx, t.trim())? {
+        tokens.hashes.remove(i);
+        if tokens.hashes.is_empty() {
+            ctx.delete(HASH_KEY);
+        } else {
+            ctx.put_json(HASH_KEY, &tokens)?;
+        }
+    }
+    Ok(Reply::Empty)
+}
+
+/// The reference's root-token encoding: base64 (unpadded) of `token` XOR `otp`.
+pub fn encode_token(token: &str, otp: &str) -> Result<String, String> {
+    if token.len() != otp.len() {
+        return Err(format!(
+            "the OTP is {} characters but the token is {}",
+            otp.len(),
+            token.len()
+        ));
+    }
+    let x: Vec<u8> = token.bytes().zip(otp.bytes()).map(|(a, b)| a ^ b).collect();
+    Ok(base64::engine::general_purpose::STANDARD_NO_PAD.encode(x))
+}
+
+/// Decodes an `encoded_token` with its OTP (padded or unpadded base64).
+pub fn decode_token(encoded: &str, otp: &str) -> Result<String, String> {
+    let e = encoded.trim().trim_end_matches('=');
+    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(e)
+        .map_err(|err| format!("the encoded token is not valid base64: {err}"))?;
+    let otp = otp.trim();
+    if bytes.len() != otp.len() {
+        return Err(format!(
+            "the OTP is {} characters but the encoded token holds {} bytes: wrong OTP for this token",
+            otp.len(),
+            bytes.len()
+        ));
+    }
+    let plain: Vec<u8> = bytes.iter().zip(otp.bytes()).map(|(a, b)| a ^ b).collect();
+    String::from_utf8(plain)
+        .map_err(|_| "the decoded token is not text: wrong OTP for this token".to_string())
+}
+
+/// OpenPGP: parsing the operator's public key and encrypting the token to it (rpgp).
+pub mod openpgp {
+    use ::pgp::composed::{Deserializable, MessageBuilder, SignedPublicKey};
+    use ::pgp::crypto::sym::SymmetricKeyAlgorithm;
+    use ::pgp::types::KeyDetails;
+    use base64::Engine;
+    use rand_core::{CryptoRng, RngCore};
+
+    /// Parses an OpenPGP public key given as base64 of the binary key (as the reference
+    /// takes it) or ASCII-armored; checks its self-signatures.
+    pub fn parse_public_key(s: &str) -> Result<SignedPublicKey, String> {
+        let s = s.trim();
+        let key = if s.starts_with("-----BEGIN PGP") {
+            SignedPublicKey::from_string(s)
+                .map(|(k, _)| k)
+                .map_err(|e| format!("not a valid ASCII-armored OpenPGP public key: {e}"))?
+        } else {
+            let compact: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(compact.as_bytes())
+                .map_err(|_| {
+                    "expected an OpenPGP public key as base64 of the binary key, or ASCII-armored"
+                        .to_string()
+                })?;
+            SignedPublicKey::from_bytes(bytes.as_slice())
+                .map_err(|e| format!("not a valid OpenPGP public key: {e}"))?
+        };
+        key.verify_bindings()
+            .map_err(|e| format!("the key's self-signatures do not verify: {e}"))?;
+        if !has_encryption_key(&key) {
+            return Err("the key has no encryption-capable (sub)key".into());
+        }
+        Ok(key)
+    }
+
+    /// The primary key's fingerprint, lowercase hex.
+    pub fn fingerprint(key: &SignedPublicKey) -> String {
+        format!("{:x}", key.fingerprint())
+    }
+
+    fn subkey_for_encryption(key: &SignedPublicKey) -> Option<usize> {
+        key.public_subkeys.iter().position(|sk| {
+            sk.key.algorithm().can_encrypt()
+                && sk.signatures.iter().any(|sig| {
+                    let f = sig.key_flags();
+                    f.encrypt_comms() || f.encrypt_storage()
+                })
+        })
+    }
+
+    fn has_encryption_key(key: &SignedPublicKey) -> bool {
+        subkey_for_encryption(key).is_some() || key.primary_key.algorithm().can_encrypt()
+    }
+
+    /// Encrypts `plain` to the key's encryption subkey (or its primary key), as a binary
+    /// OpenPGP message (SEIPD v1, AES-256), drawing randomness from `rng`.
+    pub fn encrypt<R: RngCore + CryptoRng>(
+        key: &SignedPublicKey,
+        plain: &[u8],
+        rng: &mut R,
+    ) -> Result<Vec<u8>, String> {
+        let mut builder = MessageBuilder::from_bytes("", plain.to_vec())
+            .seipd_v1(&mut *rng, SymmetricKeyAlgorithm::AES256);
+        match subkey_for_encryption(key) {
+            Some(i) => builder
+                .encrypt_to_key(&mut *rng, &key.public_subkeys[i])
+                .map_err(|e| e.to_string())?,
+            None if key.primary_key.algorithm().can_encrypt() => builder
+                .encrypt_to_key(&mut *rng, &key.primary_key)
+                .map_err(|e| e.to_string())?,
+            None => return Err("the key has no encryption-capable (sub)key".into()),
+        };
+        builder.to_vec(&mut *rng).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::seal::Barrier;
+    use crate::storage::{MemStorage, Storage, Txn};
+    use rand_chacha::ChaCha20Rng;
+    use rand_core::SeedableRng;
+
+    /// A sealed-then-unsealed 3-of-5 cluster on in-memory storage.
+    struct Fixture {
+        storage: MemStorage,
+        barrier: Barrier,
+        rng: ChaCha20Rng,
+        shares: Vec<String>,
+        now: u64,
+    }
+
+    impl Fixture {
+        fn new(seed: u64) -> Fixture {
+            let mut rng = ChaCha20Rng::seed_from_u64(seed);
+            let cfg = SealConfig {
+                secret_shares: 5,
+                secret_threshold: 3,
+            };
+            let root = crypto::random_key(&mut rng);
+            let bk = crypto::random_key(&mut rng);
+            let shares = seal::split(&root, &cfg, &mut rng);
+            let mut storage = MemStorage::new();
+            let kr = seal::wrap_keyring(&root, &bk, &mut rng);
+            storage
+                .apply(&[
+                    (
+                        seal::SEAL_CONFIG_KEY.into(),
+                        Some(serde_json::to_vec(&cfg).unwrap()),
+                    ),
+                    (seal::KEYRING_KEY.into(), Some(kr)),
+                ])
+                .unwrap();
+            let mut barrier = Barrier::default();
+            barrier.unseal_with(bk);
+            Fixture {
+                storage,
+                barrier,
+                rng,
+                shares: shares.iter().map(hex::encode).collect(),
+                now: 1_000,
+            }
+        }
+
+        /// Runs `f` like the node does: the writes are applied when it returns a reply.
+        fn run(&mut self, f: impl FnOnce(&mut Ctx) -> ApiResult) -> (u16, Value) {
+            let mut ctx = Ctx {
+                txn: Txn::new(&self.storage),
+                barrier: &self.barrier,
+                rng: &mut self.rng,
+                now: self.now,
+            };
+            let r = f(&mut ctx);
+            let writes = ctx.txn.into_writes();
+            match r {
+                Ok(reply) => {
+                    self.storage.apply(&writes).unwrap();
+                    match reply {
+                        Reply::Raw(s, v) => (s, v),
+                        Reply::Empty => (204, Value::Null),
+                        other => panic!("unexpected reply {other:?}"),
+                    }
+                }
+                Err(e) => (e.status(), json!({ "errors": [e.to_string()] })),
+            }
+        }
+
+        fn req(&mut self, method: Method, op: &str, body: Value) -> (u16, Value) {
+            let r = Request::new(1, method, &format!("{BASE}{op}")).with_json(body);
+            self.run(|ctx| dispatch(ctx, &r, op))
+        }
+
+        fn start(&mut self, body: Value) -> (u16, Value) {
+            self.req(Method::Post, ATTEMPT, body)
+        }
+
+        fn update(&mut self, key: &str, nonce: &str) -> (u16, Value) {
+            self.req(Method::Post, UPDATE, json!({ "key": key, "nonce": nonce }))
+        }
+
+        fn check(&mut self, token: &str) -> Result<(), ApiError> {
+            let ctx = Ctx {
+                txn: Txn::new(&self.storage),
+                barrier: &self.barrier,
+                rng: &mut self.rng,
+                now: self.now,
+            };
+            check_dr_operation_token(&ctx, token)
+        }
+
+        /// Starts, gives shares 0, 2, 4 and decodes the token.
+        fn generate(&mut self) -> String {
+            let (s, b) = self.start(json!({}));
+            assert_eq!(s, 200, "{b}");
+            let nonce = b["nonce"].as_str().unwrap().to_string();
+            let otp = b["otp"].as_str().unwrap().to_string();
+            let mut last = Value::Null;
+            for i in [0, 2, 4] {
+                let k = self.shares[i].clone();
+                let (s, b) = self.update(&k, &nonce);
+                assert_eq!(s, 200, "{b}");
+                last = b;
+            }
+            decode_token(last["encoded_token"].as_str().unwrap(), &otp).unwrap()
+        }
+    }
+
+    fn errors(b: &Value) -> String {
+        b["errors"].to_string()
+    }
+
+    #[test]
+    fn dr_token_full_flow_three_of_five() {
+        let mut fx = Fixture::new(1);
+        let (s, b) = fx.start(json!({}));
+        assert_eq!(s, 200, "{b}");
+        assert_eq!(b["started"], json!(true));
+        assert_eq!(b["progress"], json!(0));
+        assert_eq!(b["required"], json!(3));
+        assert_eq!(b["complete"], json!(false));
+        assert_eq!(b["encoded_token"], json!(""));
+        assert_eq!(b["pgp_fingerprint"], json!(""));
+        let otp = b["otp"].as_str().unwrap().to_string();
+        assert_eq!(otp.len(), TOKEN_LEN);
+        assert_eq!(b["otp_length"], json!(TOKEN_LEN));
+        assert!(otp.bytes().all(|c| c.is_ascii_alphanumeric()));
+        let nonce = b["nonce"].as_str().unwrap().to_string();
+        assert_eq!(nonce.len(), 36);
+
+        // GET shows the attempt but never the OTP.
+        let (s, g) = fx.req(Method::Get, ATTEMPT, Value::Null);
+        assert_eq!(s, 200);
+        assert_eq!(g["nonce"], json!(nonce));
+        assert_eq!(g["otp_length"], json!(TOKEN_LEN));
+        assert!(g.get("otp").is_none(), "{g}");
+        assert!(!g.to_string().contains(&otp));
+
+        // Shares in hex and base64 both count.
+        let b64 =
+            base64::engine::general_purpose::STANDARD.encode(hex::decode(&fx.shares[1]).unwrap());
+        let (s, u) = fx.update(&b64, &nonce);
+        assert_eq!((s, u["progress"].clone()), (200, json!(1)), "{u}");
+        assert!(u.get("otp").is_none());
+        let k = fx.shares[3].clone();
+        let (_, u) = fx.update(&k, &nonce);
+        assert_eq!(u["progress"], json!(2));
+        assert_eq!(u["complete"], json!(false));
+        assert_eq!(u["encoded_token"], json!(""));
+        let k = fx.shares[0].clone();
+        let (s, u) = fx.update(&k, &nonce);
+        assert_eq!(s, 200, "{u}");
+        assert_eq!(u["complete"], json!(true));
+        assert_eq!(u["progress"], json!(3));
+        let enc = u["encoded_token"].as_str().unwrap();
+        assert!(!enc.is_empty() && !enc.ends_with('='));
+        let token = decode_token(enc, &otp).unwrap();
+        assert!(token.starts_with(TOKEN_PREFIX), "{token}");
+        assert_eq!(token.len(), TOKEN_LEN);
+        assert_eq!(fx.check(&token), Ok(()));
+        // The token is stored only hashed.
+        for v in fx.storage.map.values() {
+            assert!(!String::from_utf8_lossy(v).contains(&token));
+        }
+        // The attempt is over; a new one may start.
+        let (_, g) = fx.req(Method::Get, ATTEMPT, Value::Null);
+        assert_eq!(g["started"], json!(false));
+        assert_eq!(fx.start(json!({})).0, 200);
+        // The token stays valid (no TTL).
+        fx.now += 400 * 24 * 3600 * 1000;
+        assert_eq!(fx.check(&token), Ok(()));
+    }
+
+    #[test]
+    fn dr_token_check_refuses_missing_wrong_and_client_tokens() {
+        let mut fx = Fixture::new(2);
+        let e = fx.check("").unwrap_err();
+        assert_eq!(e.status(), 403);
+        assert!(e.to_string().contains("missing required field"), "{e}");
+        let token = fx.generate();
+        let mut wrong = token.clone().into_bytes();
+        wrong[10] = if wrong[10] == b'a' { b'b' } else { b'a' };
+        let e = fx.check(&String::from_utf8(wrong).unwrap()).unwrap_err();
+        assert!(matches!(e, ApiError::Forbidden(_)));
+        assert!(e.to_string().contains("does not exist on this node"), "{e}");
+        let e = fx.check("cs.AAAAAAAAAAAAAAAAAAAAAAAA").unwrap_err();
+        assert!(e.to_string().contains("not a DR operation token"), "{e}");
+    }
+
+    #[test]
+    fn dr_token_wrong_nonce_refused() {
+        let mut fx = Fixture::new(3);
+        let (_, b) = fx.start(json!({}));
+        let k = fx.shares[0].clone();
+        let (s, u) = fx.update(&k, "00000000-0000-4000-8000-000000000000");
+        assert_eq!(s, 400);
+        assert!(errors(&u).contains("does not match the nonce"), "{u}");
+        let (_, g) = fx.req(Method::Get, ATTEMPT, Value::Null);
+        assert_eq!(g["progress"], json!(0));
+        assert_eq!(g["nonce"], b["nonce"]);
+        // Without an attempt, an update says so.
+        assert_eq!(fx.req(Method::Delete, ATTEMPT, Value::Null).0, 204);
+        let (s, u) = fx.update(&k, b["nonce"].as_str().unwrap());
+        assert_eq!(s, 400);
+        assert!(
+            errors(&u).contains("no DR operation token generation attempt"),
+            "{u}"
+        );
+    }
+
+    #[test]
+    fn dr_token_second_attempt_refused_until_cancelled() {
+        let mut fx = Fixture::new(4);
+        let (_, first) = fx.start(json!({}));
+        let (s, b) = fx.start(json!({}));
+        assert_eq!(s, 400);
+        assert!(errors(&b).contains("already in progress"), "{b}");
+        let (_, g) = fx.req(Method::Get, ATTEMPT, Value::Null);
+        assert_eq!(g["nonce"], first["nonce"]);
+        assert_eq!(fx.req(Method::Delete, ATTEMPT, Value::Null).0, 204);
+        let (s, second) = fx.start(json!({}));
+        assert_eq!(s, 200);
+        assert_ne!(second["nonce"], first["nonce"]);
+        assert_ne!(second["otp"], first["otp"]);
+        assert_eq!(fx.req(Method::List, ATTEMPT, Value::Null).0, 405);
+        assert_eq!(fx.start(json!({"bogus": 1})).0, 400);
+    }
+
+    #[test]
+    fn dr_token_bad_share_refused_and_progress_reset() {
+        let mut fx = Fixture::new(5);
+        let other = Fixture::new(6);
+        let (_, b) = fx.start(json!({}));
+        let nonce = b["nonce"].as_str().unwrap().to_string();
+        // Not a share at all: refused, progress unchanged.
+        let (s, u) = fx.update("not-a-key!", &nonce);
+        assert_eq!(s, 400);
+        assert!(errors(&u).contains("hex or base64"), "{u}");
+        let (s, u) = fx.update("abcd", &nonce);
+        assert_eq!(s, 400);
+        assert!(errors(&u).contains("expected 33 bytes"), "{u}");
+        // A share of another cluster: found out when the threshold is reached.
+        let (k0, k1) = (fx.shares[0].clone(), fx.shares[1].clone());
+        fx.update(&k0, &nonce);
+        fx.update(&k1, &nonce);
+        let (s, u) = fx.update(&other.shares[2], &nonce);
+        assert_eq!(s, 400);
+        assert!(errors(&u).contains("do not reconstruct"), "{u}");
+        let (_, g) = fx.req(Method::Get, ATTEMPT, Value::Null);
+        assert_eq!(
+            (g["started"].clone(), g["progress"].clone()),
+            (json!(true), json!(0))
+        );
+        assert!(!fx.storage.map.contains_key(HASH_KEY));
+        // The same attempt then completes with good shares.
+        let mut last = Value::Null;
+        for i in [4, 3, 2] {
+            let k = fx.shares[i].clone();
+            last = fx.update(&k, &nonce).1;
+        }
+        assert_eq!(last["complete"], json!(true), "{last}");
+        let token = decode_token(
+            last["encoded_token"].as_str().unwrap(),
+            b["otp"].as_str().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(fx.check(&token), Ok(()));
+    }
+
+    #[test]
+    fn dr_token_duplicate_share_refused() {
+        let mut fx = Fixture::new(7);
+        let (_, b) = fx.start(json!({}));
+        let nonce = b["nonce"].as_str().unwrap().to_string();
+        let k = fx.shares[2].clone();
+        assert_eq!(fx.update(&k, &nonce).0, 200);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(hex::decode(&k).unwrap());
+        let (s, u) = fx.update(&b64, &nonce);
+        assert_eq!(s, 400);
+        assert!(errors(&u).contains("already provided"), "{u}");
+        let (_, g) = fx.req(Method::Get, ATTEMPT, Value::Null);
+        assert_eq!(g["progress"], json!(1));
+    }
+
+    #[test]
+    fn dr_token_deleted_token_refused() {
+        let mut fx = Fixture::new(8);
+        let t1 = fx.generate();
+        let t2 = fx.generate();
+        assert_ne!(t1, t2);
+        // Deleting needs a valid token.
+        let (s, b) = fx.req(Method::Post, DELETE, json!({}));
+        assert_eq!(s, 403, "{b}");
+        let (s, _) = fx.req(Method::Post, DELETE, json!({ FIELD: "cdr.nope" }));
+        assert_eq!(s, 403);
+        let before = fx.storage.map.clone();
+        assert_eq!(fx.req(Method::Post, DELETE, json!({ FIELD: t1 })).0, 204);
+        assert_ne!(before, fx.storage.map);
+        let e = fx.check(&t1).unwrap_err();
+        assert_eq!(e.status(), 403);
+        assert_eq!(fx.check(&t2), Ok(()));
+        let (s, b) = fx.req(Method::Post, DELETE, json!({ FIELD: t1 }));
+        assert_eq!(s, 403, "{b}");
+        assert_eq!(fx.req(Method::Post, DELETE, json!({ FIELD: t2 })).0, 204);
+        assert!(fx.check(&t2).is_err());
+        assert!(!fx.storage.map.contains_key(HASH_KEY));
+    }
+
+    #[test]
+    fn dr_token_keys_are_node_local() {
+        let mut fx = Fixture::new(9);
+        fx.generate();
+        fx.start(json!({}));
+        for k in [ATTEMPT_KEY, HASH_KEY, SALT_KEY] {
+            assert!(fx.storage.map.contains_key(k), "{k}");
+            assert_eq!(
+                crate::replication::class::classify(k, &Default::default()),
+                crate::replication::class::Class::NodeLocal
+            );
+        }
+    }
+
+    #[test]
+    fn dr_token_client_supplied_otp() {
+        let mut fx = Fixture::new(10);
+        assert_eq!(fx.start(json!({"otp": "short"})).0, 400);
+        let otp = "0123456789abcdefghijABCDEFGH";
+        let (s, b) = fx.start(json!({ "otp": otp }));
+        assert_eq!(s, 200, "{b}");
+        assert_eq!(b["otp"], json!(""));
+        let nonce = b["nonce"].as_str().unwrap().to_string();
+        let mut last = Value::Null;
+        for i in [0, 1, 2] {
+            let k = fx.shares[i].clone();
+            last = fx.update(&k, &nonce).1;
+        }
+        let token = decode_token(last["encoded_token"].as_str().unwrap(), otp).unwrap();
+        assert_eq!(fx.check(&token), Ok(()));
+    }
+
+    #[test]
+    fn dr_token_encoding_matches_reference() {
+        // A root token and OTP as the reference's generate-root produces them (public sample).
+        let t = decode_token(
+            "PzVHSRMXERYIFCl9IhIMKwUoMz8OJBEgXAIIdQ",
+            "WC4gXgKrEUZIRDxHRNTiiUIf9GO8",
+        )
+        .unwrap();
+        assert!(t.starts_with("hvs."), "{t}");
+        assert_eq!(
+            encode_token(&t, "WC4gXgKrEUZIRDxHRNTiiUIf9GO8").unwrap(),
+            "PzVHSRMXERYIFCl9IhIMKwUoMz8OJBEgXAIIdQ"
+        );
+        // Padded input decodes too; a wrong OTP length is a clear error.
+        let enc = encode_token("cdr.abc", "1234567").unwrap();
+        assert_eq!(
+            decode_token(&format!("{enc}="), "1234567").unwrap(),
+            "cdr.abc"
+        );
+        assert!(decode_token(&enc, "123").unwrap_err().contains("wrong OTP"));
+    }
+
+    fn test_pgp_key(rng: &mut ChaCha20Rng) -> ::pgp::composed::SignedSecretKey {
+        use ::pgp::composed::{
+            EncryptionCaps, KeyType, SecretKeyParamsBuilder, SubkeyParamsBuilder,
+        };
+        use ::pgp::crypto::ecc_curve::ECCCurve;
+        let mut enc = SubkeyParamsBuilder::default();
+        enc.key_type(KeyType::ECDH(ECCCurve::Curve25519Legacy))
+            .can_sign(false)
+            .can_encrypt(EncryptionCaps::All)
+            .can_authenticate(false);
+        let mut p = SecretKeyParamsBuilder::default();
+        p.key_type(KeyType::Ed25519Legacy)
+            .can_certify(true)
+            .can_sign(true)
+            .can_encrypt(EncryptionCaps::None)
+            .primary_user_id("DR operator <dr@example.com>".into())
+            .subkeys(vec![enc.build().unwrap()]);
+        p.build().unwrap().generate(rng).unwrap()
+    }
+
+    #[test]
+    fn dr_token_pgp_flow() {
+        use ::pgp::composed::{Message, SignedPublicKey};
+        use ::pgp::ser::Serialize as _;
+        use ::pgp::types::KeyDetails;
+        let mut fx = Fixture::new(11);
+        let mut krng = ChaCha20Rng::seed_from_u64(99);
+        let sk = test_pgp_key(&mut krng);
+        let pk = SignedPublicKey::from(sk.clone());
+        let b64 = base64::engine::general_purpose::STANDARD.encode(pk.to_bytes().unwrap());
+        assert_eq!(fx.start(json!({"pgp_key": "bm90IGEga2V5"})).0, 400);
+        assert_eq!(
+            fx.start(json!({"pgp_key": b64, "otp": "0123456789abcdefghijABCDEFGH"}))
+                .0,
+            400
+        );
+        let (s, b) = fx.start(json!({ "pgp_key": b64 }));
+        assert_eq!(s, 200, "{b}");
+        let fp = format!("{:x}", pk.fingerprint());
+        assert_eq!(b["pgp_fingerprint"], json!(fp));
+        assert_eq!(b["otp"], json!(""));
+        let nonce = b["nonce"].as_str().unwrap().to_string();
+        let (_, g) = fx.req(Method::Get, ATTEMPT, Value::Null);
+        assert_eq!(g["pgp_fingerprint"], json!(fp));
+        let mut last = Value::Null;
+        for i in [1, 2, 3] {
+            let k = fx.shares[i].clone();
+            last = fx.update(&k, &nonce).1;
+        }
+        assert_eq!(last["complete"], json!(true), "{last}");
+        assert_eq!(last["pgp_fingerprint"], json!(fp));
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(last["encoded_token"].as_str().unwrap())
+            .unwrap();
+        let mut m = Message::from_bytes(raw.as_slice())
+            .unwrap()
+            .decrypt(&"".into(), &sk)
+            .unwrap();
+        if m.is_compressed() {
+            m = m.decompress().unwrap();
+        }
+        let token = String::from_utf8(m.as_data_vec().unwrap()).unwrap();
+        assert!(token.starts_with(TOKEN_PREFIX), "{token}");
+        assert_eq!(fx.check(&token), Ok(()));
+        // ASCII-armored keys are accepted as well.
+        let armored = pk.to_armored_string(Default::default()).unwrap();
+        let (s, b) = fx.start(json!({ "pgp_key": armored }));
+        assert_eq!(s, 200, "{b}");
+        assert_eq!(b["pgp_fingerprint"], json!(fp));
+    }
+
+    #[test]
+    fn dr_token_routes_through_the_node_unauthenticated() {
+        use crate::node::{Input, Node, NodeConfig, Output};
+        let cfg = NodeConfig {
+            license: crate::license::LicenseState::hosted(),
+            ..Default::default()
+        };
+        let mut n = Node::new(MemStorage::new(), [5; 32], cfg);
+        let mut next = 0u64;
+        let mut call = |n: &mut Node<MemStorage>, req: Request| -> (u16, Value) {
+            next += 1;
+            let mut req = req;
+            req.id = next;
+            n.handle(1_000, Input::Request(req));
+            while let Some(o) = n.poll_output() {
+                if let Output::Response(r) = o {
+                    if r.id == next {
+                        return (r.status, r.body.unwrap_or(Value::Null));
+                    }
+                }
+            }
+            panic!("no response");
+        };
+        let (s, init) = call(
+            &mut n,
+            Request::new(0, Method::Put, "sys/init")
+                .with_json(json!({"secret_shares": 5, "secret_threshold": 3})),
+        );
+        assert_eq!(s, 200);
+        let keys: Vec<String> = init["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap().to_string())
+            .collect();
+        for k in &keys[..3] {
+            call(
+                &mut n,
+                Request::new(0, Method::Put, "sys/unseal").with_json(json!({ "key": k })),
+            );
+        }
+        let path = |op: &str| format!("{BASE}{op}");
+        let (s, b) = call(&mut n, Request::new(0, Method::Post, &path(ATTEMPT)));
+        assert_eq!(s, 200, "{b}");
+        let nonce = b["nonce"].as_str().unwrap().to_string();
+        let otp = b["otp"].as_str().unwrap().to_string();
+        let mut last = Value::Null;
+        for k in &keys[1..4] {
+            let (s, b) = call(
+                &mut n,
+                Request::new(0, Method::Put, &path(UPDATE))
+                    .with_json(json!({ "key": k, "nonce": nonce })),
+            );
+            assert_eq!(s, 200, "{b}");
+            last = b;
+        }
+        let token = decode_token(last["encoded_token"].as_str().unwrap(), &otp).unwrap();
+        let (s, b) = call(
+            &mut n,
+            Request::new(0, Method::Post, &path(DELETE)).with_json(json!({ FIELD: token })),
+        );
+        assert_eq!(s, 204, "{b}");
+        let (s, b) = call(
+            &mut n,
+            Request::new(0, Method::Post, &path(DELETE)).with_json(json!({ FIELD: token })),
+        );
+        assert_eq!(s, 403, "{b}");
+        assert_eq!(
+            call(&mut n, Request::new(0, Method::Get, &path(UPDATE))).0,
+            405
+        );
+    }
+}

@@ -1,0 +1,754 @@
+//! Replication: performance and DR primaries and secondaries.
+//!
+//! * [`class`] — which keys replicate where (replicated / cluster-local / node-local).
+//! * [`merkle`] — the replicated and local Merkle trees, updated on every write.
+//! * [`wal`] — the primary's bounded write-ahead log.
+//! * [`msg`] — the cluster protocol and the I/O envelopes the node exchanges with its driver.
+//! * [`state`] — persisted roles, secondary records and the activation bundle.
+//! * `api` — the `sys/replication/*` endpoints; `primary` serves secondaries; `secondary`
+//!   is the pull state machine (connecting → merkle-diff → merkle-sync → stream-wals, idle).
+//!
+//! Every write set a node applies goes through [`commit`] (the commit hook): it classifies
+//! the keys, refuses writes a secondary must not make itself, updates the Merkle trees,
+//! appends WAL entries on a primary, and applies everything as one storage write set.
+
+pub mod activation;
+mod api;
+pub mod class;
+pub mod dr_token;
+pub mod filter;
+pub mod merkle;
+pub mod msg;
+mod primary;
+mod secondary;
+pub mod state;
+pub mod wal;
+
+pub use msg::{
+    HttpCall, HttpReply, PeerAnswer, PeerBody, PeerMsg, PeerReply, PeerRequest, PeerResponse,
+    PeerSend,
+};
+
+use crate::api::{ApiError, ApiResult, Reply, Request, RequestId};
+use crate::ctx::Ctx;
+use crate::node::{NodeState, Output};
+use crate::seal::Barrier;
+use crate::storage::{Storage, Txn, Write};
+use crate::time::Millis;
+use class::Class;
+use merkle::{TreeKind, Trees};
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+use state::{Role, RoleState};
+use std::collections::{BTreeMap, BTreeSet};
+use wal::WalEntry;
+
+pub use api::handle;
+
+/// A replication mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Performance,
+    Dr,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Performance => "performance",
+            Mode::Dr => "dr",
+        }
+    }
+    fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "performance" => Some(Mode::Performance),
+            "dr" => Some(Mode::Dr),
+            _ => None,
+        }
+    }
+    fn role_key(self) -> String {
+        format!("node/replication/{}", self.name())
+    }
+}
+
+/// Replication settings fixed at start.
+#[derive(Debug, Clone)]
+pub struct ReplicationConfig {
+    pub wal: wal::Limits,
+    /// This node's API address (`http://host:port`), put into activation tokens.
+    pub api_addr: String,
+    /// This node's cluster address (`host:port`), the default advertised to secondaries.
+    pub cluster_addr: String,
+    /// Longest a primary holds a pull that has nothing to send (long poll).
+    pub pull_wait_ms: u64,
+    /// Most WAL entries per batch.
+    pub batch_entries: u32,
+    /// Most keys per Merkle sync fetch.
+    pub fetch_batch: usize,
+    /// A peer not heard from for this long counts as disconnected.
+    pub heartbeat_timeout_ms: u64,
+}
+
+impl Default for ReplicationConfig {
+    fn default() -> Self {
+        ReplicationConfig {
+            wal: wal::Limits::default(),
+            api_addr: String::new(),
+            cluster_addr: String::new(),
+            pull_wait_ms: 2_000,
+            batch_entries: 512,
+            fetch_batch: 512,
+            heartbeat_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// Where a write set comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A client request, a login or a tick: refused where this node's role forbids it.
+    Client,
+    /// Replication bookkeeping and data received from a primary.
+    Replication,
+    /// Entries received from a DR primary, stored under the primary's WAL indices.
+    DrStream,
+}
+
+/// One change to apply: a write, with its class and WAL index when they come from a primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub key: String,
+    pub value: Option<Vec<u8>>,
+    pub class: Option<Class>,
+    pub index: Option<u64>,
+    pub end: bool,
+}
+
+impl Change {
+    pub fn write(key: String, value: Option<Vec<u8>>) -> Change {
+        Change {
+            key,
+            value,
+            class: None,
+            index: None,
+            end: false,
+        }
+    }
+}
+
+/// Secondary pull state (the status `state` field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Phase {
+    #[default]
+    Idle,
+    Connecting,
+    MerkleDiff,
+    MerkleSync,
+    StreamWals,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Idle => "idle",
+            Phase::Connecting => "connecting",
+            Phase::MerkleDiff => "merkle-diff",
+            Phase::MerkleSync => "merkle-sync",
+            Phase::StreamWals => "stream-wals",
+        }
+    }
+}
+
+/// In-memory runtime of a secondary.
+#[derive(Debug, Default)]
+pub(crate) struct SecRt {
+    pub phase: Phase,
+    pub inflight: Option<u64>,
+    pub next_at: Option<Millis>,
+    pub last_heartbeat: Option<Millis>,
+    pub last_error: String,
+    pub failures: u32,
+    pub info: msg::PrimaryInfo,
+    /// Merkle diff/sync in progress: the primary's WAL index of the diff.
+    pub base: u64,
+    pub fetch: Vec<(String, Class)>,
+    /// Buckets asked about in the current Merkle sync.
+    pub asked: BTreeMap<msg::SubtreeRef, BTreeSet<u32>>,
+    pub sync_total: u64,
+    pub sync_done: u64,
+    /// Index in `creds.primary_cluster_addrs` currently used.
+    pub addr_idx: usize,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct ModeRt {
+    pub role: RoleState,
+    pub sec: SecRt,
+}
+
+/// What the primary knows about a connected secondary (heartbeats).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Live {
+    pub api_addr: String,
+    pub cluster_addr: String,
+    pub cluster_id: String,
+    pub last_seen: Millis,
+}
+
+/// A long poll held by a primary.
+#[derive(Debug, Clone)]
+pub(crate) struct Waiter {
+    pub id: u64,
+    pub mode: Mode,
+    pub secondary_id: String,
+    pub after: u64,
+    pub max: u32,
+    pub deadline: Millis,
+}
+
+/// An outbound call in flight.
+#[derive(Debug, Clone)]
+pub(crate) enum Call {
+    Peer {
+        mode: Mode,
+    },
+    /// Unwrapping an activation token for `enable` or `update-primary`.
+    Unwrap {
+        request: RequestId,
+        mode: Mode,
+        update: bool,
+    },
+    /// Pinging `update_primary_addrs[idx]`.
+    Ping {
+        request: RequestId,
+        mode: Mode,
+        addrs: Vec<String>,
+        idx: usize,
+    },
+}
+
+/// Replication state of a node (in memory; the durable parts live in storage).
+#[derive(Debug, Default)]
+pub struct Replication {
+    loaded: bool,
+    roles_loaded: bool,
+    pub trees: Trees,
+    pub wal: wal::Meta,
+    local_uuids: BTreeSet<String>,
+    pub(crate) perf: ModeRt,
+    pub(crate) dr: ModeRt,
+    next_call: u64,
+    pub(crate) calls: BTreeMap<u64, Call>,
+    pub(crate) waiters: Vec<Waiter>,
+    pub(crate) live: BTreeMap<(Mode, String), Live>,
+    /// The barrier key (set by the node when it unseals), for activation bundles.
+    pub barrier_key: Option<[u8; 32]>,
+}
+
+impl Replication {
+    pub(crate) fn mode(&self, m: Mode) -> &ModeRt {
+        match m {
+            Mode::Performance => &self.perf,
+            Mode::Dr => &self.dr,
+        }
+    }
+    pub(crate) fn mode_mut(&mut self, m: Mode) -> &mut ModeRt {
+        match m {
+            Mode::Performance => &mut self.perf,
+            Mode::Dr => &mut self.dr,
+        }
+    }
+    pub fn role(&self, m: Mode) -> Role {
+        self.mode(m).role.role
+    }
+    pub fn is_dr_secondary(&self) -> bool {
+        self.dr.role.role == Role::Secondary
+    }
+    pub fn is_perf_secondary(&self) -> bool {
+        self.perf.role.role == Role::Secondary
+    }
+    pub(crate) fn call_id(&mut self) -> u64 {
+        self.next_call += 1;
+        self.next_call
+    }
+
+    /// The WAL is written on primaries (either mode) and DR secondaries.
+    fn wal_wanted(&self) -> bool {
+        self.perf.role.role == Role::Primary || self.dr.role.role != Role::Disabled
+    }
+
+    /// Merkle root of one mode as status reports it: the replicated tree (performance), or
+    /// both trees (DR).
+    pub fn merkle_root(&self, m: Mode) -> String {
+        let all = |_: &str| true;
+        let r = self.trees.root(TreeKind::Replicated, &all);
+        match m {
+            Mode::Performance => hex::encode(r),
+            Mode::Dr => {
+                let l = self.trees.root(TreeKind::Local, &all);
+                let mut b = r.to_vec();
+                b.extend_from_slice(&l);
+                crate::crypto::sha256_hex(&b)
+            }
+        }
+    }
+
+    /// When the node next wants to be polled for replication work.
+    pub fn next_wake(&self) -> Option<Millis> {
+        let w = self.waiters.iter().map(|w| w.deadline).min();
+        let s = [&self.perf, &self.dr]
+            .iter()
+            .filter(|m| m.sec.inflight.is_none())
+            .filter_map(|m| m.sec.next_at)
+            .min();
+        match (w, s) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Forgets unsealed state when the node seals (roles are reloaded on unseal).
+    pub fn on_seal(&mut self) {
+        self.roles_loaded = false;
+        self.perf = ModeRt::default();
+        self.dr = ModeRt::default();
+        self.waiters.clear();
+        self.calls.clear();
+        self.barrier_key = None;
+    }
+
+    /// The new local-mount UUID set if `changes` rewrite a local mount table.
+    fn local_uuids_after(
+        &self,
+        s: &dyn Storage,
+        barrier: &Barrier,
+        changes: &[Change],
+    ) -> ApiResult<Option<BTreeSet<String>>> {
+        const TABLES: [&str; 2] = ["core/local-mounts", "core/local-auth"];
+        if !changes.iter().any(|c| TABLES.contains(&c.key.as_str())) {
+            return Ok(None);
+        }
+        let mut set = BTreeSet::new();
+        for t in TABLES {
+            let bytes = match changes.iter().rev().find(|c| c.key == t) {
+                Some(c) => c.value.clone(),
+                None => s.get(t)?,
+            };
+            set.extend(uuids_of_table(barrier, t, bytes.as_deref()));
+        }
+        Ok(Some(set))
+    }
+
+    /// Classifies, checks and extends a write set; nothing is changed in memory yet.
+    fn stage(
+        &self,
+        s: &dyn Storage,
+        barrier: &Barrier,
+        limits: wal::Limits,
+        changes: Vec<Change>,
+        origin: Origin,
+    ) -> ApiResult<Staged> {
+        let new_uuids = self.local_uuids_after(s, barrier, &changes)?;
+        let mut uuids = self.local_uuids.clone();
+        if let Some(n) = &new_uuids {
+            uuids.extend(n.iter().cloned());
+        }
+        let mut classes = Vec::with_capacity(changes.len());
+        for c in &changes {
+            let class = c.class.unwrap_or_else(|| class::classify(&c.key, &uuids));
+            if origin == Origin::Client && class != Class::NodeLocal {
+                if self.is_dr_secondary() {
+                    return Err(dr_secondary_error());
+                }
+                if self.is_perf_secondary() && class == Class::Replicated {
+                    return Err(ApiError::bad(format!(
+                        "this cluster is a performance secondary: replicated data (here {:?}) is read-only; write to the primary",
+                        c.key
+                    )));
+                }
+            }
+            classes.push(class);
+        }
+        let mut writes: Vec<Write> = Vec::with_capacity(changes.len() + 4);
+        let mut ms = merkle::Staged::default();
+        let mut overlay: BTreeMap<&str, Option<Vec<u8>>> = BTreeMap::new();
+        let mut entries: Vec<WalEntry> = Vec::new();
+        let wal_on = self.wal.active;
+        let mut next = self.wal.last + 1;
+        for (c, class) in changes.iter().zip(classes) {
+            writes.push((c.key.clone(), c.value.clone()));
+            if class == Class::NodeLocal {
+                continue;
+            }
+            let old = match overlay.get(c.key.as_str()) {
+                Some(v) => v.clone(),
+                None => s.get(&c.key)?,
+            };
+            overlay.insert(c.key.as_str(), c.value.clone());
+            if old.is_none() && c.value.is_none() && origin != Origin::DrStream {
+                continue;
+            }
+            let tree = if class == Class::Replicated {
+                TreeKind::Replicated
+            } else {
+                TreeKind::Local
+            };
+            self.trees.stage(
+                &mut ms,
+                tree,
+                &class::subtree(&c.key),
+                &c.key,
+                old.as_deref(),
+                c.value.as_deref(),
+            );
+            if !wal_on {
+                continue;
+            }
+            let index = if origin == Origin::DrStream {
+                match c.index {
+                    Some(i) if i > self.wal.last => i,
+                    _ => continue,
+                }
+            } else {
+                let i = next;
+                next += 1;
+                i
+            };
+            entries.push(WalEntry {
+                index,
+                key: c.key.clone(),
+                class,
+                hash: c
+                    .value
+                    .as_deref()
+                    .map(crate::crypto::sha256_hex)
+                    .unwrap_or_default(),
+                value: c.value.clone(),
+                end: if origin == Origin::DrStream {
+                    c.end
+                } else {
+                    false
+                },
+            });
+        }
+        if origin != Origin::DrStream {
+            if let Some(last) = entries.last_mut() {
+                last.end = true;
+            }
+        }
+        writes.extend(Trees::persist(&mut ms));
+        let wal_meta = if entries.is_empty() {
+            None
+        } else {
+            Some(wal::append(s, self.wal, &entries, limits, &mut writes)?)
+        };
+        Ok(Staged {
+            writes,
+            merkle: ms,
+            wal: wal_meta,
+            uuids: new_uuids,
+        })
+    }
+
+    /// Installs a staged write set after it was applied; true when the WAL grew.
+    fn install(&mut self, st: Staged) -> bool {
+        self.trees.install(st.merkle);
+        if let Some(u) = st.uuids {
+            self.local_uuids = u;
+        }
+        match st.wal {
+            Some(m) => {
+                let grew = m.last > self.wal.last;
+                self.wal = m;
+                grew
+            }
+            None => false,
+        }
+    }
+}
+
+struct Staged {
+    writes: Vec<Write>,
+    merkle: merkle::Staged,
+    wal: Option<wal::Meta>,
+    uuids: Option<BTreeSet<String>>,
+}
+
+fn uuids_of_table(barrier: &Barrier, key: &str, bytes: Option<&[u8]>) -> Vec<String> {
+    let Some(b) = bytes else { return Vec::new() };
+    let Some(plain) = barrier.decrypt(key, b) else {
+        return Vec::new();
+    };
+    serde_json::from_slice::<Vec<crate::mounts::MountEntry>>(&plain)
+        .map(|v| v.into_iter().map(|m| m.uuid).collect())
+        .unwrap_or_default()
+}
+
+pub(crate) fn dr_secondary_error() -> ApiError {
+    ApiError::bad(
+        "this cluster is a DR secondary: it does not serve client requests; send them to the DR primary, or promote this cluster",
+    )
+}
+
+/// Everything a replication step may touch.
+pub struct Env<'a> {
+    pub storage: &'a mut dyn Storage,
+    pub barrier: &'a mut Barrier,
+    pub rng: &'a mut ChaCha20Rng,
+    pub st: &'a mut NodeState,
+    pub now: Millis,
+}
+
+impl Env<'_> {
+    /// A handler context over current storage (reads only; writes go through [`commit`]).
+    pub fn ctx(&mut self) -> Ctx<'_> {
+        Ctx {
+            txn: Txn::new(&*self.storage),
+            barrier: &*self.barrier,
+            rng: &mut *self.rng,
+            now: self.now,
+        }
+    }
+    pub(crate) fn repl(&mut self) -> &mut Replication {
+        &mut self.st.repl
+    }
+    pub(crate) fn cfg(&self) -> &ReplicationConfig {
+        &self.st.config.replication
+    }
+    pub(crate) fn push(&mut self, o: Output) {
+        self.st.outputs.push_back(o);
+    }
+    /// The encrypted write of a mode's role state.
+    pub(crate) fn role_write(&mut self, m: Mode) -> ApiResult<Change> {
+        let json = serde_json::to_vec(&self.st.repl.mode(m).role)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let key = m.role_key();
+        let enc = self
+            .barrier
+            .encrypt(&key, &json, &mut *self.rng)
+            .ok_or(ApiError::Sealed)?;
+        Ok(Change::write(key, Some(enc)))
+    }
+}
+
+/// The commit hook: applies a write set of `origin` with WAL and Merkle bookkeeping.
+pub fn commit(env: &mut Env, writes: Vec<Write>, origin: Origin) -> ApiResult<()> {
+    let changes = writes
+        .into_iter()
+        .map(|(k, v)| Change::write(k, v))
+        .collect();
+    commit_changes(env, changes, origin)
+}
+
+pub fn commit_changes(env: &mut Env, changes: Vec<Change>, origin: Origin) -> ApiResult<()> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let limits = env.st.config.replication.wal;
+    let staged = env
+        .st
+        .repl
+        .stage(&*env.storage, env.barrier, limits, changes, origin)?;
+    env.storage.apply(&staged.writes)?;
+    if env.st.repl.install(staged) {
+        primary::serve_waiters(env);
+    }
+    Ok(())
+}
+
+/// Loads the Merkle trees and WAL position (rebuilding the trees from storage when they were
+/// never persisted), and once unsealed the roles; starts secondaries. Called before every
+/// input.
+pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
+    let r = &mut env.st.repl;
+    if !r.loaded {
+        let marker = env.storage.get(merkle::MARKER)?;
+        if marker.is_none() {
+            let fresh = env.storage.get(crate::seal::KEYRING_KEY)?.is_none();
+            if env.barrier.sealed() && !fresh {
+                return Ok(());
+            }
+            if !env.barrier.sealed() {
+                r.local_uuids = load_uuids(&*env.storage, env.barrier)?;
+            }
+            let mut trees = Trees::default();
+            for (k, v) in env.storage.scan("")? {
+                let class = class::classify(&k, &r.local_uuids);
+                if class == Class::NodeLocal {
+                    continue;
+                }
+                let kind = if class == Class::Replicated {
+                    TreeKind::Replicated
+                } else {
+                    TreeKind::Local
+                };
+                trees.apply(kind, &class::subtree(&k), &k, None, Some(&v));
+            }
+            let mut w = trees.all_page_writes();
+            w.push((merkle::MARKER.to_string(), Some(merkle::VERSION.to_vec())));
+            env.storage.apply(&w)?;
+            r.trees = trees;
+        } else {
+            r.trees = Trees::load(&env.storage.scan(merkle::PREFIX)?);
+        }
+        r.wal = wal::load_meta(&*env.storage)?;
+        r.loaded = true;
+    }
+    if !env.barrier.sealed() && !env.st.repl.roles_loaded {
+        let uuids = load_uuids(&*env.storage, env.barrier)?;
+        let r = &mut env.st.repl;
+        r.local_uuids = uuids;
+        for m in [Mode::Performance, Mode::Dr] {
+            let key = m.role_key();
+            let role: RoleState = match env.storage.get(&key)? {
+                None => RoleState::default(),
+                Some(b) => env
+                    .barrier
+                    .decrypt(&key, &b)
+                    .and_then(|p| serde_json::from_slice(&p).ok())
+                    .unwrap_or_default(),
+            };
+            let rt = r.mode_mut(m);
+            rt.role = role;
+            rt.sec = SecRt::default();
+            if rt.role.role == Role::Secondary && rt.role.creds.is_some() {
+                rt.sec.phase = Phase::Connecting;
+                rt.sec.next_at = Some(env.now);
+            }
+        }
+        r.roles_loaded = true;
+        sync_wal_activity(env)?;
+    }
+    Ok(())
+}
+
+fn load_uuids(s: &dyn Storage, barrier: &Barrier) -> ApiResult<BTreeSet<String>> {
+    let mut set = BTreeSet::new();
+    for t in ["core/local-mounts", "core/local-auth"] {
+        set.extend(uuids_of_table(barrier, t, s.get(t)?.as_deref()));
+    }
+    Ok(set)
+}
+
+/// Turns WAL writing on or off to match the roles. Turning it on starts a new stretch of
+/// indices after a gap, so no secondary can skip writes made while it was off.
+pub(crate) fn sync_wal_activity(env: &mut Env) -> ApiResult<()> {
+    let want = env.st.repl.wal_wanted();
+    let meta = env.st.repl.wal;
+    if meta.active == want {
+        return Ok(());
+    }
+    let mut w = Vec::new();
+    let mut m = if want {
+        wal::reset(&*env.storage, meta, meta.last + 1, &mut w)
+    } else {
+        meta
+    };
+    m.active = want;
+    w.retain(|(k, _)| k != wal::META);
+    w.push((wal::META.to_string(), serde_json::to_vec(&m).ok()));
+    env.storage.apply(&w)?;
+    env.st.repl.wal = m;
+    Ok(())
+}
+
+/// Periodic and follow-up work: expires long polls, sends due secondary requests.
+pub fn poll(env: &mut Env) {
+    if env.barrier.sealed() || !env.st.repl.roles_loaded {
+        return;
+    }
+    primary::expire_waiters(env);
+    for m in [Mode::Performance, Mode::Dr] {
+        let rt = env.st.repl.mode(m);
+        let due = rt.role.role == Role::Secondary
+            && rt.sec.inflight.is_none()
+            && rt.sec.next_at.is_some_and(|t| t <= env.now);
+        if due {
+            secondary::kick(env, m);
+        }
+    }
+}
+
+/// Input: a message on the cluster listener.
+pub fn on_peer_request(env: &mut Env, req: PeerRequest) {
+    primary::on_request(env, req);
+}
+
+/// Input: the answer to a [`PeerSend`].
+pub fn on_peer_reply(env: &mut Env, rep: PeerReply) -> Option<(RequestId, ApiResult)> {
+    match env.st.repl.calls.remove(&rep.call_id) {
+        Some(Call::Peer { mode }) => {
+            secondary::on_reply(env, mode, rep.call_id, rep.result);
+            None
+        }
+        Some(Call::Ping {
+            request,
+            mode,
+            addrs,
+            idx,
+        }) => secondary::on_ping(env, request, mode, addrs, idx, rep.result),
+        _ => None,
+    }
+}
+
+/// Input: the result of an [`HttpCall`]; may finish a pending request.
+pub fn on_http_reply(env: &mut Env, rep: HttpReply) -> Option<(RequestId, ApiResult)> {
+    match env.st.repl.calls.remove(&rep.call_id) {
+        Some(Call::Unwrap {
+            request,
+            mode,
+            update,
+        }) => Some((
+            request,
+            secondary::on_unwrapped(env, mode, update, rep.result),
+        )),
+        _ => None,
+    }
+}
+
+/// Paths a node answers without a client token given its role: a DR secondary's
+/// `sys/replication/dr/secondary/*` operations are authorised by the DR operation token.
+pub fn unauthenticated(st: &NodeState, path: &str) -> bool {
+    st.repl.is_dr_secondary() && path.starts_with("sys/replication/dr/secondary/")
+}
+
+/// Refuses requests this node's role does not serve (a DR secondary serves only the
+/// replication, seal and health endpoints).
+pub fn gate_request(st: &NodeState, req: &Request) -> ApiResult<()> {
+    if !st.repl.is_dr_secondary() {
+        return Ok(());
+    }
+    let p = req.path.as_str();
+    let allowed = p.starts_with("sys/replication/")
+        || matches!(
+            p,
+            "sys/seal" | "sys/leader" | "sys/license/status" | "sys/health" | "sys/seal-status"
+        );
+    if allowed {
+        Ok(())
+    } else {
+        Err(dr_secondary_error())
+    }
+}
+
+/// Ok(()) once replication state is loaded (after unseal).
+pub(crate) fn require_loaded(st: &NodeState) -> ApiResult<()> {
+    if st.repl.roles_loaded {
+        Ok(())
+    } else {
+        Err(ApiError::Unavailable(
+            "replication state is not loaded yet".into(),
+        ))
+    }
+}
+
+/// What a pending request waits for is gone (e.g. the node sealed); finish it with an error.
+pub fn pending_error() -> ApiResult<Reply> {
+    Err(ApiError::Unavailable(
+        "the operation was interrupted; retry".into(),
+    ))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,425 @@
+//! The primary's side of the cluster channel: authenticates secondaries, answers pulls with
+//! (filtered) WAL batches or holds them until there is one (long poll), and answers the
+//! Merkle diff/sync questions from its trees and storage.
+
+use super::class::{self, Class};
+use super::filter::{self, MountMap};
+use super::merkle::{self, TreeKind};
+use super::msg::{PeerAnswer, PeerBody, PeerMsg, PeerRequest, PeerResponse, PrimaryInfo, SyncValue};
+use super::state::{Role, SecondaryRecord};
+use super::wal::{self, WalEntry};
+use super::{Env, Live, Mode, Waiter};
+use crate::api::ApiResult;
+use crate::ctx::Ctx;
+use crate::node::Output;
+use crate::storage::Storage;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Storage prefix of a mode's secondary records (cluster-local).
+pub(crate) fn records_prefix(mode: Mode) -> String {
+    format!("{}{}/secondary/", class::LOCAL_REPLICATION, mode.name())
+}
+
+pub(crate) fn record_key(mode: Mode, id: &str) -> String {
+    format!("{}{id}", records_prefix(mode))
+}
+
+pub(crate) fn load_record(ctx: &Ctx, mode: Mode, id: &str) -> ApiResult<Option<SecondaryRecord>> {
+    ctx.get_json(&record_key(mode, id))
+}
+
+pub(crate) fn load_records(ctx: &Ctx, mode: Mode) -> ApiResult<Vec<SecondaryRecord>> {
+    let mut out = Vec::new();
+    for k in ctx.keys(&records_prefix(mode))? {
+        if let Some(r) = ctx.get_json::<SecondaryRecord>(&k)? {
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
+
+fn error(code: &str, message: impl Into<String>) -> PeerAnswer {
+    PeerAnswer::Error {
+        code: code.into(),
+        message: message.into(),
+    }
+}
+
+pub(crate) fn on_request(env: &mut Env, req: PeerRequest) {
+    let id = req.id;
+    let answer = match answer(env, id, req.msg) {
+        Ok(a) => a,
+        Err(e) => Some(error("internal", e.to_string())),
+    };
+    if let Some(msg) = answer {
+        env.push(Output::PeerResponse(PeerResponse { id, msg }));
+    }
+}
+
+/// Which trees a secondary of `mode` may see.
+pub(crate) fn kinds(mode: Mode) -> &'static [TreeKind] {
+    match mode {
+        Mode::Performance => &[TreeKind::Replicated],
+        Mode::Dr => &[TreeKind::Replicated, TreeKind::Local],
+    }
+}
+
+/// What one secondary may see: its filter and the mount map it applies to.
+struct View {
+    mode: Mode,
+    filter: Option<super::state::PathsFilter>,
+    mounts: MountMap,
+}
+
+impl View {
+    fn new(ctx: &Ctx, mode: Mode, rec: &SecondaryRecord) -> ApiResult<View> {
+        let mounts = if mode == Mode::Performance && rec.filter.is_some() {
+            filter::mount_map(ctx)?
+        } else {
+            MountMap::default()
+        };
+        Ok(View {
+            mode,
+            filter: rec.filter.clone(),
+            mounts,
+        })
+    }
+    fn subtree_ok(&self, kind: TreeKind, id: &str) -> bool {
+        kinds(self.mode).contains(&kind)
+            && (self.mode == Mode::Dr || filter::included(self.filter.as_ref(), &self.mounts, id))
+    }
+    fn key_ok(&self, key: &str, class: Class) -> bool {
+        match (self.mode, class) {
+            (_, Class::NodeLocal) => false,
+            (Mode::Dr, _) => true,
+            (Mode::Performance, Class::ClusterLocal) => false,
+            (Mode::Performance, Class::Replicated) => filter::included(
+                self.filter.as_ref(),
+                &self.mounts,
+                &class::subtree(key),
+            ),
+        }
+    }
+}
+
+fn info(env: &mut Env, mode: Mode, view: &View) -> PrimaryInfo {
+    let role = &env.st.repl.mode(mode).role;
+    let cluster_addr = if role.primary_cluster_addr.is_empty() {
+        env.cfg().cluster_addr.clone()
+    } else {
+        role.primary_cluster_addr.clone()
+    };
+    PrimaryInfo {
+        cluster_id: role.cluster_id.clone(),
+        last_wal: env.st.repl.wal.last,
+        api_addr: env.cfg().api_addr.clone(),
+        cluster_addr,
+        filter: (mode == Mode::Performance)
+            .then(|| filter::view(view.filter.as_ref(), &view.mounts))
+            .filter(|f| !f.mode.is_empty()),
+    }
+}
+
+fn authenticate(env: &mut Env, msg: &PeerMsg) -> ApiResult<Result<SecondaryRecord, PeerAnswer>> {
+    let mode = msg.mode;
+    if env.barrier.sealed() || !env.st.repl.roles_loaded {
+        return Ok(Err(error("sealed", "the primary is sealed")));
+    }
+    let role = &env.st.repl.mode(mode).role;
+    if role.role != Role::Primary {
+        return Ok(Err(error(
+            "not-primary",
+            format!("this cluster is not a {} primary", mode.name()),
+        )));
+    }
+    if !msg.auth.primary_cluster_id.is_empty() && msg.auth.primary_cluster_id != role.cluster_id {
+        return Ok(Err(error(
+            "wrong-cluster",
+            format!(
+                "this primary's cluster id is {}, not {}: the secondary must be activated again",
+                role.cluster_id, msg.auth.primary_cluster_id
+            ),
+        )));
+    }
+    let ctx = env.ctx();
+    let rec = load_record(&ctx, mode, &msg.auth.secondary_id)?;
+    let ok = rec.as_ref().is_some_and(|r| {
+        let h = crate::crypto::sha256_hex(msg.auth.secret.as_bytes());
+        crate::crypto::ct_eq(h.as_bytes(), r.secret_hash.as_bytes())
+    });
+    match rec {
+        Some(r) if ok => Ok(Ok(r)),
+        _ => Ok(Err(error(
+            "unknown-secondary",
+            format!(
+                "secondary {:?} is unknown to this primary or was revoked; activate it with a new secondary token",
+                msg.auth.secondary_id
+            ),
+        ))),
+    }
+}
+
+fn answer(env: &mut Env, id: u64, msg: PeerMsg) -> ApiResult<Option<PeerAnswer>> {
+    let rec = match authenticate(env, &msg)? {
+        Ok(r) => r,
+        Err(a) => return Ok(Some(a)),
+    };
+    let mode = msg.mode;
+    let now = env.now;
+    env.st.repl.live.insert(
+        (mode, rec.id.clone()),
+        Live {
+            api_addr: msg.auth.api_addr.clone(),
+            cluster_addr: msg.auth.cluster_addr.clone(),
+            cluster_id: msg.auth.cluster_id.clone(),
+            last_seen: now,
+        },
+    );
+    let view = View::new(&env.ctx(), mode, &rec)?;
+    let a = match msg.body {
+        PeerBody::Ping => PeerAnswer::Pong {
+            info: info(env, mode, &view),
+        },
+        PeerBody::Pull {
+            after,
+            max_entries,
+            wait_ms,
+        } => {
+            let w = env.st.repl.wal;
+            if after > w.last || !w.has_after(after) {
+                PeerAnswer::Gone {
+                    info: info(env, mode, &view),
+                }
+            } else if after == w.last && wait_ms > 0 {
+                let wait = wait_ms.min(env.cfg().pull_wait_ms);
+                env.st.repl.waiters.push(Waiter {
+                    id,
+                    mode,
+                    secondary_id: rec.id.clone(),
+                    after,
+                    max: max_entries,
+                    deadline: now + wait,
+                });
+                return Ok(None);
+            } else {
+                batch(env, &view, after, max_entries)?
+            }
+        }
+        PeerBody::MerkleRoots => {
+            let mut roots = Vec::new();
+            for k in kinds(mode) {
+                for (sid, h) in env.st.repl.trees.roots(*k, &|s| view.subtree_ok(*k, s)) {
+                    roots.push(((*k, sid), hex::encode(h)));
+                }
+            }
+            PeerAnswer::Roots {
+                info: info(env, mode, &view),
+                index: env.st.repl.wal.last,
+                roots,
+            }
+        }
+        PeerBody::MerklePages { subtrees } => {
+            let mut pages = Vec::new();
+            for (k, sid) in subtrees {
+                if !view.subtree_ok(k, &sid) {
+                    continue;
+                }
+                let st = env.st.repl.trees.get(k, &sid).cloned().unwrap_or_default();
+                let hs = st.page_hashes().iter().map(hex::encode).collect();
+                pages.push(((k, sid), hs));
+            }
+            PeerAnswer::Pages { pages }
+        }
+        PeerBody::MerkleSubpages { want } => {
+            let mut subpages = Vec::new();
+            for ((k, sid), ps) in want {
+                if !view.subtree_ok(k, &sid) {
+                    continue;
+                }
+                let st = env.st.repl.trees.get(k, &sid).cloned().unwrap_or_default();
+                for p in ps {
+                    let p = p as usize;
+                    if p >= merkle::PAGES {
+                        continue;
+                    }
+                    let sums = st.subpages(p).iter().map(hex::encode).collect();
+                    subpages.push(((k, sid.clone()), p as u16, sums));
+                }
+            }
+            PeerAnswer::Subpages { subpages }
+        }
+        PeerBody::MerkleKeys { want } => {
+            let uuids = env.st.repl.local_uuids.clone();
+            let mut keys = Vec::new();
+            for ((k, sid), buckets) in want {
+                if !view.subtree_ok(k, &sid) {
+                    continue;
+                }
+                let b: BTreeSet<u32> = buckets.into_iter().collect();
+                let list = subtree_keys(&*env.storage, &uuids, k, &sid, Some(&b))?
+                    .into_iter()
+                    .map(|(key, h)| (key, hex::encode(h)))
+                    .collect();
+                keys.push(((k, sid), list));
+            }
+            PeerAnswer::Keys { keys }
+        }
+        PeerBody::Fetch { keys } => {
+            let uuids = env.st.repl.local_uuids.clone();
+            let mut values = Vec::new();
+            for key in keys {
+                let class = class::classify(&key, &uuids);
+                if !view.key_ok(&key, class) {
+                    continue;
+                }
+                let value = env.storage.get(&key)?;
+                values.push(SyncValue { key, class, value });
+            }
+            PeerAnswer::Values { values }
+        }
+    };
+    Ok(Some(a))
+}
+
+/// The keys of one subtree of one tree (optionally only in some buckets) with leaf hashes.
+pub(crate) fn subtree_keys(
+    s: &dyn Storage,
+    uuids: &BTreeSet<String>,
+    kind: TreeKind,
+    sid: &str,
+    buckets: Option<&BTreeSet<u32>>,
+) -> ApiResult<Vec<(String, merkle::Hash)>> {
+    let prefix = class::subtree_prefix(sid).unwrap_or_default();
+    let mut out = Vec::new();
+    for (k, v) in s.scan(&prefix)? {
+        let c = class::classify(&k, uuids);
+        let kk = match c {
+            Class::NodeLocal => continue,
+            Class::Replicated => TreeKind::Replicated,
+            Class::ClusterLocal => TreeKind::Local,
+        };
+        if kk != kind || class::subtree(&k) != sid {
+            continue;
+        }
+        if buckets.is_some_and(|b| !b.contains(&merkle::bucket_index(&k))) {
+            continue;
+        }
+        out.push((k.clone(), merkle::leaf(&k, &v)));
+    }
+    Ok(out)
+}
+
+/// Entries after `after` (whole write sets, filtered for the secondary).
+fn batch(env: &mut Env, view: &View, after: u64, max: u32) -> ApiResult<PeerAnswer> {
+    let w = env.st.repl.wal;
+    let max = max.clamp(1, env.cfg().batch_entries.max(1)) as u64;
+    let mut entries: Vec<WalEntry> = Vec::new();
+    let mut last = after;
+    let mut i = after + 1;
+    let mut taken = 0u64;
+    while i <= w.last {
+        let Some(e) = wal::read(&*env.storage, i)? else {
+            break;
+        };
+        taken += 1;
+        last = i;
+        let end = e.end;
+        if view.key_ok(&e.key, e.class) {
+            entries.push(e);
+        }
+        i += 1;
+        if taken >= max && end {
+            break;
+        }
+    }
+    if last == after && after < w.last {
+        // The entry after `after` vanished (trimmed meanwhile).
+        return Ok(PeerAnswer::Gone {
+            info: info(env, view.mode, view),
+        });
+    }
+    Ok(PeerAnswer::Entries {
+        info: info(env, view.mode, view),
+        entries,
+        last,
+    })
+}
+
+fn answer_waiter(env: &mut Env, w: &Waiter) -> ApiResult<PeerAnswer> {
+    let rec = {
+        let ctx = env.ctx();
+        load_record(&ctx, w.mode, &w.secondary_id)?
+    };
+    let Some(rec) = rec else {
+        return Ok(error("unknown-secondary", "this secondary was revoked"));
+    };
+    let view = View::new(&env.ctx(), w.mode, &rec)?;
+    let wal = env.st.repl.wal;
+    if !wal.has_after(w.after) {
+        return Ok(PeerAnswer::Gone {
+            info: info(env, w.mode, &view),
+        });
+    }
+    if w.after >= wal.last {
+        return Ok(PeerAnswer::Entries {
+            info: info(env, w.mode, &view),
+            entries: Vec::new(),
+            last: w.after,
+        });
+    }
+    batch(env, &view, w.after, w.max)
+}
+
+fn respond(env: &mut Env, w: &Waiter) {
+    let msg = answer_waiter(env, w).unwrap_or_else(|e| error("internal", e.to_string()));
+    env.push(Output::PeerResponse(PeerResponse { id: w.id, msg }));
+}
+
+/// Answers held pulls that now have entries (called after the WAL grew).
+pub(crate) fn serve_waiters(env: &mut Env) {
+    let last = env.st.repl.wal.last;
+    let (ready, keep): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut env.st.repl.waiters)
+        .into_iter()
+        .partition(|w| w.after < last);
+    env.st.repl.waiters = keep;
+    for w in ready {
+        respond(env, &w);
+    }
+}
+
+/// Answers held pulls whose time is up with an empty batch (a heartbeat).
+pub(crate) fn expire_waiters(env: &mut Env) {
+    let now = env.now;
+    let (due, keep): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut env.st.repl.waiters)
+        .into_iter()
+        .partition(|w| w.deadline <= now);
+    env.st.repl.waiters = keep;
+    for w in due {
+        respond(env, &w);
+    }
+}
+
+/// Refuses held pulls of one secondary (revoked) or of a whole mode (demoted, disabled).
+pub(crate) fn drop_waiters(
+    outputs: &mut std::collections::VecDeque<Output>,
+    waiters: &mut Vec<Waiter>,
+    mode: Mode,
+    id: Option<&str>,
+    message: &str,
+) {
+    let (gone, keep): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(waiters)
+        .into_iter()
+        .partition(|w| w.mode == mode && id.is_none_or(|i| i == w.secondary_id));
+    *waiters = keep;
+    for w in gone {
+        outputs.push_back(Output::PeerResponse(PeerResponse {
+            id: w.id,
+            msg: error("unknown-secondary", message),
+        }));
+    }
+}
+
+/// Connection status of a secondary as the primary sees it.
+pub(crate) fn live_view(live: &BTreeMap<(Mode, String), Live>, mode: Mode, id: &str) -> Option<Live> {
+    live.get(&(mode, id.to_string())).cloned()
+}

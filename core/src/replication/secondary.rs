@@ -1,0 +1,738 @@
+//! The secondary's pull state machine, advanced by peer replies and polls:
+//!
+//! * `connecting` / `stream-wals`: ask for WAL entries after `last_remote_wal`; apply each
+//!   batch atomically with the new `last_remote_wal`; ask again at once (the primary holds
+//!   the request until it has entries: long poll).
+//! * `merkle-diff`: when the primary no longer retains the entries needed (or after
+//!   update-primary or a filter change): compare subtree roots, then page hashes, then
+//!   subpage sums, top-down.
+//! * `merkle-sync`: compare key hashes in the differing subpages only, delete keys the
+//!   primary does not have, fetch the values that differ, then stream again from the WAL
+//!   index the diff started at (replaying what changed meanwhile).
+//! * `idle`: no working connection; retried with backoff.
+//!
+//! Also here: activation (after the token was unwrapped at the primary), update-primary.
+
+use super::class::Class;
+use super::merkle::{self, TreeKind};
+use super::msg::{PeerAnswer, PeerAuth, PeerBody, PeerMsg, PeerSend, SubtreeRef, SyncValue};
+use super::primary::{kinds, subtree_keys};
+use super::state::{Bundle, Creds, Role, RoleState};
+use super::wal::{self, WalEntry};
+use super::{commit_changes, Call, Change, Env, Mode, Origin, Phase, SecRt};
+use crate::api::{ApiError, ApiResult, Reply, RequestId};
+use crate::node::Output;
+use crate::seal::Barrier;
+use crate::storage::Write;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+fn tree_class(k: TreeKind) -> Class {
+    match k {
+        TreeKind::Replicated => Class::Replicated,
+        TreeKind::Local => Class::ClusterLocal,
+    }
+}
+
+/// Sends `body` to the current primary address.
+fn send(env: &mut Env, mode: Mode, body: PeerBody) {
+    let node_id = env.st.config.node_id.clone();
+    let api_addr = env.cfg().api_addr.clone();
+    let cluster_addr = env.cfg().cluster_addr.clone();
+    let id = env.repl().call_id();
+    let rt = env.st.repl.mode_mut(mode);
+    let Some(creds) = rt.role.creds.clone() else {
+        rt.sec.phase = Phase::Idle;
+        return;
+    };
+    if creds.primary_cluster_addrs.is_empty() {
+        rt.sec.phase = Phase::Idle;
+        rt.sec.last_error = "no known primary cluster address".into();
+        return;
+    }
+    let to = creds.primary_cluster_addrs[rt.sec.addr_idx % creds.primary_cluster_addrs.len()].clone();
+    rt.sec.inflight = Some(id);
+    rt.sec.next_at = None;
+    let msg = PeerMsg {
+        mode,
+        auth: PeerAuth {
+            secondary_id: creds.secondary_id.clone(),
+            secret: creds.secret.clone(),
+            primary_cluster_id: creds.primary_cluster_id.clone(),
+            cluster_id: rt.role.cluster_id.clone(),
+            node_id,
+            api_addr,
+            cluster_addr,
+        },
+        body,
+    };
+    env.st.repl.calls.insert(id, Call::Peer { mode });
+    env.push(Output::PeerSend(PeerSend {
+        call_id: id,
+        to,
+        msg,
+        ca_pem: creds.ca_pem,
+    }));
+}
+
+fn pull(env: &mut Env, mode: Mode) {
+    let after = env.st.repl.mode(mode).role.last_remote_wal;
+    let max = env.cfg().batch_entries;
+    let wait = env.cfg().pull_wait_ms;
+    send(
+        env,
+        mode,
+        PeerBody::Pull {
+            after,
+            max_entries: max,
+            wait_ms: wait,
+        },
+    );
+}
+
+fn start_diff(env: &mut Env, mode: Mode) {
+    let rt = env.st.repl.mode_mut(mode);
+    rt.sec.phase = Phase::MerkleDiff;
+    rt.sec.fetch.clear();
+    rt.sec.sync_total = 0;
+    rt.sec.sync_done = 0;
+    send(env, mode, PeerBody::MerkleRoots);
+}
+
+/// Sends the next request of the current phase (after a start, a retry delay or an error).
+pub(crate) fn kick(env: &mut Env, mode: Mode) {
+    let rt = env.st.repl.mode_mut(mode);
+    rt.sec.next_at = None;
+    if rt.role.creds.is_none() {
+        rt.sec.phase = Phase::Idle;
+        return;
+    }
+    match rt.sec.phase {
+        Phase::MerkleDiff | Phase::MerkleSync => start_diff(env, mode),
+        _ if rt.role.needs_sync => start_diff(env, mode),
+        Phase::Idle | Phase::Connecting => {
+            rt.sec.phase = Phase::Connecting;
+            pull(env, mode)
+        }
+        Phase::StreamWals => pull(env, mode),
+    }
+}
+
+fn fail(env: &mut Env, mode: Mode, reached: bool, why: String) {
+    let now = env.now;
+    let rt = env.st.repl.mode_mut(mode);
+    rt.sec.phase = Phase::Idle;
+    rt.sec.failures = rt.sec.failures.saturating_add(1);
+    if !reached {
+        rt.sec.addr_idx = rt.sec.addr_idx.wrapping_add(1);
+    }
+    let backoff = (250u64 << rt.sec.failures.min(5)).min(5_000);
+    rt.sec.next_at = Some(now + backoff);
+    if rt.sec.last_error != why {
+        log::warn!("{} replication: {why}", mode.name());
+    }
+    rt.sec.last_error = why;
+}
+
+/// A reply from the primary arrived.
+pub(crate) fn on_reply(
+    env: &mut Env,
+    mode: Mode,
+    call_id: u64,
+    result: Result<PeerAnswer, String>,
+) {
+    let now = env.now;
+    let rt = env.st.repl.mode_mut(mode);
+    if rt.sec.inflight != Some(call_id) {
+        return;
+    }
+    rt.sec.inflight = None;
+    if rt.role.role != Role::Secondary || rt.role.creds.is_none() {
+        rt.sec.phase = Phase::Idle;
+        return;
+    }
+    match result {
+        Err(e) => fail(env, mode, false, format!("cannot reach the primary: {e}")),
+        Ok(PeerAnswer::Error { code, message }) => {
+            rt.sec.last_heartbeat = Some(now);
+            fail(env, mode, true, format!("primary refused ({code}): {message}"));
+        }
+        Ok(a) => {
+            rt.sec.last_heartbeat = Some(now);
+            rt.sec.failures = 0;
+            rt.sec.last_error.clear();
+            if let Err(e) = advance(env, mode, a) {
+                fail(env, mode, true, format!("applying replicated data failed: {e}"));
+            }
+        }
+    }
+}
+
+fn advance(env: &mut Env, mode: Mode, a: PeerAnswer) -> ApiResult<()> {
+    match a {
+        PeerAnswer::Pong { info } => {
+            env.st.repl.mode_mut(mode).sec.info = info;
+            kick(env, mode);
+        }
+        PeerAnswer::Entries {
+            info,
+            entries,
+            last,
+        } => {
+            let rt = env.st.repl.mode_mut(mode);
+            let filter_changed = mode == Mode::Performance && rt.role.filter != info.filter;
+            rt.sec.info = info.clone();
+            if filter_changed {
+                rt.role.filter = info.filter;
+                rt.role.needs_sync = true;
+                let w = env.role_write(mode)?;
+                commit_changes(env, vec![w], Origin::Replication)?;
+                start_diff(env, mode);
+                return Ok(());
+            }
+            if rt.role.needs_sync {
+                start_diff(env, mode);
+                return Ok(());
+            }
+            apply_entries(env, mode, entries, last)?;
+            env.st.repl.mode_mut(mode).sec.phase = Phase::StreamWals;
+            pull(env, mode);
+        }
+        PeerAnswer::Gone { info } => {
+            env.st.repl.mode_mut(mode).sec.info = info;
+            start_diff(env, mode);
+        }
+        PeerAnswer::Roots { info, index, roots } => on_roots(env, mode, info, index, roots)?,
+        PeerAnswer::Pages { pages } => on_pages(env, mode, pages),
+        PeerAnswer::Subpages { subpages } => on_subpages(env, mode, subpages),
+        PeerAnswer::Keys { keys } => on_keys(env, mode, keys)?,
+        PeerAnswer::Values { values } => on_values(env, mode, values)?,
+        PeerAnswer::Error { .. } => {}
+    }
+    Ok(())
+}
+
+fn apply_entries(env: &mut Env, mode: Mode, entries: Vec<WalEntry>, last: u64) -> ApiResult<()> {
+    let mut changes: Vec<Change> = Vec::with_capacity(entries.len() + 1);
+    for e in entries {
+        if mode == Mode::Performance && e.class != Class::Replicated {
+            continue;
+        }
+        if e.class == Class::NodeLocal {
+            continue;
+        }
+        changes.push(Change {
+            key: e.key,
+            value: e.value,
+            class: Some(e.class),
+            index: Some(e.index),
+            end: e.end,
+        });
+    }
+    let rt = env.st.repl.mode_mut(mode);
+    rt.role.last_remote_wal = rt.role.last_remote_wal.max(last);
+    changes.push(env.role_write(mode)?);
+    let origin = if mode == Mode::Dr {
+        Origin::DrStream
+    } else {
+        Origin::Replication
+    };
+    commit_changes(env, changes, origin)
+}
+
+fn my_roots(env: &Env, mode: Mode) -> BTreeMap<SubtreeRef, String> {
+    let mut out = BTreeMap::new();
+    for k in kinds(mode) {
+        for (sid, h) in env.st.repl.trees.roots(*k, &|_| true) {
+            out.insert((*k, sid), hex::encode(h));
+        }
+    }
+    out
+}
+
+fn delete_subtree(env: &mut Env, kind: TreeKind, sid: &str) -> ApiResult<()> {
+    let uuids = env.st.repl.local_uuids.clone();
+    let keys = subtree_keys(&*env.storage, &uuids, kind, sid, None)?;
+    let changes = keys
+        .into_iter()
+        .map(|(k, _)| Change {
+            key: k,
+            value: None,
+            class: Some(tree_class(kind)),
+            index: None,
+            end: false,
+        })
+        .collect();
+    commit_changes(env, changes, Origin::Replication)
+}
+
+fn on_roots(
+    env: &mut Env,
+    mode: Mode,
+    info: super::msg::PrimaryInfo,
+    index: u64,
+    roots: Vec<(SubtreeRef, String)>,
+) -> ApiResult<()> {
+    let theirs: BTreeMap<SubtreeRef, String> = roots.into_iter().collect();
+    let mine = my_roots(env, mode);
+    for (k, sid) in mine.keys().filter(|r| !theirs.contains_key(*r)) {
+        delete_subtree(env, *k, sid)?;
+    }
+    let differ: Vec<SubtreeRef> = theirs
+        .iter()
+        .filter(|(r, h)| mine.get(*r) != Some(*h))
+        .map(|(r, _)| r.clone())
+        .collect();
+    let rt = env.st.repl.mode_mut(mode);
+    rt.sec.info = info;
+    rt.sec.base = index;
+    if differ.is_empty() {
+        return finish_sync(env, mode);
+    }
+    send(env, mode, PeerBody::MerklePages { subtrees: differ });
+    Ok(())
+}
+
+fn my_subtree(env: &Env, r: &SubtreeRef) -> merkle::Subtree {
+    env.st.repl.trees.get(r.0, &r.1).cloned().unwrap_or_default()
+}
+
+fn on_pages(env: &mut Env, mode: Mode, pages: Vec<(SubtreeRef, Vec<String>)>) {
+    let mut want = Vec::new();
+    for (r, hs) in pages {
+        let mine = my_subtree(env, &r);
+        let ps: Vec<u16> = hs
+            .iter()
+            .enumerate()
+            .filter(|(i, h)| mine.page_hashes().get(*i).map(hex::encode).as_ref() != Some(*h))
+            .map(|(i, _)| i as u16)
+            .collect();
+        if !ps.is_empty() {
+            want.push((r, ps));
+        }
+    }
+    if want.is_empty() {
+        // Changed while we looked: start over.
+        start_diff(env, mode);
+    } else {
+        send(env, mode, PeerBody::MerkleSubpages { want });
+    }
+}
+
+fn on_subpages(env: &mut Env, mode: Mode, subpages: Vec<(SubtreeRef, u16, Vec<String>)>) {
+    let mut want: BTreeMap<SubtreeRef, Vec<u32>> = BTreeMap::new();
+    for (r, p, sums) in subpages {
+        let mine = my_subtree(env, &r);
+        let p = p as usize;
+        if p >= merkle::PAGES {
+            continue;
+        }
+        let my = mine.subpages(p);
+        for (s, h) in sums.iter().enumerate() {
+            if my.get(s).map(hex::encode).as_ref() != Some(h) {
+                want.entry(r.clone())
+                    .or_default()
+                    .push((p * merkle::SUBPAGES + s) as u32);
+            }
+        }
+    }
+    if want.is_empty() {
+        start_diff(env, mode);
+        return;
+    }
+    let rt = env.st.repl.mode_mut(mode);
+    rt.sec.phase = Phase::MerkleSync;
+    rt.sec.asked = want
+        .iter()
+        .map(|(r, b)| (r.clone(), b.iter().copied().collect()))
+        .collect();
+    send(
+        env,
+        mode,
+        PeerBody::MerkleKeys {
+            want: want.into_iter().collect(),
+        },
+    );
+}
+
+fn on_keys(
+    env: &mut Env,
+    mode: Mode,
+    keys: Vec<(SubtreeRef, Vec<(String, String)>)>,
+) -> ApiResult<()> {
+    let uuids = env.st.repl.local_uuids.clone();
+    let asked = std::mem::take(&mut env.st.repl.mode_mut(mode).sec.asked);
+    let mut deletes = Vec::new();
+    let mut fetch = Vec::new();
+    for ((kind, sid), list) in keys {
+        let Some(buckets) = asked.get(&(kind, sid.clone())) else {
+            continue;
+        };
+        let theirs: BTreeMap<String, String> = list.into_iter().collect();
+        let mine: BTreeMap<String, String> =
+            subtree_keys(&*env.storage, &uuids, kind, &sid, Some(buckets))?
+                .into_iter()
+                .map(|(k, h)| (k, hex::encode(h)))
+                .collect();
+        for k in mine.keys().filter(|k| !theirs.contains_key(*k)) {
+            deletes.push(Change {
+                key: k.clone(),
+                value: None,
+                class: Some(tree_class(kind)),
+                index: None,
+                end: false,
+            });
+        }
+        for (k, h) in &theirs {
+            if mine.get(k) != Some(h) {
+                fetch.push((k.clone(), tree_class(kind)));
+            }
+        }
+    }
+    commit_changes(env, deletes, Origin::Replication)?;
+    let rt = env.st.repl.mode_mut(mode);
+    rt.sec.sync_total = fetch.len() as u64;
+    rt.sec.sync_done = 0;
+    rt.sec.fetch = fetch;
+    rt.sec.phase = Phase::MerkleSync;
+    fetch_next(env, mode)
+}
+
+fn fetch_next(env: &mut Env, mode: Mode) -> ApiResult<()> {
+    let n = env.cfg().fetch_batch.max(1);
+    let rt = env.st.repl.mode_mut(mode);
+    if rt.sec.fetch.is_empty() {
+        return finish_sync(env, mode);
+    }
+    let take = rt.sec.fetch.len().min(n);
+    let keys: Vec<String> = rt.sec.fetch.drain(..take).map(|(k, _)| k).collect();
+    send(env, mode, PeerBody::Fetch { keys });
+    Ok(())
+}
+
+fn on_values(env: &mut Env, mode: Mode, values: Vec<SyncValue>) -> ApiResult<()> {
+    let n = values.len() as u64;
+    let changes: Vec<Change> = values
+        .into_iter()
+        .filter(|v| v.class != Class::NodeLocal)
+        .filter(|v| mode == Mode::Dr || v.class == Class::Replicated)
+        .map(|v| Change {
+            key: v.key,
+            value: v.value,
+            class: Some(v.class),
+            index: None,
+            end: false,
+        })
+        .collect();
+    commit_changes(env, changes, Origin::Replication)?;
+    env.st.repl.mode_mut(mode).sec.sync_done += n;
+    fetch_next(env, mode)
+}
+
+/// The diff/sync is done: stream from the index the diff started at.
+fn finish_sync(env: &mut Env, mode: Mode) -> ApiResult<()> {
+    let rt = env.st.repl.mode_mut(mode);
+    let base = rt.sec.base;
+    rt.role.last_remote_wal = base;
+    rt.role.needs_sync = false;
+    rt.sec.phase = Phase::StreamWals;
+    let w = env.role_write(mode)?;
+    commit_changes(env, vec![w], Origin::Replication)?;
+    if mode == Mode::Dr {
+        // Our WAL copy restarts at the primary's index of this sync.
+        let mut writes = Vec::new();
+        let mut m = wal::reset(&*env.storage, env.st.repl.wal, base, &mut writes);
+        m.active = true;
+        writes.retain(|(k, _)| k != wal::META);
+        writes.push((wal::META.to_string(), serde_json::to_vec(&m).ok()));
+        env.storage.apply(&writes)?;
+        env.st.repl.wal = m;
+    }
+    pull(env, mode);
+    Ok(())
+}
+
+fn unwrap_error(msg: impl std::fmt::Display) -> ApiError {
+    ApiError::bad(format!("error unwrapping secondary token: {msg}"))
+}
+
+/// The activation token was unwrapped at the primary (or that failed).
+pub(crate) fn on_unwrapped(
+    env: &mut Env,
+    mode: Mode,
+    update: bool,
+    result: Result<(u16, Vec<u8>), String>,
+) -> ApiResult {
+    let (status, body) =
+        result.map_err(|e| unwrap_error(format!("cannot reach the primary's API: {e}")))?;
+    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if status != 200 {
+        let errs = v["errors"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+        return Err(unwrap_error(format!("the primary answered {status}: {errs}")));
+    }
+    let bundle: Bundle = serde_json::from_value(v["data"].clone())
+        .map_err(|e| unwrap_error(format!("the unwrapped data is not an activation credential: {e}")))?;
+    if bundle.mode != mode {
+        return Err(ApiError::bad(format!(
+            "the activation token is for {} replication, not {}",
+            bundle.mode.name(),
+            mode.name()
+        )));
+    }
+    if update {
+        update_primary(env, mode, bundle)?;
+        Ok(Reply::Empty)
+    } else {
+        activate(env, mode, bundle)?;
+        Ok(Reply::Envelope(json!({
+            "warnings": ["Vault has successfully found secondary information; it may take a while to perform setup tasks. Vault will be unavailable until these tasks and initial sync complete."]
+        })))
+    }
+}
+
+fn creds_of(b: &Bundle) -> Creds {
+    Creds {
+        secondary_id: b.secondary_id.clone(),
+        secret: b.secret.clone(),
+        primary_cluster_id: b.primary_cluster_id.clone(),
+        primary_api_addr: b.primary_api_addr.clone(),
+        primary_cluster_addrs: b.primary_cluster_addrs.clone(),
+        ca_pem: b.ca_pem.clone(),
+    }
+}
+
+fn barrier_key(b: &Bundle) -> ApiResult<[u8; 32]> {
+    hex::decode(&b.barrier_key)
+        .ok()
+        .and_then(|k| <[u8; 32]>::try_from(k.as_slice()).ok())
+        .ok_or_else(|| unwrap_error("the credential carries no valid keyring key"))
+}
+
+/// Becomes a secondary: wipes everything but this node's replication roles, adopts the
+/// primary's barrier key, and starts connecting.
+fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
+    if env.st.repl.role(mode) != Role::Disabled {
+        return Err(ApiError::bad(format!(
+            "{} replication is no longer disabled on this cluster",
+            mode.name()
+        )));
+    }
+    let key = barrier_key(&b)?;
+    let mut nb = Barrier::default();
+    nb.unseal_with(key);
+    let mut writes: Vec<Write> = Vec::new();
+    for (k, _) in env.storage.scan("")? {
+        if !k.starts_with("node/replication/") {
+            writes.push((k, None));
+        }
+    }
+    let cluster_id = match mode {
+        Mode::Dr => b.primary_cluster_id.clone(),
+        Mode::Performance => crate::crypto::uuid(&mut *env.rng),
+    };
+    let new = RoleState {
+        role: Role::Secondary,
+        cluster_id,
+        creds: Some(creds_of(&b)),
+        needs_sync: true,
+        ..Default::default()
+    };
+    let other = match mode {
+        Mode::Performance => Mode::Dr,
+        Mode::Dr => Mode::Performance,
+    };
+    // A DR secondary takes the whole cluster over, its performance role included.
+    let other_role = if mode == Mode::Dr {
+        RoleState::default()
+    } else {
+        env.st.repl.mode(other).role.clone()
+    };
+    for (m, r) in [(mode, &new), (other, &other_role)] {
+        let json = serde_json::to_vec(r).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let enc = nb
+            .encrypt(&m.role_key(), &json, &mut *env.rng)
+            .ok_or(ApiError::Sealed)?;
+        writes.push((m.role_key(), Some(enc)));
+    }
+    writes.push((merkle::MARKER.to_string(), Some(merkle::VERSION.to_vec())));
+    let old = env.st.repl.wal;
+    let meta = wal::Meta {
+        first: old.last + 2,
+        last: old.last + 1,
+        bytes: 0,
+        active: false,
+    };
+    writes.push((wal::META.to_string(), serde_json::to_vec(&meta).ok()));
+    env.storage.apply(&writes)?;
+    env.barrier.unseal_with(key);
+    let now = env.now;
+    let r = env.repl();
+    r.barrier_key = Some(key);
+    r.trees = merkle::Trees::default();
+    r.local_uuids.clear();
+    r.wal = meta;
+    r.waiters.clear();
+    r.live.clear();
+    let rt = r.mode_mut(mode);
+    rt.role = new;
+    rt.sec = SecRt {
+        phase: Phase::Connecting,
+        next_at: Some(now),
+        ..Default::default()
+    };
+    if mode == Mode::Dr {
+        let o = r.mode_mut(other);
+        o.role = other_role;
+        o.sec = SecRt::default();
+    }
+    super::sync_wal_activity(env)?;
+    log::info!(
+        "activated as a {} secondary of cluster {}",
+        mode.name(),
+        b.primary_cluster_id
+    );
+    Ok(())
+}
+
+/// Points a secondary at a (new) primary without wiping; a Merkle diff runs first.
+fn update_primary(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
+    if env.st.repl.role(mode) != Role::Secondary {
+        return Err(ApiError::bad(format!(
+            "this cluster is not a {} secondary",
+            mode.name()
+        )));
+    }
+    let key = barrier_key(&b)?;
+    if env.st.repl.barrier_key.is_some_and(|k| !crate::crypto::ct_eq(&k, &key)) {
+        return Err(ApiError::bad(
+            "the new primary does not share this cluster's keyring (another replication set): use secondary/enable, which wipes this cluster",
+        ));
+    }
+    let now = env.now;
+    let rt = env.st.repl.mode_mut(mode);
+    rt.role.creds = Some(creds_of(&b));
+    if mode == Mode::Dr {
+        rt.role.cluster_id = b.primary_cluster_id.clone();
+    }
+    rt.role.needs_sync = true;
+    rt.role.filter = None;
+    rt.sec = SecRt {
+        phase: Phase::Connecting,
+        next_at: Some(now),
+        ..Default::default()
+    };
+    let w = env.role_write(mode)?;
+    commit_changes(env, vec![w], Origin::Replication)
+}
+
+/// A ping of `update_primary_addrs[idx]` returned.
+pub(crate) fn on_ping(
+    env: &mut Env,
+    request: RequestId,
+    mode: Mode,
+    addrs: Vec<String>,
+    idx: usize,
+    result: Result<PeerAnswer, String>,
+) -> Option<(RequestId, ApiResult)> {
+    let why = match result {
+        Ok(PeerAnswer::Pong { info }) => {
+            let now = env.now;
+            let rt = env.st.repl.mode_mut(mode);
+            let Some(c) = rt.role.creds.as_mut() else {
+                return Some((request, Err(ApiError::bad("no known primary credential"))));
+            };
+            let mut order = vec![addrs[idx].clone()];
+            order.extend(addrs.iter().filter(|a| **a != addrs[idx]).cloned());
+            c.primary_cluster_addrs = order;
+            c.primary_api_addr = info.api_addr.clone();
+            rt.role.needs_sync = true;
+            rt.sec = SecRt {
+                phase: Phase::Connecting,
+                next_at: Some(now),
+                info,
+                ..Default::default()
+            };
+            let res = env
+                .role_write(mode)
+                .and_then(|w| commit_changes(env, vec![w], Origin::Replication))
+                .map(|_| Reply::Empty);
+            return Some((request, res));
+        }
+        Ok(PeerAnswer::Error { message, .. }) => message,
+        Ok(_) => "unexpected answer".to_string(),
+        Err(e) => e,
+    };
+    log::info!("update-primary: {} did not answer: {why}", addrs[idx]);
+    if idx + 1 < addrs.len() {
+        ping(env.st, request, mode, addrs, idx + 1);
+        None
+    } else {
+        Some((
+            request,
+            Err(ApiError::bad(format!(
+                "none of update_primary_addrs answered as a primary of this cluster (last: {why})"
+            ))),
+        ))
+    }
+}
+
+/// Pings `addrs[idx]` with this secondary's credential.
+pub(crate) fn ping(
+    st: &mut crate::node::NodeState,
+    request: RequestId,
+    mode: Mode,
+    addrs: Vec<String>,
+    idx: usize,
+) {
+    let node_id = st.config.node_id.clone();
+    let api_addr = st.config.replication.api_addr.clone();
+    let cluster_addr = st.config.replication.cluster_addr.clone();
+    let id = st.repl.call_id();
+    let rt = st.repl.mode(mode);
+    let creds = rt.role.creds.clone().unwrap_or_default();
+    let msg = PeerMsg {
+        mode,
+        auth: PeerAuth {
+            secondary_id: creds.secondary_id,
+            secret: creds.secret,
+            primary_cluster_id: creds.primary_cluster_id,
+            cluster_id: rt.role.cluster_id.clone(),
+            node_id,
+            api_addr,
+            cluster_addr,
+        },
+        body: PeerBody::Ping,
+    };
+    let to = addrs[idx].clone();
+    st.repl.calls.insert(
+        id,
+        Call::Ping {
+            request,
+            mode,
+            addrs,
+            idx,
+        },
+    );
+    st.outputs.push_back(Output::PeerSend(PeerSend {
+        call_id: id,
+        to,
+        msg,
+        ca_pem: creds.ca_pem,
+    }));
+}
+
+/// The runtime state name of a secondary (status `state`).
+pub(crate) fn state_name(rt: &super::ModeRt) -> &'static str {
+    if rt.role.creds.is_none() {
+        return "idle";
+    }
+    rt.sec.phase.name()
+}

@@ -1,0 +1,380 @@
+//! Multi-node tests over an in-memory network: a tiny driver that shuttles `PeerSend` /
+//! `PeerResponse` and `HttpCall` / `Response` between bare nodes (the same wiring a
+//! simulator needs).
+
+use super::*;
+use crate::api::{Method, Request, Response};
+use crate::node::{Admin, Input, Node, NodeConfig, Output};
+use crate::storage::MemStorage;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+struct Net {
+    nodes: Vec<Node<MemStorage>>,
+    now: Millis,
+    next_id: u64,
+    /// (node, peer request id) → (caller node, call id)
+    peer_calls: BTreeMap<(usize, u64), (usize, u64)>,
+    /// (node, api request id) → (caller node, call id)
+    http_calls: BTreeMap<(usize, u64), (usize, u64)>,
+    responses: BTreeMap<(usize, u64), Response>,
+    /// Nodes cut off from the network.
+    down: BTreeSet<usize>,
+}
+
+fn cfg(i: usize) -> NodeConfig {
+    NodeConfig {
+        node_id: format!("n{i}"),
+        replication: ReplicationConfig {
+            api_addr: format!("http://api{i}"),
+            cluster_addr: format!("cluster{i}"),
+            wal: wal::Limits {
+                max_entries: 20,
+                max_bytes: 1 << 20,
+            },
+            pull_wait_ms: 500,
+            fetch_batch: 3,
+            ..Default::default()
+        },
+        license: crate::license::LicenseState::hosted(),
+        ..Default::default()
+    }
+}
+
+impl Net {
+    fn new(n: usize) -> (Net, Vec<String>) {
+        let mut nodes = Vec::new();
+        let mut roots = Vec::new();
+        for i in 0..n {
+            let mut node = Node::new(MemStorage::new(), [i as u8 + 1; 32], cfg(i));
+            node.handle(
+                1_000,
+                Input::Admin(Admin::DevSetup {
+                    root_token_id: Some(format!("root{i}")),
+                }),
+            );
+            while node.poll_output().is_some() {}
+            roots.push(format!("root{i}"));
+            nodes.push(node);
+        }
+        (
+            Net {
+                nodes,
+                now: 1_000,
+                next_id: 1_000,
+                peer_calls: BTreeMap::new(),
+                http_calls: BTreeMap::new(),
+                responses: BTreeMap::new(),
+                down: BTreeSet::new(),
+            },
+            roots,
+        )
+    }
+
+    fn node_by_cluster(&self, to: &str) -> Option<usize> {
+        (0..self.nodes.len()).find(|i| format!("cluster{i}") == to)
+    }
+
+    /// Delivers everything until nothing moves (held long polls stay held).
+    fn settle(&mut self) {
+        for _ in 0..10_000 {
+            let mut moved = false;
+            for i in 0..self.nodes.len() {
+                while let Some(o) = self.nodes[i].poll_output() {
+                    moved = true;
+                    self.route(i, o);
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+        panic!("network did not settle");
+    }
+
+    fn route(&mut self, i: usize, o: Output) {
+        let now = self.now;
+        match o {
+            Output::Response(r) => {
+                if let Some((c, call)) = self.http_calls.remove(&(i, r.id)) {
+                    let body = r
+                        .body
+                        .as_ref()
+                        .map(|b| serde_json::to_vec(b).unwrap())
+                        .unwrap_or_default();
+                    self.nodes[c].handle(
+                        now,
+                        Input::HttpReply(HttpReply {
+                            call_id: call,
+                            result: Ok((r.status, body)),
+                        }),
+                    );
+                } else {
+                    self.responses.insert((i, r.id), r);
+                }
+            }
+            Output::PeerSend(s) => {
+                let target = self.node_by_cluster(&s.to);
+                match target {
+                    Some(j) if !self.down.contains(&j) && !self.down.contains(&i) => {
+                        self.next_id += 1;
+                        self.peer_calls.insert((j, self.next_id), (i, s.call_id));
+                        self.nodes[j].handle(
+                            now,
+                            Input::PeerRequest(PeerRequest {
+                                id: self.next_id,
+                                msg: s.msg,
+                            }),
+                        );
+                    }
+                    _ => self.nodes[i].handle(
+                        now,
+                        Input::PeerReply(PeerReply {
+                            call_id: s.call_id,
+                            result: Err("connection refused".into()),
+                        }),
+                    ),
+                }
+            }
+            Output::PeerResponse(r) => {
+                if let Some((c, call)) = self.peer_calls.remove(&(i, r.id)) {
+                    let result = if self.down.contains(&c) || self.down.contains(&i) {
+                        Err("connection reset".into())
+                    } else {
+                        Ok(r.msg)
+                    };
+                    self.nodes[c].handle(
+                        now,
+                        Input::PeerReply(PeerReply {
+                            call_id: call,
+                            result,
+                        }),
+                    );
+                }
+            }
+            Output::HttpCall(c) => {
+                let target = (0..self.nodes.len())
+                    .find(|j| c.url.starts_with(&format!("http://api{j}/")));
+                let Some(j) = target else {
+                    self.nodes[i].handle(
+                        now,
+                        Input::HttpReply(HttpReply {
+                            call_id: c.call_id,
+                            result: Err("no route to host".into()),
+                        }),
+                    );
+                    return;
+                };
+                self.next_id += 1;
+                let path = c.url.split("/v1/").nth(1).unwrap_or("").to_string();
+                let mut req = Request::new(self.next_id, Method::Post, &path);
+                req.body = c.body;
+                self.http_calls.insert((j, self.next_id), (i, c.call_id));
+                self.nodes[j].handle(now, Input::Request(req));
+            }
+            _ => {}
+        }
+    }
+
+    /// Advances time by `ms` in steps, ticking every node and settling.
+    fn run_for(&mut self, ms: u64) {
+        let end = self.now + ms;
+        while self.now < end {
+            self.now += 50;
+            for i in 0..self.nodes.len() {
+                if self.nodes[i].poll_timeout() <= self.now {
+                    self.nodes[i].handle(self.now, Input::Tick);
+                }
+            }
+            self.settle();
+        }
+    }
+
+    fn call(&mut self, i: usize, token: &str, method: Method, path: &str, body: Value) -> Response {
+        self.next_id += 1;
+        let id = self.next_id;
+        let req = Request::new(id, method, path)
+            .with_token(token)
+            .with_json(body);
+        self.nodes[i].handle(self.now, Input::Request(req));
+        for _ in 0..100 {
+            self.settle();
+            if let Some(r) = self.responses.remove(&(i, id)) {
+                return r;
+            }
+            self.run_for(50);
+        }
+        panic!("no response to {path}");
+    }
+
+    fn ok(&mut self, i: usize, token: &str, method: Method, path: &str, body: Value) -> Value {
+        let r = self.call(i, token, method, path, body);
+        assert!(r.status < 300, "{path} -> {} {:?}", r.status, r.body);
+        r.body.unwrap_or(Value::Null)
+    }
+
+    fn status(&mut self, i: usize, mode: &str) -> Value {
+        self.ok(i, "", Method::Get, &format!("sys/replication/{mode}/status"), json!({}))["data"]
+            .clone()
+    }
+
+    fn activate(&mut self, p: usize, ptoken: &str, s: usize, stoken: &str, mode: &str, id: &str) {
+        let t = self.ok(
+            p,
+            ptoken,
+            Method::Post,
+            &format!("sys/replication/{mode}/primary/secondary-token"),
+            json!({ "id": id }),
+        );
+        let tok = t["wrap_info"]["token"].as_str().unwrap().to_string();
+        self.ok(
+            s,
+            stoken,
+            Method::Post,
+            &format!("sys/replication/{mode}/secondary/enable"),
+            json!({ "token": tok }),
+        );
+    }
+
+    fn data_keys(&self, i: usize, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        self.nodes[i].storage().scan(prefix).unwrap()
+    }
+}
+
+fn kv_mount_uuid(n: &Node<MemStorage>) -> String {
+    let keys: Vec<String> = n
+        .storage()
+        .map
+        .keys()
+        .filter(|k| k.starts_with("logical/"))
+        .cloned()
+        .collect();
+    class::mount_uuid(&keys[0]).unwrap().to_string()
+}
+
+#[test]
+fn perf_and_dr_secondaries_converge_and_resync_after_retention() {
+    let (mut net, roots) = Net::new(3);
+    let r0 = roots[0].clone();
+    net.ok(0, &r0, Method::Put, "secret/a", json!({"v": 1}));
+    net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/enable", json!({}));
+    net.ok(0, &r0, Method::Post, "sys/replication/dr/primary/enable", json!({}));
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.activate(0, &r0, 2, &roots[2], "dr", "dr1");
+    net.run_for(2_000);
+    let p = net.status(0, "performance");
+    let s1 = net.status(1, "performance");
+    assert_eq!(s1["mode"], "secondary");
+    assert_eq!(s1["state"], "stream-wals", "{s1}");
+    assert_eq!(s1["merkle_root"], p["merkle_root"], "{s1} vs {p}");
+    let pd = net.status(0, "dr");
+    let s2 = net.status(2, "dr");
+    assert_eq!(s2["merkle_root"], pd["merkle_root"], "{s2} vs {pd}");
+    assert_eq!(s2["cluster_id"], pd["cluster_id"]);
+    // Streaming: a new write appears on both.
+    net.ok(0, &r0, Method::Put, "secret/b", json!({"v": 2}));
+    net.run_for(200);
+    let uuid = kv_mount_uuid(&net.nodes[0]);
+    let want = net.data_keys(0, &format!("logical/{uuid}/"));
+    assert_eq!(want.len(), 2);
+    assert_eq!(net.data_keys(1, &format!("logical/{uuid}/")), want);
+    assert_eq!(net.data_keys(2, &format!("logical/{uuid}/")), want);
+    // Tokens reach the DR secondary only.
+    let tok = |n: &Node<MemStorage>| n.storage().scan("sys/token/id/").unwrap();
+    assert_eq!(tok(&net.nodes[2]), tok(&net.nodes[0]));
+    assert_ne!(tok(&net.nodes[1]), tok(&net.nodes[0]));
+    assert_eq!(
+        net.status(1, "performance")["last_remote_wal"],
+        net.status(0, "performance")["last_wal"]
+    );
+    // DR secondary refuses client requests.
+    let r = net.call(2, &r0, Method::Get, "secret/a", json!({}));
+    assert_eq!(r.status, 400);
+    assert!(r.body.unwrap().to_string().contains("DR secondary"));
+    // The perf secondary is cut off past WAL retention, then resyncs via Merkle diff/sync.
+    net.down.insert(1);
+    for i in 0..60 {
+        net.ok(0, &r0, Method::Put, &format!("secret/k{i}"), json!({"v": i}));
+    }
+    net.ok(0, &r0, Method::Delete, "secret/a", json!({}));
+    net.run_for(6_000);
+    assert_eq!(net.status(1, "performance")["state"], "idle");
+    net.down.clear();
+    net.run_for(8_000);
+    let s1 = net.status(1, "performance");
+    let p = net.status(0, "performance");
+    assert_eq!(s1["state"], "stream-wals", "{s1}");
+    assert_eq!(s1["merkle_root"], p["merkle_root"]);
+    assert_eq!(
+        net.data_keys(1, &format!("logical/{uuid}/")),
+        net.data_keys(0, &format!("logical/{uuid}/"))
+    );
+    let s2 = net.status(2, "dr");
+    assert_eq!(s2["merkle_root"], net.status(0, "dr")["merkle_root"]);
+}
+
+#[test]
+fn bad_tokens_revoke_and_filters() {
+    let (mut net, roots) = Net::new(2);
+    let r0 = roots[0].clone();
+    let r1 = roots[1].clone();
+    net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/enable", json!({}));
+    // Garbage.
+    let r = net.call(1, &r1, Method::Post, "sys/replication/performance/secondary/enable", json!({"token": "garbage"}));
+    assert_eq!(r.status, 400);
+    assert!(r.body.unwrap().to_string().contains("invalid activation token"));
+    // Wrong mode.
+    net.ok(0, &r0, Method::Post, "sys/replication/dr/primary/enable", json!({}));
+    let t = net.ok(0, &r0, Method::Post, "sys/replication/dr/primary/secondary-token", json!({"id": "x"}));
+    let dr_tok = t["wrap_info"]["token"].as_str().unwrap().to_string();
+    let r = net.call(1, &r1, Method::Post, "sys/replication/performance/secondary/enable", json!({"token": dr_tok}));
+    assert_eq!(r.status, 400);
+    assert!(r.body.unwrap().to_string().contains("for dr replication"));
+    // Used twice.
+    let t = net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/secondary-token", json!({"id": "s1"}));
+    let tok = t["wrap_info"]["token"].as_str().unwrap().to_string();
+    let dup = net.call(0, &r0, Method::Post, "sys/replication/performance/primary/secondary-token", json!({"id": "s1"}));
+    assert_eq!(dup.status, 400);
+    // Unwrap it once elsewhere first: the secondary's enable then fails and changes nothing.
+    let u = net.call(0, "", Method::Post, "sys/wrapping/unwrap", json!({"token": tok}));
+    assert_eq!(u.status, 200);
+    let before = net.nodes[1].storage().map.clone();
+    let r = net.call(1, &r1, Method::Post, "sys/replication/performance/secondary/enable", json!({"token": tok}));
+    assert_eq!(r.status, 400);
+    assert!(r.body.unwrap().to_string().contains("error unwrapping secondary token"));
+    assert_eq!(net.nodes[1].storage().map.keys().collect::<Vec<_>>(), before.keys().collect::<Vec<_>>());
+    assert_eq!(net.status(1, "performance")["mode"], "disabled");
+    // A good token; then a filter excluding a mount; then revoke.
+    net.ok(0, &r0, Method::Post, "sys/mounts/team", json!({"type": "kv"}));
+    net.ok(0, &r0, Method::Put, "team/x", json!({"v": 1}));
+    net.ok(0, &r0, Method::Put, "secret/y", json!({"v": 1}));
+    net.activate(0, &r0, 1, &r1, "performance", "s2");
+    net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/paths-filter/s2", json!({"mode": "deny", "paths": ["team/"]}));
+    net.run_for(3_000);
+    let f = net.ok(0, &r0, Method::Get, "sys/replication/performance/primary/paths-filter/s2", json!({}));
+    assert_eq!(f["data"]["paths"], json!(["team/"]));
+    let d = net.ok(0, &r0, Method::Get, "sys/replication/performance/primary/dynamic-filter/s2", json!({}));
+    assert_eq!(d["data"]["dynamic_filtered_mounts"], json!(["team/"]));
+    let has = |net: &Net, i: usize, path: &str| {
+        net.nodes[i].storage().map.keys().any(|k| k.starts_with("logical/") && k.ends_with(path))
+    };
+    assert!(has(&net, 1, "/y"));
+    assert!(!has(&net, 1, "/x"), "filtered mount data must not replicate");
+    let s = net.status(1, "performance");
+    assert_eq!(s["state"], "stream-wals", "{s}");
+    // Revoke: nothing more arrives.
+    net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/revoke-secondary", json!({"id": "s2"}));
+    net.ok(0, &r0, Method::Put, "secret/after-revoke", json!({"v": 1}));
+    net.run_for(2_000);
+    assert!(!has(&net, 1, "/after-revoke"));
+    let s = net.status(1, "performance");
+    assert!(s["last_error"].as_str().unwrap_or("").contains("revoked"), "{s}");
+    // Gates: namespace and license.
+    let mut req = Request::new(9_999_999, Method::Post, "sys/replication/performance/primary/demote").with_token(&r0);
+    req.namespace = Some("ns1/".into());
+    net.nodes[0].handle(net.now, Input::Request(req));
+    net.settle();
+    let r = net.responses.remove(&(0, 9_999_999)).unwrap();
+    assert_eq!(r.status, 400);
+    assert!(r.body.unwrap().to_string().contains("root namespace"));
+}

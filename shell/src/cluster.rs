@@ -1,0 +1,307 @@
+//! The cluster channel on real I/O.
+//!
+//! * Inbound: a second tiny_http listener on the cluster address. `POST /v1/cluster/replication`
+//!   carries one JSON [`PeerMsg`]; it becomes an `Input::PeerRequest` for the core, and the
+//!   core's `Output::PeerResponse` (perhaps held a while: long poll) is the HTTP answer.
+//! * Outbound: `Output::PeerSend` (a secondary asking its primary) and `Output::HttpCall`
+//!   (unwrapping an activation token at the primary's API) run on short-lived threads with a
+//!   shared ureq agent; their results come back to the core as `Input::PeerReply` /
+//!   `Input::HttpReply`.
+//!
+//! The channel is plain HTTP for now: the secondary authenticates with its secret on every
+//! request, but the primary is not authenticated to the secondary (no cluster TLS yet).
+
+use crate::runtime::{Core, Msg};
+use cairn_core::replication::{HttpCall, HttpReply, PeerAnswer, PeerMsg, PeerReply, PeerSend};
+use cairn_core::Input;
+use std::io::Read;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tiny_http::{Header, Server};
+
+/// Path of the replication endpoint on the cluster listener.
+pub const PATH: &str = "/v1/cluster/replication";
+/// Largest accepted peer message.
+const MAX_BODY: u64 = 256 << 20;
+
+/// Binds the cluster listener and serves it on worker threads.
+pub fn serve(addr: &str, core: Core, threads: usize) -> Result<std::net::SocketAddr, String> {
+    let server = Server::http(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let local = server
+        .server_addr()
+        .to_ip()
+        .ok_or_else(|| format!("cluster listener on {addr} has no IP address"))?;
+    let server = Arc::new(server);
+    for i in 0..threads.max(1) {
+        let server = server.clone();
+        let core = core.clone();
+        std::thread::Builder::new()
+            .name(format!("cairn-cluster-{i}"))
+            .spawn(move || loop {
+                match server.recv() {
+                    Ok(rq) => handle(rq, &core),
+                    Err(e) => log::warn!("cluster accept error: {e}"),
+                }
+            })
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(local)
+}
+
+fn reply(rq: tiny_http::Request, status: u16, body: Vec<u8>) {
+    let h = Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).expect("static header");
+    if let Err(e) = rq.respond(
+        tiny_http::Response::from_data(body)
+            .with_status_code(status)
+            .with_header(h),
+    ) {
+        log::debug!("peer went away before the answer: {e}");
+    }
+}
+
+fn handle(mut rq: tiny_http::Request, core: &Core) {
+    if rq.url() != PATH || rq.method() != &tiny_http::Method::Post {
+        return reply(rq, 404, br#"{"errors":["no such cluster endpoint"]}"#.to_vec());
+    }
+    let mut body = Vec::new();
+    if let Err(e) = rq.as_reader().take(MAX_BODY).read_to_end(&mut body) {
+        log::debug!("cannot read peer request: {e}");
+        return;
+    }
+    let msg: PeerMsg = match serde_json::from_slice(&body) {
+        Ok(m) => m,
+        Err(e) => {
+            let a = PeerAnswer::Error {
+                code: "bad-request".into(),
+                message: format!("malformed peer message: {e}"),
+            };
+            return reply(rq, 400, serde_json::to_vec(&a).unwrap_or_default());
+        }
+    };
+    let answer = core.peer(msg);
+    reply(rq, 200, serde_json::to_vec(&answer).unwrap_or_default());
+}
+
+fn agent() -> &'static ureq::Agent {
+    static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into()
+    })
+}
+
+fn peer_url(to: &str) -> String {
+    let base = if to.contains("://") {
+        to.trim_end_matches('/').to_string()
+    } else {
+        format!("http://{to}")
+    };
+    format!("{base}{PATH}")
+}
+
+fn post_peer(s: &PeerSend) -> Result<PeerAnswer, String> {
+    let body = serde_json::to_vec(&s.msg).map_err(|e| e.to_string())?;
+    let mut resp = agent()
+        .post(&peer_url(&s.to))
+        .header("Content-Type", "application/json")
+        .send(&body[..])
+        .map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let text = resp
+        .body_mut()
+        .with_config()
+        .limit(MAX_BODY)
+        .read_to_vec()
+        .map_err(|e| e.to_string())?;
+    serde_json::from_slice(&text).map_err(|e| format!("answer {status} is not a peer message: {e}"))
+}
+
+/// Performs a `PeerSend` on its own thread; the answer goes back to the core.
+pub fn send_peer(s: PeerSend, tx: Sender<Msg>) {
+    let spawned = std::thread::Builder::new()
+        .name("cairn-peer".into())
+        .spawn(move || {
+            let result = post_peer(&s);
+            let _ = tx.send(Msg::Input(Input::PeerReply(PeerReply {
+                call_id: s.call_id,
+                result,
+            })));
+        });
+    if let Err(e) = spawned {
+        log::error!("cannot start a peer call thread: {e}");
+    }
+}
+
+fn tls_agent(call: &HttpCall) -> Result<ureq::Agent, String> {
+    let mut pems: Vec<Vec<u8>> = Vec::new();
+    if !call.ca_file.is_empty() {
+        pems.push(
+            std::fs::read(&call.ca_file)
+                .map_err(|e| format!("cannot read ca_file {}: {e}", call.ca_file))?,
+        );
+    }
+    if !call.ca_path.is_empty() {
+        let dir = std::fs::read_dir(&call.ca_path)
+            .map_err(|e| format!("cannot read ca_path {}: {e}", call.ca_path))?;
+        let mut files: Vec<_> = dir.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        files.sort();
+        for f in files {
+            if f.is_file() {
+                pems.push(std::fs::read(&f).map_err(|e| format!("cannot read {}: {e}", f.display()))?);
+            }
+        }
+    }
+    let mut cb = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)));
+    if !pems.is_empty() {
+        let mut certs = Vec::new();
+        for pem in &pems {
+            for item in ureq::tls::parse_pem(pem) {
+                if let Ok(ureq::tls::PemItem::Certificate(c)) = item {
+                    certs.push(c);
+                }
+            }
+        }
+        if certs.is_empty() {
+            return Err("ca_file/ca_path hold no PEM certificate".into());
+        }
+        cb = cb.tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
+                .build(),
+        );
+    }
+    Ok(cb.build().into())
+}
+
+fn do_http(call: &HttpCall) -> Result<(u16, Vec<u8>), String> {
+    let agent = tls_agent(call)?;
+    let req = ureq::http::Request::builder()
+        .method(call.method.as_str())
+        .uri(&call.url)
+        .header("Content-Type", "application/json")
+        .body(call.body.clone())
+        .map_err(|e| e.to_string())?;
+    let mut resp = agent.run(req).map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(16 << 20)
+        .read_to_vec()
+        .map_err(|e| e.to_string())?;
+    Ok((status, body))
+}
+
+/// Performs an `HttpCall` on its own thread; the result goes back to the core.
+pub fn http_call(call: HttpCall, tx: Sender<Msg>) {
+    let spawned = std::thread::Builder::new()
+        .name("cairn-http-out".into())
+        .spawn(move || {
+            let result = do_http(&call);
+            let _ = tx.send(Msg::Input(Input::HttpReply(HttpReply {
+                call_id: call.call_id,
+                result,
+            })));
+        });
+    if let Err(e) = spawned {
+        log::error!("cannot start an outbound call thread: {e}");
+    }
+}
+
+/// Replication settings and the license from the server configuration.
+///
+/// ```hcl
+/// replication {
+///   wal_max_entries = 100000     # log shipper length
+///   wal_max_bytes   = 268435456  # log shipper size
+///   pull_wait_ms    = 2000       # long-poll hold time
+/// }
+/// license_path        = "/etc/cairn/license.json"
+/// license_trusted_key = "<base64 Ed25519 public key of the issuer>"
+/// hosted              = false
+/// ```
+pub fn node_settings(
+    cfg: &crate::config::ServerConfig,
+    api_scheme: &str,
+    dev: bool,
+    now_ms: u64,
+) -> Result<
+    (
+        cairn_core::replication::ReplicationConfig,
+        cairn_core::license::LicenseState,
+    ),
+    String,
+> {
+    use cairn_core::license::{self, LicenseState};
+    let mut rc = cairn_core::replication::ReplicationConfig {
+        api_addr: cfg
+            .api_addr
+            .clone()
+            .unwrap_or_else(|| format!("{api_scheme}://{}", cfg.address)),
+        cluster_addr: cfg
+            .cluster_addr
+            .clone()
+            .unwrap_or_else(|| cfg.cluster_address.clone())
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string(),
+        ..Default::default()
+    };
+    if let Some(v) = cfg.extra.get("replication") {
+        let block = match v {
+            serde_json::Value::Array(a) if a.len() == 1 => &a[0],
+            other => other,
+        };
+        let obj = block
+            .as_object()
+            .ok_or("replication: expected a block")?;
+        for (k, val) in obj {
+            let n = val
+                .as_u64()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("replication.{k}: expected a positive number"))?;
+            match k.as_str() {
+                "wal_max_entries" => rc.wal.max_entries = n,
+                "wal_max_bytes" => rc.wal.max_bytes = n,
+                "pull_wait_ms" => rc.pull_wait_ms = n,
+                "batch_entries" => rc.batch_entries = n.min(u32::MAX as u64) as u32,
+                other => return Err(format!("replication: unknown key {other:?}")),
+            }
+        }
+    }
+    let hosted = match cfg.extra.get("hosted") {
+        None => false,
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(_) => return Err("hosted: expected true or false".into()),
+    };
+    let mut lic = LicenseState {
+        hosted,
+        ..Default::default()
+    };
+    if dev {
+        lic.license = Some(license::dev_license(now_ms));
+    } else if let Some(path) = &cfg.license_path {
+        let key = cfg
+            .extra
+            .get("license_trusted_key")
+            .and_then(|v| v.as_str())
+            .ok_or("license_path is set but license_trusted_key (the issuer's public key) is not")?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read license {}: {e}", path.display()))?;
+        match license::verify(&text, key) {
+            Ok(l) => lic.license = Some(l),
+            Err(e) => {
+                log::error!("license {} refused: {e}", path.display());
+                lic.problem = Some(e);
+            }
+        }
+    }
+    Ok((rc, lic))
+}

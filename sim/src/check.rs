@@ -1,0 +1,1272 @@
+//! Invariant checkers.
+//!
+//! The driver hands the [`Checker`] every response a node releases (after its batch
+//! committed), in the order the node handled the requests, together with the simulated
+//! time the request was handled. The checker compares it with the [`Expected`] state,
+//! updates that state, and names the invariant that broke:
+//!
+//! - `durability`: a value (or delete) acknowledged before a crash is read back differently
+//!   after restart and unseal.
+//! - `kv-consistency`: a read disagrees with acknowledged writes of the same boot, or a
+//!   write reports success on an unmounted path.
+//! - `denied-stays-denied`: a token whose policies do not cover a path, or a revoked,
+//!   expired, unknown or missing token, got anything but 403.
+//! - `authorized-succeeds`: root, or a valid token whose policy clearly grants the
+//!   operation, got 403.
+//! - `single-use-wrapping` / `wrapping` / `wrapping-ttl`: a wrapping token unwrapped twice,
+//!   a valid one failed or returned other data, an expired one worked.
+//! - `sealed-503`: a sealed node answered a non-seal endpoint with anything but 503.
+//! - `seal-state` / `unseal-threshold` / `init`: seal status, unseal progress and
+//!   initialisation follow the key-share rules.
+//! - `token-ttl` / `token-policies`: a created token reports what was asked for.
+//! - `token-use-limit`: a token created with `num_uses = N` got past the token check more
+//!   than N times (every such request spends a use, whatever its outcome).
+//! - `no-internal-errors`: a 500 is always a bug.
+//!
+//! Besides checking answers, [`Checker::inspect`] runs at every crash: it boots a
+//! throwaway node on a copy of the durable storage, unseals it with the model's key shares
+//! and reads every key, directory and token back, so durability is checked at each crash
+//! whatever the traffic does afterwards.
+//! - `unexpected-status`: a status the model has no room for.
+
+use crate::model::{
+    decide_kv, Auth, Decision, Expected, KvEntry, KvKind, Share, TokenFact, TokenKind, WrapFact,
+    USES_SPENT,
+};
+use crate::net::HostId;
+use crate::operator::{dir_universe, key_universe, KvOp, Op};
+use crate::storage::SimStorage;
+use cairn_core::{Input, Method, Node, NodeConfig, Output, Request, Response};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Maximum token TTL in the core (768h), in seconds.
+const MAX_TTL_S: u64 = 768 * 3600;
+
+/// A broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: &'static str,
+    pub detail: String,
+}
+
+fn fail<T>(invariant: &'static str, detail: impl Into<String>) -> Result<T, Violation> {
+    Err(Violation {
+        invariant,
+        detail: detail.into(),
+    })
+}
+
+/// What a node released.
+#[derive(Debug, Clone, Copy)]
+pub enum Observed<'a> {
+    Response(&'a Response),
+    Admin(&'a Value),
+}
+
+/// Short, stable name of a token secret for messages.
+pub fn short(secret: &str) -> String {
+    let n = secret.len();
+    if n <= 5 {
+        secret.to_string()
+    } else {
+        format!("…{}", &secret[n - 5..])
+    }
+}
+
+pub struct Checker {
+    hosts: Vec<Expected>,
+    counts: BTreeMap<&'static str, u64>,
+    /// Follow the core's current behaviour where it has a known bug
+    /// ([`crate::KNOWN_CORE_BUGS`]) and count the divergences instead of failing.
+    tolerate_known: bool,
+}
+
+impl Checker {
+    pub fn new(hosts: usize, tolerate_known: bool) -> Checker {
+        Checker {
+            hosts: (0..hosts).map(|_| Expected::new()).collect(),
+            counts: BTreeMap::new(),
+            tolerate_known,
+        }
+    }
+
+    pub fn expected(&self, h: HostId) -> &Expected {
+        &self.hosts[h]
+    }
+
+    /// How many times each invariant was actually exercised.
+    pub fn counts(&self) -> &BTreeMap<&'static str, u64> {
+        &self.counts
+    }
+
+
+    /// The node lost its memory (crash); it comes back sealed.
+    pub fn on_crash(&mut self, h: HostId) {
+        let e = &mut self.hosts[h];
+        e.sealed = true;
+        e.progress.clear();
+    }
+
+    pub fn on_restart(&mut self, h: HostId) {
+        let e = &mut self.hosts[h];
+        e.boot += 1;
+        e.sealed = true;
+        e.progress.clear();
+    }
+
+    /// After a commit with nothing else pending: the node's seal matches the model.
+    pub fn check_seal(&mut self, h: HostId, node_sealed: bool) -> Result<(), Violation> {
+        bump(&mut self.counts, "seal-state");
+        let e = &self.hosts[h];
+        if e.sealed != node_sealed {
+            return fail(
+                "seal-state",
+                format!(
+                    "n{h}: node reports sealed={node_sealed}, the model expects sealed={}",
+                    e.sealed
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Checks one released output and folds it into the model.
+    pub fn observe(
+        &mut self,
+        h: HostId,
+        op: &Op,
+        handled_at: u64,
+        obs: Observed,
+    ) -> Result<(), Violation> {
+        match obs {
+            Observed::Admin(v) => self.dev_setup(h, v),
+            Observed::Response(r) => self.response(h, op, handled_at, r),
+        }
+    }
+
+    fn dev_setup(&mut self, h: HostId, v: &Value) -> Result<(), Violation> {
+        bump(&mut self.counts, "init");
+        let e = &mut self.hosts[h];
+        let err = v.get("error").is_some();
+        if e.initialized {
+            if !err {
+                return fail("init", format!("n{h}: dev set-up succeeded on an initialised node: {v}"));
+            }
+            return Ok(());
+        }
+        if err {
+            return fail("init", format!("n{h}: dev set-up failed on a fresh node: {v}"));
+        }
+        let root = v["root_token"].as_str().unwrap_or_default().to_string();
+        let keys = str_list(&v["keys"]);
+        if root.is_empty() || keys.len() != 1 {
+            return fail("init", format!("n{h}: dev set-up answer lacks keys or root token: {v}"));
+        }
+        e.initialized = true;
+        e.sealed = false;
+        e.mounted = true;
+        e.threshold = 1;
+        e.shares_hex = keys;
+        e.shares_b64 = str_list(&v["keys_base64"]);
+        e.progress.clear();
+        register_root(e, root);
+        Ok(())
+    }
+
+    fn response(&mut self, h: HostId, op: &Op, at: u64, r: &Response) -> Result<(), Violation> {
+        let status = r.status;
+        let null = Value::Null;
+        let body = r.body.as_ref().unwrap_or(&null);
+        let what = format!("n{h}: {} -> {status} {}", op.describe(), body_text(r));
+        if status == 500 {
+            return fail("no-internal-errors", what);
+        }
+        let seal_endpoint = matches!(op, Op::SealStatus | Op::Init { .. } | Op::Unseal { .. });
+        let sealed = self.hosts[h].sealed;
+        if sealed && !seal_endpoint {
+            bump(&mut self.counts, "sealed-503");
+            if status != 503 {
+                return fail("sealed-503", format!("sealed node answered: {what}"));
+            }
+            return Ok(());
+        }
+        if !sealed && status == 503 {
+            return fail("seal-state", format!("the model expects an unsealed node: {what}"));
+        }
+        self.check_response(h, op, at, status, body, &what)?;
+        // A request that got past the token check spent one use of a use-limited token.
+        // (Known core bug: the core spends it only when the request succeeds.)
+        if status != 403 {
+            if let Some(secret) = op_token(op) {
+                if let Some(f) = self.hosts[h].tokens.get_mut(secret) {
+                    if let Some(n) = f.uses_left.as_mut() {
+                        if self.tolerate_known && !(200..300).contains(&status) {
+                            bump(&mut self.counts, "known-bug:token-use-limit");
+                        } else {
+                            *n = n.saturating_sub(1);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_response(
+        &mut self,
+        h: HostId,
+        op: &Op,
+        at: u64,
+        status: u16,
+        body: &Value,
+        what: &str,
+    ) -> Result<(), Violation> {
+        let what = what.to_string();
+        match op {
+            Op::SealStatus => self.seal_status(h, body, &what),
+            Op::Init { shares, threshold } => self.init(h, *shares, *threshold, status, body, &what),
+            Op::DevSetup => Ok(()),
+            Op::Unseal { key } => self.unseal(h, key, status, body, &what),
+            Op::Seal { tok } => {
+                self.admin_write(h, &tok.secret, at, status, &what, |e| {
+                    e.sealed = true;
+                    e.progress.clear();
+                })
+            }
+            Op::Mount { tok } => {
+                let mounted = self.hosts[h].mounted;
+                if mounted && self.hosts[h].auth(&tok.secret, at) == Auth::Root {
+                    bump(&mut self.counts, "kv-consistency");
+                    if status != 400 {
+                        return fail("kv-consistency", format!("mount over an existing mount: {what}"));
+                    }
+                    return Ok(());
+                }
+                self.admin_write(h, &tok.secret, at, status, &what, |e| e.mounted = true)
+            }
+            Op::Unmount { tok } => self.admin_write(h, &tok.secret, at, status, &what, |e| {
+                e.mounted = false;
+                let boot = e.boot;
+                for k in std::mem::take(&mut e.kv).into_keys() {
+                    e.deleted.insert(k, boot);
+                }
+            }),
+            Op::PolicyWrite {
+                tok,
+                name,
+                spec,
+                json,
+            } => {
+                let text = if *json { spec.json() } else { spec.hcl() };
+                let (name, spec) = (name.clone(), spec.clone());
+                self.admin_write(h, &tok.secret, at, status, &what, move |e| {
+                    e.policies.insert(name.clone(), spec);
+                    e.policy_texts.insert(name, text);
+                })
+            }
+            Op::PolicyDelete { tok, name } => {
+                let name = name.clone();
+                self.admin_write(h, &tok.secret, at, status, &what, move |e| {
+                    e.policies.remove(&name);
+                    e.policy_texts.remove(&name);
+                })
+            }
+            Op::TokenCreate {
+                tok,
+                policies,
+                ttl_s,
+                num_uses,
+                ..
+            } => self.token_create(
+                h,
+                &tok.secret,
+                (policies, *ttl_s, *num_uses),
+                at,
+                status,
+                body,
+                &what,
+            ),
+            Op::TokenRevoke { tok, target } => {
+                let target = target.secret.clone();
+                self.admin_write(h, &tok.secret, at, status, &what, move |e| {
+                    if let Some(f) = e.tokens.get_mut(&target) {
+                        f.revoked = true;
+                    }
+                })
+            }
+            Op::Kv { tok, op, .. } => self.kv(h, &tok.secret, op, at, status, body, &what),
+            Op::Unwrap { wrap, .. } => self.unwrap(h, &wrap.secret, at, status, body, &what),
+            Op::LookupSelf { tok } => {
+                let auth = self.hosts[h].auth(&tok.secret, at);
+                let allowed = match &auth {
+                    Auth::Root => true,
+                    Auth::Limited { kind, .. } => *kind == TokenKind::Service,
+                    Auth::Invalid(_) => false,
+                };
+                if !allowed {
+                    let inv = deny_invariant(&auth);
+                    bump(&mut self.counts, inv);
+                    if status != 403 {
+                        return fail(inv, format!("{}: {what}", auth_reason(&auth)));
+                    }
+                    return Ok(());
+                }
+                let use_limited = matches!(auth, Auth::Limited { use_limited: true, .. });
+                if use_limited && status == 403 {
+                    return Ok(());
+                }
+                bump(&mut self.counts, "authorized-succeeds");
+                if status != 200 {
+                    return fail("authorized-succeeds", format!("a valid token cannot look itself up: {what}"));
+                }
+                if let Auth::Limited { policies, .. } = &auth {
+                    bump(&mut self.counts, "token-policies");
+                    let got = str_list(&body["data"]["policies"]);
+                    if &got != policies {
+                        return fail(
+                            "token-policies",
+                            format!("expected policies {policies:?}: {what}"),
+                        );
+                    }
+                }
+                Ok(())
+            }
+            Op::Probe { tok, .. } => {
+                let auth = self.hosts[h].auth(&tok.secret, at);
+                let inv = deny_invariant(&auth);
+                bump(&mut self.counts, inv);
+                if status != 403 {
+                    return fail(
+                        inv,
+                        format!("admin endpoint reached without the policy ({}): {what}", auth_reason(&auth)),
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn seal_status(&mut self, h: HostId, body: &Value, what: &str) -> Result<(), Violation> {
+        bump(&mut self.counts, "seal-state");
+        let e = &self.hosts[h];
+        let init = body["initialized"].as_bool();
+        let sealed = body["sealed"].as_bool();
+        let progress = body["progress"].as_u64();
+        if init != Some(e.initialized)
+            || sealed != Some(e.sealed)
+            || progress != Some(e.progress.len() as u64)
+        {
+            return fail(
+                "seal-state",
+                format!(
+                    "expected initialized={} sealed={} progress={}: {what}",
+                    e.initialized,
+                    e.sealed,
+                    e.progress.len()
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    fn init(
+        &mut self,
+        h: HostId,
+        shares: u8,
+        threshold: u8,
+        status: u16,
+        body: &Value,
+        what: &str,
+    ) -> Result<(), Violation> {
+        bump(&mut self.counts, "init");
+        let e = &mut self.hosts[h];
+        let valid = shares >= 1
+            && threshold >= 1
+            && threshold <= shares
+            && !(shares > 1 && threshold == 1);
+        if e.initialized || !valid {
+            if status != 400 {
+                let why = if e.initialized {
+                    "already initialised"
+                } else {
+                    "invalid share configuration"
+                };
+                return fail("init", format!("{why}, expected 400: {what}"));
+            }
+            return Ok(());
+        }
+        if status != 200 {
+            return fail("init", format!("valid init refused: {what}"));
+        }
+        let keys = str_list(&body["keys"]);
+        let root = body["root_token"].as_str().unwrap_or_default().to_string();
+        if keys.len() != shares as usize || root.is_empty() {
+            return fail("init", format!("expected {shares} keys and a root token: {what}"));
+        }
+        e.initialized = true;
+        e.sealed = true;
+        e.threshold = threshold as usize;
+        e.shares_hex = keys;
+        e.shares_b64 = str_list(&body["keys_base64"]);
+        e.progress.clear();
+        register_root(e, root);
+        Ok(())
+    }
+
+    fn unseal(&mut self, h: HostId, key: &str, status: u16, body: &Value, what: &str) -> Result<(), Violation> {
+        bump(&mut self.counts, "unseal-threshold");
+        let e = &mut self.hosts[h];
+        let expect = |st: u16, sealed: bool, progress: usize| -> Result<(), Violation> {
+            if status != st {
+                return fail("unseal-threshold", format!("expected {st}: {what}"));
+            }
+            if st == 200
+                && (body["sealed"].as_bool() != Some(sealed)
+                    || body["progress"].as_u64() != Some(progress as u64))
+            {
+                return fail(
+                    "unseal-threshold",
+                    format!("expected sealed={sealed} progress={progress}: {what}"),
+                );
+            }
+            Ok(())
+        };
+        if !e.initialized {
+            return expect(400, true, 0);
+        }
+        if !e.sealed {
+            return expect(200, false, 0);
+        }
+        let share = e.classify_share(key);
+        if share == Share::Undecodable {
+            return expect(400, true, e.progress.len());
+        }
+        if e.progress.contains(&share) {
+            return expect(200, true, e.progress.len());
+        }
+        e.progress.push(share);
+        if e.progress.len() < e.threshold {
+            return expect(200, true, e.progress.len());
+        }
+        let all_valid = e.progress.iter().all(|s| matches!(s, Share::Valid(_)));
+        e.progress.clear();
+        if all_valid {
+            e.sealed = false;
+            expect(200, false, 0)
+        } else {
+            expect(400, true, 0)
+        }
+    }
+
+    /// A root-only write: root must succeed (204), anyone else must get 403.
+    fn admin_write(
+        &mut self,
+        h: HostId,
+        secret: &str,
+        at: u64,
+        status: u16,
+        what: &str,
+        apply: impl FnOnce(&mut Expected),
+    ) -> Result<(), Violation> {
+        let auth = self.hosts[h].auth(secret, at);
+        if auth != Auth::Root {
+            let inv = deny_invariant(&auth);
+            bump(&mut self.counts, inv);
+            if status != 403 {
+                return fail(inv, format!("{}: {what}", auth_reason(&auth)));
+            }
+            return Ok(());
+        }
+        bump(&mut self.counts, "authorized-succeeds");
+        match status {
+            204 | 200 => {
+                apply(&mut self.hosts[h]);
+                Ok(())
+            }
+            403 => fail("authorized-succeeds", format!("root refused: {what}")),
+            _ => fail("unexpected-status", what.to_string()),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn token_create(
+        &mut self,
+        h: HostId,
+        secret: &str,
+        (policies, ttl_s, num_uses): (&[String], u64, u64),
+        at: u64,
+        status: u16,
+        body: &Value,
+        what: &str,
+    ) -> Result<(), Violation> {
+        let mut created = None;
+        self.admin_write(h, secret, at, status, what, |_| ())?;
+        if status == 200 {
+            let id = body["auth"]["client_token"].as_str().unwrap_or_default();
+            if id.is_empty() {
+                return fail("unexpected-status", format!("no client_token: {what}"));
+            }
+            let ttl = ttl_s.min(MAX_TTL_S);
+            bump(&mut self.counts, "token-ttl");
+            if body["auth"]["lease_duration"].as_u64() != Some(ttl) {
+                return fail("token-ttl", format!("expected lease_duration {ttl}: {what}"));
+            }
+            let mut expected: Vec<String> = policies.to_vec();
+            expected.push("default".into());
+            expected.sort();
+            expected.dedup();
+            bump(&mut self.counts, "token-policies");
+            if str_list(&body["auth"]["policies"]) != expected {
+                return fail("token-policies", format!("expected policies {expected:?}: {what}"));
+            }
+            if body["auth"]["num_uses"].as_u64() != Some(num_uses) {
+                return fail("token-use-limit", format!("expected num_uses {num_uses}: {what}"));
+            }
+            created = Some((
+                id.to_string(),
+                TokenFact {
+                    label: short(id),
+                    kind: TokenKind::Service,
+                    policies: expected,
+                    expire_at: Some(at + ttl * 1000),
+                    revoked: false,
+                    uses_left: (num_uses > 0).then_some(num_uses),
+                },
+            ));
+        }
+        if let Some((id, fact)) = created {
+            self.hosts[h].tokens.insert(id, fact);
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn kv(
+        &mut self,
+        h: HostId,
+        secret: &str,
+        op: &KvOp,
+        at: u64,
+        status: u16,
+        body: &Value,
+        what: &str,
+    ) -> Result<(), Violation> {
+        let (kind, path) = match op {
+            KvOp::Put { key, .. } => (KvKind::Put, key),
+            KvOp::Get { key, .. } => (KvKind::Get, key),
+            KvOp::Delete { key } => (KvKind::Delete, key),
+            KvOp::List { dir, .. } => (KvKind::List, dir),
+        };
+        let e = &self.hosts[h];
+        let exists = !e.mounted || e.kv.contains_key(path);
+        let auth = e.auth(secret, at);
+        let decision = match &auth {
+            Auth::Root => Decision::Allowed,
+            Auth::Invalid(_) => Decision::Denied,
+            Auth::Limited {
+                kind: TokenKind::Wrapping,
+                ..
+            } => Decision::Denied,
+            Auth::Limited {
+                policies,
+                use_limited,
+                ..
+            } => match decide_kv(kind, e.caps(policies, path), exists) {
+                Decision::Allowed if *use_limited => Decision::Unsure,
+                d => d,
+            },
+        };
+        match decision {
+            Decision::Denied => {
+                let inv = deny_invariant(&auth);
+                bump(&mut self.counts, inv);
+                if status != 403 {
+                    let why = match &auth {
+                        Auth::Limited { policies, .. } => format!(
+                            "policies {policies:?} grant {} on {path}",
+                            caps_text(self.hosts[h].caps(policies, path))
+                        ),
+                        a => auth_reason(a),
+                    };
+                    return fail(inv, format!("{why}: {what}"));
+                }
+                return Ok(());
+            }
+            Decision::Allowed => {
+                bump(&mut self.counts, "authorized-succeeds");
+                if status == 403 {
+                    return fail("authorized-succeeds", format!("permission clearly granted: {what}"));
+                }
+            }
+            Decision::Unsure => {}
+        }
+        if status == 403 {
+            return Ok(());
+        }
+        let e = &mut self.hosts[h];
+        if !e.mounted {
+            bump(&mut self.counts, "kv-consistency");
+            if status != 404 {
+                return fail("kv-consistency", format!("secret/ is not mounted, expected 404: {what}"));
+            }
+            return Ok(());
+        }
+        // Which invariant a wrong read breaks: durability when the write (or delete) it
+        // contradicts was acknowledged before the node's latest restart.
+        let boot = e.boot;
+        let name_for = |e: &Expected, key: &str| -> &'static str {
+            let old_write = e.kv.get(key).is_some_and(|k| k.boot < boot);
+            let old_delete = e.deleted.get(key).is_some_and(|b| *b < boot);
+            if old_write || old_delete {
+                "durability"
+            } else {
+                "kv-consistency"
+            }
+        };
+        match op {
+            KvOp::Put { key, value } => {
+                if status != 204 {
+                    return fail("unexpected-status", what.to_string());
+                }
+                e.kv.insert(
+                    key.clone(),
+                    KvEntry {
+                        value: value.clone(),
+                        boot,
+                    },
+                );
+                e.deleted.remove(key);
+                Ok(())
+            }
+            KvOp::Delete { key } => {
+                if status != 204 {
+                    return fail("unexpected-status", what.to_string());
+                }
+                if e.kv.remove(key).is_some() {
+                    e.deleted.insert(key.clone(), boot);
+                }
+                Ok(())
+            }
+            KvOp::Get { key, wrap } => {
+                let inv = name_for(e, key);
+                bump(&mut self.counts, inv);
+                let e = &mut self.hosts[h];
+                let want = e.kv.get(key).map(|k| k.value.clone());
+                match (status, &want) {
+                    (404, None) => Ok(()),
+                    (404, Some(v)) => fail(inv, format!("expected {v}: {what}")),
+                    (200, None) => fail(inv, format!("expected 404 (absent): {what}")),
+                    (200, Some(v)) => match wrap {
+                        None => {
+                            if &body["data"] != v {
+                                return fail(inv, format!("expected {v}: {what}"));
+                            }
+                            Ok(())
+                        }
+                        Some((_, secs)) => {
+                            let token = body["wrap_info"]["token"].as_str().unwrap_or_default();
+                            if token.is_empty() || !body["data"].is_null() {
+                                return fail(
+                                    "wrapping",
+                                    format!("a wrapped answer must carry a token and no data: {what}"),
+                                );
+                            }
+                            let expire_at = at + secs * 1000;
+                            e.wraps.insert(
+                                token.to_string(),
+                                WrapFact {
+                                    label: short(token),
+                                    data: v.clone(),
+                                    expire_at,
+                                    unwrapped: false,
+                                },
+                            );
+                            e.tokens.insert(
+                                token.to_string(),
+                                TokenFact {
+                                    label: short(token),
+                                    kind: TokenKind::Wrapping,
+                                    policies: vec!["response-wrapping".into()],
+                                    expire_at: Some(expire_at),
+                                    revoked: false,
+                                    uses_left: None,
+                                },
+                            );
+                            Ok(())
+                        }
+                    },
+                    _ => fail("unexpected-status", what.to_string()),
+                }
+            }
+            KvOp::List { dir, .. } => {
+                bump(&mut self.counts, "kv-consistency");
+                let want = e.children(dir);
+                match status {
+                    404 if want.is_empty() => Ok(()),
+                    200 => {
+                        let got: BTreeSet<String> =
+                            str_list(&body["data"]["keys"]).into_iter().collect();
+                        if got != want {
+                            return fail(
+                                "kv-consistency",
+                                format!("expected keys {want:?}: {what}"),
+                            );
+                        }
+                        Ok(())
+                    }
+                    404 => fail("kv-consistency", format!("expected keys {want:?}: {what}")),
+                    _ => fail("unexpected-status", what.to_string()),
+                }
+            }
+        }
+    }
+
+    fn unwrap(
+        &mut self,
+        h: HostId,
+        secret: &str,
+        at: u64,
+        status: u16,
+        body: &Value,
+        what: &str,
+    ) -> Result<(), Violation> {
+        let e = &mut self.hosts[h];
+        let fact = e.wraps.get(secret).cloned();
+        match fact {
+            Some(f) if !f.unwrapped && at < f.expire_at => {
+                bump(&mut self.counts, "wrapping");
+                if status != 200 {
+                    return fail("wrapping", format!("a valid wrapping token ({}) failed: {what}", f.label));
+                }
+                if body["data"] != f.data {
+                    return fail("wrapping", format!("expected data {}: {what}", f.data));
+                }
+                if let Some(w) = e.wraps.get_mut(secret) {
+                    w.unwrapped = true;
+                }
+                if let Some(t) = e.tokens.get_mut(secret) {
+                    t.revoked = true;
+                }
+                Ok(())
+            }
+            Some(f) => {
+                let inv = if f.unwrapped {
+                    "single-use-wrapping"
+                } else {
+                    "wrapping-ttl"
+                };
+                bump(&mut self.counts, inv);
+                if status != 400 {
+                    return fail(inv, format!("token {} must not unwrap again: {what}", f.label));
+                }
+                Ok(())
+            }
+            None => {
+                bump(&mut self.counts, "wrapping");
+                if status != 400 {
+                    return fail("wrapping", format!("unknown wrapping token accepted: {what}"));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Seed of the throwaway nodes [`Checker::inspect`] boots (they share nothing with the run).
+const INSPECT_SEED: [u8; 32] = [0xA5; 32];
+
+/// Sends one request to a node and returns its answer.
+fn call(node: &mut Node<SimStorage>, now: u64, req: Request) -> Option<Response> {
+    let id = req.id;
+    node.handle(now, Input::Request(req));
+    let mut found = None;
+    while let Some(o) = node.poll_output() {
+        if let Output::Response(r) = o {
+            if r.id == id {
+                found = Some(r);
+            }
+        }
+    }
+    found
+}
+
+impl Checker {
+    /// Boots a throwaway node on a copy of host `h`'s durable storage at time `now`,
+    /// unseals it with the model's shares and compares everything readable with the model.
+    /// Returns a one-line summary.
+    pub fn inspect(&mut self, h: HostId, durable: &SimStorage, now: u64) -> Result<String, Violation> {
+        let e = &self.hosts[h];
+        if !e.initialized {
+            return Ok("not initialised, nothing to inspect".into());
+        }
+        bump(&mut self.counts, "durability");
+        let config = NodeConfig {
+            node_id: format!("n{h}-inspect"),
+            ..NodeConfig::default()
+        };
+        let mut node = Node::new(durable.clone(), INSPECT_SEED, config);
+        let mut id = 0;
+        let mut next = || {
+            id += 1;
+            id
+        };
+        for key in e.shares_hex.iter().take(e.threshold.max(1)) {
+            let req = Request::new(next(), Method::Put, "sys/unseal")
+                .with_json(serde_json::json!({ "key": key }));
+            call(&mut node, now, req);
+        }
+        if node.is_sealed() {
+            return fail(
+                "durability",
+                format!("n{h}: after the crash the durable storage no longer unseals with the key shares"),
+            );
+        }
+        let root = e
+            .tokens
+            .iter()
+            .find(|(_, f)| f.kind == TokenKind::Root)
+            .map(|(s, _)| s.clone())
+            .unwrap_or_default();
+        let what = |r: &Option<Response>| match r {
+            Some(r) => format!("{} {}", r.status, body_text(r)),
+            None => "no answer".into(),
+        };
+        let keys = key_universe();
+        for key in &keys {
+            let r = call(&mut node, now, Request::new(next(), Method::Get, key).with_token(&root));
+            let want = if e.mounted { e.kv.get(key).map(|k| &k.value) } else { None };
+            let ok = match (&r, want) {
+                (Some(r), None) => r.status == 404,
+                (Some(r), Some(v)) => r.status == 200 && r.body.as_ref().map(|b| &b["data"]) == Some(v),
+                (None, _) => false,
+            };
+            if !ok {
+                let want = want.map(|v| v.to_string()).unwrap_or_else(|| "absent (404)".into());
+                return fail(
+                    "durability",
+                    format!("n{h}: after the crash {key} reads {}, acknowledged state is {want}", what(&r)),
+                );
+            }
+        }
+        let dirs = dir_universe();
+        for dir in &dirs {
+            let r = call(&mut node, now, Request::new(next(), Method::List, dir).with_token(&root));
+            let want = if e.mounted { e.children(dir) } else { BTreeSet::new() };
+            let got: Option<BTreeSet<String>> = match &r {
+                Some(r) if r.status == 404 => Some(BTreeSet::new()),
+                Some(r) if r.status == 200 => r
+                    .body
+                    .as_ref()
+                    .map(|b| str_list(&b["data"]["keys"]).into_iter().collect()),
+                _ => None,
+            };
+            if got.as_ref() != Some(&want) {
+                return fail(
+                    "durability",
+                    format!("n{h}: after the crash LIST {dir} answers {}, expected {want:?}", what(&r)),
+                );
+            }
+        }
+        let mut tokens = 0;
+        for (secret, f) in &e.tokens {
+            if f.kind != TokenKind::Service {
+                continue;
+            }
+            tokens += 1;
+            let auth = e.auth(secret, now);
+            let valid = matches!(auth, Auth::Limited { .. });
+            let use_limited = f.uses_left.is_some();
+            let r = call(
+                &mut node,
+                now,
+                Request::new(next(), Method::Get, "auth/token/lookup-self").with_token(secret),
+            );
+            let status = r.as_ref().map(|r| r.status).unwrap_or(0);
+            if valid && !use_limited && status != 200 {
+                return fail(
+                    "durability",
+                    format!("n{h}: after the crash valid token {} answers {}", f.label, what(&r)),
+                );
+            }
+            if !valid && status != 403 {
+                return fail(
+                    deny_invariant(&auth),
+                    format!("n{h}: after the crash dead token {} answers {}", f.label, what(&r)),
+                );
+            }
+        }
+        for name in crate::operator::POLICY_NAMES {
+            let r = call(
+                &mut node,
+                now,
+                Request::new(next(), Method::Get, &format!("sys/policies/acl/{name}"))
+                    .with_token(&root),
+            );
+            let ok = match (&r, e.policy_texts.get(*name)) {
+                (Some(r), None) => r.status == 404,
+                (Some(r), Some(text)) => {
+                    r.status == 200
+                        && r.body.as_ref().and_then(|b| b["data"]["policy"].as_str())
+                            == Some(text.as_str())
+                }
+                (None, _) => false,
+            };
+            if !ok {
+                return fail(
+                    "durability",
+                    format!(
+                        "n{h}: after the crash policy {name} reads {}, acknowledged text is {:?}",
+                        what(&r),
+                        e.policy_texts.get(*name)
+                    ),
+                );
+            }
+        }
+        let mut wraps = 0;
+        for (secret, w) in &e.wraps {
+            wraps += 1;
+            let valid = !w.unwrapped && now < w.expire_at;
+            let r = call(
+                &mut node,
+                now,
+                Request::new(next(), Method::Post, "sys/wrapping/lookup")
+                    .with_json(serde_json::json!({ "token": secret })),
+            );
+            let status = r.as_ref().map(|r| r.status).unwrap_or(0);
+            if valid && status != 200 {
+                return fail(
+                    "wrapping",
+                    format!("n{h}: after the crash valid wrapping token {} answers {}", w.label, what(&r)),
+                );
+            }
+            if !valid && status != 400 {
+                let inv = if w.unwrapped {
+                    "single-use-wrapping"
+                } else {
+                    "wrapping-ttl"
+                };
+                return fail(
+                    inv,
+                    format!("n{h}: after the crash spent wrapping token {} answers {}", w.label, what(&r)),
+                );
+            }
+        }
+        Ok(format!(
+            "durable state matches the model: {} keys, {} dirs, {tokens} tokens, {} policies, {wraps} wrapping tokens",
+            keys.len(),
+            dirs.len(),
+            e.policy_texts.len()
+        ))
+    }
+}
+
+fn bump(counts: &mut BTreeMap<&'static str, u64>, invariant: &'static str) {
+    *counts.entry(invariant).or_default() += 1;
+}
+
+fn register_root(e: &mut Expected, root: String) {
+    e.tokens.insert(
+        root,
+        TokenFact {
+            label: "root".into(),
+            kind: TokenKind::Root,
+            policies: vec!["root".into()],
+            expire_at: None,
+            revoked: false,
+            uses_left: None,
+        },
+    );
+}
+
+/// The invariant a request with this token breaks when it is not refused.
+fn deny_invariant(a: &Auth) -> &'static str {
+    match a {
+        Auth::Invalid(why) if why.contains(USES_SPENT) => "token-use-limit",
+        _ => "denied-stays-denied",
+    }
+}
+
+/// The token a request presents on an authenticated path.
+fn op_token(op: &Op) -> Option<&str> {
+    match op {
+        Op::Seal { tok }
+        | Op::Mount { tok }
+        | Op::Unmount { tok }
+        | Op::PolicyWrite { tok, .. }
+        | Op::PolicyDelete { tok, .. }
+        | Op::TokenCreate { tok, .. }
+        | Op::TokenRevoke { tok, .. }
+        | Op::Kv { tok, .. }
+        | Op::LookupSelf { tok }
+        | Op::Probe { tok, .. } => Some(tok.secret.as_str()),
+        Op::SealStatus | Op::Init { .. } | Op::DevSetup | Op::Unseal { .. } | Op::Unwrap { .. } => {
+            None
+        }
+    }
+}
+
+fn auth_reason(a: &Auth) -> String {
+    match a {
+        Auth::Root => "root token".into(),
+        Auth::Limited { kind, policies, .. } => {
+            format!("{kind:?} token with policies {policies:?}")
+        }
+        Auth::Invalid(why) => why.clone(),
+    }
+}
+
+fn caps_text(c: u8) -> String {
+    let names: Vec<&str> = [
+        (crate::model::CREATE, "create"),
+        (crate::model::READ, "read"),
+        (crate::model::UPDATE, "update"),
+        (crate::model::DELETE, "delete"),
+        (crate::model::LIST, "list"),
+    ]
+    .iter()
+    .filter(|(b, _)| c & b != 0)
+    .map(|(_, n)| *n)
+    .collect();
+    if names.is_empty() {
+        "nothing".into()
+    } else {
+        names.join("+")
+    }
+}
+
+fn body_text(r: &Response) -> String {
+    match &r.body {
+        Some(b) => crate::trace::shorten(&b.to_string(), 300),
+        None => String::new(),
+    }
+}
+
+pub fn str_list(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::Tok;
+    use serde_json::json;
+
+    const ROOT: &str = "cs.root0000000000000000000";
+    const T1: &str = "cs.t1000000000000000000000";
+
+    fn tok(label: &str, secret: &str) -> Tok {
+        Tok {
+            label: label.into(),
+            secret: secret.into(),
+        }
+    }
+
+    fn resp(status: u16, body: Option<Value>) -> Response {
+        Response {
+            id: 1,
+            status,
+            body,
+            raw: None,
+        }
+    }
+
+    fn see(c: &mut Checker, op: &Op, at: u64, status: u16, body: Option<Value>) -> Result<(), Violation> {
+        c.observe(0, op, at, Observed::Response(&resp(status, body)))
+    }
+
+    /// A checker whose node 0 is initialised (1 share), unsealed, mounted, with a token T1
+    /// carrying policy `team-a` (read on `secret/a/*`) that expires at 100s.
+    fn ready() -> Checker {
+        let mut c = Checker::new(1, false);
+        let dev = json!({"keys": ["00"], "keys_base64": ["AA=="], "root_token": ROOT});
+        c.observe(0, &Op::DevSetup, 0, Observed::Admin(&dev)).unwrap();
+        let root = tok("root", ROOT);
+        let spec = crate::model::PolicySpec {
+            rules: vec![crate::model::Rule {
+                pattern: "secret/a/*".into(),
+                caps: crate::model::READ,
+            }],
+        };
+        let pw = Op::PolicyWrite {
+            tok: root.clone(),
+            name: "team-a".into(),
+            spec,
+            json: false,
+        };
+        see(&mut c, &pw, 0, 204, None).unwrap();
+        let create = Op::TokenCreate {
+            tok: root,
+            policies: vec!["team-a".into()],
+            ttl_s: 100,
+            ttl_as_string: false,
+            num_uses: 0,
+        };
+        let body = json!({"auth": {"client_token": T1, "lease_duration": 100,
+            "policies": ["default", "team-a"], "num_uses": 0}});
+        see(&mut c, &create, 0, 200, Some(body)).unwrap();
+        c
+    }
+
+    fn kv(secret: &str, op: KvOp) -> Op {
+        Op::Kv {
+            tok: tok("t", secret),
+            op,
+            audit: false,
+        }
+    }
+
+    fn get(key: &str) -> KvOp {
+        KvOp::Get {
+            key: key.into(),
+            wrap: None,
+        }
+    }
+
+    #[test]
+    fn policy_and_expiry_decide_denials() {
+        let mut c = ready();
+        // Covered read: fine either way it answers (404 here: no data yet).
+        see(&mut c, &kv(T1, get("secret/a/k0")), 1_000, 404, None).unwrap();
+        // Covered read refused: the allowed direction breaks.
+        let e = see(&mut c, &kv(T1, get("secret/a/k0")), 1_000, 403, None).unwrap_err();
+        assert_eq!(e.invariant, "authorized-succeeds");
+        // Not covered: must be 403.
+        let e = see(&mut c, &kv(T1, get("secret/b/k0")), 1_000, 404, None).unwrap_err();
+        assert_eq!(e.invariant, "denied-stays-denied");
+        // Expired at 100s: even a covered path must be refused.
+        let e = see(&mut c, &kv(T1, get("secret/a/k0")), 100_000, 404, None).unwrap_err();
+        assert_eq!(e.invariant, "denied-stays-denied");
+        assert!(e.detail.contains("expired"), "{}", e.detail);
+        see(&mut c, &kv(T1, get("secret/a/k0")), 100_000, 403, None).unwrap();
+    }
+
+    #[test]
+    fn revoked_token_stays_denied() {
+        let mut c = ready();
+        let revoke = Op::TokenRevoke {
+            tok: tok("root", ROOT),
+            target: tok("t1", T1),
+        };
+        see(&mut c, &revoke, 2_000, 204, None).unwrap();
+        let look = Op::LookupSelf { tok: tok("t1", T1) };
+        let e = see(&mut c, &look, 3_000, 200, Some(json!({"data": {}}))).unwrap_err();
+        assert_eq!(e.invariant, "denied-stays-denied");
+        assert!(e.detail.contains("revoked"), "{}", e.detail);
+    }
+
+    #[test]
+    fn reads_must_match_acknowledged_writes_and_survive_restarts() {
+        let mut c = ready();
+        let root = ROOT;
+        let put = kv(
+            root,
+            KvOp::Put {
+                key: "secret/a/k0".into(),
+                value: json!({"v": 1}),
+            },
+        );
+        see(&mut c, &put, 1_000, 204, None).unwrap();
+        let e = see(&mut c, &kv(root, get("secret/a/k0")), 1_000, 200, Some(json!({"data": {"v": 2}})))
+            .unwrap_err();
+        assert_eq!(e.invariant, "kv-consistency");
+        c.on_crash(0);
+        c.on_restart(0);
+        let e = see(&mut c, &kv(root, get("secret/a/k0")), 2_000, 404, None).unwrap_err();
+        assert_eq!(e.invariant, "sealed-503");
+        let unseal = Op::Unseal { key: "00".into() };
+        see(&mut c, &unseal, 2_000, 200, Some(json!({"sealed": false, "progress": 0}))).unwrap();
+        let e = see(&mut c, &kv(root, get("secret/a/k0")), 2_000, 404, None).unwrap_err();
+        assert_eq!(e.invariant, "durability");
+        see(&mut c, &kv(root, get("secret/a/k0")), 2_000, 200, Some(json!({"data": {"v": 1}}))).unwrap();
+    }
+
+    #[test]
+    fn wrapping_tokens_unwrap_once_and_expire() {
+        let mut c = ready();
+        let put = kv(
+            ROOT,
+            KvOp::Put {
+                key: "secret/a/k1".into(),
+                value: json!({"w": true}),
+            },
+        );
+        see(&mut c, &put, 1_000, 204, None).unwrap();
+        let wrap_get = kv(
+            ROOT,
+            KvOp::Get {
+                key: "secret/a/k1".into(),
+                wrap: Some(("30s".into(), 30)),
+            },
+        );
+        let wrapped = json!({"data": null, "wrap_info": {"token": "cs.wrap0000000000000000000"}});
+        see(&mut c, &wrap_get, 1_000, 200, Some(wrapped)).unwrap();
+        let unwrap = Op::Unwrap {
+            wrap: tok("w1", "cs.wrap0000000000000000000"),
+            in_body: false,
+        };
+        let e = see(&mut c, &unwrap, 2_000, 200, Some(json!({"data": {"w": false}}))).unwrap_err();
+        assert_eq!(e.invariant, "wrapping");
+        see(&mut c, &unwrap, 2_000, 200, Some(json!({"data": {"w": true}}))).unwrap();
+        let e = see(&mut c, &unwrap, 3_000, 200, Some(json!({"data": {"w": true}}))).unwrap_err();
+        assert_eq!(e.invariant, "single-use-wrapping");
+        // A second wrap that expires unused.
+        let wrapped = json!({"data": null, "wrap_info": {"token": "cs.wrap1111111111111111111"}});
+        see(&mut c, &wrap_get, 4_000, 200, Some(wrapped)).unwrap();
+        let late = Op::Unwrap {
+            wrap: tok("w2", "cs.wrap1111111111111111111"),
+            in_body: true,
+        };
+        let e = see(&mut c, &late, 34_000, 200, Some(json!({"data": {"w": true}}))).unwrap_err();
+        assert_eq!(e.invariant, "wrapping-ttl");
+    }
+
+    #[test]
+    fn use_limited_tokens_spend_uses_on_failed_requests() {
+        let mut c = ready();
+        let create = Op::TokenCreate {
+            tok: tok("root", ROOT),
+            policies: vec!["team-a".into()],
+            ttl_s: 100,
+            ttl_as_string: false,
+            num_uses: 1,
+        };
+        let t2 = "cs.t2000000000000000000000";
+        let body = json!({"auth": {"client_token": t2, "lease_duration": 100,
+            "policies": ["default", "team-a"], "num_uses": 1}});
+        see(&mut c, &create, 0, 200, Some(body)).unwrap();
+        // The only use: a read of a missing key.
+        see(&mut c, &kv(t2, get("secret/a/k2")), 1_000, 404, None).unwrap();
+        let e = see(&mut c, &kv(t2, get("secret/a/k2")), 1_000, 404, None).unwrap_err();
+        assert_eq!(e.invariant, "token-use-limit");
+    }
+
+    #[test]
+    fn unseal_follows_the_threshold() {
+        let mut c = Checker::new(1, false);
+        let init = Op::Init {
+            shares: 3,
+            threshold: 2,
+        };
+        let body = json!({"keys": ["0a", "0b", "0c"], "keys_base64": ["Cg==", "Cw==", "DA=="], "root_token": ROOT});
+        see(&mut c, &init, 0, 200, Some(body)).unwrap();
+        let u = |k: &str| Op::Unseal { key: k.into() };
+        see(&mut c, &u("0a"), 0, 200, Some(json!({"sealed": true, "progress": 1}))).unwrap();
+        // The same share again (base64 form) does not count twice.
+        let e = see(&mut c, &u("Cg=="), 0, 200, Some(json!({"sealed": false, "progress": 0}))).unwrap_err();
+        assert_eq!(e.invariant, "unseal-threshold");
+        let mut c2 = Checker::new(1, false);
+        let body = json!({"keys": ["0a", "0b", "0c"], "keys_base64": [], "root_token": ROOT});
+        see(&mut c2, &init, 0, 200, Some(body)).unwrap();
+        see(&mut c2, &u("0a"), 0, 200, Some(json!({"sealed": true, "progress": 1}))).unwrap();
+        // A wrong share at the threshold must not unseal.
+        let e = see(&mut c2, &u("ffff"), 0, 200, Some(json!({"sealed": false, "progress": 0}))).unwrap_err();
+        assert_eq!(e.invariant, "unseal-threshold");
+    }
+}

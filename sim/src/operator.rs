@@ -1,0 +1,1119 @@
+//! The operator model: the people and programs that talk to the nodes.
+//!
+//! Each node has one *admin* client (the operator proper) and a few *traffic* clients.
+//! Every client has at most one request outstanding, thinks for a seeded while after each
+//! answer, then picks its next [`Op`]. The admin initialises the node (`sys/init` with
+//! various share counts and thresholds, or the dev set-up command), keeps the key shares,
+//! unseals after every restart or seal, mounts `secret/`, writes policies, creates tokens
+//! with limited policies and revokes them, and after each unseal reads every key back (the
+//! audit the durability checker relies on). Traffic clients read, write, delete and list KV
+//! entries with the root token, with limited tokens (some revoked or expired), with wrapping
+//! tokens and with bogus ones; they wrap responses and unwrap them (sometimes twice), and
+//! probe admin endpoints with tokens that must be refused.
+//!
+//! The operator only knows what its answers told it. The harness's own view of the truth
+//! lives in [`crate::model`]; the two are deliberately separate.
+
+use crate::model::{PolicySpec, Rule, CREATE, DELETE, DENY, LIST, READ, UPDATE};
+use crate::net::{ClientId, HostId};
+use crate::rng::SimRng;
+use cairn_core::api::RequestId;
+use cairn_core::{Method, Request, Response};
+use serde_json::{json, Value};
+use std::collections::{BTreeSet, VecDeque};
+
+/// A token as the operator holds it: a label for the trace and the secret it sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tok {
+    pub label: String,
+    /// Empty: no token header at all.
+    pub secret: String,
+}
+
+impl Tok {
+    pub fn none() -> Tok {
+        Tok {
+            label: "-".into(),
+            secret: String::new(),
+        }
+    }
+}
+
+/// A KV operation on the `secret/` mount.
+#[derive(Debug, Clone)]
+pub enum KvOp {
+    Put {
+        key: String,
+        value: Value,
+    },
+    Get {
+        key: String,
+        /// Response wrapping: the header value sent and the seconds it means.
+        wrap: Option<(String, u64)>,
+    },
+    Delete {
+        key: String,
+    },
+    List {
+        dir: String,
+        /// Send `GET ?list=true` instead of the LIST method.
+        via_query: bool,
+    },
+}
+
+/// One thing a client asks a node for.
+#[derive(Debug, Clone)]
+pub enum Op {
+    SealStatus,
+    Init {
+        shares: u8,
+        threshold: u8,
+    },
+    /// `Admin::DevSetup` (not an HTTP request).
+    DevSetup,
+    Unseal {
+        key: String,
+    },
+    Seal {
+        tok: Tok,
+    },
+    Mount {
+        tok: Tok,
+    },
+    Unmount {
+        tok: Tok,
+    },
+    PolicyWrite {
+        tok: Tok,
+        name: String,
+        spec: PolicySpec,
+        json: bool,
+    },
+    PolicyDelete {
+        tok: Tok,
+        name: String,
+    },
+    TokenCreate {
+        tok: Tok,
+        policies: Vec<String>,
+        ttl_s: u64,
+        ttl_as_string: bool,
+        /// 0: unlimited.
+        num_uses: u64,
+    },
+    TokenRevoke {
+        tok: Tok,
+        target: Tok,
+    },
+    Kv {
+        tok: Tok,
+        op: KvOp,
+        /// Part of the admin's read-back after an unseal.
+        audit: bool,
+    },
+    Unwrap {
+        wrap: Tok,
+        in_body: bool,
+    },
+    LookupSelf {
+        tok: Tok,
+    },
+    /// An admin endpoint a limited token must never reach.
+    Probe {
+        tok: Tok,
+        method: Method,
+        path: &'static str,
+    },
+}
+
+/// Admin endpoints no generated policy grants.
+pub const PROBES: &[(Method, &str)] = &[
+    (Method::Get, "sys/mounts"),
+    (Method::Put, "sys/policies/acl/evil"),
+    (Method::Post, "auth/token/create"),
+    (Method::List, "auth/token/accessors"),
+    (Method::Put, "sys/seal"),
+    (Method::Delete, "sys/mounts/secret"),
+    (Method::Post, "sys/mounts/evil"),
+    (Method::Post, "auth/token/revoke-accessor"),
+];
+
+/// Teams: each owns `secret/<team>/...`.
+pub const TEAMS: &[&str] = &["a", "b", "c"];
+/// Names inside a team directory.
+pub const TEAM_KEYS: &[&str] = &["k0", "k1", "k2", "private0", "deep/x"];
+/// Keys directly under the mount.
+pub const TOP_KEYS: &[&str] = &["top0", "top1"];
+/// Names of the policies the admin writes.
+pub const POLICY_NAMES: &[&str] = &["team-a", "team-b", "team-c", "reader", "mixed"];
+
+/// Every KV key (API path) the operator ever touches.
+pub fn key_universe() -> Vec<String> {
+    let mut v = Vec::new();
+    for t in TEAMS {
+        for k in TEAM_KEYS {
+            v.push(format!("secret/{t}/{k}"));
+        }
+    }
+    for k in TOP_KEYS {
+        v.push(format!("secret/{k}"));
+    }
+    v
+}
+
+/// Every directory (API path, trailing `/`) of the key universe.
+pub fn dir_universe() -> Vec<String> {
+    let mut v = vec!["secret/".to_string()];
+    for t in TEAMS {
+        v.push(format!("secret/{t}/"));
+        v.push(format!("secret/{t}/deep/"));
+    }
+    v
+}
+
+fn method_name(m: Method) -> &'static str {
+    match m {
+        Method::Get => "GET",
+        Method::List => "LIST",
+        Method::Put => "PUT",
+        Method::Post => "POST",
+        Method::Delete => "DELETE",
+    }
+}
+
+impl Op {
+    /// The HTTP request for this op; `None` for [`Op::DevSetup`].
+    pub fn request(&self, id: RequestId) -> Option<Request> {
+        let with = |r: Request, tok: &Tok| {
+            if tok.secret.is_empty() {
+                r
+            } else {
+                r.with_token(&tok.secret)
+            }
+        };
+        Some(match self {
+            Op::DevSetup => return None,
+            Op::SealStatus => Request::new(id, Method::Get, "sys/seal-status"),
+            Op::Init { shares, threshold } => Request::new(id, Method::Put, "sys/init")
+                .with_json(json!({"secret_shares": shares, "secret_threshold": threshold})),
+            Op::Unseal { key } => {
+                Request::new(id, Method::Put, "sys/unseal").with_json(json!({ "key": key }))
+            }
+            Op::Seal { tok } => with(Request::new(id, Method::Put, "sys/seal"), tok),
+            Op::Mount { tok } => with(
+                Request::new(id, Method::Post, "sys/mounts/secret")
+                    .with_json(json!({"type": "kv", "description": "sim data"})),
+                tok,
+            ),
+            Op::Unmount { tok } => with(
+                Request::new(id, Method::Delete, "sys/mounts/secret"),
+                tok,
+            ),
+            Op::PolicyWrite {
+                tok,
+                name,
+                spec,
+                json: as_json,
+            } => {
+                let text = if *as_json { spec.json() } else { spec.hcl() };
+                with(
+                    Request::new(id, Method::Put, &format!("sys/policies/acl/{name}"))
+                        .with_json(json!({ "policy": text })),
+                    tok,
+                )
+            }
+            Op::PolicyDelete { tok, name } => with(
+                Request::new(id, Method::Delete, &format!("sys/policies/acl/{name}")),
+                tok,
+            ),
+            Op::TokenCreate {
+                tok,
+                policies,
+                ttl_s,
+                ttl_as_string,
+                num_uses,
+            } => {
+                let ttl = if *ttl_as_string {
+                    json!(format!("{ttl_s}s"))
+                } else {
+                    json!(ttl_s)
+                };
+                let mut body = json!({ "policies": policies, "ttl": ttl });
+                if *num_uses > 0 {
+                    body["num_uses"] = json!(num_uses);
+                }
+                with(
+                    Request::new(id, Method::Post, "auth/token/create").with_json(body),
+                    tok,
+                )
+            }
+            Op::TokenRevoke { tok, target } => with(
+                Request::new(id, Method::Post, "auth/token/revoke")
+                    .with_json(json!({ "token": target.secret })),
+                tok,
+            ),
+            Op::Kv { tok, op, .. } => match op {
+                KvOp::Put { key, value } => with(
+                    Request::new(id, Method::Put, key).with_json(value.clone()),
+                    tok,
+                ),
+                KvOp::Get { key, wrap } => {
+                    let mut r = with(Request::new(id, Method::Get, key), tok);
+                    r.wrap_ttl = wrap.as_ref().map(|(h, _)| h.clone());
+                    r
+                }
+                KvOp::Delete { key } => with(Request::new(id, Method::Delete, key), tok),
+                KvOp::List { dir, via_query } => {
+                    if *via_query {
+                        let mut r = with(Request::new(id, Method::Get, dir), tok);
+                        r.query.push(("list".into(), "true".into()));
+                        r
+                    } else {
+                        with(Request::new(id, Method::List, dir), tok)
+                    }
+                }
+            },
+            Op::Unwrap { wrap, in_body } => {
+                let r = Request::new(id, Method::Post, "sys/wrapping/unwrap");
+                if *in_body {
+                    r.with_json(json!({ "token": wrap.secret }))
+                } else {
+                    with(r, wrap)
+                }
+            }
+            Op::LookupSelf { tok } => with(
+                Request::new(id, Method::Get, "auth/token/lookup-self"),
+                tok,
+            ),
+            Op::Probe { tok, method, path } => with(Request::new(id, *method, path), tok),
+        })
+    }
+
+    /// One line for the trace (token secrets shown by label only).
+    pub fn describe(&self) -> String {
+        match self {
+            Op::SealStatus => "GET sys/seal-status".into(),
+            Op::Init { shares, threshold } => format!("PUT sys/init shares={shares} t={threshold}"),
+            Op::DevSetup => "ADMIN dev-setup".into(),
+            Op::Unseal { key } => format!("PUT sys/unseal key={}", crate::trace::shorten(key, 12)),
+            Op::Seal { tok } => format!("PUT sys/seal tok={}", tok.label),
+            Op::Mount { tok } => format!("POST sys/mounts/secret tok={}", tok.label),
+            Op::Unmount { tok } => format!("DELETE sys/mounts/secret tok={}", tok.label),
+            Op::PolicyWrite {
+                tok,
+                name,
+                spec,
+                json: as_json,
+            } => format!(
+                "PUT sys/policies/acl/{name} tok={} {}{}",
+                tok.label,
+                if *as_json { "json " } else { "" },
+                spec.summary()
+            ),
+            Op::PolicyDelete { tok, name } => {
+                format!("DELETE sys/policies/acl/{name} tok={}", tok.label)
+            }
+            Op::TokenCreate {
+                tok,
+                policies,
+                ttl_s,
+                num_uses,
+                ..
+            } => format!(
+                "POST auth/token/create tok={} policies={} ttl={ttl_s}s{}",
+                tok.label,
+                policies.join(","),
+                if *num_uses > 0 {
+                    format!(" num_uses={num_uses}")
+                } else {
+                    String::new()
+                }
+            ),
+            Op::TokenRevoke { tok, target } => format!(
+                "POST auth/token/revoke tok={} target={}",
+                tok.label, target.label
+            ),
+            Op::Kv { tok, op, audit } => {
+                let a = if *audit { " (audit)" } else { "" };
+                match op {
+                    KvOp::Put { key, value } => format!("PUT {key} tok={} {value}{a}", tok.label),
+                    KvOp::Get { key, wrap: None } => format!("GET {key} tok={}{a}", tok.label),
+                    KvOp::Get {
+                        key,
+                        wrap: Some((h, _)),
+                    } => format!("GET {key} tok={} wrap={h}{a}", tok.label),
+                    KvOp::Delete { key } => format!("DELETE {key} tok={}{a}", tok.label),
+                    KvOp::List { dir, via_query } => format!(
+                        "{} {dir} tok={}{a}",
+                        if *via_query { "GET?list" } else { "LIST" },
+                        tok.label
+                    ),
+                }
+            }
+            Op::Unwrap { wrap, in_body } => format!(
+                "POST sys/wrapping/unwrap {}={}",
+                if *in_body { "body" } else { "tok" },
+                wrap.label
+            ),
+            Op::LookupSelf { tok } => format!("GET auth/token/lookup-self tok={}", tok.label),
+            Op::Probe { tok, method, path } => {
+                format!("{} {path} tok={} (probe)", method_name(*method), tok.label)
+            }
+        }
+    }
+}
+
+/// What a client learns about its request.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Response(Response),
+    Admin(Value),
+    /// No answer: the node was down or crashed before committing.
+    Lost,
+}
+
+/// What a client does next.
+#[derive(Debug, Clone)]
+pub enum Next {
+    Send(Op),
+    /// Nothing to do now; ask again after this many ms.
+    Sleep(u64),
+    /// Finished (final phase).
+    Idle,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Admin,
+    Traffic,
+}
+
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub id: ClientId,
+    pub host: HostId,
+    pub role: Role,
+}
+
+/// Per-seed settings of the operator model.
+#[derive(Debug, Clone)]
+pub struct OperatorParams {
+    pub hosts: usize,
+    pub traffic_per_host: usize,
+    pub think_mean_ms: u64,
+    pub admin_think_mean_ms: u64,
+    /// Chance (per mille) that a node is set up with the dev command instead of `sys/init`.
+    pub dev_setup_permille: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InitBelief {
+    Unknown,
+    Uninit,
+    Init,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FinalState {
+    Off,
+    Pending,
+    Done,
+}
+
+#[derive(Debug, Clone)]
+struct KnownToken {
+    tok: Tok,
+    revoked: bool,
+}
+
+/// What the operator believes about one node.
+#[derive(Debug, Clone)]
+struct View {
+    init: InitBelief,
+    sealed: bool,
+    keys: Vec<String>,
+    keys_b64: Vec<String>,
+    threshold: usize,
+    root: Option<Tok>,
+    unseal_plan: VecDeque<String>,
+    mounted: bool,
+    tokens: Vec<KnownToken>,
+    wraps: Vec<Tok>,
+    policies: BTreeSet<String>,
+    audit: VecDeque<Op>,
+    next_label: u64,
+    fin: FinalState,
+}
+
+impl View {
+    fn new() -> View {
+        View {
+            init: InitBelief::Unknown,
+            sealed: true,
+            keys: Vec::new(),
+            keys_b64: Vec::new(),
+            threshold: 0,
+            root: None,
+            unseal_plan: VecDeque::new(),
+            mounted: false,
+            tokens: Vec::new(),
+            wraps: Vec::new(),
+            policies: BTreeSet::new(),
+            audit: VecDeque::new(),
+            next_label: 0,
+            fin: FinalState::Off,
+        }
+    }
+    fn label(&mut self, prefix: &str) -> String {
+        self.next_label += 1;
+        format!("{prefix}{}", self.next_label)
+    }
+}
+
+pub struct Operator {
+    rng: SimRng,
+    params: OperatorParams,
+    clients: Vec<Client>,
+    views: Vec<View>,
+    counter: u64,
+    final_phase: bool,
+}
+
+impl Operator {
+    pub fn new(rng: SimRng, params: OperatorParams) -> Operator {
+        let mut clients = Vec::new();
+        for h in 0..params.hosts {
+            clients.push(Client {
+                id: clients.len(),
+                host: h,
+                role: Role::Admin,
+            });
+            for _ in 0..params.traffic_per_host {
+                clients.push(Client {
+                    id: clients.len(),
+                    host: h,
+                    role: Role::Traffic,
+                });
+            }
+        }
+        Operator {
+            rng,
+            views: (0..params.hosts).map(|_| View::new()).collect(),
+            params,
+            clients,
+            counter: 0,
+            final_phase: false,
+        }
+    }
+
+    pub fn clients(&self) -> &[Client] {
+        &self.clients
+    }
+
+    /// Think time before a client's first request.
+    pub fn initial_delay(&mut self, c: ClientId) -> u64 {
+        match self.clients[c].role {
+            Role::Admin => self.rng.range(0, 5),
+            Role::Traffic => self.rng.delay(self.params.think_mean_ms),
+        }
+    }
+
+    /// Enters the final phase: traffic stops, each admin re-checks its node (the world has
+    /// just crashed them all), unseals it and reads every key back.
+    pub fn begin_final(&mut self) {
+        self.final_phase = true;
+        for v in &mut self.views {
+            v.init = InitBelief::Unknown;
+            v.audit.clear();
+            v.fin = FinalState::Pending;
+        }
+    }
+
+    /// Whether every admin has finished its final audit.
+    pub fn final_done(&self) -> bool {
+        self.final_phase && self.views.iter().all(|v| v.fin == FinalState::Done)
+    }
+
+    /// A fresh KV value, unique across the run.
+    fn value(&mut self, c: ClientId) -> Value {
+        self.counter += 1;
+        let mut v = json!({ "v": format!("c{c}-{}", self.counter), "n": self.counter });
+        if self.rng.chance(200) {
+            let len = self.rng.range(1, 48) as usize;
+            v["blob"] = json!(hex::encode(self.rng.bytes(len)));
+        }
+        v
+    }
+
+    /// The next thing client `c` does.
+    pub fn next(&mut self, c: ClientId) -> Next {
+        let client = self.clients[c].clone();
+        match client.role {
+            Role::Admin => self.next_admin(c, client.host),
+            Role::Traffic => {
+                if self.final_phase {
+                    Next::Idle
+                } else {
+                    Next::Send(self.traffic_op(c, client.host))
+                }
+            }
+        }
+    }
+
+    fn next_admin(&mut self, c: ClientId, h: HostId) -> Next {
+        let fin = self.final_phase;
+        if self.views[h].fin == FinalState::Done {
+            return Next::Idle;
+        }
+        match self.views[h].init {
+            InitBelief::Unknown => return Next::Send(Op::SealStatus),
+            InitBelief::Uninit => {
+                if fin {
+                    self.views[h].fin = FinalState::Done;
+                    return Next::Idle;
+                }
+                return Next::Send(self.init_op());
+            }
+            InitBelief::Init => {}
+        }
+        if self.views[h].sealed {
+            if self.views[h].keys.is_empty() {
+                // Cannot happen while client links are reliable: an initialised node's
+                // keys always reach the operator. Give up on this node rather than spin.
+                self.views[h].fin = FinalState::Done;
+                return Next::Idle;
+            }
+            if self.views[h].unseal_plan.is_empty() {
+                self.plan_unseal(h);
+            }
+            let key = self.views[h].unseal_plan.pop_front().unwrap_or_default();
+            return Next::Send(Op::Unseal { key });
+        }
+        let Some(root) = self.views[h].root.clone() else {
+            self.views[h].fin = FinalState::Done;
+            return Next::Idle;
+        };
+        if !self.views[h].mounted {
+            return Next::Send(Op::Mount { tok: root });
+        }
+        if let Some(op) = self.views[h].audit.pop_front() {
+            return Next::Send(op);
+        }
+        if fin {
+            self.views[h].fin = FinalState::Done;
+            return Next::Idle;
+        }
+        self.admin_op(c, h, root)
+    }
+
+    fn init_op(&mut self) -> Op {
+        if self.rng.chance(self.params.dev_setup_permille) {
+            return Op::DevSetup;
+        }
+        if self.rng.chance(60) {
+            // An invalid configuration the node must refuse.
+            let shares = self.rng.range(2, 5) as u8;
+            let threshold = if self.rng.chance(500) { 1 } else { shares + 1 };
+            return Op::Init { shares, threshold };
+        }
+        let shares = self.rng.range(1, 6) as u8;
+        let threshold = if shares == 1 {
+            1
+        } else {
+            self.rng.range(2, shares as u64) as u8
+        };
+        Op::Init { shares, threshold }
+    }
+
+    /// Chooses the shares for the next unseal attempt: `threshold` distinct valid shares in
+    /// random order, sometimes spoiled by a duplicate, an undecodable or a wrong share.
+    fn plan_unseal(&mut self, h: HostId) {
+        let n = self.views[h].keys.len();
+        let mut idx: Vec<usize> = (0..n).collect();
+        self.rng.shuffle(&mut idx);
+        idx.truncate(self.views[h].threshold.max(1));
+        let mut plan: Vec<String> = idx
+            .iter()
+            .map(|&i| {
+                if self.rng.chance(300) && i < self.views[h].keys_b64.len() {
+                    self.views[h].keys_b64[i].clone()
+                } else {
+                    self.views[h].keys[i].clone()
+                }
+            })
+            .collect();
+        match self.rng.below(20) {
+            0 => {
+                let len = self.views[h].keys.first().map(|k| k.len() / 2).unwrap_or(33);
+                let pos = self.rng.below(plan.len() as u64 + 1) as usize;
+                let wrong = hex::encode(self.rng.bytes(len));
+                plan.insert(pos, wrong);
+            }
+            1 => {
+                let pos = self.rng.below(plan.len() as u64 + 1) as usize;
+                plan.insert(pos, "not-a-key-share!".into());
+            }
+            2 => {
+                if let Some(first) = plan.first().cloned() {
+                    plan.insert(1, first);
+                }
+            }
+            _ => {}
+        }
+        self.views[h].unseal_plan = plan.into();
+    }
+
+    fn admin_op(&mut self, c: ClientId, h: HostId, root: Tok) -> Next {
+        let live = self.views[h].tokens.iter().filter(|t| !t.revoked).count() as u64;
+        let weights = [
+            15,                             // policy write
+            2,                              // policy delete
+            if live < 12 { 15 } else { 3 }, // token create
+            if live > 0 { 6 } else { 0 },   // token revoke
+            1,                              // seal
+            1,                              // unmount (then mount again)
+            2,                              // seal status
+            25,                             // traffic as root or otherwise
+        ];
+        match self.rng.weighted(&weights) {
+            0 => {
+                let name = self.pick_str(POLICY_NAMES);
+                let spec = self.policy_spec(&name);
+                let as_json = self.rng.chance(250);
+                Next::Send(Op::PolicyWrite {
+                    tok: root,
+                    name,
+                    spec,
+                    json: as_json,
+                })
+            }
+            1 => {
+                let name = self.pick_str(POLICY_NAMES);
+                Next::Send(Op::PolicyDelete { tok: root, name })
+            }
+            2 => {
+                let k = self.rng.range(1, 3);
+                let mut policies: Vec<String> =
+                    (0..k).map(|_| self.pick_str(POLICY_NAMES)).collect();
+                if self.rng.chance(50) {
+                    policies.push("no-such-policy".into());
+                }
+                policies.sort();
+                policies.dedup();
+                let ttl_s = match self.rng.below(4) {
+                    0 => self.rng.range(1, 60),
+                    1 => self.rng.range(60, 3600),
+                    2 => self.rng.range(3600, 86_400),
+                    _ => self.rng.range(86_400, 40 * 86_400),
+                };
+                let ttl_as_string = self.rng.chance(500);
+                let num_uses = if self.rng.chance(150) {
+                    self.rng.range(1, 3)
+                } else {
+                    0
+                };
+                Next::Send(Op::TokenCreate {
+                    tok: root,
+                    policies,
+                    ttl_s,
+                    ttl_as_string,
+                    num_uses,
+                })
+            }
+            3 => {
+                let live: Vec<Tok> = self.views[h]
+                    .tokens
+                    .iter()
+                    .filter(|t| !t.revoked)
+                    .map(|t| t.tok.clone())
+                    .collect();
+                match self.rng.pick(&live).cloned() {
+                    Some(target) => Next::Send(Op::TokenRevoke { tok: root, target }),
+                    None => Next::Send(Op::SealStatus),
+                }
+            }
+            4 => Next::Send(Op::Seal { tok: root }),
+            5 => Next::Send(Op::Unmount { tok: root }),
+            6 => Next::Send(Op::SealStatus),
+            _ => Next::Send(self.traffic_op(c, h)),
+        }
+    }
+
+    fn pick_str(&mut self, xs: &[&str]) -> String {
+        self.rng.pick(xs).map(|s| s.to_string()).unwrap_or_default()
+    }
+
+    fn caps(&mut self) -> u8 {
+        if self.rng.chance(120) {
+            return DENY;
+        }
+        let mut c = 0;
+        for bit in [CREATE, READ, UPDATE, DELETE, LIST] {
+            if self.rng.chance(550) {
+                c |= bit;
+            }
+        }
+        if c == 0 {
+            READ
+        } else {
+            c
+        }
+    }
+
+    /// A policy for `name`: a team policy covers its own directory, `reader` the whole
+    /// mount, `mixed` a bit of everything.
+    fn policy_spec(&mut self, name: &str) -> PolicySpec {
+        let mut rules = Vec::new();
+        let add = |pattern: String, caps: u8, rules: &mut Vec<Rule>| {
+            if !rules.iter().any(|r: &Rule| r.pattern == pattern) {
+                rules.push(Rule { pattern, caps });
+            }
+        };
+        match name.strip_prefix("team-") {
+            Some(t) => {
+                let c = self.caps();
+                add(format!("secret/{t}/*"), c, &mut rules);
+                if self.rng.chance(400) {
+                    let c = self.caps();
+                    add(format!("secret/{t}/private*"), c, &mut rules);
+                }
+                if self.rng.chance(250) {
+                    let k = self.pick_str(&["k0", "k1", "deep/x"]);
+                    let c = self.caps();
+                    add(format!("secret/{t}/{k}"), c, &mut rules);
+                }
+            }
+            None if name == "reader" => {
+                let c = if self.rng.chance(700) {
+                    READ | LIST
+                } else {
+                    self.caps()
+                };
+                add("secret/*".into(), c, &mut rules);
+            }
+            None => {
+                for _ in 0..self.rng.range(1, 3) {
+                    let t = self.pick_str(TEAMS);
+                    let pattern = match self.rng.below(4) {
+                        0 => format!("secret/{t}/*"),
+                        1 => format!("secret/{t}/private*"),
+                        2 => format!("secret/{t}/deep/*"),
+                        _ => format!("secret/{t}/k{}", self.rng.below(3)),
+                    };
+                    let c = self.caps();
+                    add(pattern, c, &mut rules);
+                }
+            }
+        }
+        PolicySpec { rules }
+    }
+
+    /// A token for traffic: mostly root or a limited token the operator holds (revoked and
+    /// expired ones included), sometimes a wrapping token, another node's token, a bogus
+    /// one or none at all.
+    fn traffic_tok(&mut self, h: HostId) -> Tok {
+        let v = &self.views[h];
+        let roll = self.rng.below(100);
+        if roll < 35 {
+            if let Some(r) = &v.root {
+                return r.clone();
+            }
+        } else if roll < 88 {
+            if let Some(t) = self.rng.pick(&v.tokens) {
+                return t.tok.clone();
+            }
+            if let Some(r) = &v.root {
+                return r.clone();
+            }
+        } else if roll < 91 {
+            if let Some(w) = self.rng.pick(&v.wraps) {
+                return w.clone();
+            }
+        } else if roll < 94 && self.views.len() > 1 {
+            let other = (h + 1 + self.rng.below(self.views.len() as u64 - 1) as usize)
+                % self.views.len();
+            let ov = &self.views[other];
+            if let Some(t) = self.rng.pick(&ov.tokens) {
+                return Tok {
+                    label: format!("{}@n{other}", t.tok.label),
+                    secret: t.tok.secret.clone(),
+                };
+            }
+        } else if roll < 97 {
+            return Tok {
+                label: "bogus".into(),
+                secret: format!("cs.{}", hex::encode(self.rng.bytes(12))),
+            };
+        }
+        Tok::none()
+    }
+
+    fn traffic_op(&mut self, c: ClientId, h: HostId) -> Op {
+        let tok = self.traffic_tok(h);
+        let keys = key_universe();
+        let key = self.rng.pick(&keys).cloned().unwrap_or_default();
+        let has_wraps = !self.views[h].wraps.is_empty();
+        let weights = [
+            30,                             // put
+            25,                             // get
+            8,                              // delete
+            8,                              // list
+            6,                              // get wrapped
+            if has_wraps { 6 } else { 0 },  // unwrap
+            4,                              // lookup-self
+            if tok.secret.is_empty() { 1 } else { 4 }, // probe
+        ];
+        let op = match self.rng.weighted(&weights) {
+            0 => KvOp::Put {
+                key,
+                value: self.value(c),
+            },
+            1 => KvOp::Get { key, wrap: None },
+            2 => KvOp::Delete { key },
+            3 => {
+                let dirs = dir_universe();
+                KvOp::List {
+                    dir: self.rng.pick(&dirs).cloned().unwrap_or_default(),
+                    via_query: self.rng.chance(300),
+                }
+            }
+            4 => {
+                let (hdr, secs) = match self.rng.below(4) {
+                    0 => ("30s".to_string(), 30),
+                    1 => ("5m".to_string(), 300),
+                    2 => ("120".to_string(), 120),
+                    _ => ("1h".to_string(), 3600),
+                };
+                KvOp::Get {
+                    key,
+                    wrap: Some((hdr, secs)),
+                }
+            }
+            5 => {
+                let wraps = self.views[h].wraps.clone();
+                let wrap = self.rng.pick(&wraps).cloned().unwrap_or_else(Tok::none);
+                return Op::Unwrap {
+                    wrap,
+                    in_body: self.rng.chance(500),
+                };
+            }
+            6 => return Op::LookupSelf { tok },
+            _ => {
+                let (method, path) = *self.rng.pick(PROBES).unwrap_or(&PROBES[0]);
+                // Root may do anything; probes are for everyone else.
+                let tok = if Some(&tok) == self.views[h].root.as_ref() {
+                    Tok::none()
+                } else {
+                    tok
+                };
+                return Op::Probe { tok, method, path };
+            }
+        };
+        Op::Kv {
+            tok,
+            op,
+            audit: false,
+        }
+    }
+
+    /// Learns from the answer to `op`; returns the think time before the client's next op.
+    pub fn on_reply(&mut self, c: ClientId, op: &Op, reply: &Reply) -> u64 {
+        let client = self.clients[c].clone();
+        let h = client.host;
+        let think = match client.role {
+            Role::Admin => self.rng.delay(self.params.admin_think_mean_ms),
+            Role::Traffic => self.rng.delay(self.params.think_mean_ms),
+        };
+        let resp = match reply {
+            Reply::Lost => {
+                if client.role == Role::Admin {
+                    // Maybe restarted: find out before going on.
+                    let v = &mut self.views[h];
+                    v.init = InitBelief::Unknown;
+                    v.audit.clear();
+                    // A node that is down refuses at once: back off a little.
+                    return think + self.rng.range(20, 500);
+                }
+                // Traffic backs off too, so a node that is down is not hammered.
+                return think + self.rng.range(50, 1000);
+            }
+            Reply::Admin(v) => {
+                if let Op::DevSetup = op {
+                    self.learn_dev_setup(h, v);
+                }
+                return think;
+            }
+            Reply::Response(r) => r,
+        };
+        if client.role == Role::Traffic && resp.status == 503 {
+            // Sealed: a client retries, but not in a tight loop.
+            return think + self.rng.range(10, 300);
+        }
+        if client.role == Role::Admin && resp.status == 503 {
+            let v = &mut self.views[h];
+            if v.init != InitBelief::Uninit {
+                v.init = InitBelief::Unknown;
+            }
+            v.audit.clear();
+        }
+        let body = resp.body.clone().unwrap_or(Value::Null);
+        match op {
+            Op::SealStatus if resp.status == 200 => {
+                let v = &mut self.views[h];
+                let initialized = body["initialized"].as_bool().unwrap_or(false);
+                v.init = if initialized {
+                    InitBelief::Init
+                } else {
+                    InitBelief::Uninit
+                };
+                let sealed = body["sealed"].as_bool().unwrap_or(true);
+                if v.sealed && !sealed {
+                    self.on_unsealed(h);
+                }
+                self.views[h].sealed = sealed;
+            }
+            Op::Init { .. } => {
+                let v = &mut self.views[h];
+                if resp.status == 200 {
+                    v.keys = str_list(&body["keys"]);
+                    v.keys_b64 = str_list(&body["keys_base64"]);
+                    v.threshold = 0;
+                    v.root = body["root_token"].as_str().map(|s| Tok {
+                        label: "root".into(),
+                        secret: s.to_string(),
+                    });
+                    v.init = InitBelief::Init;
+                    v.sealed = true;
+                    v.unseal_plan.clear();
+                    v.mounted = false;
+                    if let Op::Init { threshold, .. } = op {
+                        v.threshold = *threshold as usize;
+                    }
+                } else {
+                    v.init = InitBelief::Unknown;
+                }
+            }
+            Op::Unseal { .. } => {
+                if resp.status == 200 {
+                    let sealed = body["sealed"].as_bool().unwrap_or(true);
+                    if self.views[h].sealed && !sealed {
+                        self.on_unsealed(h);
+                    }
+                    self.views[h].sealed = sealed;
+                } else {
+                    self.views[h].unseal_plan.clear();
+                }
+            }
+            Op::Seal { .. } if resp.status == 204 => {
+                let v = &mut self.views[h];
+                v.sealed = true;
+                v.unseal_plan.clear();
+            }
+            Op::Mount { .. } if resp.status == 204 || resp.status == 400 => {
+                self.views[h].mounted = true;
+            }
+            Op::Unmount { .. } if resp.status == 204 => {
+                self.views[h].mounted = false;
+            }
+            Op::PolicyWrite { name, .. } if resp.status == 204 => {
+                self.views[h].policies.insert(name.clone());
+            }
+            Op::PolicyDelete { name, .. } if resp.status == 204 => {
+                self.views[h].policies.remove(name);
+            }
+            Op::TokenCreate { .. } if resp.status == 200 => {
+                if let Some(s) = body["auth"]["client_token"].as_str() {
+                    let v = &mut self.views[h];
+                    let label = format!("{}{}", v.label("t"), crate::check::short(s));
+                    v.tokens.push(KnownToken {
+                        tok: Tok {
+                            label,
+                            secret: s.to_string(),
+                        },
+                        revoked: false,
+                    });
+                }
+            }
+            Op::TokenRevoke { target, .. } if resp.status == 204 => {
+                for t in &mut self.views[h].tokens {
+                    if t.tok.secret == target.secret {
+                        t.revoked = true;
+                    }
+                }
+            }
+            Op::Kv {
+                op: KvOp::Get { wrap: Some(_), .. },
+                ..
+            } if resp.status == 200 => {
+                if let Some(s) = body["wrap_info"]["token"].as_str() {
+                    let v = &mut self.views[h];
+                    let label = format!("{}{}", v.label("w"), crate::check::short(s));
+                    v.wraps.push(Tok {
+                        label,
+                        secret: s.to_string(),
+                    });
+                    if v.wraps.len() > 16 {
+                        v.wraps.remove(0);
+                    }
+                }
+            }
+            _ => {}
+        }
+        think
+    }
+
+    fn learn_dev_setup(&mut self, h: HostId, value: &Value) {
+        let v = &mut self.views[h];
+        if value.get("error").is_some() {
+            v.init = InitBelief::Unknown;
+            return;
+        }
+        v.keys = str_list(&value["keys"]);
+        v.keys_b64 = str_list(&value["keys_base64"]);
+        v.threshold = 1;
+        v.root = value["root_token"].as_str().map(|s| Tok {
+            label: "root".into(),
+            secret: s.to_string(),
+        });
+        v.init = InitBelief::Init;
+        v.sealed = false;
+        v.mounted = true;
+        v.unseal_plan.clear();
+    }
+
+    /// After every unseal the admin reads the whole key universe back with the root token.
+    fn on_unsealed(&mut self, h: HostId) {
+        let Some(root) = self.views[h].root.clone() else {
+            return;
+        };
+        let mut audit: VecDeque<Op> = key_universe()
+            .into_iter()
+            .map(|key| Op::Kv {
+                tok: root.clone(),
+                op: KvOp::Get { key, wrap: None },
+                audit: true,
+            })
+            .collect();
+        for dir in dir_universe() {
+            audit.push_back(Op::Kv {
+                tok: root.clone(),
+                op: KvOp::List {
+                    dir,
+                    via_query: false,
+                },
+                audit: true,
+            });
+        }
+        self.views[h].audit = audit;
+    }
+}
+
+fn str_list(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}

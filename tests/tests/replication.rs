@@ -1,0 +1,321 @@
+//! End-to-end replication: real `cairn` processes on loopback, replicating over their
+//! cluster listeners.
+
+use cairn_tests::{free_port_pair, tmpdir, Resp, Server};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// A license signed by the test issuer key below (valid until 2100).
+const LICENSE: &str = r#"{
+  "license": {
+    "license_id": "e2e-test-license",
+    "customer": "cairn tests",
+    "features": [
+      "replication"
+    ],
+    "issue_time": 1700000000000,
+    "expiration_time": 4102444800000,
+    "dev": false
+  },
+  "signature": "jUA3uMpan95C0G4l0W/NFxRHWiEUOq2rN3/lin/wBxebzDq/bLWsYedgO5u1tcyt1/4CTaiRWBBsON1l7Jp/Cg=="
+}"#;
+const ISSUER_KEY: &str = "GX9rI+FshTLGq8g4+s1ep4m+DHaykgM0A5v6iz02jWE=";
+
+/// Small WAL retention so a secondary kept away must resync through Merkle diff/sync.
+const TUNING: &str = "replication {\n wal_max_entries = 50\n pull_wait_ms = 500\n}\n";
+
+/// A free API/cluster port pair not handed out before in this process (tests run in
+/// parallel threads, and `free_port_pair` alone can give two of them overlapping pairs).
+fn port() -> u16 {
+    static USED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut used = USED.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let p = free_port_pair();
+        if !used.iter().any(|u| u.abs_diff(p) <= 1) {
+            used.push(p);
+            return p;
+        }
+    }
+}
+
+/// A server with the signed test license, initialised and unsealed.
+fn licensed(tag: &str) -> Server {
+    let dir = tmpdir(tag);
+    let lic = dir.join("license.json");
+    std::fs::write(&lic, LICENSE).expect("write license");
+    let extra = format!(
+        "license_path = \"{}\"\nlicense_trusted_key = \"{ISSUER_KEY}\"\n{TUNING}",
+        lic.display()
+    );
+    let mut s = Server::with_config(&dir, port(), &extra);
+    s.init_unseal(3, 2);
+    s
+}
+
+fn ok(r: Resp, what: &str) -> Value {
+    assert!(r.status < 300, "{what}: {} {}", r.status, r.body);
+    r.body
+}
+
+fn status(s: &Server, mode: &str) -> Value {
+    let r = s.call_as(None, "GET", &format!("sys/replication/{mode}/status"), None);
+    assert_eq!(r.status, 200, "status: {}", r.body);
+    r.body["data"].clone()
+}
+
+fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn token(p: &Server, mode: &str, id: &str) -> String {
+    let b = ok(
+        p.post(
+            &format!("sys/replication/{mode}/primary/secondary-token"),
+            json!({ "id": id }),
+        ),
+        "secondary-token",
+    );
+    assert_eq!(b["data"], Value::Null);
+    assert!(b["wrap_info"]["ttl"].as_u64() == Some(1800), "{b}");
+    b["wrap_info"]["token"].as_str().expect("token").to_string()
+}
+
+fn enable_secondary(s: &Server, mode: &str, tok: &str) {
+    ok(
+        s.post(
+            &format!("sys/replication/{mode}/secondary/enable"),
+            json!({ "token": tok }),
+        ),
+        "secondary enable",
+    );
+}
+
+/// The root the primary expects this secondary to reach (its filtered view).
+fn expected_root(p: &Server, mode: &str, id: &str) -> String {
+    let st = status(p, mode);
+    st["secondaries"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["node_id"] == id))
+        .map(|s| s["merkle_root"].as_str().unwrap_or_default().to_string())
+        .unwrap_or_default()
+}
+
+fn caught_up(p: &Server, s: &Server, mode: &str, id: &str) -> bool {
+    let ps = status(p, mode);
+    let ss = status(s, mode);
+    ss["state"] == "stream-wals"
+        && ss["last_remote_wal"] == ps["last_wal"]
+        && ss["merkle_root"].as_str() == Some(expected_root(p, mode, id).as_str())
+}
+
+#[test]
+fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
+    let p = licensed("prim");
+    let s1 = licensed("perf1");
+    let s2 = licensed("perf2");
+    let d = licensed("dr1");
+
+    // Data before replication is enabled reaches the secondaries by Merkle sync.
+    ok(p.post("sys/mounts/secret", json!({"type": "kv"})), "mount secret");
+    ok(p.post("sys/mounts/team", json!({"type": "kv"})), "mount team");
+    ok(p.put("secret/before", json!({"v": "1"})), "write");
+    ok(p.put("team/before", json!({"v": "1"})), "write");
+
+    // Disabled shape, and the combined status.
+    assert_eq!(status(&p, "performance")["mode"], "disabled");
+    let all = p.call_as(None, "GET", "sys/replication/status", None);
+    assert_eq!(all.body["data"]["dr"]["mode"], "disabled", "{}", all.body);
+
+    ok(
+        p.post("sys/replication/performance/primary/enable", json!({})),
+        "perf enable",
+    );
+    ok(p.post("sys/replication/dr/primary/enable", json!({})), "dr enable");
+    let ps = status(&p, "performance");
+    assert_eq!(ps["mode"], "primary");
+    assert!(!ps["cluster_id"].as_str().unwrap_or("").is_empty());
+
+    let t1 = token(&p, "performance", "perf-1");
+    let t2 = token(&p, "performance", "perf-2");
+    let td = token(&p, "dr", "dr-1");
+    ok(
+        p.post(
+            "sys/replication/performance/primary/paths-filter/perf-2",
+            json!({"mode": "deny", "paths": ["team/"]}),
+        ),
+        "paths filter",
+    );
+    enable_secondary(&s1, "performance", &t1);
+    enable_secondary(&s2, "performance", &t2);
+    enable_secondary(&d, "dr", &td);
+
+    // Streaming after the initial sync.
+    for i in 0..20 {
+        ok(p.put(&format!("secret/k{i}"), json!({"v": i})), "write");
+        ok(p.put(&format!("team/k{i}"), json!({"v": i})), "write");
+    }
+    wait_for("perf-1 to catch up", 30, || {
+        caught_up(&p, &s1, "performance", "perf-1")
+    });
+    wait_for("perf-2 to catch up", 30, || {
+        caught_up(&p, &s2, "performance", "perf-2")
+    });
+    wait_for("dr-1 to catch up", 30, || caught_up(&p, &d, "dr", "dr-1"));
+
+    // Unfiltered perf secondary and DR secondary hold exactly the primary's data.
+    assert_eq!(
+        status(&s1, "performance")["merkle_root"],
+        status(&p, "performance")["merkle_root"]
+    );
+    assert_eq!(status(&d, "dr")["merkle_root"], status(&p, "dr")["merkle_root"]);
+    assert_eq!(status(&d, "dr")["cluster_id"], status(&p, "dr")["cluster_id"]);
+    // The filtered one does not hold team/.
+    assert_ne!(
+        status(&s2, "performance")["merkle_root"],
+        status(&p, "performance")["merkle_root"]
+    );
+    let dyn_f = ok(
+        p.get("sys/replication/performance/primary/dynamic-filter/perf-2"),
+        "dynamic filter",
+    );
+    assert_eq!(dyn_f["data"]["dynamic_filtered_mounts"], json!(["team/"]));
+    let pf = ok(
+        p.get("sys/replication/performance/primary/paths-filter/perf-2"),
+        "read filter",
+    );
+    assert_eq!(pf["data"], json!({"mode": "deny", "paths": ["team/"]}));
+
+    // Heartbeats on both sides.
+    let ps = status(&p, "performance");
+    let secs = ps["secondaries"].as_array().expect("secondaries").clone();
+    assert_eq!(secs.len(), 2, "{ps}");
+    assert!(secs.iter().all(|s| s["connection_status"] == "connected"), "{ps}");
+    assert_eq!(ps["known_secondaries"], json!(["perf-1", "perf-2"]));
+    let ss = status(&s1, "performance");
+    assert_eq!(ss["primaries"][0]["connection_status"], "connected", "{ss}");
+    assert_eq!(ss["secondary_id"], "perf-1");
+    assert_eq!(ss["known_primary_cluster_addrs"][0], ps["primary_cluster_addr"]);
+
+    // The DR secondary refuses client requests with a clear error.
+    let r = d.call_as(Some(&p.root_token), "GET", "secret/k1", None);
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.errors().contains("DR secondary"), "{}", r.errors());
+
+    // Revoke perf-1: it receives nothing afterwards.
+    ok(
+        p.post(
+            "sys/replication/performance/primary/revoke-secondary",
+            json!({"id": "perf-1"}),
+        ),
+        "revoke",
+    );
+    let before = status(&s1, "performance")["last_remote_wal"].clone();
+    for i in 0..5 {
+        ok(p.put(&format!("secret/after{i}"), json!({"v": i})), "write");
+    }
+    wait_for("perf-2 to catch up after revoke", 30, || {
+        caught_up(&p, &s2, "performance", "perf-2")
+    });
+    wait_for("perf-1 to notice the revocation", 30, || {
+        status(&s1, "performance")["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("revoked")
+    });
+    assert_eq!(status(&s1, "performance")["last_remote_wal"], before);
+    assert_ne!(
+        status(&s1, "performance")["merkle_root"],
+        status(&p, "performance")["merkle_root"]
+    );
+    wait_for("dr-1 to catch up again", 30, || caught_up(&p, &d, "dr", "dr-1"));
+}
+
+#[test]
+fn bad_activation_tokens_get_clear_errors_and_change_nothing() {
+    let p = licensed("bprim");
+    let s = licensed("bsec");
+    ok(
+        p.post("sys/replication/performance/primary/enable", json!({})),
+        "perf enable",
+    );
+    ok(p.post("sys/replication/dr/primary/enable", json!({})), "dr enable");
+    let check = |tok: &str, mode: &str, want: &str| {
+        let r = s.post(
+            &format!("sys/replication/{mode}/secondary/enable"),
+            json!({ "token": tok }),
+        );
+        assert_eq!(r.status, 400, "{}", r.body);
+        assert!(r.errors().contains(want), "want {want:?} in {}", r.errors());
+        assert_eq!(status(&s, mode)["mode"], "disabled");
+        // Still serving its own data with its own root token.
+        ok(s.get("sys/policies/acl"), "secondary still usable");
+    };
+    check("garbage", "performance", "invalid activation token");
+    let dr = token(&p, "dr", "x1");
+    check(&dr, "performance", "for dr replication");
+    let used = token(&p, "performance", "x2");
+    let r = p.call_as(None, "POST", "sys/wrapping/unwrap", Some(json!({ "token": used })));
+    assert_eq!(r.status, 200, "{}", r.body);
+    check(&used, "performance", "error unwrapping secondary token");
+    let revoked = token(&p, "performance", "x3");
+    ok(
+        p.post(
+            "sys/replication/performance/primary/revoke-secondary",
+            json!({"id": "x3"}),
+        ),
+        "revoke",
+    );
+    check(&revoked, "performance", "error unwrapping secondary token");
+    // Tampered: the address claim altered without the primary's key.
+    let good = token(&p, "performance", "x4");
+    let parts: Vec<&str> = good.split('.').collect();
+    let tampered = format!("{}.{}x.{}", parts[0], parts[1], parts[2]);
+    check(&tampered, "performance", "invalid activation token");
+    // Duplicate id.
+    let r = p.post(
+        "sys/replication/performance/primary/secondary-token",
+        json!({"id": "x4"}),
+    );
+    assert_eq!(r.status, 400);
+    assert!(r.errors().contains("already exists"), "{}", r.errors());
+    // Enabling a primary as a secondary, or a secondary-token on a non-primary.
+    let r = s.post(
+        "sys/replication/performance/primary/secondary-token",
+        json!({"id": "y"}),
+    );
+    assert_eq!(r.status, 400);
+    assert!(r.errors().contains("not a performance primary"), "{}", r.errors());
+}
+
+#[test]
+fn gates_license_and_root_namespace() {
+    let t0 = Instant::now();
+    let dir = tmpdir("unlic");
+    let mut s = Server::with_config(&dir, port(), "");
+    eprintln!("started {:?}", t0.elapsed());
+    s.init_unseal(1, 1);
+    eprintln!("unsealed {:?}", t0.elapsed());
+    // Status endpoints need neither a token nor a license.
+    assert_eq!(status(&s, "dr")["mode"], "disabled");
+    let r = s.post("sys/replication/performance/primary/enable", json!({}));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.errors().contains("license"), "{}", r.errors());
+    let p = licensed("nsprim");
+    let r = p.raw(
+        "POST",
+        "/v1/sys/replication/performance/primary/enable",
+        &[("X-Vault-Token", &p.root_token), ("X-Vault-Namespace", "team1/")],
+        b"{}".to_vec(),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.errors().contains("root namespace"), "{}", r.errors());
+    let lic = ok(p.get("sys/license/status"), "license status");
+    assert_eq!(lic["data"]["autoloaded"]["license_id"], "e2e-test-license");
+}
