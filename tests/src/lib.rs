@@ -31,6 +31,39 @@ pub fn cairn_bin() -> PathBuf {
     bin
 }
 
+/// Where every server started by the harness writes its log (stderr), and where the
+/// secrets the tests handle are recorded, so `scripts/check-secrets.sh` can prove that no
+/// log line contains one.
+pub fn log_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let d = dir.join("e2e-logs");
+    std::fs::create_dir_all(&d).expect("mkdir e2e-logs");
+    d
+}
+
+fn log_file(tag: &str) -> Stdio {
+    let p = log_dir().join(format!("{tag}-{}.log", std::process::id()));
+    match std::fs::OpenOptions::new().create(true).append(true).open(&p) {
+        Ok(f) => Stdio::from(f),
+        Err(_) => Stdio::inherit(),
+    }
+}
+
+/// Records a secret (token, password, key share, OTP) that must never appear in a log.
+pub fn note_secret(secret: &str) {
+    use std::io::Write;
+    if secret.len() < 6 {
+        return;
+    }
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log_dir().join("secrets.txt")) {
+        let _ = writeln!(f, "{secret}");
+    }
+}
+
 /// A free loopback port whose successor is also free (API + cluster).
 pub fn free_port_pair() -> u16 {
     for _ in 0..200 {
@@ -90,9 +123,9 @@ impl Server {
         let port = free_port_pair();
         let addr = format!("127.0.0.1:{port}");
         let mut child = Command::new(cairn_bin())
-            .args(["server", "--dev", "--dev-listen-address", &addr, "--dev-root-token-id", "root-e2e", "--log-level", "warn"])
+            .args(["server", "--dev", "--dev-listen-address", &addr, "--dev-root-token-id", "root-e2e", "--log-level", "debug"])
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(log_file(&format!("dev-{port}")))
             .spawn()
             .expect("spawn cairn");
         let stdout = child.stdout.take().expect("stdout");
@@ -112,6 +145,8 @@ impl Server {
         }
         // Keep draining stdout so the server never writes into a closed pipe.
         std::thread::spawn(move || for _ in reader {});
+        note_secret("root-e2e");
+        note_secret(&key);
         let s = Server {
             child: Some(child),
             addr: format!("http://{addr}"),
@@ -137,9 +172,9 @@ impl Server {
         let child = Command::new(cairn_bin())
             .args(["server", "--config"])
             .arg(&cfg_path)
-            .args(["--log-level", "warn"])
+            .args(["--log-level", "debug"])
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(log_file(&format!("cfg-{port}")))
             .spawn()
             .expect("spawn cairn");
         let s = Server {
@@ -161,6 +196,13 @@ impl Server {
         assert_eq!(r.status, 200, "init: {:?}", r.body);
         self.root_token = r.body["root_token"].as_str().expect("root token").to_string();
         self.unseal_keys = r.body["keys"].as_array().expect("keys").iter().map(|k| k.as_str().unwrap_or_default().to_string()).collect();
+        note_secret(&self.root_token);
+        for k in &self.unseal_keys {
+            note_secret(k);
+        }
+        for k in r.body["keys_base64"].as_array().into_iter().flatten() {
+            note_secret(k.as_str().unwrap_or_default());
+        }
         self.unseal();
     }
 
