@@ -70,7 +70,8 @@ fn header(rq: &tiny_http::Request, name: &str) -> Option<String> {
         .map(|h| h.value.as_str().to_string())
 }
 
-fn percent_decode(s: &str) -> String {
+/// Decodes `%XX` escapes; `plus_is_space` for query strings (form encoding), never for paths.
+fn percent_decode(s: &str, plus_is_space: bool) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -85,7 +86,7 @@ fn percent_decode(s: &str) -> String {
                 continue;
             }
         }
-        out.push(if b[i] == b'+' { b' ' } else { b[i] });
+        out.push(if plus_is_space && b[i] == b'+' { b' ' } else { b[i] });
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
@@ -172,7 +173,7 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
             header(&rq, "Authorization")
                 .and_then(|a| a.strip_prefix("Bearer ").map(|t| t.trim().to_string()))
         });
-    let mut req = cairn_core::Request::new(id, method, &percent_decode(path));
+    let mut req = cairn_core::Request::new(id, method, &percent_decode(path, false));
     req.token = token;
     req.namespace = header(&rq, "X-Service-Namespace").or_else(|| header(&rq, "X-Vault-Namespace"));
     req.wrap_ttl = header(&rq, "X-Service-Wrap-TTL").or_else(|| header(&rq, "X-Vault-Wrap-TTL"));
@@ -183,7 +184,7 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
         .filter(|p| !p.is_empty())
         .map(|p| {
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
+            (percent_decode(k, true), percent_decode(v, true))
         })
         .collect();
     let resp = core.request(req);

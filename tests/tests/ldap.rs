@@ -62,10 +62,7 @@ fn directory() -> &'static Directory {
         );
         let mut env = BTreeMap::new();
         for line in String::from_utf8_lossy(&out.stdout).lines() {
-            if let Some((k, v)) = line
-                .strip_prefix("export ")
-                .and_then(|l| l.split_once('='))
-            {
+            if let Some((k, v)) = line.strip_prefix("export ").and_then(|l| l.split_once('=')) {
                 env.insert(k.to_string(), v.trim_matches('\'').to_string());
             }
         }
@@ -99,7 +96,12 @@ fn server_with(mount: &str, config: Value) -> Server {
 
 fn configure(s: &Server, mount: &str, config: Value) {
     let r = s.post(&format!("auth/{mount}/config"), config.clone());
-    assert!(r.status < 300, "config {config}: {} {}", r.status, r.errors());
+    assert!(
+        r.status < 300,
+        "config {config}: {} {}",
+        r.status,
+        r.errors()
+    );
 }
 
 fn map_group(s: &Server, mount: &str, group: &str, policies: &str) {
@@ -145,7 +147,13 @@ fn search_config(d: &Directory) -> Value {
 }
 
 fn ok(r: &Resp) {
-    assert_eq!(r.status, 200, "expected a login: {} {}", r.status, r.errors());
+    assert_eq!(
+        r.status,
+        200,
+        "expected a login: {} {}",
+        r.status,
+        r.errors()
+    );
 }
 
 #[test]
@@ -181,7 +189,10 @@ fn authenticated_search_maps_groups_of_three_kinds_and_users() {
     assert_eq!(r.body["lease_duration"], 0);
     assert_eq!(r.body["data"], Value::Null);
     // The token works and carries the policies.
-    let token = auth["client_token"].as_str().unwrap_or_default().to_string();
+    let token = auth["client_token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let me = s.call_as(Some(&token), "GET", "auth/token/lookup-self", None);
     assert_eq!(me.status, 200, "{me:?}");
     assert_eq!(me.body["data"]["policies"], auth["policies"]);
@@ -407,7 +418,10 @@ fn url_failover_skips_a_dead_server() {
     let r = login(&s, "ldap", "alice", "alice-pw");
     assert_eq!(r.status, 400);
     let e = error(&r);
-    assert!(e.contains("failed to connect to LDAP server") && e.contains(&dead), "{e}");
+    assert!(
+        e.contains("failed to connect to LDAP server") && e.contains(&dead),
+        "{e}"
+    );
 }
 
 #[test]
@@ -441,7 +455,13 @@ fn alias_dereferencing_follows_the_configured_mode() {
     ] {
         configure(&s, "ldap", json!({ "dereference_aliases": mode }));
         let r = login(&s, "ldap", "bob", "bob-pw");
-        assert_eq!(r.status == 200, works, "{mode}: {} {}", r.status, r.errors());
+        assert_eq!(
+            r.status == 200,
+            works,
+            "{mode}: {} {}",
+            r.status,
+            r.errors()
+        );
     }
 }
 
@@ -518,11 +538,20 @@ fn config_validation_names_the_field_and_stores_nothing() {
         (json!({"url": "ldap://host:notaport"}), "url"),
         (json!({"certificate": "not a certificate"}), "certificate"),
         (json!({"client_tls_key": "junk"}), "client_tls_key"),
-        (json!({"dereference_aliases": "sometimes"}), "dereference_aliases"),
-        (json!({"userfilter": "({{.UserAttr}={{.Username}})"}), "userfilter"),
+        (
+            json!({"dereference_aliases": "sometimes"}),
+            "dereference_aliases",
+        ),
+        (
+            json!({"userfilter": "({{.UserAttr}={{.Username}})"}),
+            "userfilter",
+        ),
         (json!({"groupfilter": "(member={{.UserDN}"}), "groupfilter"),
         (json!({"max_page_size": -1}), "max_page_size"),
-        (json!({"tls_min_version": "tls13", "tls_max_version": "tls12"}), "tls_max_version"),
+        (
+            json!({"tls_min_version": "tls13", "tls_max_version": "tls12"}),
+            "tls_max_version",
+        ),
     ];
     for (body, field) in cases {
         let r = s.post("auth/ldap/config", body.clone());
@@ -553,7 +582,10 @@ fn config_validation_names_the_field_and_stores_nothing() {
         s.get("auth/ldap/users/alice").body["data"],
         json!({"groups": "g1,g2", "policies": ["p"]})
     );
-    assert_eq!(s.list("auth/ldap/users").body["data"]["keys"], json!(["alice"]));
+    assert_eq!(
+        s.list("auth/ldap/users").body["data"]["keys"],
+        json!(["alice"])
+    );
 }
 
 #[test]
