@@ -74,7 +74,9 @@ pub fn require(st: &LicenseState, now: Millis, feature: &str) -> ApiResult<()> {
             st.problem
                 .as_deref()
                 .map(|p| format!(" ({p})"))
-                .unwrap_or_else(|| " (set license_path and license_trusted_key in the server configuration)".into())
+                .unwrap_or_else(|| {
+                    " (set license_path and license_trusted_key in the server configuration)".into()
+                })
         )));
     };
     if l.expiration_time <= now {
@@ -131,8 +133,9 @@ pub fn verify(text: &str, trusted_key_b64: &str) -> Result<License, String> {
         .decode(f.signature.trim())
         .map_err(|_| "license signature is not base64".to_string())?;
     let pk = ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, &key);
-    pk.verify(&f.license.signing_bytes(), &sig)
-        .map_err(|_| "license signature does not verify against the trusted issuer key".to_string())?;
+    pk.verify(&f.license.signing_bytes(), &sig).map_err(|_| {
+        "license signature does not verify against the trusted issuer key".to_string()
+    })?;
     Ok(f.license)
 }
 

@@ -774,6 +774,7 @@ fn route_sys(
             replication::dr_token::handle(ctx, st, req, tail)
         }
         "replication" => replication::handle(ctx, st, req, tail, caller),
+        "generate-root" => replication::generate_root::handle(ctx, st, req, tail),
         "license" if tail == "status" && req.method == Method::Get => Ok(Reply::Data(
             crate::license::status(&st.config.license, ctx.now),
         )),

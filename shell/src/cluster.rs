@@ -50,7 +50,8 @@ pub fn serve(addr: &str, core: Core, threads: usize) -> Result<std::net::SocketA
 }
 
 fn reply(rq: tiny_http::Request, status: u16, body: Vec<u8>) {
-    let h = Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).expect("static header");
+    let h =
+        Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).expect("static header");
     if let Err(e) = rq.respond(
         tiny_http::Response::from_data(body)
             .with_status_code(status)
@@ -62,7 +63,11 @@ fn reply(rq: tiny_http::Request, status: u16, body: Vec<u8>) {
 
 fn handle(mut rq: tiny_http::Request, core: &Core) {
     if rq.url() != PATH || rq.method() != &tiny_http::Method::Post {
-        return reply(rq, 404, br#"{"errors":["no such cluster endpoint"]}"#.to_vec());
+        return reply(
+            rq,
+            404,
+            br#"{"errors":["no such cluster endpoint"]}"#.to_vec(),
+        );
     }
     let mut body = Vec::new();
     if let Err(e) = rq.as_reader().take(MAX_BODY).read_to_end(&mut body) {
@@ -151,7 +156,9 @@ fn tls_agent(call: &HttpCall) -> Result<ureq::Agent, String> {
         files.sort();
         for f in files {
             if f.is_file() {
-                pems.push(std::fs::read(&f).map_err(|e| format!("cannot read {}: {e}", f.display()))?);
+                pems.push(
+                    std::fs::read(&f).map_err(|e| format!("cannot read {}: {e}", f.display()))?,
+                );
             }
         }
     }
@@ -259,9 +266,7 @@ pub fn node_settings(
             serde_json::Value::Array(a) if a.len() == 1 => &a[0],
             other => other,
         };
-        let obj = block
-            .as_object()
-            .ok_or("replication: expected a block")?;
+        let obj = block.as_object().ok_or("replication: expected a block")?;
         for (k, val) in obj {
             let n = val
                 .as_u64()
@@ -292,7 +297,9 @@ pub fn node_settings(
             .extra
             .get("license_trusted_key")
             .and_then(|v| v.as_str())
-            .ok_or("license_path is set but license_trusted_key (the issuer's public key) is not")?;
+            .ok_or(
+                "license_path is set but license_trusted_key (the issuer's public key) is not",
+            )?;
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read license {}: {e}", path.display()))?;
         match license::verify(&text, key) {

@@ -9,6 +9,11 @@
 //! dereferencing. Calls for one connection arrive one at a time (the core waits for each
 //! reply), so any thread may run them. Passwords are never logged: calls are logged by
 //! kind only, and `Secret`'s `Debug` redacts anyway.
+//!
+//! Every call blocks its thread for a network round trip, so the pool grows when a call
+//! arrives while no worker is idle (up to [`MAX_THREADS`]): each login in flight gets a
+//! thread instead of queueing behind others. Workers beyond the initial count exit after
+//! [`SPARE_IDLE`] without work.
 
 use cairn_core::auth::ldap::{
     ConnId, ConnectSpec, Deref, FailKind, LdapCall, LdapDone, LdapEntry, LdapFailure, LdapOp,
@@ -22,7 +27,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,12 +36,17 @@ use std::time::{Duration, Instant};
 const IDLE_LIMIT: Duration = Duration::from_secs(600);
 /// Most TLS configurations kept built at once.
 const TLS_CACHE_MAX: usize = 64;
+/// Most worker threads (calls beyond this many in flight wait in the queue).
+pub const MAX_THREADS: usize = 256;
+/// How long a worker beyond the initial count waits for work before exiting.
+const SPARE_IDLE: Duration = Duration::from_secs(60);
 
 type Deliver = Box<dyn Fn(LdapReply) + Send + Sync>;
 
 /// A pool of threads executing LDAP calls.
 pub struct LdapPool {
     tx: Mutex<Sender<LdapCall>>,
+    shared: Arc<Shared>,
 }
 
 struct Conn {
@@ -60,39 +71,76 @@ struct Shared {
     conns: Mutex<HashMap<ConnId, Conn>>,
     tls: Mutex<HashMap<TlsKey, Arc<ClientConfig>>>,
     deliver: Deliver,
+    /// Workers running, how many of them wait for a call, and calls not yet taken.
+    threads: AtomicUsize,
+    idle: AtomicUsize,
+    queued: AtomicUsize,
+    /// Workers that never exit.
+    base: usize,
 }
 
 impl LdapPool {
     /// Starts `threads` workers (at least one); `deliver` receives every reply.
     pub fn new(threads: usize, deliver: Box<dyn Fn(LdapReply) + Send + Sync>) -> LdapPool {
         let (tx, rx) = mpsc::channel();
+        let base = threads.clamp(1, MAX_THREADS);
         let shared = Arc::new(Shared {
             rx: Mutex::new(rx),
             conns: Mutex::new(HashMap::new()),
             tls: Mutex::new(HashMap::new()),
             deliver,
+            threads: AtomicUsize::new(0),
+            idle: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
+            base,
         });
-        for i in 0..threads.max(1) {
-            let s = shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("ldap-{i}"))
-                .spawn(move || worker(s));
-            if let Err(e) = spawned {
-                log::error!("cannot start LDAP worker thread: {e}");
-            }
+        for _ in 0..base {
+            spawn_worker(&shared);
         }
-        LdapPool { tx: Mutex::new(tx) }
+        LdapPool {
+            tx: Mutex::new(tx),
+            shared,
+        }
     }
 
-    /// Queues a call; its reply goes to the delivery callback.
+    /// Queues a call; its reply goes to the delivery callback. Starts another worker when
+    /// more calls wait than workers are idle (up to [`MAX_THREADS`]).
     pub fn submit(&self, call: LdapCall) {
-        let tx = match self.tx.lock() {
-            Ok(t) => t,
-            Err(p) => p.into_inner(),
-        };
-        if let Err(e) = tx.send(call) {
-            log::error!("LDAP pool is gone; dropping op {}", e.0.op_id);
+        let s = &self.shared;
+        let queued = s.queued.fetch_add(1, Ordering::SeqCst) + 1;
+        {
+            let tx = lock(&self.tx);
+            if let Err(e) = tx.send(call) {
+                s.queued.fetch_sub(1, Ordering::SeqCst);
+                log::error!("LDAP pool is gone; dropping op {}", e.0.op_id);
+                return;
+            }
         }
+        if queued > s.idle.load(Ordering::SeqCst) && s.threads.load(Ordering::SeqCst) < MAX_THREADS
+        {
+            spawn_worker(s);
+        }
+    }
+
+    /// Workers running now.
+    pub fn threads(&self) -> usize {
+        self.shared.threads.load(Ordering::SeqCst)
+    }
+}
+
+fn spawn_worker(s: &Arc<Shared>) {
+    let n = s.threads.fetch_add(1, Ordering::SeqCst);
+    // Counted as idle from the start, so a burst of calls does not start one thread each
+    // before the first of them runs.
+    s.idle.fetch_add(1, Ordering::SeqCst);
+    let shared = s.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("ldap-{n}"))
+        .spawn(move || worker(shared));
+    if let Err(e) = spawned {
+        s.threads.fetch_sub(1, Ordering::SeqCst);
+        s.idle.fetch_sub(1, Ordering::SeqCst);
+        log::error!("cannot start LDAP worker thread: {e}");
     }
 }
 
@@ -105,14 +153,37 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn worker(s: Arc<Shared>) {
     loop {
-        let call = {
+        let got = {
             let rx = lock(&s.rx);
-            match rx.recv() {
-                Ok(c) => c,
-                Err(_) => return,
+            rx.recv_timeout(SPARE_IDLE)
+        };
+        let call = match got {
+            Ok(c) => c,
+            Err(RecvTimeoutError::Timeout) => {
+                // Exit when beyond the initial count (a compare-and-swap, so two idle
+                // workers never both leave the pool below it).
+                let n = s.threads.load(Ordering::SeqCst);
+                if n > s.base
+                    && s
+                        .threads
+                        .compare_exchange(n, n - 1, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                {
+                    s.idle.fetch_sub(1, Ordering::SeqCst);
+                    return;
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                s.threads.fetch_sub(1, Ordering::SeqCst);
+                s.idle.fetch_sub(1, Ordering::SeqCst);
+                return;
             }
         };
+        s.queued.fetch_sub(1, Ordering::SeqCst);
+        s.idle.fetch_sub(1, Ordering::SeqCst);
         let reply = execute(&s, call);
+        s.idle.fetch_add(1, Ordering::SeqCst);
         (s.deliver)(reply);
     }
 }

@@ -100,7 +100,6 @@ impl Checker {
         &self.counts
     }
 
-
     /// The node lost its memory (crash); it comes back sealed.
     pub fn on_crash(&mut self, h: HostId) {
         let e = &mut self.hosts[h];
@@ -151,17 +150,26 @@ impl Checker {
         let err = v.get("error").is_some();
         if e.initialized {
             if !err {
-                return fail("init", format!("n{h}: dev set-up succeeded on an initialised node: {v}"));
+                return fail(
+                    "init",
+                    format!("n{h}: dev set-up succeeded on an initialised node: {v}"),
+                );
             }
             return Ok(());
         }
         if err {
-            return fail("init", format!("n{h}: dev set-up failed on a fresh node: {v}"));
+            return fail(
+                "init",
+                format!("n{h}: dev set-up failed on a fresh node: {v}"),
+            );
         }
         let root = v["root_token"].as_str().unwrap_or_default().to_string();
         let keys = str_list(&v["keys"]);
         if root.is_empty() || keys.len() != 1 {
-            return fail("init", format!("n{h}: dev set-up answer lacks keys or root token: {v}"));
+            return fail(
+                "init",
+                format!("n{h}: dev set-up answer lacks keys or root token: {v}"),
+            );
         }
         e.initialized = true;
         e.sealed = false;
@@ -192,7 +200,10 @@ impl Checker {
             return Ok(());
         }
         if !sealed && status == 503 {
-            return fail("seal-state", format!("the model expects an unsealed node: {what}"));
+            return fail(
+                "seal-state",
+                format!("the model expects an unsealed node: {what}"),
+            );
         }
         self.check_response(h, op, at, status, body, &what)?;
         // A request that got past the token check spent one use of a use-limited token.
@@ -225,21 +236,24 @@ impl Checker {
         let what = what.to_string();
         match op {
             Op::SealStatus => self.seal_status(h, body, &what),
-            Op::Init { shares, threshold } => self.init(h, *shares, *threshold, status, body, &what),
+            Op::Init { shares, threshold } => {
+                self.init(h, *shares, *threshold, status, body, &what)
+            }
             Op::DevSetup => Ok(()),
             Op::Unseal { key } => self.unseal(h, key, status, body, &what),
-            Op::Seal { tok } => {
-                self.admin_write(h, &tok.secret, at, status, &what, |e| {
-                    e.sealed = true;
-                    e.progress.clear();
-                })
-            }
+            Op::Seal { tok } => self.admin_write(h, &tok.secret, at, status, &what, |e| {
+                e.sealed = true;
+                e.progress.clear();
+            }),
             Op::Mount { tok } => {
                 let mounted = self.hosts[h].mounted;
                 if mounted && self.hosts[h].auth(&tok.secret, at) == Auth::Root {
                     bump(&mut self.counts, "kv-consistency");
                     if status != 400 {
-                        return fail("kv-consistency", format!("mount over an existing mount: {what}"));
+                        return fail(
+                            "kv-consistency",
+                            format!("mount over an existing mount: {what}"),
+                        );
                     }
                     return Ok(());
                 }
@@ -306,19 +320,29 @@ impl Checker {
                 };
                 if !allowed {
                     let inv = deny_invariant(&auth);
+                    bump(&mut self.counts, deny_category(&auth));
                     bump(&mut self.counts, inv);
                     if status != 403 {
                         return fail(inv, format!("{}: {what}", auth_reason(&auth)));
                     }
                     return Ok(());
                 }
-                let use_limited = matches!(auth, Auth::Limited { use_limited: true, .. });
+                let use_limited = matches!(
+                    auth,
+                    Auth::Limited {
+                        use_limited: true,
+                        ..
+                    }
+                );
                 if use_limited && status == 403 {
                     return Ok(());
                 }
                 bump(&mut self.counts, "authorized-succeeds");
                 if status != 200 {
-                    return fail("authorized-succeeds", format!("a valid token cannot look itself up: {what}"));
+                    return fail(
+                        "authorized-succeeds",
+                        format!("a valid token cannot look itself up: {what}"),
+                    );
                 }
                 if let Auth::Limited { policies, .. } = &auth {
                     bump(&mut self.counts, "token-policies");
@@ -335,11 +359,15 @@ impl Checker {
             Op::Probe { tok, .. } => {
                 let auth = self.hosts[h].auth(&tok.secret, at);
                 let inv = deny_invariant(&auth);
+                bump(&mut self.counts, deny_category(&auth));
                 bump(&mut self.counts, inv);
                 if status != 403 {
                     return fail(
                         inv,
-                        format!("admin endpoint reached without the policy ({}): {what}", auth_reason(&auth)),
+                        format!(
+                            "admin endpoint reached without the policy ({}): {what}",
+                            auth_reason(&auth)
+                        ),
                     );
                 }
                 Ok(())
@@ -381,10 +409,8 @@ impl Checker {
     ) -> Result<(), Violation> {
         bump(&mut self.counts, "init");
         let e = &mut self.hosts[h];
-        let valid = shares >= 1
-            && threshold >= 1
-            && threshold <= shares
-            && !(shares > 1 && threshold == 1);
+        let valid =
+            shares >= 1 && threshold >= 1 && threshold <= shares && !(shares > 1 && threshold == 1);
         if e.initialized || !valid {
             if status != 400 {
                 let why = if e.initialized {
@@ -402,7 +428,10 @@ impl Checker {
         let keys = str_list(&body["keys"]);
         let root = body["root_token"].as_str().unwrap_or_default().to_string();
         if keys.len() != shares as usize || root.is_empty() {
-            return fail("init", format!("expected {shares} keys and a root token: {what}"));
+            return fail(
+                "init",
+                format!("expected {shares} keys and a root token: {what}"),
+            );
         }
         e.initialized = true;
         e.sealed = true;
@@ -414,7 +443,14 @@ impl Checker {
         Ok(())
     }
 
-    fn unseal(&mut self, h: HostId, key: &str, status: u16, body: &Value, what: &str) -> Result<(), Violation> {
+    fn unseal(
+        &mut self,
+        h: HostId,
+        key: &str,
+        status: u16,
+        body: &Value,
+        what: &str,
+    ) -> Result<(), Violation> {
         bump(&mut self.counts, "unseal-threshold");
         let e = &mut self.hosts[h];
         let expect = |st: u16, sealed: bool, progress: usize| -> Result<(), Violation> {
@@ -472,6 +508,7 @@ impl Checker {
         let auth = self.hosts[h].auth(secret, at);
         if auth != Auth::Root {
             let inv = deny_invariant(&auth);
+            bump(&mut self.counts, deny_category(&auth));
             bump(&mut self.counts, inv);
             if status != 403 {
                 return fail(inv, format!("{}: {what}", auth_reason(&auth)));
@@ -510,7 +547,10 @@ impl Checker {
             let ttl = ttl_s.min(MAX_TTL_S);
             bump(&mut self.counts, "token-ttl");
             if body["auth"]["lease_duration"].as_u64() != Some(ttl) {
-                return fail("token-ttl", format!("expected lease_duration {ttl}: {what}"));
+                return fail(
+                    "token-ttl",
+                    format!("expected lease_duration {ttl}: {what}"),
+                );
             }
             let mut expected: Vec<String> = policies.to_vec();
             expected.push("default".into());
@@ -518,10 +558,16 @@ impl Checker {
             expected.dedup();
             bump(&mut self.counts, "token-policies");
             if str_list(&body["auth"]["policies"]) != expected {
-                return fail("token-policies", format!("expected policies {expected:?}: {what}"));
+                return fail(
+                    "token-policies",
+                    format!("expected policies {expected:?}: {what}"),
+                );
             }
             if body["auth"]["num_uses"].as_u64() != Some(num_uses) {
-                return fail("token-use-limit", format!("expected num_uses {num_uses}: {what}"));
+                return fail(
+                    "token-use-limit",
+                    format!("expected num_uses {num_uses}: {what}"),
+                );
             }
             created = Some((
                 id.to_string(),
@@ -580,6 +626,7 @@ impl Checker {
         match decision {
             Decision::Denied => {
                 let inv = deny_invariant(&auth);
+                bump(&mut self.counts, deny_category(&auth));
                 bump(&mut self.counts, inv);
                 if status != 403 {
                     let why = match &auth {
@@ -596,7 +643,10 @@ impl Checker {
             Decision::Allowed => {
                 bump(&mut self.counts, "authorized-succeeds");
                 if status == 403 {
-                    return fail("authorized-succeeds", format!("permission clearly granted: {what}"));
+                    return fail(
+                        "authorized-succeeds",
+                        format!("permission clearly granted: {what}"),
+                    );
                 }
             }
             Decision::Unsure => {}
@@ -608,7 +658,10 @@ impl Checker {
         if !e.mounted {
             bump(&mut self.counts, "kv-consistency");
             if status != 404 {
-                return fail("kv-consistency", format!("secret/ is not mounted, expected 404: {what}"));
+                return fail(
+                    "kv-consistency",
+                    format!("secret/ is not mounted, expected 404: {what}"),
+                );
             }
             return Ok(());
         }
@@ -657,45 +710,47 @@ impl Checker {
                     (404, None) => Ok(()),
                     (404, Some(v)) => fail(inv, format!("expected {v}: {what}")),
                     (200, None) => fail(inv, format!("expected 404 (absent): {what}")),
-                    (200, Some(v)) => match wrap {
-                        None => {
-                            if &body["data"] != v {
-                                return fail(inv, format!("expected {v}: {what}"));
+                    (200, Some(v)) => {
+                        match wrap {
+                            None => {
+                                if &body["data"] != v {
+                                    return fail(inv, format!("expected {v}: {what}"));
+                                }
+                                Ok(())
                             }
-                            Ok(())
-                        }
-                        Some((_, secs)) => {
-                            let token = body["wrap_info"]["token"].as_str().unwrap_or_default();
-                            if token.is_empty() || !body["data"].is_null() {
-                                return fail(
+                            Some((_, secs)) => {
+                                let token = body["wrap_info"]["token"].as_str().unwrap_or_default();
+                                if token.is_empty() || !body["data"].is_null() {
+                                    return fail(
                                     "wrapping",
                                     format!("a wrapped answer must carry a token and no data: {what}"),
                                 );
+                                }
+                                let expire_at = at + secs * 1000;
+                                e.wraps.insert(
+                                    token.to_string(),
+                                    WrapFact {
+                                        label: short(token),
+                                        data: v.clone(),
+                                        expire_at,
+                                        unwrapped: false,
+                                    },
+                                );
+                                e.tokens.insert(
+                                    token.to_string(),
+                                    TokenFact {
+                                        label: short(token),
+                                        kind: TokenKind::Wrapping,
+                                        policies: vec!["response-wrapping".into()],
+                                        expire_at: Some(expire_at),
+                                        revoked: false,
+                                        uses_left: None,
+                                    },
+                                );
+                                Ok(())
                             }
-                            let expire_at = at + secs * 1000;
-                            e.wraps.insert(
-                                token.to_string(),
-                                WrapFact {
-                                    label: short(token),
-                                    data: v.clone(),
-                                    expire_at,
-                                    unwrapped: false,
-                                },
-                            );
-                            e.tokens.insert(
-                                token.to_string(),
-                                TokenFact {
-                                    label: short(token),
-                                    kind: TokenKind::Wrapping,
-                                    policies: vec!["response-wrapping".into()],
-                                    expire_at: Some(expire_at),
-                                    revoked: false,
-                                    uses_left: None,
-                                },
-                            );
-                            Ok(())
                         }
-                    },
+                    }
                     _ => fail("unexpected-status", what.to_string()),
                 }
             }
@@ -737,7 +792,10 @@ impl Checker {
             Some(f) if !f.unwrapped && at < f.expire_at => {
                 bump(&mut self.counts, "wrapping");
                 if status != 200 {
-                    return fail("wrapping", format!("a valid wrapping token ({}) failed: {what}", f.label));
+                    return fail(
+                        "wrapping",
+                        format!("a valid wrapping token ({}) failed: {what}", f.label),
+                    );
                 }
                 if body["data"] != f.data {
                     return fail("wrapping", format!("expected data {}: {what}", f.data));
@@ -758,14 +816,20 @@ impl Checker {
                 };
                 bump(&mut self.counts, inv);
                 if status != 400 {
-                    return fail(inv, format!("token {} must not unwrap again: {what}", f.label));
+                    return fail(
+                        inv,
+                        format!("token {} must not unwrap again: {what}", f.label),
+                    );
                 }
                 Ok(())
             }
             None => {
                 bump(&mut self.counts, "wrapping");
                 if status != 400 {
-                    return fail("wrapping", format!("unknown wrapping token accepted: {what}"));
+                    return fail(
+                        "wrapping",
+                        format!("unknown wrapping token accepted: {what}"),
+                    );
                 }
                 Ok(())
             }
@@ -795,7 +859,12 @@ impl Checker {
     /// Boots a throwaway node on a copy of host `h`'s durable storage at time `now`,
     /// unseals it with the model's shares and compares everything readable with the model.
     /// Returns a one-line summary.
-    pub fn inspect(&mut self, h: HostId, durable: &SimStorage, now: u64) -> Result<String, Violation> {
+    pub fn inspect(
+        &mut self,
+        h: HostId,
+        durable: &SimStorage,
+        now: u64,
+    ) -> Result<String, Violation> {
         let e = &self.hosts[h];
         if !e.initialized {
             return Ok("not initialised, nothing to inspect".into());
@@ -834,25 +903,48 @@ impl Checker {
         };
         let keys = key_universe();
         for key in &keys {
-            let r = call(&mut node, now, Request::new(next(), Method::Get, key).with_token(&root));
-            let want = if e.mounted { e.kv.get(key).map(|k| &k.value) } else { None };
+            let r = call(
+                &mut node,
+                now,
+                Request::new(next(), Method::Get, key).with_token(&root),
+            );
+            let want = if e.mounted {
+                e.kv.get(key).map(|k| &k.value)
+            } else {
+                None
+            };
             let ok = match (&r, want) {
                 (Some(r), None) => r.status == 404,
-                (Some(r), Some(v)) => r.status == 200 && r.body.as_ref().map(|b| &b["data"]) == Some(v),
+                (Some(r), Some(v)) => {
+                    r.status == 200 && r.body.as_ref().map(|b| &b["data"]) == Some(v)
+                }
                 (None, _) => false,
             };
             if !ok {
-                let want = want.map(|v| v.to_string()).unwrap_or_else(|| "absent (404)".into());
+                let want = want
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "absent (404)".into());
                 return fail(
                     "durability",
-                    format!("n{h}: after the crash {key} reads {}, acknowledged state is {want}", what(&r)),
+                    format!(
+                        "n{h}: after the crash {key} reads {}, acknowledged state is {want}",
+                        what(&r)
+                    ),
                 );
             }
         }
         let dirs = dir_universe();
         for dir in &dirs {
-            let r = call(&mut node, now, Request::new(next(), Method::List, dir).with_token(&root));
-            let want = if e.mounted { e.children(dir) } else { BTreeSet::new() };
+            let r = call(
+                &mut node,
+                now,
+                Request::new(next(), Method::List, dir).with_token(&root),
+            );
+            let want = if e.mounted {
+                e.children(dir)
+            } else {
+                BTreeSet::new()
+            };
             let got: Option<BTreeSet<String>> = match &r {
                 Some(r) if r.status == 404 => Some(BTreeSet::new()),
                 Some(r) if r.status == 200 => r
@@ -864,7 +956,10 @@ impl Checker {
             if got.as_ref() != Some(&want) {
                 return fail(
                     "durability",
-                    format!("n{h}: after the crash LIST {dir} answers {}, expected {want:?}", what(&r)),
+                    format!(
+                        "n{h}: after the crash LIST {dir} answers {}, expected {want:?}",
+                        what(&r)
+                    ),
                 );
             }
         }
@@ -886,13 +981,21 @@ impl Checker {
             if valid && !use_limited && status != 200 {
                 return fail(
                     "durability",
-                    format!("n{h}: after the crash valid token {} answers {}", f.label, what(&r)),
+                    format!(
+                        "n{h}: after the crash valid token {} answers {}",
+                        f.label,
+                        what(&r)
+                    ),
                 );
             }
             if !valid && status != 403 {
                 return fail(
                     deny_invariant(&auth),
-                    format!("n{h}: after the crash dead token {} answers {}", f.label, what(&r)),
+                    format!(
+                        "n{h}: after the crash dead token {} answers {}",
+                        f.label,
+                        what(&r)
+                    ),
                 );
             }
         }
@@ -937,7 +1040,11 @@ impl Checker {
             if valid && status != 200 {
                 return fail(
                     "wrapping",
-                    format!("n{h}: after the crash valid wrapping token {} answers {}", w.label, what(&r)),
+                    format!(
+                        "n{h}: after the crash valid wrapping token {} answers {}",
+                        w.label,
+                        what(&r)
+                    ),
                 );
             }
             if !valid && status != 400 {
@@ -948,7 +1055,11 @@ impl Checker {
                 };
                 return fail(
                     inv,
-                    format!("n{h}: after the crash spent wrapping token {} answers {}", w.label, what(&r)),
+                    format!(
+                        "n{h}: after the crash spent wrapping token {} answers {}",
+                        w.label,
+                        what(&r)
+                    ),
                 );
             }
         }
@@ -977,6 +1088,23 @@ fn register_root(e: &mut Expected, root: String) {
             uses_left: None,
         },
     );
+}
+
+/// Coverage counter key: why the model expects a refusal.
+fn deny_category(a: &Auth) -> &'static str {
+    match a {
+        Auth::Invalid(why) if why.contains(USES_SPENT) => "denied:uses-spent",
+        Auth::Invalid(why) if why.contains("revoked") => "denied:revoked",
+        Auth::Invalid(why) if why.contains("expired") => "denied:expired",
+        Auth::Invalid(why) if why.contains("unknown") => "denied:unknown-token",
+        Auth::Invalid(_) => "denied:no-token",
+        Auth::Limited {
+            kind: TokenKind::Wrapping,
+            ..
+        } => "denied:wrapping-token",
+        Auth::Limited { .. } => "denied:policy",
+        Auth::Root => "denied:root",
+    }
 }
 
 /// The invariant a request with this token breaks when it is not refused.
@@ -1077,7 +1205,13 @@ mod tests {
         }
     }
 
-    fn see(c: &mut Checker, op: &Op, at: u64, status: u16, body: Option<Value>) -> Result<(), Violation> {
+    fn see(
+        c: &mut Checker,
+        op: &Op,
+        at: u64,
+        status: u16,
+        body: Option<Value>,
+    ) -> Result<(), Violation> {
         c.observe(0, op, at, Observed::Response(&resp(status, body)))
     }
 
@@ -1086,7 +1220,8 @@ mod tests {
     fn ready() -> Checker {
         let mut c = Checker::new(1, false);
         let dev = json!({"keys": ["00"], "keys_base64": ["AA=="], "root_token": ROOT});
-        c.observe(0, &Op::DevSetup, 0, Observed::Admin(&dev)).unwrap();
+        c.observe(0, &Op::DevSetup, 0, Observed::Admin(&dev))
+            .unwrap();
         let root = tok("root", ROOT);
         let spec = crate::model::PolicySpec {
             rules: vec![crate::model::Rule {
@@ -1173,18 +1308,38 @@ mod tests {
             },
         );
         see(&mut c, &put, 1_000, 204, None).unwrap();
-        let e = see(&mut c, &kv(root, get("secret/a/k0")), 1_000, 200, Some(json!({"data": {"v": 2}})))
-            .unwrap_err();
+        let e = see(
+            &mut c,
+            &kv(root, get("secret/a/k0")),
+            1_000,
+            200,
+            Some(json!({"data": {"v": 2}})),
+        )
+        .unwrap_err();
         assert_eq!(e.invariant, "kv-consistency");
         c.on_crash(0);
         c.on_restart(0);
         let e = see(&mut c, &kv(root, get("secret/a/k0")), 2_000, 404, None).unwrap_err();
         assert_eq!(e.invariant, "sealed-503");
         let unseal = Op::Unseal { key: "00".into() };
-        see(&mut c, &unseal, 2_000, 200, Some(json!({"sealed": false, "progress": 0}))).unwrap();
+        see(
+            &mut c,
+            &unseal,
+            2_000,
+            200,
+            Some(json!({"sealed": false, "progress": 0})),
+        )
+        .unwrap();
         let e = see(&mut c, &kv(root, get("secret/a/k0")), 2_000, 404, None).unwrap_err();
         assert_eq!(e.invariant, "durability");
-        see(&mut c, &kv(root, get("secret/a/k0")), 2_000, 200, Some(json!({"data": {"v": 1}}))).unwrap();
+        see(
+            &mut c,
+            &kv(root, get("secret/a/k0")),
+            2_000,
+            200,
+            Some(json!({"data": {"v": 1}})),
+        )
+        .unwrap();
     }
 
     #[test]
@@ -1211,10 +1366,31 @@ mod tests {
             wrap: tok("w1", "cs.wrap0000000000000000000"),
             in_body: false,
         };
-        let e = see(&mut c, &unwrap, 2_000, 200, Some(json!({"data": {"w": false}}))).unwrap_err();
+        let e = see(
+            &mut c,
+            &unwrap,
+            2_000,
+            200,
+            Some(json!({"data": {"w": false}})),
+        )
+        .unwrap_err();
         assert_eq!(e.invariant, "wrapping");
-        see(&mut c, &unwrap, 2_000, 200, Some(json!({"data": {"w": true}}))).unwrap();
-        let e = see(&mut c, &unwrap, 3_000, 200, Some(json!({"data": {"w": true}}))).unwrap_err();
+        see(
+            &mut c,
+            &unwrap,
+            2_000,
+            200,
+            Some(json!({"data": {"w": true}})),
+        )
+        .unwrap();
+        let e = see(
+            &mut c,
+            &unwrap,
+            3_000,
+            200,
+            Some(json!({"data": {"w": true}})),
+        )
+        .unwrap_err();
         assert_eq!(e.invariant, "single-use-wrapping");
         // A second wrap that expires unused.
         let wrapped = json!({"data": null, "wrap_info": {"token": "cs.wrap1111111111111111111"}});
@@ -1223,7 +1399,14 @@ mod tests {
             wrap: tok("w2", "cs.wrap1111111111111111111"),
             in_body: true,
         };
-        let e = see(&mut c, &late, 34_000, 200, Some(json!({"data": {"w": true}}))).unwrap_err();
+        let e = see(
+            &mut c,
+            &late,
+            34_000,
+            200,
+            Some(json!({"data": {"w": true}})),
+        )
+        .unwrap_err();
         assert_eq!(e.invariant, "wrapping-ttl");
     }
 
@@ -1257,16 +1440,44 @@ mod tests {
         let body = json!({"keys": ["0a", "0b", "0c"], "keys_base64": ["Cg==", "Cw==", "DA=="], "root_token": ROOT});
         see(&mut c, &init, 0, 200, Some(body)).unwrap();
         let u = |k: &str| Op::Unseal { key: k.into() };
-        see(&mut c, &u("0a"), 0, 200, Some(json!({"sealed": true, "progress": 1}))).unwrap();
+        see(
+            &mut c,
+            &u("0a"),
+            0,
+            200,
+            Some(json!({"sealed": true, "progress": 1})),
+        )
+        .unwrap();
         // The same share again (base64 form) does not count twice.
-        let e = see(&mut c, &u("Cg=="), 0, 200, Some(json!({"sealed": false, "progress": 0}))).unwrap_err();
+        let e = see(
+            &mut c,
+            &u("Cg=="),
+            0,
+            200,
+            Some(json!({"sealed": false, "progress": 0})),
+        )
+        .unwrap_err();
         assert_eq!(e.invariant, "unseal-threshold");
         let mut c2 = Checker::new(1, false);
         let body = json!({"keys": ["0a", "0b", "0c"], "keys_base64": [], "root_token": ROOT});
         see(&mut c2, &init, 0, 200, Some(body)).unwrap();
-        see(&mut c2, &u("0a"), 0, 200, Some(json!({"sealed": true, "progress": 1}))).unwrap();
+        see(
+            &mut c2,
+            &u("0a"),
+            0,
+            200,
+            Some(json!({"sealed": true, "progress": 1})),
+        )
+        .unwrap();
         // A wrong share at the threshold must not unseal.
-        let e = see(&mut c2, &u("ffff"), 0, 200, Some(json!({"sealed": false, "progress": 0}))).unwrap_err();
+        let e = see(
+            &mut c2,
+            &u("ffff"),
+            0,
+            200,
+            Some(json!({"sealed": false, "progress": 0})),
+        )
+        .unwrap_err();
         assert_eq!(e.invariant, "unseal-threshold");
     }
 }

@@ -3,7 +3,10 @@
 //! OS (for the starting seed of `--seeds` and for throughput figures): nothing read here
 //! reaches a simulation except as a printed seed.
 
-use cairn_sim::{parse_regressions, parse_seed, run, seed_sequence, Outcome, RunConfig, StorageFault, Tier, DEFAULT_STEPS};
+use cairn_sim::{
+    parse_regressions, parse_seed, run, seed_sequence, Outcome, RunConfig, StorageFault, Tier,
+    DEFAULT_STEPS,
+};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -117,6 +120,7 @@ fn parse_args() -> Result<Args, String> {
 }
 
 /// A starting seed from the OS clock and process id (only for `--seeds` without `--start`).
+#[allow(clippy::disallowed_methods)] // the one allowed source of non-determinism: a printed seed
 fn random_start() -> u64 {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -156,7 +160,11 @@ fn one_line(o: &Outcome) -> String {
 
 fn run_one(args: &Args, seed: u64) -> ExitCode {
     let cfg = config(args, seed);
-    say!("cairn-sim seed={seed} tier={} steps={}", cfg.tier, cfg.steps);
+    say!(
+        "cairn-sim seed={seed} tier={} steps={}",
+        cfg.tier,
+        cfg.steps
+    );
     let o = run(&cfg);
     say!("params: {}", o.params);
     if let Some(_f) = &o.failure {
@@ -186,6 +194,7 @@ fn run_one(args: &Args, seed: u64) -> ExitCode {
     }
 }
 
+#[allow(clippy::disallowed_methods)] // wall time for throughput figures only
 fn run_many(args: &Args, k: u64, start: Option<u64>) -> ExitCode {
     let start = start.unwrap_or_else(random_start);
     say!(

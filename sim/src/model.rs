@@ -269,7 +269,7 @@ impl Expected {
         if let Some(i) = self.shares_b64.iter().position(|k| k == key) {
             return Share::Valid(i);
         }
-        let hex_ok = key.len() % 2 == 0 && key.bytes().all(|b| b.is_ascii_hexdigit());
+        let hex_ok = key.len().is_multiple_of(2) && key.bytes().all(|b| b.is_ascii_hexdigit());
         let b64_ok = key
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'=');
@@ -373,7 +373,10 @@ mod tests {
 
     #[test]
     fn policy_texts_parse_in_the_core_alike() {
-        let s = spec(&[("secret/a/*", CREATE | READ | LIST), ("secret/a/private*", DENY)]);
+        let s = spec(&[
+            ("secret/a/*", CREATE | READ | LIST),
+            ("secret/a/private*", DENY),
+        ]);
         let h = cairn_core::policy::Policy::parse(&s.hcl()).expect("hcl parses");
         let j = cairn_core::policy::Policy::parse(&s.json()).expect("json parses");
         assert_eq!(h, j);

@@ -205,10 +205,7 @@ impl Op {
                     .with_json(json!({"type": "kv", "description": "sim data"})),
                 tok,
             ),
-            Op::Unmount { tok } => with(
-                Request::new(id, Method::Delete, "sys/mounts/secret"),
-                tok,
-            ),
+            Op::Unmount { tok } => with(Request::new(id, Method::Delete, "sys/mounts/secret"), tok),
             Op::PolicyWrite {
                 tok,
                 name,
@@ -281,10 +278,9 @@ impl Op {
                     with(r, wrap)
                 }
             }
-            Op::LookupSelf { tok } => with(
-                Request::new(id, Method::Get, "auth/token/lookup-self"),
-                tok,
-            ),
+            Op::LookupSelf { tok } => {
+                with(Request::new(id, Method::Get, "auth/token/lookup-self"), tok)
+            }
             Op::Probe { tok, method, path } => with(Request::new(id, *method, path), tok),
         })
     }
@@ -644,7 +640,11 @@ impl Operator {
             .collect();
         match self.rng.below(20) {
             0 => {
-                let len = self.views[h].keys.first().map(|k| k.len() / 2).unwrap_or(33);
+                let len = self.views[h]
+                    .keys
+                    .first()
+                    .map(|k| k.len() / 2)
+                    .unwrap_or(33);
                 let pos = self.rng.below(plan.len() as u64 + 1) as usize;
                 let wrong = hex::encode(self.rng.bytes(len));
                 plan.insert(pos, wrong);
@@ -700,10 +700,10 @@ impl Operator {
                 }
                 policies.sort();
                 policies.dedup();
-                let ttl_s = match self.rng.below(4) {
-                    0 => self.rng.range(1, 60),
-                    1 => self.rng.range(60, 3600),
-                    2 => self.rng.range(3600, 86_400),
+                let ttl_s = match self.rng.below(5) {
+                    0 | 1 => self.rng.range(1, 30),
+                    2 => self.rng.range(30, 3600),
+                    3 => self.rng.range(3600, 86_400),
                     _ => self.rng.range(86_400, 40 * 86_400),
                 };
                 let ttl_as_string = self.rng.chance(500);
@@ -830,8 +830,8 @@ impl Operator {
                 return w.clone();
             }
         } else if roll < 94 && self.views.len() > 1 {
-            let other = (h + 1 + self.rng.below(self.views.len() as u64 - 1) as usize)
-                % self.views.len();
+            let other =
+                (h + 1 + self.rng.below(self.views.len() as u64 - 1) as usize) % self.views.len();
             let ov = &self.views[other];
             if let Some(t) = self.rng.pick(&ov.tokens) {
                 return Tok {
@@ -854,13 +854,13 @@ impl Operator {
         let key = self.rng.pick(&keys).cloned().unwrap_or_default();
         let has_wraps = !self.views[h].wraps.is_empty();
         let weights = [
-            30,                             // put
-            25,                             // get
-            8,                              // delete
-            8,                              // list
-            6,                              // get wrapped
-            if has_wraps { 6 } else { 0 },  // unwrap
-            4,                              // lookup-self
+            30,                                        // put
+            25,                                        // get
+            8,                                         // delete
+            8,                                         // list
+            6,                                         // get wrapped
+            if has_wraps { 6 } else { 0 },             // unwrap
+            4,                                         // lookup-self
             if tok.secret.is_empty() { 1 } else { 4 }, // probe
         ];
         let op = match self.rng.weighted(&weights) {
@@ -878,10 +878,11 @@ impl Operator {
                 }
             }
             4 => {
-                let (hdr, secs) = match self.rng.below(4) {
-                    0 => ("30s".to_string(), 30),
-                    1 => ("5m".to_string(), 300),
-                    2 => ("120".to_string(), 120),
+                let (hdr, secs) = match self.rng.below(5) {
+                    0 => ("2s".to_string(), 2),
+                    1 => ("30s".to_string(), 30),
+                    2 => ("5m".to_string(), 300),
+                    3 => ("120".to_string(), 120),
                     _ => ("1h".to_string(), 3600),
                 };
                 KvOp::Get {

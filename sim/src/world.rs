@@ -78,8 +78,10 @@ impl Params {
             crash_mean_ms: *r.pick(&[2_000, 10_000, 60_000]).unwrap_or(&10_000),
             crash_in_batch_permille: *r.pick(&[0, 20, 100]).unwrap_or(&20),
             downtime_mean_ms: 0,
-            jump_mean_ms: *r.pick(&[5_000, 30_000, 120_000]).unwrap_or(&30_000),
-            jump_max_ms: *r.pick(&[120_000, 3_600_000, 6 * 3_600_000]).unwrap_or(&3_600_000),
+            jump_mean_ms: *r.pick(&[2_000, 10_000, 60_000]).unwrap_or(&10_000),
+            jump_max_ms: *r
+                .pick(&[120_000, 3_600_000, 6 * 3_600_000])
+                .unwrap_or(&3_600_000),
         };
         // Nodes are down a small part of the time at most.
         let downtime: u64 = *r.pick(&[50, 1_000, 10_000]).unwrap_or(&1_000);
@@ -255,10 +257,7 @@ impl World {
         if let Some(f) = fault {
             trace.log(0, &format!("planted storage fault: {f:?}"));
         }
-        let operator = Operator::new(
-            SimRng::derive(seed, "operator"),
-            params.operator.clone(),
-        );
+        let operator = Operator::new(SimRng::derive(seed, "operator"), params.operator.clone());
         let hosts = (0..params.hosts)
             .map(|h| Host {
                 id: h,
@@ -511,7 +510,11 @@ impl World {
                     let jump = self.faults.range(1_000, self.params.jump_max_ms);
                     self.stats.clock_jumps += 1;
                     self.now += jump;
-                    self.log(&format!("clock jumps forward {}.{:03}s", jump / 1000, jump % 1000));
+                    self.log(&format!(
+                        "clock jumps forward {}.{:03}s",
+                        jump / 1000,
+                        jump % 1000
+                    ));
                     let d = self.faults.delay(self.params.jump_mean_ms).max(1);
                     self.schedule(d, Event::NextJump);
                 }
@@ -707,7 +710,9 @@ impl World {
             .iter()
             .map(|o| match o {
                 Held::Response(r) => format!("#{}={} {}", r.id, r.status, brief(r)),
-                Held::Admin(id, v) => format!("#{id}=admin {}", crate::trace::shorten(&v.to_string(), 120)),
+                Held::Admin(id, v) => {
+                    format!("#{id}=admin {}", crate::trace::shorten(&v.to_string(), 120))
+                }
             })
             .collect();
         self.log(&format!(

@@ -19,7 +19,10 @@ fn same_seed_gives_the_same_trace_hash() {
         let a = run(&cfg(seed, 1_500));
         let b = run(&cfg(seed, 1_500));
         assert!(a.ok(), "{}", a.report());
-        assert_eq!(a.trace_hash, b.trace_hash, "seed {seed} is not deterministic");
+        assert_eq!(
+            a.trace_hash, b.trace_hash,
+            "seed {seed} is not deterministic"
+        );
         assert_eq!(a.events, b.events);
         assert_eq!(a.sim_ms, b.sim_ms);
     }
@@ -39,7 +42,10 @@ fn fifty_seeds_pass() {
     }
     // The batch really exercised crashes and read-backs.
     assert!(crashes >= 50, "only {crashes} crashes in 50 seeds");
-    assert!(durability_checks >= 50, "only {durability_checks} durability checks");
+    assert!(
+        durability_checks >= 50,
+        "only {durability_checks} durability checks"
+    );
 }
 
 #[test]
@@ -54,7 +60,10 @@ fn planted_lost_write_is_caught_within_five_seeds() {
         if let Some(f) = &o.failure {
             assert_eq!(f.invariant, "durability", "{}", o.report());
             let report = o.report();
-            assert!(report.contains("INVARIANT VIOLATED: durability"), "{report}");
+            assert!(
+                report.contains("INVARIANT VIOLATED: durability"),
+                "{report}"
+            );
             assert!(report.contains(&format!("seed: {seed}")), "{report}");
             assert!(report.contains("simulated time:"), "{report}");
             assert!(

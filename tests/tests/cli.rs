@@ -835,18 +835,19 @@ fn a_person_at_a_terminal_logs_in_and_reads_replication_status() {
     // has no replication status endpoint.
     tmux.type_line("clear");
     tmux.type_line(&format!(
-        "{} replication status; echo exit=$?",
+        "{} replication status; echo rc\"\"=$?",
         bin.display()
     ));
-    let screen = tmux.wait_for("exit=");
+    // The typed line shows `rc""=`, the output `rc=N`.
+    let screen = tmux.wait_for("rc=");
     let raw = s.get("sys/replication/status");
     if raw.status == 404 {
         assert!(
-            screen.contains("not available") && screen.contains("exit=2"),
+            screen.contains("not available") && screen.contains("rc=2"),
             "{screen}"
         );
     } else {
-        assert!(screen.contains("exit=0"), "{screen}");
+        assert!(screen.contains("rc=0"), "{screen}");
         let header = screen
             .lines()
             .find(|l| l.starts_with("Mode"))
@@ -859,4 +860,95 @@ fn a_person_at_a_terminal_logs_in_and_reads_replication_status() {
             "no dr row:\n{screen}"
         );
     }
+}
+
+#[test]
+fn tls_with_a_custom_ca_file_directory_or_no_verification() {
+    let dir = tmpdir("cli-tls");
+    let ca_key = rcgen::KeyPair::generate().expect("ca key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("ca cert");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let params =
+        rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .expect("params");
+    let cert = params
+        .signed_by(&key, &rcgen::Issuer::new(ca_params, ca_key))
+        .expect("cert");
+    std::fs::write(dir.join("tls.crt"), cert.pem()).expect("write");
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).expect("write");
+    let cas = dir.join("cas");
+    std::fs::create_dir_all(&cas).expect("mkdir");
+    std::fs::write(cas.join("ca.pem"), ca.pem()).expect("write");
+    std::fs::write(cas.join("README"), "not a certificate").expect("write");
+    let port = free_port_pair();
+    let cfg = format!(
+        "storage \"sqlite\" {{ path = \"{d}/c.db\" }}\nlistener \"tcp\" {{\n address = \"127.0.0.1:{port}\"\n tls_cert_file = \"{d}/tls.crt\"\n tls_key_file = \"{d}/tls.key\"\n}}\n",
+        d = dir.display()
+    );
+    std::fs::write(dir.join("c.hcl"), cfg).expect("write config");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Kill(
+        Command::new(cairn_bin())
+            .args(["server", "--config"])
+            .arg(dir.join("c.hcl"))
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn cairn"),
+    );
+    let u = User {
+        addr: format!("https://localhost:{port}"),
+        home: tmpdir("cli-tls-home"),
+        token: None,
+    };
+    let ca_file = cas.join("ca.pem").display().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let o = loop {
+        let o = u.run_with(
+            &["read", "-format=json", "sys/seal-status"],
+            None,
+            &[("CAIRN_CACERT", &ca_file)],
+        );
+        if o.code == 0 || Instant::now() > deadline {
+            break o;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(o.code, 0, "{o:?}");
+    assert_eq!(o.json()["initialized"], Value::Bool(false));
+    // Without the CA the certificate is refused: exit 2, nothing on stdout.
+    let o = u.run(&["read", "sys/seal-status"]);
+    assert_eq!(o.code, 2, "{o:?}");
+    assert!(o.stdout.is_empty(), "{o:?}");
+    // A CA directory (other files in it are skipped), the flag and the variable.
+    let ca_dir = cas.display().to_string();
+    let o = u.run_with(
+        &["read", "sys/seal-status"],
+        None,
+        &[("CAIRN_CAPATH", &ca_dir)],
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    let o = u.run(&["read", "-ca-cert", &ca_file, "sys/seal-status"]);
+    assert_eq!(o.code, 0, "{o:?}");
+    let o = u.run(&["read", "-tls-skip-verify", "sys/seal-status"]);
+    assert_eq!(o.code, 0, "{o:?}");
+    let o = u.run_with(
+        &["read", "sys/seal-status"],
+        None,
+        &[("CAIRN_SKIP_VERIFY", "1")],
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    let o = u.run_with(
+        &["read", "sys/seal-status"],
+        None,
+        &[("CAIRN_SKIP_VERIFY", "false")],
+    );
+    assert_eq!(o.code, 2, "{o:?}");
 }

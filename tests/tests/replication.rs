@@ -123,8 +123,14 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
     let d = licensed("dr1");
 
     // Data before replication is enabled reaches the secondaries by Merkle sync.
-    ok(p.post("sys/mounts/secret", json!({"type": "kv"})), "mount secret");
-    ok(p.post("sys/mounts/team", json!({"type": "kv"})), "mount team");
+    ok(
+        p.post("sys/mounts/secret", json!({"type": "kv"})),
+        "mount secret",
+    );
+    ok(
+        p.post("sys/mounts/team", json!({"type": "kv"})),
+        "mount team",
+    );
     ok(p.put("secret/before", json!({"v": "1"})), "write");
     ok(p.put("team/before", json!({"v": "1"})), "write");
 
@@ -137,7 +143,10 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
         p.post("sys/replication/performance/primary/enable", json!({})),
         "perf enable",
     );
-    ok(p.post("sys/replication/dr/primary/enable", json!({})), "dr enable");
+    ok(
+        p.post("sys/replication/dr/primary/enable", json!({})),
+        "dr enable",
+    );
     let ps = status(&p, "performance");
     assert_eq!(ps["mode"], "primary");
     assert!(!ps["cluster_id"].as_str().unwrap_or("").is_empty());
@@ -174,8 +183,14 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
         status(&s1, "performance")["merkle_root"],
         status(&p, "performance")["merkle_root"]
     );
-    assert_eq!(status(&d, "dr")["merkle_root"], status(&p, "dr")["merkle_root"]);
-    assert_eq!(status(&d, "dr")["cluster_id"], status(&p, "dr")["cluster_id"]);
+    assert_eq!(
+        status(&d, "dr")["merkle_root"],
+        status(&p, "dr")["merkle_root"]
+    );
+    assert_eq!(
+        status(&d, "dr")["cluster_id"],
+        status(&p, "dr")["cluster_id"]
+    );
     // The filtered one does not hold team/.
     assert_ne!(
         status(&s2, "performance")["merkle_root"],
@@ -196,12 +211,18 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
     let ps = status(&p, "performance");
     let secs = ps["secondaries"].as_array().expect("secondaries").clone();
     assert_eq!(secs.len(), 2, "{ps}");
-    assert!(secs.iter().all(|s| s["connection_status"] == "connected"), "{ps}");
+    assert!(
+        secs.iter().all(|s| s["connection_status"] == "connected"),
+        "{ps}"
+    );
     assert_eq!(ps["known_secondaries"], json!(["perf-1", "perf-2"]));
     let ss = status(&s1, "performance");
     assert_eq!(ss["primaries"][0]["connection_status"], "connected", "{ss}");
     assert_eq!(ss["secondary_id"], "perf-1");
-    assert_eq!(ss["known_primary_cluster_addrs"][0], ps["primary_cluster_addr"]);
+    assert_eq!(
+        ss["known_primary_cluster_addrs"][0],
+        ps["primary_cluster_addr"]
+    );
 
     // The DR secondary refuses client requests with a clear error.
     let r = d.call_as(Some(&p.root_token), "GET", "secret/k1", None);
@@ -234,7 +255,9 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
         status(&s1, "performance")["merkle_root"],
         status(&p, "performance")["merkle_root"]
     );
-    wait_for("dr-1 to catch up again", 30, || caught_up(&p, &d, "dr", "dr-1"));
+    wait_for("dr-1 to catch up again", 30, || {
+        caught_up(&p, &d, "dr", "dr-1")
+    });
 }
 
 #[test]
@@ -245,7 +268,10 @@ fn bad_activation_tokens_get_clear_errors_and_change_nothing() {
         p.post("sys/replication/performance/primary/enable", json!({})),
         "perf enable",
     );
-    ok(p.post("sys/replication/dr/primary/enable", json!({})), "dr enable");
+    ok(
+        p.post("sys/replication/dr/primary/enable", json!({})),
+        "dr enable",
+    );
     let check = |tok: &str, mode: &str, want: &str| {
         let r = s.post(
             &format!("sys/replication/{mode}/secondary/enable"),
@@ -261,7 +287,12 @@ fn bad_activation_tokens_get_clear_errors_and_change_nothing() {
     let dr = token(&p, "dr", "x1");
     check(&dr, "performance", "for dr replication");
     let used = token(&p, "performance", "x2");
-    let r = p.call_as(None, "POST", "sys/wrapping/unwrap", Some(json!({ "token": used })));
+    let r = p.call_as(
+        None,
+        "POST",
+        "sys/wrapping/unwrap",
+        Some(json!({ "token": used })),
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     check(&used, "performance", "error unwrapping secondary token");
     let revoked = token(&p, "performance", "x3");
@@ -291,17 +322,18 @@ fn bad_activation_tokens_get_clear_errors_and_change_nothing() {
         json!({"id": "y"}),
     );
     assert_eq!(r.status, 400);
-    assert!(r.errors().contains("not a performance primary"), "{}", r.errors());
+    assert!(
+        r.errors().contains("not a performance primary"),
+        "{}",
+        r.errors()
+    );
 }
 
 #[test]
 fn gates_license_and_root_namespace() {
-    let t0 = Instant::now();
     let dir = tmpdir("unlic");
     let mut s = Server::with_config(&dir, port(), "");
-    eprintln!("started {:?}", t0.elapsed());
     s.init_unseal(1, 1);
-    eprintln!("unsealed {:?}", t0.elapsed());
     // Status endpoints need neither a token nor a license.
     assert_eq!(status(&s, "dr")["mode"], "disabled");
     let r = s.post("sys/replication/performance/primary/enable", json!({}));
@@ -311,11 +343,265 @@ fn gates_license_and_root_namespace() {
     let r = p.raw(
         "POST",
         "/v1/sys/replication/performance/primary/enable",
-        &[("X-Vault-Token", &p.root_token), ("X-Vault-Namespace", "team1/")],
+        &[
+            ("X-Vault-Token", &p.root_token),
+            ("X-Vault-Namespace", "team1/"),
+        ],
         b"{}".to_vec(),
     );
     assert_eq!(r.status, 400, "{}", r.body);
     assert!(r.errors().contains("root namespace"), "{}", r.errors());
     let lic = ok(p.get("sys/license/status"), "license status");
     assert_eq!(lic["data"]["autoloaded"]["license_id"], "e2e-test-license");
+}
+
+/// Standard base64 (padded or not) to bytes.
+fn b64decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => (c - b'A') as u32,
+            b'a'..=b'z' => (c - b'a') as u32 + 26,
+            b'0'..=b'9' => (c - b'0') as u32 + 52,
+            b'+' | b'-' => 62,
+            _ => 63,
+        }
+    };
+    let s: Vec<u8> = s.bytes().filter(|c| *c != b'=').collect();
+    let mut out = Vec::new();
+    for chunk in s.chunks(4) {
+        let mut n = 0u32;
+        for (i, c) in chunk.iter().enumerate() {
+            n |= val(*c) << (18 - 6 * i);
+        }
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..chunk.len().saturating_sub(1)]);
+    }
+    out
+}
+
+/// Runs an OTP-encoded token generation (`sys/generate-root` or the DR operation token) with
+/// `keys` and returns the decoded token.
+fn generate(s: &Server, base: &str, keys: &[String]) -> String {
+    let a = s.call_as(None, "POST", &format!("{base}/attempt"), Some(json!({})));
+    assert_eq!(a.status, 200, "{}", a.body);
+    let a = if a.body["data"].is_object() {
+        a.body["data"].clone()
+    } else {
+        a.body
+    };
+    let otp = a["otp"].as_str().expect("otp").to_string();
+    let nonce = a["nonce"].as_str().expect("nonce").to_string();
+    let mut last = Value::Null;
+    for k in keys {
+        let u = s.call_as(
+            None,
+            "POST",
+            &format!("{base}/update"),
+            Some(json!({"key": k, "nonce": nonce})),
+        );
+        assert_eq!(u.status, 200, "{}", u.body);
+        last = if u.body["data"].is_object() {
+            u.body["data"].clone()
+        } else {
+            u.body
+        };
+        if last["complete"] == true {
+            break;
+        }
+    }
+    let enc = last["encoded_token"].as_str().expect("encoded token");
+    let bytes = b64decode(enc);
+    bytes
+        .iter()
+        .zip(otp.bytes())
+        .map(|(a, b)| (a ^ b) as char)
+        .collect()
+}
+
+fn cluster_addr(s: &Server) -> String {
+    format!("127.0.0.1:{}", s.port + 1)
+}
+
+#[test]
+fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
+    let mut p = licensed("fprim");
+    let mut s = licensed("fperf");
+    let mut d = licensed("fdr");
+    ok(p.post("sys/mounts/secret", json!({"type": "kv"})), "mount");
+    ok(p.put("secret/one", json!({"v": "1"})), "write");
+    ok(
+        p.post("sys/replication/performance/primary/enable", json!({})),
+        "perf enable",
+    );
+    ok(
+        p.post("sys/replication/dr/primary/enable", json!({})),
+        "dr enable",
+    );
+    let perf_cluster = status(&p, "performance")["cluster_id"].clone();
+    enable_secondary(&s, "performance", &token(&p, "performance", "perf"));
+    enable_secondary(&d, "dr", &token(&p, "dr", "dr"));
+    wait_for("perf to catch up", 30, || {
+        caught_up(&p, &s, "performance", "perf")
+    });
+    wait_for("dr to catch up", 30, || caught_up(&p, &d, "dr", "dr"));
+
+    // The primary dies.
+    p.kill9();
+    // Promotion needs a DR operation token, made from the primary's key shares.
+    let r = d.call_as(
+        None,
+        "POST",
+        "sys/replication/dr/secondary/promote",
+        Some(json!({})),
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    let keys = p.unseal_keys.clone();
+    let op = generate(
+        &d,
+        "sys/replication/dr/secondary/generate-operation-token",
+        &keys,
+    );
+    ok(
+        d.call_as(
+            None,
+            "POST",
+            "sys/replication/dr/secondary/promote",
+            Some(json!({"dr_operation_token": op})),
+        ),
+        "promote",
+    );
+    assert_eq!(status(&d, "dr")["mode"], "primary");
+    let dp = status(&d, "performance");
+    assert_eq!(
+        dp["mode"], "primary",
+        "the promoted cluster joins the performance set: {dp}"
+    );
+    assert_eq!(dp["cluster_id"], perf_cluster);
+    // The primary's root token came along (tokens replicate to DR secondaries).
+    let root = p.root_token.clone();
+    d.root_token = root.clone();
+    ok(
+        d.call_as(Some(&root), "PUT", "secret/two", Some(json!({"v": "2"}))),
+        "write on new primary",
+    );
+    let r = d.call_as(Some(&root), "GET", "secret/one", None);
+    assert_eq!(r.body["data"]["v"], "1", "{}", r.body);
+
+    // The perf secondary gets a token from the primary's shares and is re-pointed by address.
+    s.root_token = generate(&s, "sys/generate-root", &keys);
+    ok(
+        s.post(
+            "sys/replication/performance/secondary/update-primary",
+            json!({"update_primary_addrs": ["127.0.0.1:1", cluster_addr(&d)]}),
+        ),
+        "update-primary by address",
+    );
+    wait_for("perf to follow the new primary", 30, || {
+        caught_up(&d, &s, "performance", "perf")
+    });
+    assert_eq!(
+        status(&s, "performance")["known_primary_cluster_addrs"][0],
+        cluster_addr(&d)
+    );
+    assert_eq!(
+        s.get("secret/two").body["data"]["v"],
+        "2",
+        "data readable on the perf secondary"
+    );
+
+    // The old primary restarts, is demoted, and rejoins as a DR secondary by token.
+    let port = p.port;
+    let dir = p.dir.clone();
+    let extra = std::fs::read_to_string(dir.join("cairn.hcl")).expect("config");
+    let extra = extra
+        .split("api_addr")
+        .nth(1)
+        .and_then(|t| t.split_once('\n'))
+        .map(|(_, r)| r.to_string())
+        .unwrap_or_default();
+    let mut old = Server::with_config(&dir, port, &extra);
+    old.root_token = p.root_token.clone();
+    old.unseal_keys = p.unseal_keys.clone();
+    old.unseal();
+    ok(
+        old.post("sys/replication/performance/primary/demote", json!({})),
+        "demote perf",
+    );
+    ok(
+        old.post("sys/replication/dr/primary/demote", json!({})),
+        "demote dr",
+    );
+    let back = token(&d, "dr", "old-primary");
+    let op = generate(
+        &old,
+        "sys/replication/dr/secondary/generate-operation-token",
+        &keys,
+    );
+    ok(
+        old.call_as(
+            None,
+            "POST",
+            "sys/replication/dr/secondary/update-primary",
+            Some(json!({"dr_operation_token": op, "token": back})),
+        ),
+        "update-primary by token",
+    );
+    ok(d.put("secret/three", json!({"v": "3"})), "write");
+    wait_for("old primary to follow as DR secondary", 30, || {
+        caught_up(&d, &old, "dr", "old-primary")
+    });
+    wait_for("perf to catch up", 30, || {
+        caught_up(&d, &s, "performance", "perf")
+    });
+    assert_eq!(
+        status(&old, "dr")["merkle_root"],
+        status(&d, "dr")["merkle_root"]
+    );
+}
+
+#[test]
+fn secondary_kept_away_past_retention_resyncs_by_merkle() {
+    let p = licensed("rprim");
+    let mut s = licensed("rsec");
+    ok(p.post("sys/mounts/secret", json!({"type": "kv"})), "mount");
+    ok(
+        p.post("sys/replication/performance/primary/enable", json!({})),
+        "perf enable",
+    );
+    enable_secondary(&s, "performance", &token(&p, "performance", "r"));
+    for i in 0..10 {
+        ok(p.put(&format!("secret/k{i}"), json!({"v": i})), "write");
+    }
+    wait_for("catch up", 30, || caught_up(&p, &s, "performance", "r"));
+    // Stop the secondary, write well past the WAL retention (50 entries), restart it.
+    let (dir, port) = (s.dir.clone(), s.port);
+    s.kill9();
+    for i in 0..120 {
+        ok(
+            p.put(&format!("secret/k{}", i % 40), json!({"v": i})),
+            "write",
+        );
+    }
+    ok(p.delete("secret/k3"), "delete");
+    let extra = std::fs::read_to_string(dir.join("cairn.hcl")).expect("config");
+    let extra = extra
+        .split("api_addr")
+        .nth(1)
+        .and_then(|t| t.split_once('\n'))
+        .map(|(_, r)| r.to_string())
+        .unwrap_or_default();
+    let mut s2 = Server::with_config(&dir, port, &extra);
+    // It unseals with the primary's key shares now.
+    s2.unseal_keys = p.unseal_keys.clone();
+    s2.unseal();
+    wait_for("resync through Merkle diff/sync", 60, || {
+        caught_up(&p, &s2, "performance", "r")
+    });
+    assert_eq!(
+        status(&s2, "performance")["merkle_root"],
+        status(&p, "performance")["merkle_root"]
+    );
+    s2.root_token = generate(&s2, "sys/generate-root", &p.unseal_keys);
+    assert_eq!(s2.get("secret/k3").status, 404);
+    assert_eq!(s2.get("secret/k39").body["data"]["v"], 119);
 }

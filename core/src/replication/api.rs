@@ -72,7 +72,7 @@ pub fn handle(
         )),
         ("secondary/enable", true) => secondary_enable(ctx, st, req, mode),
         ("secondary/promote", true) => promote(ctx, st, req, mode),
-        ("secondary/disable", true) => secondary_disable(ctx, st, mode),
+        ("secondary/disable", true) => secondary_disable(ctx, st, req, mode),
         ("secondary/update-primary", true) => update_primary(ctx, st, req, mode),
         _ => {
             if mode == Mode::Performance {
@@ -128,10 +128,14 @@ fn gates(ctx: &Ctx, st: &NodeState, req: &Request) -> ApiResult<()> {
             "replication endpoints can be called only from the root namespace, not from namespace {ns:?}"
         )));
     }
-    crate::license::require(&st.config.license, ctx.now, crate::license::FEATURE_REPLICATION)
+    crate::license::require(
+        &st.config.license,
+        ctx.now,
+        crate::license::FEATURE_REPLICATION,
+    )
 }
 
-fn mode_of<'a>(st: &'a NodeState, mode: Mode) -> &'a RoleState {
+fn mode_of(st: &NodeState, mode: Mode) -> &RoleState {
     &st.repl.mode(mode).role
 }
 
@@ -195,10 +199,13 @@ fn status(ctx: &Ctx, st: &NodeState, mode: Mode, combined: bool) -> ApiResult<Va
                 let live = primary::live_view(&st.repl.live, mode, &rec.id);
                 // The root this secondary should reach (its filtered view).
                 let root = match mode {
-                    Mode::Performance => hex::encode(st.repl.trees.root(
-                        super::merkle::TreeKind::Replicated,
-                        &|s| filter::included(rec.filter.as_ref(), &mm, s),
-                    )),
+                    Mode::Performance => hex::encode(
+                        st.repl
+                            .trees
+                            .root(super::merkle::TreeKind::Replicated, &|s| {
+                                filter::included(rec.filter.as_ref(), &mm, s)
+                            }),
+                    ),
                     Mode::Dr => st.repl.merkle_root(mode),
                 };
                 secs.push(json!({
@@ -225,14 +232,8 @@ fn status(ctx: &Ctx, st: &NodeState, mode: Mode, combined: bool) -> ApiResult<Va
             o.insert(extra.into(), json!(st.repl.wal.last));
             o.insert("merkle_root".into(), json!(st.repl.merkle_root(mode)));
             o.insert("corrupted_merkle_tree".into(), json!(false));
-            o.insert(
-                "last_corruption_check_epoch".into(),
-                json!("-62135596800"),
-            );
-            o.insert(
-                "primary_cluster_addr".into(),
-                json!(r.primary_cluster_addr),
-            );
+            o.insert("last_corruption_check_epoch".into(), json!("-62135596800"));
+            o.insert("primary_cluster_addr".into(), json!(r.primary_cluster_addr));
             o.insert("secondaries".into(), Value::Array(secs));
             o.insert("state".into(), json!("running"));
         }
@@ -434,7 +435,9 @@ fn secondary_token(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode)
     if ttl == 0 {
         return Err(ApiError::bad("ttl: must be greater than zero"));
     }
-    if f.str("secondary_public_key")?.is_some_and(|k| !k.is_empty()) {
+    if f.str("secondary_public_key")?
+        .is_some_and(|k| !k.is_empty())
+    {
         return Err(ApiError::bad(
             "secondary_public_key: encrypted activation is not supported by this server; omit it to get a response-wrapped token",
         ));
@@ -583,11 +586,7 @@ fn primary_dynamic(ctx: &mut Ctx, st: &NodeState, id: &str) -> ApiResult {
 fn secondary_dynamic(st: &NodeState, id: &str) -> ApiResult {
     require_role(st, Mode::Performance, Role::Secondary)?;
     let r = mode_of(st, Mode::Performance);
-    let mine = r
-        .creds
-        .as_ref()
-        .is_some_and(|c| c.secondary_id == id)
-        || r.cluster_id == id;
+    let mine = r.creds.as_ref().is_some_and(|c| c.secondary_id == id) || r.cluster_id == id;
     if !mine {
         return Err(ApiError::bad(format!(
             "{id:?} is not this secondary's id or cluster id"
@@ -685,8 +684,9 @@ fn promote(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiR
     require_role(st, mode, Role::Secondary)?;
     let body = body_object(&req.body)?;
     let f = Fields(&body);
-    // The DR operation token is checked by the DR token module (a later capability).
-    let _dr_token = f.str("dr_operation_token")?;
+    if mode == Mode::Dr {
+        super::dr_token::check_body(ctx, &body)?;
+    }
     let _force = f.bool("force")?.unwrap_or(false);
     let addr = f
         .str("primary_cluster_addr")?
@@ -729,8 +729,11 @@ fn promote(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiR
     Ok(Reply::Empty)
 }
 
-fn secondary_disable(ctx: &mut Ctx, st: &mut NodeState, mode: Mode) -> ApiResult {
+fn secondary_disable(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiResult {
     require_role(st, mode, Role::Secondary)?;
+    if mode == Mode::Dr {
+        super::dr_token::check_body(ctx, &body_object(&req.body)?)?;
+    }
     {
         let rt = st.repl.mode_mut(mode);
         rt.role = RoleState::default();
@@ -744,6 +747,9 @@ fn secondary_disable(ctx: &mut Ctx, st: &mut NodeState, mode: Mode) -> ApiResult
 fn update_primary(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiResult {
     require_role(st, mode, Role::Secondary)?;
     let body = body_object(&req.body)?;
+    if mode == Mode::Dr {
+        super::dr_token::check_body(ctx, &body)?;
+    }
     let f = Fields(&body);
     let token = f.str("token")?;
     let addrs = f.list("update_primary_addrs")?.unwrap_or_default();
@@ -769,8 +775,6 @@ fn update_primary(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) 
             secondary::ping(st, req.id, mode, addrs, 0);
             Ok(Reply::Pending)
         }
-        _ => Err(ApiError::bad(
-            "token or update_primary_addrs is required",
-        )),
+        _ => Err(ApiError::bad("token or update_primary_addrs is required")),
     }
 }

@@ -38,9 +38,10 @@ pub fn mount_uuid(key: &str) -> Option<&str> {
 pub fn classify(key: &str, local_uuids: &BTreeSet<String>) -> Class {
     if key.starts_with(NODE_LOCAL) {
         Class::NodeLocal
-    } else if key.starts_with("sys/token/") || key.starts_with("core/local-") {
-        Class::ClusterLocal
-    } else if mount_uuid(key).is_some_and(|u| local_uuids.contains(u)) {
+    } else if key.starts_with("sys/token/")
+        || key.starts_with("core/local-")
+        || mount_uuid(key).is_some_and(|u| local_uuids.contains(u))
+    {
         Class::ClusterLocal
     } else {
         Class::Replicated

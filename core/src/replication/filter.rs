@@ -131,7 +131,10 @@ mod tests {
         assert!(included(Some(&allow), &mm, "logical/a"));
         assert!(!included(Some(&allow), &mm, "logical/b"));
         assert!(included(Some(&allow), &mm, "auth/c"));
-        assert_eq!(view(Some(&allow), &mm).dynamic_filtered_mounts, vec!["team/"]);
+        assert_eq!(
+            view(Some(&allow), &mm).dynamic_filtered_mounts,
+            vec!["team/"]
+        );
         assert!(validate("maybe", vec![]).is_err());
         assert!(included(None, &mm, "logical/b"));
     }

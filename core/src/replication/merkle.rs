@@ -404,13 +404,25 @@ mod tests {
         t.apply(TreeKind::Replicated, "sys", "core/x", None, Some(b"1"));
         let one = t.root(TreeKind::Replicated, &all);
         assert_ne!(empty, one);
-        t.apply(TreeKind::Replicated, "sys", "core/x", Some(b"1"), Some(b"2"));
+        t.apply(
+            TreeKind::Replicated,
+            "sys",
+            "core/x",
+            Some(b"1"),
+            Some(b"2"),
+        );
         assert_ne!(one, t.root(TreeKind::Replicated, &all));
         t.apply(TreeKind::Replicated, "sys", "core/x", Some(b"2"), None);
         assert!(t.subtrees.is_empty());
         assert_eq!(empty, t.root(TreeKind::Replicated, &all));
         let only_sys = |id: &str| id == "sys";
-        t.apply(TreeKind::Replicated, "logical/u", "logical/u/a", None, Some(b"1"));
+        t.apply(
+            TreeKind::Replicated,
+            "logical/u",
+            "logical/u/a",
+            None,
+            Some(b"1"),
+        );
         assert_eq!(empty, t.root(TreeKind::Replicated, &only_sys));
     }
 }

@@ -17,6 +17,7 @@ mod api;
 pub mod class;
 pub mod dr_token;
 pub mod filter;
+pub mod generate_root;
 pub mod merkle;
 pub mod msg;
 mod primary;
@@ -244,6 +245,8 @@ pub struct Replication {
     pub(crate) live: BTreeMap<(Mode, String), Live>,
     /// The barrier key (set by the node when it unseals), for activation bundles.
     pub barrier_key: Option<[u8; 32]>,
+    /// The `sys/generate-root` attempt in progress.
+    pub(crate) root_gen: Option<generate_root::Attempt>,
 }
 
 impl Replication {
@@ -710,7 +713,8 @@ pub fn on_http_reply(env: &mut Env, rep: HttpReply) -> Option<(RequestId, ApiRes
 /// Paths a node answers without a client token given its role: a DR secondary's
 /// `sys/replication/dr/secondary/*` operations are authorised by the DR operation token.
 pub fn unauthenticated(st: &NodeState, path: &str) -> bool {
-    st.repl.is_dr_secondary() && path.starts_with("sys/replication/dr/secondary/")
+    (st.repl.is_dr_secondary() && path.starts_with("sys/replication/dr/secondary/"))
+        || path.starts_with("sys/generate-root/")
 }
 
 /// Refuses requests this node's role does not serve (a DR secondary serves only the

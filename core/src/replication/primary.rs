@@ -5,7 +5,9 @@
 use super::class::{self, Class};
 use super::filter::{self, MountMap};
 use super::merkle::{self, TreeKind};
-use super::msg::{PeerAnswer, PeerBody, PeerMsg, PeerRequest, PeerResponse, PrimaryInfo, SyncValue};
+use super::msg::{
+    PeerAnswer, PeerBody, PeerMsg, PeerRequest, PeerResponse, PrimaryInfo, SyncValue,
+};
 use super::state::{Role, SecondaryRecord};
 use super::wal::{self, WalEntry};
 use super::{Env, Live, Mode, Waiter};
@@ -93,11 +95,9 @@ impl View {
             (_, Class::NodeLocal) => false,
             (Mode::Dr, _) => true,
             (Mode::Performance, Class::ClusterLocal) => false,
-            (Mode::Performance, Class::Replicated) => filter::included(
-                self.filter.as_ref(),
-                &self.mounts,
-                &class::subtree(key),
-            ),
+            (Mode::Performance, Class::Replicated) => {
+                filter::included(self.filter.as_ref(), &self.mounts, &class::subtree(key))
+            }
         }
     }
 }
@@ -420,6 +420,10 @@ pub(crate) fn drop_waiters(
 }
 
 /// Connection status of a secondary as the primary sees it.
-pub(crate) fn live_view(live: &BTreeMap<(Mode, String), Live>, mode: Mode, id: &str) -> Option<Live> {
+pub(crate) fn live_view(
+    live: &BTreeMap<(Mode, String), Live>,
+    mode: Mode,
+    id: &str,
+) -> Option<Live> {
     live.get(&(mode, id.to_string())).cloned()
 }

@@ -50,7 +50,8 @@ fn send(env: &mut Env, mode: Mode, body: PeerBody) {
         rt.sec.last_error = "no known primary cluster address".into();
         return;
     }
-    let to = creds.primary_cluster_addrs[rt.sec.addr_idx % creds.primary_cluster_addrs.len()].clone();
+    let to =
+        creds.primary_cluster_addrs[rt.sec.addr_idx % creds.primary_cluster_addrs.len()].clone();
     rt.sec.inflight = Some(id);
     rt.sec.next_at = None;
     let msg = PeerMsg {
@@ -155,14 +156,24 @@ pub(crate) fn on_reply(
         Err(e) => fail(env, mode, false, format!("cannot reach the primary: {e}")),
         Ok(PeerAnswer::Error { code, message }) => {
             rt.sec.last_heartbeat = Some(now);
-            fail(env, mode, true, format!("primary refused ({code}): {message}"));
+            fail(
+                env,
+                mode,
+                true,
+                format!("primary refused ({code}): {message}"),
+            );
         }
         Ok(a) => {
             rt.sec.last_heartbeat = Some(now);
             rt.sec.failures = 0;
             rt.sec.last_error.clear();
             if let Err(e) = advance(env, mode, a) {
-                fail(env, mode, true, format!("applying replicated data failed: {e}"));
+                fail(
+                    env,
+                    mode,
+                    true,
+                    format!("applying replicated data failed: {e}"),
+                );
             }
         }
     }
@@ -294,7 +305,12 @@ fn on_roots(
 }
 
 fn my_subtree(env: &Env, r: &SubtreeRef) -> merkle::Subtree {
-    env.st.repl.trees.get(r.0, &r.1).cloned().unwrap_or_default()
+    env.st
+        .repl
+        .trees
+        .get(r.0, &r.1)
+        .cloned()
+        .unwrap_or_default()
 }
 
 fn on_pages(env: &mut Env, mode: Mode, pages: Vec<(SubtreeRef, Vec<String>)>) {
@@ -476,10 +492,15 @@ pub(crate) fn on_unwrapped(
                     .join("; ")
             })
             .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-        return Err(unwrap_error(format!("the primary answered {status}: {errs}")));
+        return Err(unwrap_error(format!(
+            "the primary answered {status}: {errs}"
+        )));
     }
-    let bundle: Bundle = serde_json::from_value(v["data"].clone())
-        .map_err(|e| unwrap_error(format!("the unwrapped data is not an activation credential: {e}")))?;
+    let bundle: Bundle = serde_json::from_value(v["data"].clone()).map_err(|e| {
+        unwrap_error(format!(
+            "the unwrapped data is not an activation credential: {e}"
+        ))
+    })?;
     if bundle.mode != mode {
         return Err(ApiError::bad(format!(
             "the activation token is for {} replication, not {}",
@@ -611,7 +632,12 @@ fn update_primary(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
         )));
     }
     let key = barrier_key(&b)?;
-    if env.st.repl.barrier_key.is_some_and(|k| !crate::crypto::ct_eq(&k, &key)) {
+    if env
+        .st
+        .repl
+        .barrier_key
+        .is_some_and(|k| !crate::crypto::ct_eq(&k, &key))
+    {
         return Err(ApiError::bad(
             "the new primary does not share this cluster's keyring (another replication set): use secondary/enable, which wipes this cluster",
         ));

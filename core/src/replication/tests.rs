@@ -20,6 +20,8 @@ struct Net {
     responses: BTreeMap<(usize, u64), Response>,
     /// Nodes cut off from the network.
     down: BTreeSet<usize>,
+    /// Each node's unseal key (one share).
+    keys: Vec<String>,
 }
 
 fn cfg(i: usize) -> NodeConfig {
@@ -45,6 +47,7 @@ impl Net {
     fn new(n: usize) -> (Net, Vec<String>) {
         let mut nodes = Vec::new();
         let mut roots = Vec::new();
+        let mut keys = Vec::new();
         for i in 0..n {
             let mut node = Node::new(MemStorage::new(), [i as u8 + 1; 32], cfg(i));
             node.handle(
@@ -53,7 +56,11 @@ impl Net {
                     root_token_id: Some(format!("root{i}")),
                 }),
             );
-            while node.poll_output().is_some() {}
+            while let Some(o) = node.poll_output() {
+                if let Output::AdminDone(v) = o {
+                    keys.push(v["keys_base64"][0].as_str().unwrap().to_string());
+                }
+            }
             roots.push(format!("root{i}"));
             nodes.push(node);
         }
@@ -66,6 +73,7 @@ impl Net {
                 http_calls: BTreeMap::new(),
                 responses: BTreeMap::new(),
                 down: BTreeSet::new(),
+                keys,
             },
             roots,
         )
@@ -153,8 +161,8 @@ impl Net {
                 }
             }
             Output::HttpCall(c) => {
-                let target = (0..self.nodes.len())
-                    .find(|j| c.url.starts_with(&format!("http://api{j}/")));
+                let target =
+                    (0..self.nodes.len()).find(|j| c.url.starts_with(&format!("http://api{j}/")));
                 let Some(j) = target else {
                     self.nodes[i].handle(
                         now,
@@ -214,7 +222,13 @@ impl Net {
     }
 
     fn status(&mut self, i: usize, mode: &str) -> Value {
-        self.ok(i, "", Method::Get, &format!("sys/replication/{mode}/status"), json!({}))["data"]
+        self.ok(
+            i,
+            "",
+            Method::Get,
+            &format!("sys/replication/{mode}/status"),
+            json!({}),
+        )["data"]
             .clone()
     }
 
@@ -234,6 +248,18 @@ impl Net {
             &format!("sys/replication/{mode}/secondary/enable"),
             json!({ "token": tok }),
         );
+    }
+
+    /// Generates a DR operation token on node `i` with the key share of node `key_of`.
+    fn dr_token(&mut self, i: usize, key_of: usize) -> String {
+        let base = "sys/replication/dr/secondary/generate-operation-token";
+        let a = self.ok(i, "", Method::Post, &format!("{base}/attempt"), json!({}));
+        let otp = a["otp"].as_str().unwrap().to_string();
+        let nonce = a["nonce"].as_str().unwrap().to_string();
+        let key = self.keys[key_of].clone();
+        let u = self.ok(i, "", Method::Post, &format!("{base}/update"), json!({"key": key, "nonce": nonce}));
+        let enc = u["encoded_token"].as_str().unwrap_or_else(|| panic!("{u}")).to_string();
+        dr_token::decode_token(&enc, &otp).unwrap()
     }
 
     fn data_keys(&self, i: usize, prefix: &str) -> Vec<(String, Vec<u8>)> {
@@ -257,8 +283,20 @@ fn perf_and_dr_secondaries_converge_and_resync_after_retention() {
     let (mut net, roots) = Net::new(3);
     let r0 = roots[0].clone();
     net.ok(0, &r0, Method::Put, "secret/a", json!({"v": 1}));
-    net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/enable", json!({}));
-    net.ok(0, &r0, Method::Post, "sys/replication/dr/primary/enable", json!({}));
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/enable",
+        json!({}),
+    );
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/dr/primary/enable",
+        json!({}),
+    );
     net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
     net.activate(0, &r0, 2, &roots[2], "dr", "dr1");
     net.run_for(2_000);
@@ -294,7 +332,13 @@ fn perf_and_dr_secondaries_converge_and_resync_after_retention() {
     // The perf secondary is cut off past WAL retention, then resyncs via Merkle diff/sync.
     net.down.insert(1);
     for i in 0..60 {
-        net.ok(0, &r0, Method::Put, &format!("secret/k{i}"), json!({"v": i}));
+        net.ok(
+            0,
+            &r0,
+            Method::Put,
+            &format!("secret/k{i}"),
+            json!({"v": i}),
+        );
     }
     net.ok(0, &r0, Method::Delete, "secret/a", json!({}));
     net.run_for(6_000);
@@ -318,63 +362,244 @@ fn bad_tokens_revoke_and_filters() {
     let (mut net, roots) = Net::new(2);
     let r0 = roots[0].clone();
     let r1 = roots[1].clone();
-    net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/enable", json!({}));
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/enable",
+        json!({}),
+    );
     // Garbage.
-    let r = net.call(1, &r1, Method::Post, "sys/replication/performance/secondary/enable", json!({"token": "garbage"}));
+    let r = net.call(
+        1,
+        &r1,
+        Method::Post,
+        "sys/replication/performance/secondary/enable",
+        json!({"token": "garbage"}),
+    );
     assert_eq!(r.status, 400);
-    assert!(r.body.unwrap().to_string().contains("invalid activation token"));
+    assert!(r
+        .body
+        .unwrap()
+        .to_string()
+        .contains("invalid activation token"));
     // Wrong mode.
-    net.ok(0, &r0, Method::Post, "sys/replication/dr/primary/enable", json!({}));
-    let t = net.ok(0, &r0, Method::Post, "sys/replication/dr/primary/secondary-token", json!({"id": "x"}));
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/dr/primary/enable",
+        json!({}),
+    );
+    let t = net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/dr/primary/secondary-token",
+        json!({"id": "x"}),
+    );
     let dr_tok = t["wrap_info"]["token"].as_str().unwrap().to_string();
-    let r = net.call(1, &r1, Method::Post, "sys/replication/performance/secondary/enable", json!({"token": dr_tok}));
+    let r = net.call(
+        1,
+        &r1,
+        Method::Post,
+        "sys/replication/performance/secondary/enable",
+        json!({"token": dr_tok}),
+    );
     assert_eq!(r.status, 400);
     assert!(r.body.unwrap().to_string().contains("for dr replication"));
     // Used twice.
-    let t = net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/secondary-token", json!({"id": "s1"}));
+    let t = net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/secondary-token",
+        json!({"id": "s1"}),
+    );
     let tok = t["wrap_info"]["token"].as_str().unwrap().to_string();
-    let dup = net.call(0, &r0, Method::Post, "sys/replication/performance/primary/secondary-token", json!({"id": "s1"}));
+    let dup = net.call(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/secondary-token",
+        json!({"id": "s1"}),
+    );
     assert_eq!(dup.status, 400);
     // Unwrap it once elsewhere first: the secondary's enable then fails and changes nothing.
-    let u = net.call(0, "", Method::Post, "sys/wrapping/unwrap", json!({"token": tok}));
+    let u = net.call(
+        0,
+        "",
+        Method::Post,
+        "sys/wrapping/unwrap",
+        json!({"token": tok}),
+    );
     assert_eq!(u.status, 200);
     let before = net.nodes[1].storage().map.clone();
-    let r = net.call(1, &r1, Method::Post, "sys/replication/performance/secondary/enable", json!({"token": tok}));
+    let r = net.call(
+        1,
+        &r1,
+        Method::Post,
+        "sys/replication/performance/secondary/enable",
+        json!({"token": tok}),
+    );
     assert_eq!(r.status, 400);
-    assert!(r.body.unwrap().to_string().contains("error unwrapping secondary token"));
-    assert_eq!(net.nodes[1].storage().map.keys().collect::<Vec<_>>(), before.keys().collect::<Vec<_>>());
+    assert!(r
+        .body
+        .unwrap()
+        .to_string()
+        .contains("error unwrapping secondary token"));
+    assert_eq!(
+        net.nodes[1].storage().map.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>()
+    );
     assert_eq!(net.status(1, "performance")["mode"], "disabled");
     // A good token; then a filter excluding a mount; then revoke.
-    net.ok(0, &r0, Method::Post, "sys/mounts/team", json!({"type": "kv"}));
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/mounts/team",
+        json!({"type": "kv"}),
+    );
     net.ok(0, &r0, Method::Put, "team/x", json!({"v": 1}));
     net.ok(0, &r0, Method::Put, "secret/y", json!({"v": 1}));
     net.activate(0, &r0, 1, &r1, "performance", "s2");
-    net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/paths-filter/s2", json!({"mode": "deny", "paths": ["team/"]}));
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/paths-filter/s2",
+        json!({"mode": "deny", "paths": ["team/"]}),
+    );
     net.run_for(3_000);
-    let f = net.ok(0, &r0, Method::Get, "sys/replication/performance/primary/paths-filter/s2", json!({}));
+    let f = net.ok(
+        0,
+        &r0,
+        Method::Get,
+        "sys/replication/performance/primary/paths-filter/s2",
+        json!({}),
+    );
     assert_eq!(f["data"]["paths"], json!(["team/"]));
-    let d = net.ok(0, &r0, Method::Get, "sys/replication/performance/primary/dynamic-filter/s2", json!({}));
+    let d = net.ok(
+        0,
+        &r0,
+        Method::Get,
+        "sys/replication/performance/primary/dynamic-filter/s2",
+        json!({}),
+    );
     assert_eq!(d["data"]["dynamic_filtered_mounts"], json!(["team/"]));
     let has = |net: &Net, i: usize, path: &str| {
-        net.nodes[i].storage().map.keys().any(|k| k.starts_with("logical/") && k.ends_with(path))
+        net.nodes[i]
+            .storage()
+            .map
+            .keys()
+            .any(|k| k.starts_with("logical/") && k.ends_with(path))
     };
     assert!(has(&net, 1, "/y"));
-    assert!(!has(&net, 1, "/x"), "filtered mount data must not replicate");
+    assert!(
+        !has(&net, 1, "/x"),
+        "filtered mount data must not replicate"
+    );
     let s = net.status(1, "performance");
     assert_eq!(s["state"], "stream-wals", "{s}");
     // Revoke: nothing more arrives.
-    net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/revoke-secondary", json!({"id": "s2"}));
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/revoke-secondary",
+        json!({"id": "s2"}),
+    );
     net.ok(0, &r0, Method::Put, "secret/after-revoke", json!({"v": 1}));
     net.run_for(2_000);
     assert!(!has(&net, 1, "/after-revoke"));
     let s = net.status(1, "performance");
-    assert!(s["last_error"].as_str().unwrap_or("").contains("revoked"), "{s}");
+    assert!(
+        s["last_error"].as_str().unwrap_or("").contains("revoked"),
+        "{s}"
+    );
     // Gates: namespace and license.
-    let mut req = Request::new(9_999_999, Method::Post, "sys/replication/performance/primary/demote").with_token(&r0);
+    let mut req = Request::new(
+        9_999_999,
+        Method::Post,
+        "sys/replication/performance/primary/demote",
+    )
+    .with_token(&r0);
     req.namespace = Some("ns1/".into());
     net.nodes[0].handle(net.now, Input::Request(req));
     net.settle();
     let r = net.responses.remove(&(0, 9_999_999)).unwrap();
     assert_eq!(r.status, 400);
     assert!(r.body.unwrap().to_string().contains("root namespace"));
+}
+
+#[test]
+fn dr_failover_update_primary_and_old_primary_rejoins() {
+    let (mut net, roots) = Net::new(3);
+    let r0 = roots[0].clone();
+    net.ok(0, &r0, Method::Put, "secret/a", json!({"v": 1}));
+    net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/enable", json!({}));
+    net.ok(0, &r0, Method::Post, "sys/replication/dr/primary/enable", json!({}));
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.activate(0, &r0, 2, &roots[2], "dr", "dr1");
+    net.run_for(2_000);
+    let perf_cluster = net.status(0, "performance")["cluster_id"].clone();
+    assert_eq!(net.status(2, "dr")["merkle_root"], net.status(0, "dr")["merkle_root"]);
+    // The primary is lost; a write it made in isolation never reaches anyone.
+    net.down.insert(0);
+    net.ok(0, &r0, Method::Put, "secret/lost", json!({"v": 1}));
+    // Promote without a DR operation token: refused.
+    let r = net.call(2, "", Method::Post, "sys/replication/dr/secondary/promote", json!({}));
+    assert_eq!(r.status, 403, "{:?}", r.body);
+    // The DR secondary unseals with the primary's shares: its token comes from key 0.
+    let t = net.dr_token(2, 0);
+    net.ok(2, "", Method::Post, "sys/replication/dr/secondary/promote", json!({"dr_operation_token": t}));
+    assert_eq!(net.status(2, "dr")["mode"], "primary");
+    // It took over the performance set of its former primary.
+    let p2 = net.status(2, "performance");
+    assert_eq!(p2["mode"], "primary");
+    assert_eq!(p2["cluster_id"], perf_cluster);
+    // The perf secondary's own tokens were wiped at activation: it unseals with the
+    // primary's shares, so a root token is generated with the primary's key.
+    let r = net.call(1, &roots[1], Method::Get, "sys/replication/performance/status", json!({}));
+    assert_eq!(r.status, 200);
+    let bad = net.call(1, &roots[1], Method::Post, "sys/replication/performance/secondary/update-primary", json!({}));
+    assert_eq!(bad.status, 403);
+    let t1 = generate_root(&mut net, 1, 0);
+    net.ok(1, &t1, Method::Post, "sys/replication/performance/secondary/update-primary",
+        json!({"update_primary_addrs": ["cluster9", "cluster2"]}));
+    net.ok(2, &r0, Method::Put, "secret/after-failover", json!({"v": 2}));
+    net.run_for(3_000);
+    let s1 = net.status(1, "performance");
+    assert_eq!(s1["state"], "stream-wals", "{s1}");
+    assert_eq!(s1["known_primary_cluster_addrs"][0], "cluster2");
+    assert_eq!(s1["merkle_root"], net.status(2, "performance")["merkle_root"]);
+    // The old primary comes back, is demoted in both modes, and rejoins as a DR secondary.
+    net.down.clear();
+    net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/demote", json!({}));
+    net.ok(0, &r0, Method::Post, "sys/replication/dr/primary/demote", json!({}));
+    assert_eq!(net.status(0, "dr")["mode"], "secondary");
+    let tok = net.ok(2, &r0, Method::Post, "sys/replication/dr/primary/secondary-token", json!({"id": "old-primary"}));
+    let tok = tok["wrap_info"]["token"].as_str().unwrap().to_string();
+    let t0 = net.dr_token(0, 0);
+    net.ok(0, "", Method::Post, "sys/replication/dr/secondary/update-primary",
+        json!({"dr_operation_token": t0, "token": tok}));
+    net.run_for(3_000);
+    let s0 = net.status(0, "dr");
+    assert_eq!(s0["state"], "stream-wals", "{s0}");
+    assert_eq!(s0["merkle_root"], net.status(2, "dr")["merkle_root"]);
+    let uuid = kv_mount_uuid(&net.nodes[2]);
+    assert_eq!(net.data_keys(0, &format!("logical/{uuid}/")), net.data_keys(2, &format!("logical/{uuid}/")));
+    assert!(!net.data_keys(0, &format!("logical/{uuid}/")).iter().any(|(k, _)| k.ends_with("/lost")));
+}
+
+/// A root token from `sys/generate-root` with node `key_of`'s key share.
+fn generate_root(net: &mut Net, i: usize, key_of: usize) -> String {
+    let a = net.ok(i, "", Method::Post, "sys/generate-root/attempt", json!({}));
+    let otp = a["otp"].as_str().unwrap().to_string();
+    let nonce = a["nonce"].as_str().unwrap().to_string();
+    let key = net.keys[key_of].clone();
+    let u = net.ok(i, "", Method::Post, "sys/generate-root/update", json!({"key": key, "nonce": nonce}));
+    assert_eq!(u["complete"], true, "{u}");
+    dr_token::decode_token(u["encoded_token"].as_str().unwrap(), &otp).unwrap()
 }

@@ -5,7 +5,7 @@ use super::client::token_file;
 use super::kv::{parse_data, print_secret};
 use super::output::{cell, duration, kv_table};
 use super::{
-    print_json, prompt_secret, read_stdin, Client, CliError, CmdResult, Common, Ctx, Format,
+    print_json, prompt_secret, read_stdin, CliError, Client, CmdResult, Common, Ctx, Format,
 };
 use clap::Subcommand;
 use serde_json::{json, Value};
@@ -404,9 +404,7 @@ pub fn token(cmd: TokenCmd) -> CmdResult {
             let (path, body) = match (&a.token, a.self_, a.accessor) {
                 (None, true, false) => ("auth/token/revoke-self", json!({})),
                 (Some(_), true, _) => {
-                    return Err(CliError::Local(
-                        "-self takes no token argument".into(),
-                    ))
+                    return Err(CliError::Local("-self takes no token argument".into()))
                 }
                 (Some(t), false, true) => ("auth/token/revoke-accessor", json!({"accessor": t})),
                 (Some(t), false, false) if orphan => {

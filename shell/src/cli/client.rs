@@ -199,7 +199,11 @@ impl Client {
             Value::Object(m) => match m.get("errors") {
                 Some(Value::Array(a)) => a
                     .iter()
-                    .map(|e| e.as_str().map(str::to_string).unwrap_or_else(|| e.to_string()))
+                    .map(|e| {
+                        e.as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| e.to_string())
+                    })
                     .collect(),
                 _ => vec![r.body.to_string()],
             },

@@ -1,7 +1,8 @@
 //! `operator generate-root`: drives a key-share token generation attempt from the command
 //! line. With `-dr-token` it generates the DR operation token on a DR secondary
-//! (`sys/replication/dr/secondary/generate-operation-token/*`); without it, the same flow
-//! targets `sys/generate-root/*`.
+//! (`sys/replication/dr/secondary/generate-operation-token/*`); root token generation
+//! (`sys/generate-root/*`) is not served by Cairn, so without `-dr-token` only `-decode` and
+//! `-generate-otp` work.
 //!
 //! Modes (one at a time): `-init [-otp OTP] [-pgp-key FILE]` starts an attempt and prints
 //! the nonce and the one-time password (shown once); `-status`; `-cancel`; `-generate-otp`
@@ -99,19 +100,26 @@ pub fn run(a: GenerateRootArgs) -> CmdResult {
         }
         return Ok(0);
     }
+    if !a.dr_token {
+        return Err(CliError::Local(
+            "this server generates DR operation tokens with key shares, not root tokens: add -dr-token \
+             (and run it against the DR secondary)"
+                .into(),
+        ));
+    }
     let p = paths(a.dr_token);
     let c = Client::new(&a.common)?;
     if a.init {
         return init(&a, &c, &p);
     }
     if a.status {
-        let r = call(&c, &p, "GET", p.attempt, None)
+        let r = call(&c, "GET", p.attempt, None)
             .ctx(|| format!("getting the {} generation status", p.what))?;
         print_attempt(&r, a.common.format);
         return Ok(0);
     }
     if a.cancel {
-        call(&c, &p, "DELETE", p.attempt, None)
+        call(&c, "DELETE", p.attempt, None)
             .ctx(|| format!("cancelling the {} generation", p.what))?;
         if a.common.format == Format::Table {
             println!(
@@ -124,22 +132,9 @@ pub fn run(a: GenerateRootArgs) -> CmdResult {
     provide(&a, &c, &p)
 }
 
-/// Sends a request; a 404 without the endpoint says so plainly.
-fn call(
-    c: &Client,
-    p: &Paths,
-    method: &str,
-    path: &str,
-    body: Option<&Value>,
-) -> Result<Value, CliError> {
+/// Sends a request; an error status is an [`CliError::Api`].
+fn call(c: &Client, method: &str, path: &str, body: Option<&Value>) -> Result<Value, CliError> {
     let r = c.send(method, path, body)?;
-    if r.status == 404 && !path.starts_with("sys/replication/") {
-        return Err(CliError::Local(format!(
-            "this server does not offer {} generation at {path}; \
-             for a DR operation token add -dr-token",
-            p.what
-        )));
-    }
     if r.status >= 400 {
         return Err(c.api_error(method, path, &r));
     }
@@ -174,7 +169,7 @@ fn init(a: &GenerateRootArgs, c: &Client, p: &Paths) -> CmdResult {
     if let Some(otp) = a.otp.as_deref().filter(|o| !o.is_empty()) {
         body.insert("otp".into(), json!(otp.trim()));
     }
-    let r = call(c, p, "PUT", p.attempt, Some(&Value::Object(body)))
+    let r = call(c, "PUT", p.attempt, Some(&Value::Object(body)))
         .ctx(|| format!("initializing the {} generation", p.what))?;
     if a.common.format == Format::Table && r["otp"].as_str().is_some_and(|o| !o.is_empty()) {
         println!(
@@ -191,7 +186,7 @@ fn provide(a: &GenerateRootArgs, c: &Client, p: &Paths) -> CmdResult {
     let nonce = match a.nonce.as_deref().filter(|n| !n.is_empty()) {
         Some(n) => n.to_string(),
         None => {
-            let st = call(c, p, "GET", p.attempt, None)
+            let st = call(c, "GET", p.attempt, None)
                 .ctx(|| format!("getting the {} generation status", p.what))?;
             match st["nonce"].as_str().filter(|n| !n.is_empty()) {
                 Some(n) => n.to_string(),
@@ -216,7 +211,6 @@ fn provide(a: &GenerateRootArgs, c: &Client, p: &Paths) -> CmdResult {
     }
     let r = call(
         c,
-        p,
         "PUT",
         p.update,
         Some(&json!({ "key": key, "nonce": nonce })),

@@ -2,7 +2,7 @@
 //! data arguments (`k=v`, `k=@file`, `k=-`, `@file.json`, `-`).
 
 use super::output::{self, cell, duration, kv_table};
-use super::{print_json, read_stdin, Client, CliError, CmdResult, Common, Ctx, Format};
+use super::{print_json, read_stdin, CliError, Client, CmdResult, Common, Ctx, Format};
 use serde_json::{Map, Value};
 
 #[derive(clap::Args, Debug)]
@@ -168,10 +168,7 @@ pub fn print_secret(body: &Value, format: Format, field: Option<&str>) -> CmdRes
     if let Some(f) = field {
         let rows = secret_rows(body);
         let want = f.trim_end_matches(':');
-        return match rows
-            .iter()
-            .find(|(k, _)| k.trim_end_matches(':') == want)
-        {
+        return match rows.iter().find(|(k, _)| k.trim_end_matches(':') == want) {
             Some((_, v)) => {
                 println!("{v}");
                 Ok(0)
@@ -196,7 +193,9 @@ pub fn print_secret(body: &Value, format: Format, field: Option<&str>) -> CmdRes
 pub fn read(a: ReadArgs) -> CmdResult {
     let c = Client::new(&a.common)?;
     let path = a.path.trim_start_matches('/');
-    let r = c.send("GET", path, None).ctx(|| format!("reading {path}"))?;
+    let r = c
+        .send("GET", path, None)
+        .ctx(|| format!("reading {path}"))?;
     if r.status == 404 {
         eprintln!("No value found at {path}");
         return Ok(2);
@@ -231,7 +230,9 @@ pub fn write(a: WriteArgs) -> CmdResult {
 pub fn list(a: PathArgs) -> CmdResult {
     let c = Client::new(&a.common)?;
     let path = a.path.trim_start_matches('/');
-    let r = c.send("LIST", path, None).ctx(|| format!("listing {path}"))?;
+    let r = c
+        .send("LIST", path, None)
+        .ctx(|| format!("listing {path}"))?;
     let shown = if path.ends_with('/') {
         path.to_string()
     } else {
@@ -244,7 +245,10 @@ pub fn list(a: PathArgs) -> CmdResult {
     if r.status >= 400 {
         return Err(c.api_error("LIST", path, &r)).ctx(|| format!("listing {path}"));
     }
-    let keys = r.body["data"]["keys"].as_array().cloned().unwrap_or_default();
+    let keys = r.body["data"]["keys"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     match a.common.format {
         Format::Json => print_json(&Value::Array(keys)),
         Format::Table => {
@@ -293,7 +297,10 @@ mod tests {
             parse(&["-", "z=1"], r#"{"k": {"n": 1}}"#).unwrap(),
             json!({"k": {"n": 1}, "z": "1"})
         );
-        assert_eq!(parse(&["pw=-"], "s3cret\n").unwrap(), json!({"pw": "s3cret\n"}));
+        assert_eq!(
+            parse(&["pw=-"], "s3cret\n").unwrap(),
+            json!({"pw": "s3cret\n"})
+        );
         assert!(parse(&["-", "x=-"], "{}").is_err());
         assert!(parse(&["novalue"], "").is_err());
         assert!(parse(&["=v"], "").is_err());

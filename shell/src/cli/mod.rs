@@ -54,7 +54,11 @@ pub struct Common {
     #[arg(long, env = "CAIRN_WRAP_TTL")]
     pub wrap_ttl: Option<String>,
     /// Seconds to wait for the server before giving up.
-    #[arg(long = "client-timeout", env = "CAIRN_CLIENT_TIMEOUT", default_value_t = 60)]
+    #[arg(
+        long = "client-timeout",
+        env = "CAIRN_CLIENT_TIMEOUT",
+        default_value_t = 60
+    )]
     pub timeout: u64,
 }
 
@@ -193,7 +197,8 @@ pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString>
             Some(n)
                 if n.len() >= 2
                     && n.starts_with(|c: char| c.is_ascii_alphabetic())
-                    && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') =>
+                    && n.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') =>
             {
                 out.push(OsString::from(format!("-{s}")));
             }
@@ -280,12 +285,42 @@ mod tests {
     #[test]
     fn single_dash_long_flags_become_double() {
         assert_eq!(
-            norm(&["cairn", "login", "-method=ldap", "-path", "corp", "username=a"]),
-            vec!["cairn", "login", "--method=ldap", "--path", "corp", "username=a"]
+            norm(&[
+                "cairn",
+                "login",
+                "-method=ldap",
+                "-path",
+                "corp",
+                "username=a"
+            ]),
+            vec![
+                "cairn",
+                "login",
+                "--method=ldap",
+                "--path",
+                "corp",
+                "username=a"
+            ]
         );
         assert_eq!(
-            norm(&["cairn", "write", "secret/x", "-", "-h", "--format=json", "-format=json"]),
-            vec!["cairn", "write", "secret/x", "-", "-h", "--format=json", "--format=json"]
+            norm(&[
+                "cairn",
+                "write",
+                "secret/x",
+                "-",
+                "-h",
+                "--format=json",
+                "-format=json"
+            ]),
+            vec![
+                "cairn",
+                "write",
+                "secret/x",
+                "-",
+                "-h",
+                "--format=json",
+                "--format=json"
+            ]
         );
         assert_eq!(
             norm(&["cairn", "write", "--", "-not-a-flag"]),
@@ -305,6 +340,9 @@ mod tests {
         };
         assert_eq!(api.code(), 2);
         let s = CliError::Context("Error reading x".into(), Box::new(api)).to_string();
-        assert!(s.contains("Code: 403. Errors:\n\n* permission denied"), "{s}");
+        assert!(
+            s.contains("Code: 403. Errors:\n\n* permission denied"),
+            "{s}"
+        );
     }
 }

@@ -76,7 +76,10 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 
 /// The `Key / Value` table.
 pub fn kv_table(rows: &[(String, String)]) -> String {
-    let rows: Vec<Vec<String>> = rows.iter().map(|(k, v)| vec![k.clone(), v.clone()]).collect();
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(k, v)| vec![k.clone(), v.clone()])
+        .collect();
     table(&["Key", "Value"], &rows)
 }
 

@@ -4,7 +4,7 @@
 //! reported plainly rather than as a crash.
 
 use super::output::{cell, table};
-use super::{print_json, Client, CliError, CmdResult, Common, Ctx, Format};
+use super::{print_json, CliError, Client, CmdResult, Common, Ctx, Format};
 use clap::Subcommand;
 use serde_json::Value;
 
@@ -126,7 +126,11 @@ fn state(v: &Value) -> String {
 fn render(views: &[(String, Value)]) -> String {
     let mut modes = Vec::new();
     let mut peers = Vec::new();
+    let mut notes = Vec::new();
     for (name, v) in views {
+        if let Some(e) = v["last_error"].as_str().filter(|e| !e.is_empty()) {
+            notes.push(format!("{name}: last error: {e}"));
+        }
         let role = opt(&v["mode"]);
         let last_wal = &v["last_wal"];
         modes.push(vec![
@@ -208,6 +212,13 @@ fn render(views: &[(String, Value)]) -> String {
         ));
         out.push('\n');
     }
+    if !notes.is_empty() {
+        out.push('\n');
+        for n in notes {
+            out.push_str(&n);
+            out.push('\n');
+        }
+    }
     out
 }
 
@@ -226,6 +237,7 @@ mod tests {
             ]},
             "performance": {"mode": "secondary", "state": "merkle-sync", "sync_progress": 3,
                 "sync_total_keys": 9, "last_remote_wal": 40, "connection_state": "ready",
+                "last_error": "primary unreachable",
                 "primaries": [{"api_address": "https://p:8200", "connection_status": "connected"}]}
         }});
         let v = views(&body, "all");
@@ -233,12 +245,18 @@ mod tests {
         let out = render(&v);
         assert!(out.contains("primary"), "{out}");
         assert!(out.contains("merkle-sync (3/9 keys)"), "{out}");
-        let peer = out
+        let peer = out.lines().find(|l| l.contains("dr-1")).unwrap_or_default();
+        assert!(
+            peer.contains("connected") && peer.contains("117") && peer.ends_with('3'),
+            "{peer}"
+        );
+        assert!(out
             .lines()
-            .find(|l| l.contains("dr-1"))
-            .unwrap_or_default();
-        assert!(peer.contains("connected") && peer.contains("117") && peer.ends_with('3'), "{peer}");
-        assert!(out.lines().any(|l| l.contains("https://p:8200") && l.contains("40")));
+            .any(|l| l.contains("https://p:8200") && l.contains("40")));
+        assert!(
+            out.contains("performance: last error: primary unreachable"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -246,7 +264,10 @@ mod tests {
         let v = views(&json!({"data": {"mode": "disabled"}}), "dr");
         assert_eq!(v[0].0, "dr");
         let out = render(&v);
-        assert!(out.lines().nth(2).unwrap_or_default().starts_with("dr"), "{out}");
+        assert!(
+            out.lines().nth(2).unwrap_or_default().starts_with("dr"),
+            "{out}"
+        );
         assert!(views(&json!({"data": {}}), "all").is_empty());
     }
 }

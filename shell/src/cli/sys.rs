@@ -3,7 +3,7 @@
 
 use super::output::{cell, kv_table, table};
 use super::{
-    print_json, prompt_secret, read_stdin, Client, CliError, CmdResult, Common, Ctx, Format,
+    print_json, prompt_secret, read_stdin, CliError, Client, CmdResult, Common, Ctx, Format,
 };
 use clap::Subcommand;
 use serde_json::{json, Map, Value};
@@ -105,7 +105,9 @@ pub fn policy(cmd: PolicyCmd) -> CmdResult {
         PolicyCmd::Read(a) => {
             let c = Client::new(&a.common)?;
             let path = policy_path(&a.name)?;
-            let r = c.send("GET", &path, None).ctx(|| "reading the policy".into())?;
+            let r = c
+                .send("GET", &path, None)
+                .ctx(|| "reading the policy".into())?;
             if r.status == 404 {
                 eprintln!("No policy named: {}", a.name);
                 return Ok(2);
@@ -140,7 +142,10 @@ pub fn policy(cmd: PolicyCmd) -> CmdResult {
             let r = c
                 .call("LIST", "sys/policies/acl", None)
                 .ctx(|| "listing policies".into())?;
-            let keys = r.body["data"]["keys"].as_array().cloned().unwrap_or_default();
+            let keys = r.body["data"]["keys"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             match a.common.format {
                 Format::Json => print_json(&Value::Array(keys)),
                 Format::Table => {
@@ -268,11 +273,7 @@ pub fn mounts(cmd: MountCmd, t: Table) -> CmdResult {
             c.call("POST", &format!("{}/{path}", t.api()), Some(&body))
                 .ctx(|| format!("enabling the {} at {path}/", t.noun()))?;
             if a.common.format == Format::Table {
-                println!(
-                    "Success! Enabled the {} {} at: {path}/",
-                    a.kind,
-                    t.noun()
-                );
+                println!("Success! Enabled the {} {} at: {path}/", a.kind, t.noun());
             }
             Ok(0)
         }
@@ -332,7 +333,12 @@ pub fn mounts(cmd: MountCmd, t: Table) -> CmdResult {
             if a.detailed {
                 headers.extend(["Replication", "Options"]);
                 for r in rows.iter_mut() {
-                    r[4] = if r[4] == "true" { "local" } else { "replicated" }.into();
+                    r[4] = if r[4] == "true" {
+                        "local"
+                    } else {
+                        "replicated"
+                    }
+                    .into();
                 }
             }
             println!("{}", table(&headers, &rows));

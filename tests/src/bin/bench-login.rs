@@ -1,0 +1,332 @@
+//! `bench-login [SECONDS] [CLIENTS]`: LDAP logins/s and latency through a real `cairn`
+//! (release build, `POST auth/ldap/login/<user>` over HTTP) against the throwaway slapd of
+//! `scripts/dev-ldap.sh`, next to the same directory round trips made directly with ldap3's
+//! sync client in the same run and with the same concurrency. Run through
+//! `scripts/bench.sh login`.
+//!
+//! Configuration measured: authenticated search (binddn + bindpass + userfilter) and a group
+//! search under `groupdn` with the default groupfilter. Per login, the direct baseline opens
+//! one connection and makes the four round trips of the issue: service bind, user search,
+//! user bind, group search (then unbinds). Cairn makes the same ones plus the reference's
+//! re-bind as `binddn` before the group search (so the groups are searched by the service
+//! identity, not the user), answers over HTTP and stores a token durably (SQLite commit).
+//!
+//! The phases alternate (direct, cairn, direct, cairn), each for half of SECONDS after a
+//! short warm-up, so background load on the machine hits both sides alike.
+
+use cairn_tests::{cairn_bin, free_port_pair, tmpdir, Server};
+use ldap3::{LdapConn, LdapConnSettings, Scope, SearchEntry};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BASE: &str = "dc=cairn,dc=test";
+/// Users of the sample directory in two groups each (not carol: her 60 groups exceed the
+/// server's size limit without paging; the twins are in none).
+const USERS: &[&str] = &["alice", "bob"];
+const GROUPFILTER: &str =
+    "(|(memberUid={{.Username}})(member={{.UserDN}})(uniqueMember={{.UserDN}}))";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// The slapd of `scripts/dev-ldap.sh`, stopped on drop (and when this process dies).
+struct Directory {
+    dir: PathBuf,
+    env: BTreeMap<String, String>,
+}
+
+impl Directory {
+    fn start() -> Directory {
+        let dir = std::env::temp_dir().join(format!("cairn-bench-ldap-{}", std::process::id()));
+        let out = Command::new("bash")
+            .arg(root().join("scripts/dev-ldap.sh"))
+            .arg("start")
+            .arg(&dir)
+            .env("CAIRN_LDAP_WATCH_PID", std::process::id().to_string())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run scripts/dev-ldap.sh");
+        assert!(out.status.success(), "scripts/dev-ldap.sh start failed");
+        let mut env = BTreeMap::new();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some((k, v)) = line.strip_prefix("export ").and_then(|l| l.split_once('=')) {
+                env.insert(k.to_string(), v.trim_matches('\'').to_string());
+            }
+        }
+        Directory { dir, env }
+    }
+
+    fn get(&self, k: &str) -> String {
+        self.env.get(k).cloned().unwrap_or_else(|| panic!("dev-ldap.sh did not export {k}"))
+    }
+}
+
+impl Drop for Directory {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(root().join("scripts/dev-ldap.sh"))
+            .arg("stop")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+/// `cairn server --dev` at log level `info` (the harness's `Server::dev` logs at debug,
+/// which would measure the logger).
+fn start_cairn(logs: &Path) -> Server {
+    let port = free_port_pair();
+    let addr = format!("127.0.0.1:{port}");
+    let log = std::fs::File::create(logs.join("cairn.log")).expect("log file");
+    let mut child = Command::new(cairn_bin())
+        .args(["server", "--dev", "--dev-listen-address", &addr, "--dev-root-token-id", "root-bench", "--log-level", "info"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("spawn cairn");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut reader = BufReader::new(stdout).lines();
+    for line in reader.by_ref() {
+        if line.expect("read stdout").starts_with("Root Token: ") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in reader {});
+    let s = Server {
+        child: Some(child),
+        addr: format!("http://{addr}"),
+        port,
+        root_token: "root-bench".into(),
+        unseal_keys: Vec::new(),
+        dir: PathBuf::new(),
+        stdout_lines: Vec::new(),
+    };
+    s.wait_ready();
+    s
+}
+
+fn percentile(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Latencies (ms) of successful operations, errors and the measured time.
+#[derive(Default)]
+struct Run {
+    lat: Vec<f64>,
+    errors: u64,
+    secs: f64,
+}
+
+impl Run {
+    fn add(&mut self, o: Run) {
+        self.lat.extend(o.lat);
+        self.errors += o.errors;
+        self.secs += o.secs;
+    }
+    fn rate(&self) -> f64 {
+        self.lat.len() as f64 / self.secs.max(1e-9)
+    }
+    fn sorted(mut self) -> Run {
+        self.lat.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        self
+    }
+}
+
+type Op = Box<dyn FnMut(u64) -> Result<(), String>>;
+
+/// Runs `clients` threads, each with its own operation from `make(thread)`, for a warm-up
+/// and then `secs`; returns what was measured after the warm-up.
+fn drive(clients: usize, secs: f64, make: Arc<dyn Fn(usize) -> Op + Send + Sync>) -> Run {
+    let measuring = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..clients)
+        .map(|t| {
+            let (measuring, stop, make) = (measuring.clone(), stop.clone(), make.clone());
+            std::thread::spawn(move || {
+                let mut op = make(t);
+                let mut run = Run::default();
+                let mut i = 0u64;
+                let mut shown = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let t0 = Instant::now();
+                    let r = op(i * clients as u64 + t as u64);
+                    let ms = t0.elapsed().as_secs_f64() * 1000.0;
+                    if measuring.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
+                        match r {
+                            Ok(()) => run.lat.push(ms),
+                            Err(e) => {
+                                run.errors += 1;
+                                if shown < 3 {
+                                    shown += 1;
+                                    eprintln!("client {t}: {e}");
+                                }
+                            }
+                        }
+                    }
+                    i += 1;
+                }
+                run
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64((secs / 5.0).clamp(0.5, 2.0)));
+    measuring.store(true, Ordering::Relaxed);
+    let start = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Ordering::Relaxed);
+    let secs = start.elapsed().as_secs_f64();
+    let mut all = Run::default();
+    for h in handles {
+        all.add(h.join().expect("client thread"));
+    }
+    all.secs = secs;
+    all
+}
+
+struct Target {
+    url: String,
+    binddn: String,
+    bindpass: String,
+}
+
+/// One login made directly: connect, service bind, user search, user bind, group search.
+fn direct_login(t: &Target, user: &str) -> Result<(), String> {
+    let settings = LdapConnSettings::new().set_conn_timeout(Duration::from_secs(30));
+    let mut c = LdapConn::with_settings(settings, &t.url).map_err(|e| format!("connect: {e}"))?;
+    let r = (|| {
+        c.simple_bind(&t.binddn, &t.bindpass)
+            .and_then(|r| r.success())
+            .map_err(|e| format!("service bind: {e}"))?;
+        let (users, _) = c
+            .search(&format!("ou=people,{BASE}"), Scope::Subtree, &format!("(uid={user})"), vec!["uid"])
+            .and_then(|r| r.success())
+            .map_err(|e| format!("user search: {e}"))?;
+        if users.len() != 1 {
+            return Err(format!("user search matched {} entries", users.len()));
+        }
+        let dn = SearchEntry::construct(users.into_iter().next().expect("one entry")).dn;
+        c.simple_bind(&dn, &format!("{user}-pw"))
+            .and_then(|r| r.success())
+            .map_err(|e| format!("user bind: {e}"))?;
+        let filter = GROUPFILTER.replace("{{.Username}}", user).replace("{{.UserDN}}", &dn);
+        let (groups, _) = c
+            .search(&format!("ou=groups,{BASE}"), Scope::Subtree, &filter, vec!["cn"])
+            .and_then(|r| r.success())
+            .map_err(|e| format!("group search: {e}"))?;
+        if groups.is_empty() {
+            return Err(format!("no groups for {user}"));
+        }
+        Ok(())
+    })();
+    let _ = c.unbind();
+    r
+}
+
+fn row(name: &str, r: &Run) {
+    println!(
+        "| {name} | {:.0} | {:.2} | {:.2} | {} |",
+        r.rate(),
+        percentile(&r.lat, 0.5),
+        percentile(&r.lat, 0.99),
+        r.errors
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let secs: f64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(10.0);
+    let clients: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(16);
+    let rounds = 2;
+
+    let d = Directory::start();
+    let logs = tmpdir("bench-login");
+    let s = start_cairn(&logs);
+    let target = Arc::new(Target {
+        url: d.get("CAIRN_LDAP_URL"),
+        binddn: d.get("CAIRN_LDAP_BINDDN"),
+        bindpass: d.get("CAIRN_LDAP_BINDPASS"),
+    });
+    let r = s.post(
+        "auth/ldap/config",
+        json!({
+            "url": target.url,
+            "binddn": target.binddn,
+            "bindpass": target.bindpass,
+            "userdn": format!("ou=people,{BASE}"),
+            "userattr": "uid",
+            "groupdn": format!("ou=groups,{BASE}"),
+            "groupfilter": GROUPFILTER,
+        }),
+    );
+    assert!(r.status < 300, "config: {} {}", r.status, r.errors());
+    for (g, p) in [("engineers", "eng"), ("ops", "ops"), ("posix-users", "posix")] {
+        let r = s.post(&format!("auth/ldap/groups/{g}"), json!({ "policies": p }));
+        assert_eq!(r.status, 204, "group {g}: {}", r.errors());
+    }
+
+    let direct_op: Arc<dyn Fn(usize) -> Op + Send + Sync> = {
+        let target = target.clone();
+        Arc::new(move |_| {
+            let target = target.clone();
+            Box::new(move |i| direct_login(&target, USERS[i as usize % USERS.len()]))
+        })
+    };
+    let cairn_op: Arc<dyn Fn(usize) -> Op + Send + Sync> = {
+        let addr = s.addr.clone();
+        Arc::new(move |_| {
+            let addr = addr.clone();
+            let agent: ureq::Agent = ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(Duration::from_secs(30)))
+                .build()
+                .into();
+            Box::new(move |i| {
+                let user = USERS[i as usize % USERS.len()];
+                let mut r = agent
+                    .post(&format!("{addr}/v1/auth/ldap/login/{user}"))
+                    .send_json(json!({ "password": format!("{user}-pw") }))
+                    .map_err(|e| format!("login {user}: {e}"))?;
+                let status = r.status().as_u16();
+                let body = r.body_mut().read_to_string().unwrap_or_default();
+                if status != 200 || !body.contains("client_token") {
+                    return Err(format!("login {user}: {status} {body}"));
+                }
+                Ok(())
+            })
+        })
+    };
+
+    let (mut direct, mut cairn) = (Run::default(), Run::default());
+    for _ in 0..rounds {
+        direct.add(drive(clients, secs / rounds as f64, direct_op.clone()));
+        cairn.add(drive(clients, secs / rounds as f64, cairn_op.clone()));
+    }
+    let (direct, cairn) = (direct.sorted(), cairn.sorted());
+
+    println!("| measurement ({clients} clients, {secs} s each) | logins/s | p50 (ms) | p99 (ms) | errors |");
+    println!("|---|---:|---:|---:|---:|");
+    row("direct ldap3 (connect, service bind, user search, user bind, group search)", &direct);
+    row("Cairn `POST auth/ldap/login/<user>` over HTTP", &cairn);
+    println!();
+    let tput = cairn.rate() / direct.rate().max(1e-9);
+    let p99 = percentile(&cairn.lat, 0.99) / percentile(&direct.lat, 0.99).max(1e-9);
+    println!(
+        "throughput ratio (Cairn / direct) = {tput:.2}x (target >= 0.8x: {}); p99 ratio = {p99:.2}x (target <= 1.5x: {})",
+        if tput >= 0.8 { "met" } else { "MISSED" },
+        if p99 <= 1.5 { "met" } else { "MISSED" }
+    );
+    drop(s);
+    let _ = std::fs::remove_dir_all(&logs);
+}
