@@ -60,6 +60,8 @@ pub enum Output {
     PeerResponse(PeerResponse),
     /// Make an outbound HTTP call; answer with [`Input::HttpReply`].
     HttpCall(HttpCall),
+    /// Serve the cluster listener with this certificate (the node became a primary).
+    ClusterTls(replication::tls::ClusterTls),
 }
 
 /// Settings fixed at start.

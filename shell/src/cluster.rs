@@ -8,15 +8,18 @@
 //!   shared ureq agent; their results come back to the core as `Input::PeerReply` /
 //!   `Input::HttpReply`.
 //!
-//! The channel is plain HTTP for now: the secondary authenticates with its secret on every
-//! request, but the primary is not authenticated to the secondary (no cluster TLS yet).
+//! TLS: a node serves its cluster listener in plain HTTP until it becomes a primary; the core
+//! then hands over a certificate issued by the cluster CA (`Output::ClusterTls`) and the
+//! listener is rebound with TLS. Secondaries pin the cluster CA from their activation
+//! credential (no system roots), and prove themselves with their secret on every request.
 
 use crate::runtime::{Core, Msg};
 use cairn_core::replication::{HttpCall, HttpReply, PeerAnswer, PeerMsg, PeerReply, PeerSend};
 use cairn_core::Input;
 use std::io::Read;
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, OnceLock};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tiny_http::{Header, Server};
 
@@ -25,6 +28,17 @@ pub const PATH: &str = "/v1/cluster/replication";
 /// Largest accepted peer message.
 const MAX_BODY: u64 = 256 << 20;
 
+/// The cluster listener: plain HTTP until the node hands it a certificate (it became a
+/// primary), then HTTPS with the cluster CA's certificate. Workers pick up the current server
+/// on every wait, so a switch needs no restart of the process.
+struct Listener {
+    addr: String,
+    current: Mutex<Option<Arc<Server>>>,
+    cert: Mutex<Option<Vec<u8>>>,
+}
+
+static LISTENER: OnceLock<Arc<Listener>> = OnceLock::new();
+
 /// Binds the cluster listener and serves it on worker threads.
 pub fn serve(addr: &str, core: Core, threads: usize) -> Result<std::net::SocketAddr, String> {
     let server = Server::http(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
@@ -32,21 +46,81 @@ pub fn serve(addr: &str, core: Core, threads: usize) -> Result<std::net::SocketA
         .server_addr()
         .to_ip()
         .ok_or_else(|| format!("cluster listener on {addr} has no IP address"))?;
-    let server = Arc::new(server);
+    let l = Arc::new(Listener {
+        addr: local.to_string(),
+        current: Mutex::new(Some(Arc::new(server))),
+        cert: Mutex::new(None),
+    });
+    let _ = LISTENER.set(l.clone());
     for i in 0..threads.max(1) {
-        let server = server.clone();
         let core = core.clone();
+        let l = l.clone();
         std::thread::Builder::new()
             .name(format!("cairn-cluster-{i}"))
             .spawn(move || loop {
-                match server.recv() {
-                    Ok(rq) => handle(rq, &core),
+                let srv = l.current.lock().ok().and_then(|g| g.clone());
+                let Some(srv) = srv else {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                match srv.recv_timeout(Duration::from_millis(200)) {
+                    Ok(Some(rq)) => {
+                        drop(srv);
+                        handle(rq, &core)
+                    }
+                    Ok(None) => {}
                     Err(e) => log::warn!("cluster accept error: {e}"),
                 }
             })
             .map_err(|e| e.to_string())?;
     }
     Ok(local)
+}
+
+/// Switches the cluster listener to TLS with `t` (on its own thread: rebinding waits for the
+/// old socket to close).
+pub fn use_tls(t: cairn_core::replication::tls::ClusterTls) {
+    let Some(l) = LISTENER.get().cloned() else {
+        return;
+    };
+    let cert = t.cert_pem.clone().into_bytes();
+    if l.cert.lock().ok().and_then(|c| c.clone()).as_deref() == Some(cert.as_slice()) {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("cairn-cluster-tls".into())
+        .spawn(move || {
+            let old = l.current.lock().ok().and_then(|mut g| g.take());
+            drop(old);
+            for _ in 0..100 {
+                match Server::https(
+                    l.addr.as_str(),
+                    tiny_http::SslConfig {
+                        certificate: cert.clone(),
+                        private_key: t.key_pem.clone().into_bytes(),
+                    },
+                ) {
+                    Ok(s) => {
+                        if let Ok(mut g) = l.current.lock() {
+                            *g = Some(Arc::new(s));
+                        }
+                        if let Ok(mut c) = l.cert.lock() {
+                            *c = Some(cert);
+                        }
+                        log::info!("cluster listener on {} now serves TLS", l.addr);
+                        return;
+                    }
+                    Err(e) => {
+                        log::debug!("cluster TLS listener not bound yet: {e}");
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+            log::error!("cannot rebind the cluster listener on {} with TLS", l.addr);
+        });
+    if let Err(e) = spawned {
+        log::error!("cannot start the cluster TLS switch: {e}");
+    }
 }
 
 fn reply(rq: tiny_http::Request, status: u16, body: Vec<u8>) {
@@ -99,19 +173,53 @@ fn agent() -> &'static ureq::Agent {
     })
 }
 
-fn peer_url(to: &str) -> String {
-    let base = if to.contains("://") {
-        to.trim_end_matches('/').to_string()
-    } else {
-        format!("http://{to}")
-    };
-    format!("{base}{PATH}")
+/// An agent that trusts only the cluster CA `ca_pem` (one per CA, reused).
+fn pinned_agent(ca_pem: &str) -> Result<ureq::Agent, String> {
+    static AGENTS: OnceLock<Mutex<BTreeMap<String, ureq::Agent>>> = OnceLock::new();
+    let map = AGENTS.get_or_init(|| Mutex::new(BTreeMap::new()));
+    let mut g = map.lock().map_err(|_| "agent cache poisoned".to_string())?;
+    if let Some(a) = g.get(ca_pem) {
+        return Ok(a.clone());
+    }
+    let certs: Vec<_> = ureq::tls::parse_pem(ca_pem.as_bytes())
+        .filter_map(|i| match i {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    if certs.is_empty() {
+        return Err("the cluster CA in the credential holds no certificate".into());
+    }
+    let a: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
+                .build(),
+        )
+        .build()
+        .into();
+    g.insert(ca_pem.to_string(), a.clone());
+    Ok(a)
+}
+
+fn peer_url(to: &str, tls: bool) -> String {
+    let host = to.split("://").last().unwrap_or(to).trim_end_matches('/');
+    let scheme = if tls { "https" } else { "http" };
+    format!("{scheme}://{host}{PATH}")
 }
 
 fn post_peer(s: &PeerSend) -> Result<PeerAnswer, String> {
     let body = serde_json::to_vec(&s.msg).map_err(|e| e.to_string())?;
-    let mut resp = agent()
-        .post(&peer_url(&s.to))
+    let tls = !s.ca_pem.is_empty();
+    let agent = if tls {
+        pinned_agent(&s.ca_pem)?
+    } else {
+        agent().clone()
+    };
+    let mut resp = agent
+        .post(&peer_url(&s.to, tls))
         .header("Content-Type", "application/json")
         .send(&body[..])
         .map_err(|e| e.to_string())?;

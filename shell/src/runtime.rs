@@ -129,6 +129,7 @@ fn run(
             log::error!("cannot open a storage transaction: {e}");
         }
         let mut ids_in_batch = Vec::new();
+        let mut held: Vec<Output> = Vec::new();
         let now = now_ms();
         if node.poll_timeout() <= now {
             node.handle(now, Input::Tick);
@@ -157,6 +158,15 @@ fn run(
                     );
                 }
             }
+            // LDAP calls depend on nothing this batch writes (a login's state is in
+            // memory): start them now instead of after the commit's fsync, which every
+            // step of a login would otherwise wait for. Everything else waits as before.
+            while let Some(out) = node.poll_output() {
+                match out {
+                    Output::Ldap(call) => pool.submit(call),
+                    other => held.push(other),
+                }
+            }
         }
         let committed = node.storage_mut().commit();
         if let Err(e) = &committed {
@@ -165,7 +175,10 @@ fn run(
                 ids_in_batch.len()
             );
         }
-        while let Some(out) = node.poll_output() {
+        let released = held
+            .into_iter()
+            .chain(std::iter::from_fn(|| node.poll_output()));
+        for out in released {
             match out {
                 Output::Response(mut r) => {
                     if let Err(e) = &committed {
@@ -195,6 +208,7 @@ fn run(
                 }
                 Output::PeerSend(s) => crate::cluster::send_peer(s, tx.clone()),
                 Output::HttpCall(c) => crate::cluster::http_call(c, tx.clone()),
+                Output::ClusterTls(t) => crate::cluster::use_tls(t),
             }
         }
     }

@@ -31,7 +31,7 @@
 
 use crate::model::{
     decide_kv, Auth, Decision, Expected, KvEntry, KvKind, Share, TokenFact, TokenKind, WrapFact,
-    USES_SPENT,
+    Wrapped, USES_SPENT,
 };
 use crate::net::HostId;
 use crate::operator::{dir_universe, key_universe, KvOp, Op};
@@ -291,23 +291,70 @@ impl Checker {
                 policies,
                 ttl_s,
                 num_uses,
+                wrap,
                 ..
             } => self.token_create(
                 h,
                 &tok.secret,
-                (policies, *ttl_s, *num_uses),
+                (policies, *ttl_s, *num_uses, wrap.as_ref().map(|w| w.1)),
                 at,
                 status,
                 body,
                 &what,
             ),
-            Op::TokenRevoke { tok, target } => {
+            Op::TokenRevoke {
+                tok,
+                target,
+                accessor,
+            } => {
                 let target = target.secret.clone();
+                let accessor = accessor.clone();
                 self.admin_write(h, &tok.secret, at, status, &what, move |e| {
-                    if let Some(f) = e.tokens.get_mut(&target) {
-                        f.revoked = true;
+                    for (secret, f) in e.tokens.iter_mut() {
+                        let hit = match &accessor {
+                            Some(a) => &f.accessor == a,
+                            None => *secret == target,
+                        };
+                        if hit {
+                            f.revoked = true;
+                        }
                     }
                 })
+            }
+            Op::RevokeSelf { tok } => {
+                let auth = self.hosts[h].auth(&tok.secret, at);
+                let (allowed, use_limited) = match &auth {
+                    Auth::Limited {
+                        kind: TokenKind::Service,
+                        use_limited,
+                        ..
+                    } => (true, *use_limited),
+                    Auth::Root => (true, false),
+                    _ => (false, false),
+                };
+                if !allowed {
+                    let inv = deny_invariant(&auth);
+                    bump(&mut self.counts, inv);
+                    bump(&mut self.counts, deny_category(&auth));
+                    if status != 403 {
+                        return fail(inv, format!("{}: {what}", auth_reason(&auth)));
+                    }
+                    return Ok(());
+                }
+                if use_limited && status == 403 {
+                    return Ok(());
+                }
+                bump(&mut self.counts, "authorized-succeeds");
+                if status != 204 {
+                    return fail(
+                        "authorized-succeeds",
+                        format!("a valid token cannot revoke itself: {what}"),
+                    );
+                }
+                if let Some(f) = self.hosts[h].tokens.get_mut(&tok.secret) {
+                    f.revoked = true;
+                }
+                Ok(())
             }
             Op::Kv { tok, op, .. } => self.kv(h, &tok.secret, op, at, status, body, &what),
             Op::Unwrap { wrap, .. } => self.unwrap(h, &wrap.secret, at, status, body, &what),
@@ -531,7 +578,7 @@ impl Checker {
         &mut self,
         h: HostId,
         secret: &str,
-        (policies, ttl_s, num_uses): (&[String], u64, u64),
+        (policies, ttl_s, num_uses, wrap_s): (&[String], u64, u64, Option<u64>),
         at: u64,
         status: u16,
         body: &Value,
@@ -539,6 +586,29 @@ impl Checker {
     ) -> Result<(), Violation> {
         let mut created = None;
         self.admin_write(h, secret, at, status, what, |_| ())?;
+        let mut expected: Vec<String> = policies.to_vec();
+        expected.push("default".into());
+        expected.sort();
+        expected.dedup();
+        if let (200, Some(secs)) = (status, wrap_s) {
+            let token = body["wrap_info"]["token"].as_str().unwrap_or_default();
+            if token.is_empty() || !body["auth"].is_null() {
+                return fail(
+                    "wrapping",
+                    format!(
+                        "a wrapped token creation must carry a wrapping token and no auth: {what}"
+                    ),
+                );
+            }
+            let content = Wrapped::Token {
+                policies: expected,
+                ttl_s: ttl_s.min(MAX_TTL_S),
+                num_uses,
+                created_at: at,
+            };
+            register_wrap(&mut self.hosts[h], token, content, at + secs * 1000);
+            return Ok(());
+        }
         if status == 200 {
             let id = body["auth"]["client_token"].as_str().unwrap_or_default();
             if id.is_empty() {
@@ -552,10 +622,6 @@ impl Checker {
                     format!("expected lease_duration {ttl}: {what}"),
                 );
             }
-            let mut expected: Vec<String> = policies.to_vec();
-            expected.push("default".into());
-            expected.sort();
-            expected.dedup();
             bump(&mut self.counts, "token-policies");
             if str_list(&body["auth"]["policies"]) != expected {
                 return fail(
@@ -573,6 +639,10 @@ impl Checker {
                 id.to_string(),
                 TokenFact {
                     label: short(id),
+                    accessor: body["auth"]["accessor"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
                     kind: TokenKind::Service,
                     policies: expected,
                     expire_at: Some(at + ttl * 1000),
@@ -727,26 +797,7 @@ impl Checker {
                                 );
                                 }
                                 let expire_at = at + secs * 1000;
-                                e.wraps.insert(
-                                    token.to_string(),
-                                    WrapFact {
-                                        label: short(token),
-                                        data: v.clone(),
-                                        expire_at,
-                                        unwrapped: false,
-                                    },
-                                );
-                                e.tokens.insert(
-                                    token.to_string(),
-                                    TokenFact {
-                                        label: short(token),
-                                        kind: TokenKind::Wrapping,
-                                        policies: vec!["response-wrapping".into()],
-                                        expire_at: Some(expire_at),
-                                        revoked: false,
-                                        uses_left: None,
-                                    },
-                                );
+                                register_wrap(e, token, Wrapped::Data(v.clone()), expire_at);
                                 Ok(())
                             }
                         }
@@ -797,8 +848,44 @@ impl Checker {
                         format!("a valid wrapping token ({}) failed: {what}", f.label),
                     );
                 }
-                if body["data"] != f.data {
-                    return fail("wrapping", format!("expected data {}: {what}", f.data));
+                match &f.content {
+                    Wrapped::Data(d) => {
+                        if &body["data"] != d {
+                            return fail("wrapping", format!("expected data {d}: {what}"));
+                        }
+                    }
+                    Wrapped::Token {
+                        policies,
+                        ttl_s,
+                        num_uses,
+                        created_at,
+                    } => {
+                        let auth = &body["auth"];
+                        let id = auth["client_token"].as_str().unwrap_or_default();
+                        if id.is_empty()
+                            || &str_list(&auth["policies"]) != policies
+                            || auth["lease_duration"].as_u64() != Some(*ttl_s)
+                        {
+                            return fail(
+                                "wrapping",
+                                format!(
+                                    "expected a token with policies {policies:?} and ttl {ttl_s}: {what}"
+                                ),
+                            );
+                        }
+                        e.tokens.insert(
+                            id.to_string(),
+                            TokenFact {
+                                label: short(id),
+                                accessor: auth["accessor"].as_str().unwrap_or_default().to_string(),
+                                kind: TokenKind::Service,
+                                policies: policies.clone(),
+                                expire_at: Some(created_at + ttl_s * 1000),
+                                revoked: false,
+                                uses_left: (*num_uses > 0).then_some(*num_uses),
+                            },
+                        );
+                    }
                 }
                 if let Some(w) = e.wraps.get_mut(secret) {
                     w.unwrapped = true;
@@ -1076,11 +1163,37 @@ fn bump(counts: &mut BTreeMap<&'static str, u64>, invariant: &'static str) {
     *counts.entry(invariant).or_default() += 1;
 }
 
+/// Records a wrapping token and the token entry it is.
+fn register_wrap(e: &mut Expected, token: &str, content: Wrapped, expire_at: u64) {
+    e.wraps.insert(
+        token.to_string(),
+        WrapFact {
+            label: short(token),
+            content,
+            expire_at,
+            unwrapped: false,
+        },
+    );
+    e.tokens.insert(
+        token.to_string(),
+        TokenFact {
+            label: short(token),
+            accessor: String::new(),
+            kind: TokenKind::Wrapping,
+            policies: vec!["response-wrapping".into()],
+            expire_at: Some(expire_at),
+            revoked: false,
+            uses_left: None,
+        },
+    );
+}
+
 fn register_root(e: &mut Expected, root: String) {
     e.tokens.insert(
         root,
         TokenFact {
             label: "root".into(),
+            accessor: String::new(),
             kind: TokenKind::Root,
             policies: vec!["root".into()],
             expire_at: None,
@@ -1125,6 +1238,7 @@ fn op_token(op: &Op) -> Option<&str> {
         | Op::PolicyDelete { tok, .. }
         | Op::TokenCreate { tok, .. }
         | Op::TokenRevoke { tok, .. }
+        | Op::RevokeSelf { tok }
         | Op::Kv { tok, .. }
         | Op::LookupSelf { tok }
         | Op::Probe { tok, .. } => Some(tok.secret.as_str()),
@@ -1242,6 +1356,7 @@ mod tests {
             ttl_s: 100,
             ttl_as_string: false,
             num_uses: 0,
+            wrap: None,
         };
         let body = json!({"auth": {"client_token": T1, "lease_duration": 100,
             "policies": ["default", "team-a"], "num_uses": 0}});
@@ -1288,6 +1403,7 @@ mod tests {
         let revoke = Op::TokenRevoke {
             tok: tok("root", ROOT),
             target: tok("t1", T1),
+            accessor: None,
         };
         see(&mut c, &revoke, 2_000, 204, None).unwrap();
         let look = Op::LookupSelf { tok: tok("t1", T1) };
@@ -1419,6 +1535,7 @@ mod tests {
             ttl_s: 100,
             ttl_as_string: false,
             num_uses: 1,
+            wrap: None,
         };
         let t2 = "cs.t2000000000000000000000";
         let body = json!({"auth": {"client_token": t2, "lease_duration": 100,

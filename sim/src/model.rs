@@ -173,6 +173,7 @@ pub enum TokenKind {
 #[derive(Debug, Clone)]
 pub struct TokenFact {
     pub label: String,
+    pub accessor: String,
     pub kind: TokenKind,
     /// Policies the token carries (`default` included for service tokens).
     pub policies: Vec<String>,
@@ -208,11 +209,24 @@ pub struct KvEntry {
     pub boot: u64,
 }
 
+/// What a wrapping token holds.
+#[derive(Debug, Clone)]
+pub enum Wrapped {
+    /// A KV read: the `data` it returned.
+    Data(Value),
+    /// A token created by `auth/token/create`: its secret becomes known on unwrap.
+    Token {
+        policies: Vec<String>,
+        ttl_s: u64,
+        num_uses: u64,
+        created_at: u64,
+    },
+}
+
 #[derive(Debug, Clone)]
 pub struct WrapFact {
     pub label: String,
-    /// The `data` the wrapped response carried.
-    pub data: Value,
+    pub content: Wrapped,
     pub expire_at: u64,
     pub unwrapped: bool,
 }

@@ -100,10 +100,18 @@ pub enum Op {
         ttl_as_string: bool,
         /// 0: unlimited.
         num_uses: u64,
+        /// Response wrapping of the new token: header value and seconds.
+        wrap: Option<(String, u64)>,
     },
     TokenRevoke {
         tok: Tok,
         target: Tok,
+        /// Revoke through `revoke-accessor` with this accessor instead of the token.
+        accessor: Option<String>,
+    },
+    /// `auth/token/revoke-self` (granted by the default policy).
+    RevokeSelf {
+        tok: Tok,
     },
     Kv {
         tok: Tok,
@@ -229,6 +237,7 @@ impl Op {
                 ttl_s,
                 ttl_as_string,
                 num_uses,
+                wrap,
             } => {
                 let ttl = if *ttl_as_string {
                     json!(format!("{ttl_s}s"))
@@ -239,14 +248,31 @@ impl Op {
                 if *num_uses > 0 {
                     body["num_uses"] = json!(num_uses);
                 }
-                with(
+                let mut r = with(
                     Request::new(id, Method::Post, "auth/token/create").with_json(body),
                     tok,
-                )
+                );
+                r.wrap_ttl = wrap.as_ref().map(|(h, _)| h.clone());
+                r
             }
-            Op::TokenRevoke { tok, target } => with(
-                Request::new(id, Method::Post, "auth/token/revoke")
-                    .with_json(json!({ "token": target.secret })),
+            Op::TokenRevoke {
+                tok,
+                target,
+                accessor,
+            } => match accessor {
+                Some(a) => with(
+                    Request::new(id, Method::Post, "auth/token/revoke-accessor")
+                        .with_json(json!({ "accessor": a })),
+                    tok,
+                ),
+                None => with(
+                    Request::new(id, Method::Post, "auth/token/revoke")
+                        .with_json(json!({ "token": target.secret })),
+                    tok,
+                ),
+            },
+            Op::RevokeSelf { tok } => with(
+                Request::new(id, Method::Post, "auth/token/revoke-self"),
                 tok,
             ),
             Op::Kv { tok, op, .. } => match op {
@@ -314,21 +340,37 @@ impl Op {
                 policies,
                 ttl_s,
                 num_uses,
+                wrap,
                 ..
             } => format!(
-                "POST auth/token/create tok={} policies={} ttl={ttl_s}s{}",
+                "POST auth/token/create tok={} policies={} ttl={ttl_s}s{}{}",
                 tok.label,
                 policies.join(","),
                 if *num_uses > 0 {
                     format!(" num_uses={num_uses}")
                 } else {
                     String::new()
+                },
+                match wrap {
+                    Some((h, _)) => format!(" wrap={h}"),
+                    None => String::new(),
                 }
             ),
-            Op::TokenRevoke { tok, target } => format!(
-                "POST auth/token/revoke tok={} target={}",
-                tok.label, target.label
+            Op::TokenRevoke {
+                tok,
+                target,
+                accessor,
+            } => format!(
+                "POST auth/token/{} tok={} target={}",
+                if accessor.is_some() {
+                    "revoke-accessor"
+                } else {
+                    "revoke"
+                },
+                tok.label,
+                target.label
             ),
+            Op::RevokeSelf { tok } => format!("POST auth/token/revoke-self tok={}", tok.label),
             Op::Kv { tok, op, audit } => {
                 let a = if *audit { " (audit)" } else { "" };
                 match op {
@@ -419,6 +461,7 @@ enum FinalState {
 #[derive(Debug, Clone)]
 struct KnownToken {
     tok: Tok,
+    accessor: String,
     revoked: bool,
 }
 
@@ -712,23 +755,37 @@ impl Operator {
                 } else {
                     0
                 };
+                let wrap = if self.rng.chance(100) {
+                    Some(("10m".to_string(), 600))
+                } else {
+                    None
+                };
                 Next::Send(Op::TokenCreate {
                     tok: root,
                     policies,
                     ttl_s,
                     ttl_as_string,
                     num_uses,
+                    wrap,
                 })
             }
             3 => {
-                let live: Vec<Tok> = self.views[h]
+                let live: Vec<KnownToken> = self.views[h]
                     .tokens
                     .iter()
                     .filter(|t| !t.revoked)
-                    .map(|t| t.tok.clone())
+                    .cloned()
                     .collect();
                 match self.rng.pick(&live).cloned() {
-                    Some(target) => Next::Send(Op::TokenRevoke { tok: root, target }),
+                    Some(t) => {
+                        let accessor = (self.rng.chance(300) && !t.accessor.is_empty())
+                            .then(|| t.accessor.clone());
+                        Next::Send(Op::TokenRevoke {
+                            tok: root,
+                            target: t.tok,
+                            accessor,
+                        })
+                    }
                     None => Next::Send(Op::SealStatus),
                 }
             }
@@ -898,7 +955,12 @@ impl Operator {
                     in_body: self.rng.chance(500),
                 };
             }
-            6 => return Op::LookupSelf { tok },
+            6 => {
+                if self.rng.chance(150) && tok.label != "root" {
+                    return Op::RevokeSelf { tok };
+                }
+                return Op::LookupSelf { tok };
+            }
             _ => {
                 let (method, path) = *self.rng.pick(PROBES).unwrap_or(&PROBES[0]);
                 // Root may do anything; probes are for everyone else.
@@ -1022,7 +1084,7 @@ impl Operator {
             Op::PolicyDelete { name, .. } if resp.status == 204 => {
                 self.views[h].policies.remove(name);
             }
-            Op::TokenCreate { .. } if resp.status == 200 => {
+            Op::TokenCreate { .. } | Op::Unwrap { .. } if resp.status == 200 => {
                 if let Some(s) = body["auth"]["client_token"].as_str() {
                     let v = &mut self.views[h];
                     let label = format!("{}{}", v.label("t"), crate::check::short(s));
@@ -1031,13 +1093,20 @@ impl Operator {
                             label,
                             secret: s.to_string(),
                         },
+                        accessor: body["auth"]["accessor"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
                         revoked: false,
                     });
                 }
+                self.learn_wrap(h, &body);
             }
-            Op::TokenRevoke { target, .. } if resp.status == 204 => {
+            Op::TokenRevoke { target: who, .. } | Op::RevokeSelf { tok: who }
+                if resp.status == 204 =>
+            {
                 for t in &mut self.views[h].tokens {
-                    if t.tok.secret == target.secret {
+                    if t.tok.secret == who.secret {
                         t.revoked = true;
                     }
                 }
@@ -1045,22 +1114,25 @@ impl Operator {
             Op::Kv {
                 op: KvOp::Get { wrap: Some(_), .. },
                 ..
-            } if resp.status == 200 => {
-                if let Some(s) = body["wrap_info"]["token"].as_str() {
-                    let v = &mut self.views[h];
-                    let label = format!("{}{}", v.label("w"), crate::check::short(s));
-                    v.wraps.push(Tok {
-                        label,
-                        secret: s.to_string(),
-                    });
-                    if v.wraps.len() > 16 {
-                        v.wraps.remove(0);
-                    }
-                }
-            }
+            } if resp.status == 200 => self.learn_wrap(h, &body),
             _ => {}
         }
         think
+    }
+
+    /// Keeps the wrapping token of a wrapped answer.
+    fn learn_wrap(&mut self, h: HostId, body: &Value) {
+        if let Some(s) = body["wrap_info"]["token"].as_str() {
+            let v = &mut self.views[h];
+            let label = format!("{}{}", v.label("w"), crate::check::short(s));
+            v.wraps.push(Tok {
+                label,
+                secret: s.to_string(),
+            });
+            if v.wraps.len() > 16 {
+                v.wraps.remove(0);
+            }
+        }
     }
 
     fn learn_dev_setup(&mut self, h: HostId, value: &Value) {

@@ -106,7 +106,7 @@ fn regression_seeds_pass_apart_from_known_core_bugs() {
 #[test]
 #[ignore]
 fn known_core_bug_token_use_limit_still_reproduces() {
-    let o = run(&RunConfig::new(8_779_521_957_703_021_134));
+    let o = run(&RunConfig::new(23));
     let report = o.report();
     let f = o
         .failure

@@ -884,7 +884,8 @@ fn tls_with_a_custom_ca_file_directory_or_no_verification() {
     std::fs::write(cas.join("README"), "not a certificate").expect("write");
     let port = free_port_pair();
     let cfg = format!(
-        "storage \"sqlite\" {{ path = \"{d}/c.db\" }}\nlistener \"tcp\" {{\n address = \"127.0.0.1:{port}\"\n tls_cert_file = \"{d}/tls.crt\"\n tls_key_file = \"{d}/tls.key\"\n}}\n",
+        "storage \"sqlite\" {{ path = \"{d}/c.db\" }}\nlistener \"tcp\" {{\n address = \"127.0.0.1:{port}\"\n tls_cert_file = \"{d}/tls.crt\"\n tls_key_file = \"{d}/tls.key\"\n cluster_address = \"127.0.0.1:{}\"\n}}\n",
+        port + 1,
         d = dir.display()
     );
     std::fs::write(dir.join("c.hcl"), cfg).expect("write config");

@@ -47,9 +47,24 @@ fn licensed(tag: &str) -> Server {
         "license_path = \"{}\"\nlicense_trusted_key = \"{ISSUER_KEY}\"\n{TUNING}",
         lic.display()
     );
-    let mut s = Server::with_config(&dir, port(), &extra);
+    let mut s = start(&dir, &extra);
     s.init_unseal(3, 2);
     s
+}
+
+/// Starts a server on a fresh port pair, retrying when a port was taken meanwhile (outgoing
+/// connections of other tests draw local ports from the same ephemeral range).
+fn start(dir: &std::path::Path, extra: &str) -> Server {
+    for attempt in 0..4 {
+        let p = port();
+        let r = std::panic::catch_unwind(|| Server::with_config(dir, p, extra));
+        match r {
+            Ok(s) => return s,
+            Err(e) if attempt == 3 => std::panic::resume_unwind(e),
+            Err(_) => eprintln!("server on port {p} did not start; retrying on another port"),
+        }
+    }
+    unreachable!()
 }
 
 fn ok(r: Resp, what: &str) -> Value {
@@ -332,7 +347,7 @@ fn bad_activation_tokens_get_clear_errors_and_change_nothing() {
 #[test]
 fn gates_license_and_root_namespace() {
     let dir = tmpdir("unlic");
-    let mut s = Server::with_config(&dir, port(), "");
+    let mut s = start(&dir, "");
     s.init_unseal(1, 1);
     // Status endpoints need neither a token nor a license.
     assert_eq!(status(&s, "dr")["mode"], "disabled");
@@ -510,7 +525,6 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
     );
 
     // The old primary restarts, is demoted, and rejoins as a DR secondary by token.
-    let port = p.port;
     let dir = p.dir.clone();
     let extra = std::fs::read_to_string(dir.join("cairn.hcl")).expect("config");
     let extra = extra
@@ -519,7 +533,7 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
         .and_then(|t| t.split_once('\n'))
         .map(|(_, r)| r.to_string())
         .unwrap_or_default();
-    let mut old = Server::with_config(&dir, port, &extra);
+    let mut old = start(&dir, &extra);
     old.root_token = p.root_token.clone();
     old.unseal_keys = p.unseal_keys.clone();
     old.unseal();
@@ -574,7 +588,7 @@ fn secondary_kept_away_past_retention_resyncs_by_merkle() {
     }
     wait_for("catch up", 30, || caught_up(&p, &s, "performance", "r"));
     // Stop the secondary, write well past the WAL retention (50 entries), restart it.
-    let (dir, port) = (s.dir.clone(), s.port);
+    let dir = s.dir.clone();
     s.kill9();
     for i in 0..120 {
         ok(
@@ -590,7 +604,7 @@ fn secondary_kept_away_past_retention_resyncs_by_merkle() {
         .and_then(|t| t.split_once('\n'))
         .map(|(_, r)| r.to_string())
         .unwrap_or_default();
-    let mut s2 = Server::with_config(&dir, port, &extra);
+    let mut s2 = start(&dir, &extra);
     // It unseals with the primary's key shares now.
     s2.unseal_keys = p.unseal_keys.clone();
     s2.unseal();

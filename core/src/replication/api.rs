@@ -343,6 +343,8 @@ fn primary_enable(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) 
         ctx.put_json(PERF_PRIMARY, &PerfPrimary { cluster_id })?;
     }
     wal_activity(ctx, st)?;
+    super::tls::ca_pem(ctx, true)?;
+    super::announce_tls(ctx, st)?;
     Ok(Reply::Envelope(json!({
         "warnings": ["This cluster is being enabled as a primary for replication. Vault will be unavailable for a brief period and will resume service shortly."]
     })))
@@ -470,7 +472,7 @@ fn secondary_token(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode)
         primary_api_addr: api_addr.clone(),
         secondary_id: id.clone(),
         secret: secret.clone(),
-        ca_pem: String::new(),
+        ca_pem: super::tls::ca_pem(ctx, false)?.unwrap_or_default(),
         barrier_key: hex::encode(key),
     };
     let path = format!("sys/replication/{}/primary/secondary-token", mode.name());
@@ -720,6 +722,8 @@ fn promote(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiR
         }
     }
     wal_activity(ctx, st)?;
+    super::tls::ca_pem(ctx, true)?;
+    super::announce_tls(ctx, st)?;
     if mode == Mode::Dr {
         return Ok(Reply::Envelope(json!({
             "progress": 0, "required": 0, "complete": true,

@@ -23,6 +23,7 @@ pub mod msg;
 mod primary;
 mod secondary;
 pub mod state;
+pub mod tls;
 pub mod wal;
 
 pub use msg::{
@@ -622,6 +623,37 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
         }
         r.roles_loaded = true;
         sync_wal_activity(env)?;
+        let mut ctx = Ctx {
+            txn: Txn::new(&*env.storage),
+            barrier: &*env.barrier,
+            rng: &mut *env.rng,
+            now: env.now,
+        };
+        announce_tls(&mut ctx, env.st)?;
+    }
+    Ok(())
+}
+
+/// Hands the shell the cluster listener certificate when this node is a primary (and has a
+/// cluster CA).
+pub(crate) fn announce_tls(ctx: &mut Ctx, st: &mut NodeState) -> ApiResult<()> {
+    let mut hosts: Vec<String> = Vec::new();
+    for m in [Mode::Performance, Mode::Dr] {
+        let r = &st.repl.mode(m).role;
+        if r.role == Role::Primary && !r.primary_cluster_addr.is_empty() {
+            hosts.push(tls::host_of(&r.primary_cluster_addr));
+        }
+    }
+    if hosts.is_empty() {
+        return Ok(());
+    }
+    hosts.push(tls::host_of(&st.config.replication.cluster_addr));
+    hosts.push("localhost".into());
+    hosts.retain(|h| !h.is_empty());
+    hosts.sort();
+    hosts.dedup();
+    if let Some(t) = tls::server_tls(ctx, &hosts)? {
+        st.outputs.push_back(Output::ClusterTls(t));
     }
     Ok(())
 }

@@ -235,11 +235,13 @@ fn direct_login(t: &Target, user: &str) -> Result<(), String> {
 }
 
 fn row(name: &str, r: &Run) {
+    let mean = r.lat.iter().sum::<f64>() / r.lat.len().max(1) as f64;
     println!(
-        "| {name} | {:.0} | {:.2} | {:.2} | {} |",
+        "| {name} | {:.0} | {:.2} | {:.2} | {mean:.2} | {:.2} | {} |",
         r.rate(),
         percentile(&r.lat, 0.5),
         percentile(&r.lat, 0.99),
+        r.lat.last().copied().unwrap_or(0.0),
         r.errors
     );
 }
@@ -315,8 +317,8 @@ fn main() {
     }
     let (direct, cairn) = (direct.sorted(), cairn.sorted());
 
-    println!("| measurement ({clients} clients, {secs} s each) | logins/s | p50 (ms) | p99 (ms) | errors |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("| measurement ({clients} clients, {secs} s each) | logins/s | p50 (ms) | p99 (ms) | mean (ms) | max (ms) | errors |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     row("direct ldap3 (connect, service bind, user search, user bind, group search)", &direct);
     row("Cairn `POST auth/ldap/login/<user>` over HTTP", &cairn);
     println!();

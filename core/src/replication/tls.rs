@@ -1,0 +1,154 @@
+//! The cluster CA and the cluster listener's certificate.
+//!
+//! A primary creates its cluster CA on first enable: an Ed25519 key drawn from the node's
+//! seeded RNG (so the core stays deterministic: Ed25519 signing needs no randomness) and a
+//! self-signed CA certificate made with `rcgen`. The CA seed is cluster-local
+//! (`core/local-replication/cluster-ca`, encrypted by the barrier), so a DR secondary holds it
+//! too and, once promoted, serves certificates the same secondaries already trust. Activation
+//! credentials carry the CA certificate; secondaries pin it for the cluster channel.
+//!
+//! The listener's certificate is derived from the CA seed and the host names it serves, and
+//! handed to the shell in [`crate::node::Output::ClusterTls`].
+
+use crate::api::{ApiError, ApiResult};
+use crate::ctx::Ctx;
+use serde::{Deserialize, Serialize};
+
+pub const CA_KEY: &str = "core/local-replication/cluster-ca";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredCa {
+    /// Hex Ed25519 seed of the CA key.
+    seed: String,
+}
+
+/// Certificate and key (PEM) for the cluster listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterTls {
+    /// Server certificate followed by the CA certificate.
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// PKCS#8 v1 document of an Ed25519 key from its seed (RFC 8410).
+fn pkcs8(seed: &[u8; 32]) -> Vec<u8> {
+    let mut v = vec![
+        0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04,
+        0x20,
+    ];
+    v.extend_from_slice(seed);
+    v
+}
+
+fn key_pair(seed: &[u8; 32]) -> Result<rcgen::KeyPair, String> {
+    let der = pkcs8(seed);
+    rcgen::KeyPair::try_from(der.as_slice()).map_err(|e| format!("cluster key: {e}"))
+}
+
+fn ca_params() -> Result<rcgen::CertificateParams, String> {
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    p.distinguished_name
+        .push(rcgen::DnType::CommonName, "cairn cluster CA");
+    p.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    Ok(p)
+}
+
+fn load_seed(ctx: &mut Ctx, create: bool) -> ApiResult<Option<[u8; 32]>> {
+    let seed = match ctx.get_json::<StoredCa>(CA_KEY)? {
+        Some(s) => s.seed,
+        None if create => {
+            let s = hex::encode(crate::crypto::random_key(ctx.rng()));
+            ctx.put_json(CA_KEY, &StoredCa { seed: s.clone() })?;
+            s
+        }
+        None => return Ok(None),
+    };
+    let b = hex::decode(seed).map_err(|e| ApiError::Internal(format!("cluster CA: {e}")))?;
+    Ok(b.as_slice().try_into().ok())
+}
+
+/// The cluster CA certificate (PEM), creating the CA when `create`.
+pub fn ca_pem(ctx: &mut Ctx, create: bool) -> ApiResult<Option<String>> {
+    let Some(seed) = load_seed(ctx, create)? else {
+        return Ok(None);
+    };
+    ca_cert(&seed).map(Some).map_err(ApiError::Internal)
+}
+
+fn ca_cert(seed: &[u8; 32]) -> Result<String, String> {
+    let kp = key_pair(seed)?;
+    let cert = ca_params()?.self_signed(&kp).map_err(|e| e.to_string())?;
+    Ok(cert.pem())
+}
+
+/// The listener certificate for `hosts` (IP addresses or DNS names), signed by the CA.
+pub fn server_tls(ctx: &mut Ctx, hosts: &[String]) -> ApiResult<Option<ClusterTls>> {
+    let Some(seed) = load_seed(ctx, false)? else {
+        return Ok(None);
+    };
+    issue(&seed, hosts).map(Some).map_err(ApiError::Internal)
+}
+
+fn issue(seed: &[u8; 32], hosts: &[String]) -> Result<ClusterTls, String> {
+    let ca_key = key_pair(seed)?;
+    let ca_cert = ca_params()?.self_signed(&ca_key).map_err(|e| e.to_string())?;
+    let issuer = rcgen::Issuer::new(ca_params()?, ca_key);
+    let mut material = seed.to_vec();
+    material.extend_from_slice(b"cluster-listener");
+    for h in hosts {
+        material.extend_from_slice(h.as_bytes());
+        material.push(0);
+    }
+    let leaf_seed = crate::crypto::sha256(&material);
+    let leaf_key = key_pair(&leaf_seed)?;
+    let mut p = rcgen::CertificateParams::new(hosts.to_vec()).map_err(|e| e.to_string())?;
+    p.distinguished_name
+        .push(rcgen::DnType::CommonName, "cairn cluster listener");
+    p.extended_key_usages = vec![
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let cert = p
+        .signed_by(&leaf_key, &issuer)
+        .map_err(|e| e.to_string())?;
+    Ok(ClusterTls {
+        cert_pem: format!("{}{}", cert.pem(), ca_cert.pem()),
+        key_pem: leaf_key.serialize_pem(),
+    })
+}
+
+/// The host part of `host:port` (or of a URL).
+pub fn host_of(addr: &str) -> String {
+    let a = addr.split("://").last().unwrap_or(addr);
+    let a = a.split('/').next().unwrap_or(a);
+    if let Some(rest) = a.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest).to_string();
+    }
+    match a.rsplit_once(':') {
+        Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) => h.to_string(),
+        _ => a.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deterministic_ca_and_leaf() {
+        let seed = [5u8; 32];
+        assert_eq!(ca_cert(&seed).unwrap(), ca_cert(&seed).unwrap());
+        let t = issue(&seed, &["127.0.0.1".into(), "localhost".into()]).unwrap();
+        assert_eq!(t, issue(&seed, &["127.0.0.1".into(), "localhost".into()]).unwrap());
+        assert!(t.cert_pem.matches("BEGIN CERTIFICATE").count() == 2);
+        assert!(t.key_pem.contains("PRIVATE KEY"));
+        assert_eq!(host_of("127.0.0.1:8201"), "127.0.0.1");
+        assert_eq!(host_of("https://node.example:8201"), "node.example");
+        assert_eq!(host_of("[::1]:8201"), "::1");
+    }
+}
