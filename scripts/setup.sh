@@ -7,6 +7,8 @@ command -v slapd >/dev/null 2>&1 || [ -x /usr/sbin/slapd ] || need+=(slapd)
 command -v ldapadd >/dev/null 2>&1 || need+=(ldap-utils)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: need root to install: ${need[*]}" >&2

@@ -9,7 +9,7 @@ export CARGO_TERM_COLOR=never
 cargo build --workspace --all-targets
 cargo build --release -p cairn-sim
 rm -rf target/debug/e2e-logs
-cargo test --workspace -- --test-threads=2
+cargo test --workspace --no-fail-fast -- --test-threads=2
 scripts/check-secrets.sh target/debug/e2e-logs
 SIM=target/release/cairn-sim
 "$SIM" --regressions
