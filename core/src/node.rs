@@ -728,6 +728,10 @@ fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
     }
     if let Some(rest) = path.strip_prefix("auth/") {
         if let Some(r) = rest.strip_prefix("token/") {
+            // Renewals of tokens from an LDAP mount re-check the directory first.
+            if let Some(reply) = ldap::renew::start(ctx, st, req, r, caller)? {
+                return Ok(reply);
+            }
             return token::handle(ctx, req, r, caller);
         }
         let (m, r) = mounts::resolve(ctx, Table::Auth, rest)?
@@ -777,6 +781,7 @@ fn route_sys(
         }
         "replication" => replication::handle(ctx, st, req, tail, caller),
         "generate-root" => replication::generate_root::handle(ctx, st, req, tail),
+        "locked-users" => ldap::lockout::handle(ctx, &mut st.logins.failures, req, tail),
         "license" if tail == "status" && req.method == Method::Get => Ok(Reply::Data(
             crate::license::status(&st.config.license, ctx.now),
         )),

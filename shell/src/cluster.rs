@@ -16,9 +16,9 @@
 use crate::runtime::{Core, Msg};
 use cairn_core::replication::{HttpCall, HttpReply, PeerAnswer, PeerMsg, PeerReply, PeerSend};
 use cairn_core::Input;
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::mpsc::Sender;
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tiny_http::{Header, Server};

@@ -2,7 +2,10 @@
 //! sync API on a pool of threads, and hands each [`LdapReply`] to a delivery callback
 //! (the runtime turns it into `Input::Ldap`).
 //!
-//! One connection per login, kept in a table by connection id between calls: `Connect`
+//! A login arrives as one [`LdapOp::Run`]: a worker runs the core's login machine to the
+//! end with a connection of its own (no round trip through the core per step) and
+//! answers with the finished job. Single operations use one connection per connection
+//! id, kept in a table between calls: `Connect`
 //! tries the URLs in order (TCP, then TLS for `ldaps://` or StartTLS), with the configured
 //! CA (or the system roots), client certificate, TLS version bounds and `insecure_tls`;
 //! `Search` uses the paged results control when asked and the requested alias
@@ -15,6 +18,7 @@
 //! thread instead of queueing behind others. Workers beyond the initial count exit after
 //! [`SPARE_IDLE`] without work.
 
+use cairn_core::auth::ldap::login::Job;
 use cairn_core::auth::ldap::{
     ConnId, ConnectSpec, Deref, FailKind, LdapCall, LdapDone, LdapEntry, LdapFailure, LdapOp,
     LdapReply, Scope, SearchSpec, TlsVersion,
@@ -123,6 +127,7 @@ impl LdapPool {
     }
 
     /// Workers running now.
+    #[cfg(test)]
     pub fn threads(&self) -> usize {
         self.shared.threads.load(Ordering::SeqCst)
     }
@@ -194,12 +199,26 @@ fn kind_of(op: &LdapOp) -> &'static str {
         LdapOp::Bind { .. } => "bind",
         LdapOp::Search(_) => "search",
         LdapOp::Close => "close",
+        LdapOp::Run(_) => "run",
     }
 }
 
 fn execute(s: &Shared, call: LdapCall) -> LdapReply {
     let started = Instant::now();
     let conn_id = call.conn;
+    if let LdapOp::Run(mut job) = call.op {
+        run_job(s, &mut job);
+        log::debug!(
+            "ldap op {} (login run) on conn {conn_id}: done in {:?}",
+            call.op_id,
+            started.elapsed()
+        );
+        return LdapReply {
+            op_id: call.op_id,
+            conn: conn_id,
+            result: Ok(LdapDone::Ran(job)),
+        };
+    }
     let result = match &call.op {
         LdapOp::Connect(spec) => {
             reap_idle(s);
@@ -273,6 +292,67 @@ fn execute(s: &Shared, call: LdapCall) -> LdapReply {
         conn: conn_id,
         result,
     }
+}
+
+/// Runs a login machine to its outcome on a connection of its own, closed at the end
+/// whatever happens.
+fn run_job(s: &Shared, job: &mut Job) {
+    let mut conn: Option<Conn> = None;
+    let id = job.login.request_id;
+    job.run(|op, close_after| {
+        let started = Instant::now();
+        let r = match op {
+            LdapOp::Connect(spec) => connect(s, spec).map(|(ldap, url)| {
+                let timeout = (spec.request_timeout_ms > 0)
+                    .then(|| Duration::from_millis(spec.request_timeout_ms));
+                conn = Some(Conn {
+                    ldap,
+                    timeout,
+                    last_used: Instant::now(),
+                });
+                LdapDone::Connected { url }
+            }),
+            LdapOp::Bind { dn, password } => match conn.as_mut() {
+                Some(c) => bind(c, dn, password.expose()),
+                None => Err(not_open()),
+            },
+            LdapOp::Search(spec) => match conn.as_mut() {
+                Some(c) => search(c, spec),
+                None => Err(not_open()),
+            },
+            LdapOp::Close => Ok(LdapDone::Closed),
+            LdapOp::Run(_) => Err(LdapFailure::new(
+                FailKind::Ldap,
+                None,
+                "a login cannot run inside another",
+            )),
+        };
+        if close_after || matches!(op, LdapOp::Close) {
+            if let Some(mut c) = conn.take() {
+                let _ = c.ldap.unbind();
+            }
+        }
+        match &r {
+            Ok(_) => log::debug!(
+                "ldap login {id}: {} ok in {:?}",
+                kind_of(op),
+                started.elapsed()
+            ),
+            Err(f) => log::debug!("ldap login {id}: {}: {:?}: {}", kind_of(op), f.kind, f.message),
+        }
+        r
+    });
+    if let Some(mut c) = conn.take() {
+        let _ = c.ldap.unbind();
+    }
+}
+
+fn not_open() -> LdapFailure {
+    LdapFailure::new(
+        FailKind::NoConnection,
+        None,
+        "the LDAP connection is not open",
+    )
 }
 
 fn reap_idle(s: &Shared) {
@@ -673,6 +753,53 @@ mod tests {
         });
         let r = rx.recv_timeout(Duration::from_secs(10)).unwrap();
         assert_eq!(r.result.unwrap_err().kind, FailKind::NoConnection);
+    }
+
+    #[test]
+    fn the_pool_grows_so_slow_calls_do_not_queue_behind_each_other() {
+        // A listener that accepts TCP but never answers LDAP: every bind waits for the
+        // request timeout.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("ldap://{}", silent.local_addr().unwrap());
+        let (tx, rx) = mpsc::channel();
+        let pool = LdapPool::new(
+            1,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        let n = 4;
+        for i in 0..n {
+            pool.submit(LdapCall {
+                op_id: i,
+                conn: 100 + i,
+                op: LdapOp::Connect(spec(&[url.as_str()])),
+                close_after: false,
+            });
+        }
+        for _ in 0..n {
+            let r = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert!(r.result.is_ok(), "{:?}", r.result);
+        }
+        let started = Instant::now();
+        for i in 0..n {
+            pool.submit(LdapCall {
+                op_id: 10 + i,
+                conn: 100 + i,
+                op: LdapOp::Bind {
+                    dn: "cn=x".into(),
+                    password: Secret::new("pw"),
+                },
+                close_after: true,
+            });
+        }
+        for _ in 0..n {
+            let r = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+            assert_eq!(r.result.unwrap_err().kind, FailKind::Timeout);
+        }
+        // Four 2 s timeouts in parallel, not one after the other.
+        assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
+        assert!(pool.threads() >= n as usize, "{} threads", pool.threads());
     }
 
     #[test]

@@ -216,6 +216,8 @@ pub struct WorldStats {
     pub crashes: u64,
     pub restarts: u64,
     pub clock_jumps: u64,
+    /// Simulated ms skipped by clock jumps (no events in them).
+    pub jumped_ms: u64,
     pub lost_requests: u64,
 }
 
@@ -509,6 +511,7 @@ impl World {
                 if self.phase == Phase::Chaos {
                     let jump = self.faults.range(1_000, self.params.jump_max_ms);
                     self.stats.clock_jumps += 1;
+                    self.stats.jumped_ms += jump;
                     self.now += jump;
                     self.log(&format!(
                         "clock jumps forward {}.{:03}s",

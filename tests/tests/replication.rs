@@ -368,6 +368,24 @@ fn gates_license_and_root_namespace() {
     assert!(r.errors().contains("root namespace"), "{}", r.errors());
     let lic = ok(p.get("sys/license/status"), "license status");
     assert_eq!(lic["data"]["autoloaded"]["license_id"], "e2e-test-license");
+    // Once primary, the cluster listener speaks TLS only.
+    ok(
+        p.post("sys/replication/dr/primary/enable", json!({})),
+        "dr enable",
+    );
+    wait_for("the cluster listener to refuse plaintext", 20, || {
+        use std::io::{Read, Write};
+        let Ok(mut c) = std::net::TcpStream::connect(cluster_addr(&p)) else {
+            return false;
+        };
+        let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+        let _ = c.write_all(
+            b"POST /v1/cluster/replication HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+        );
+        let mut buf = [0u8; 16];
+        let n = c.read(&mut buf).unwrap_or(0);
+        !buf[..n].starts_with(b"HTTP/1.1")
+    });
 }
 
 /// Standard base64 (padded or not) to bytes.

@@ -50,9 +50,10 @@ pub fn handle(ctx: &mut Ctx, st: &mut NodeState, req: &Request, tail: &str) -> A
     let cfg = config(ctx)?;
     let slot = &mut st.repl.root_gen;
     match (req.method, tail) {
-        (Method::Get, "attempt") => {
-            Ok(Reply::Raw(200, view(slot.as_ref(), cfg.secret_threshold, "")))
-        }
+        (Method::Get, "attempt") => Ok(Reply::Raw(
+            200,
+            view(slot.as_ref(), cfg.secret_threshold, ""),
+        )),
         (Method::Post | Method::Put, "attempt") => {
             if slot.is_some() {
                 return Err(ApiError::bad(

@@ -257,8 +257,17 @@ impl Net {
         let otp = a["otp"].as_str().unwrap().to_string();
         let nonce = a["nonce"].as_str().unwrap().to_string();
         let key = self.keys[key_of].clone();
-        let u = self.ok(i, "", Method::Post, &format!("{base}/update"), json!({"key": key, "nonce": nonce}));
-        let enc = u["encoded_token"].as_str().unwrap_or_else(|| panic!("{u}")).to_string();
+        let u = self.ok(
+            i,
+            "",
+            Method::Post,
+            &format!("{base}/update"),
+            json!({"key": key, "nonce": nonce}),
+        );
+        let enc = u["encoded_token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{u}"))
+            .to_string();
         dr_token::decode_token(&enc, &otp).unwrap()
     }
 
@@ -538,22 +547,49 @@ fn dr_failover_update_primary_and_old_primary_rejoins() {
     let (mut net, roots) = Net::new(3);
     let r0 = roots[0].clone();
     net.ok(0, &r0, Method::Put, "secret/a", json!({"v": 1}));
-    net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/enable", json!({}));
-    net.ok(0, &r0, Method::Post, "sys/replication/dr/primary/enable", json!({}));
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/enable",
+        json!({}),
+    );
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/dr/primary/enable",
+        json!({}),
+    );
     net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
     net.activate(0, &r0, 2, &roots[2], "dr", "dr1");
     net.run_for(2_000);
     let perf_cluster = net.status(0, "performance")["cluster_id"].clone();
-    assert_eq!(net.status(2, "dr")["merkle_root"], net.status(0, "dr")["merkle_root"]);
+    assert_eq!(
+        net.status(2, "dr")["merkle_root"],
+        net.status(0, "dr")["merkle_root"]
+    );
     // The primary is lost; a write it made in isolation never reaches anyone.
     net.down.insert(0);
     net.ok(0, &r0, Method::Put, "secret/lost", json!({"v": 1}));
     // Promote without a DR operation token: refused.
-    let r = net.call(2, "", Method::Post, "sys/replication/dr/secondary/promote", json!({}));
+    let r = net.call(
+        2,
+        "",
+        Method::Post,
+        "sys/replication/dr/secondary/promote",
+        json!({}),
+    );
     assert_eq!(r.status, 403, "{:?}", r.body);
     // The DR secondary unseals with the primary's shares: its token comes from key 0.
     let t = net.dr_token(2, 0);
-    net.ok(2, "", Method::Post, "sys/replication/dr/secondary/promote", json!({"dr_operation_token": t}));
+    net.ok(
+        2,
+        "",
+        Method::Post,
+        "sys/replication/dr/secondary/promote",
+        json!({"dr_operation_token": t}),
+    );
     assert_eq!(net.status(2, "dr")["mode"], "primary");
     // It took over the performance set of its former primary.
     let p2 = net.status(2, "performance");
@@ -561,36 +597,91 @@ fn dr_failover_update_primary_and_old_primary_rejoins() {
     assert_eq!(p2["cluster_id"], perf_cluster);
     // The perf secondary's own tokens were wiped at activation: it unseals with the
     // primary's shares, so a root token is generated with the primary's key.
-    let r = net.call(1, &roots[1], Method::Get, "sys/replication/performance/status", json!({}));
+    let r = net.call(
+        1,
+        &roots[1],
+        Method::Get,
+        "sys/replication/performance/status",
+        json!({}),
+    );
     assert_eq!(r.status, 200);
-    let bad = net.call(1, &roots[1], Method::Post, "sys/replication/performance/secondary/update-primary", json!({}));
+    let bad = net.call(
+        1,
+        &roots[1],
+        Method::Post,
+        "sys/replication/performance/secondary/update-primary",
+        json!({}),
+    );
     assert_eq!(bad.status, 403);
     let t1 = generate_root(&mut net, 1, 0);
-    net.ok(1, &t1, Method::Post, "sys/replication/performance/secondary/update-primary",
-        json!({"update_primary_addrs": ["cluster9", "cluster2"]}));
-    net.ok(2, &r0, Method::Put, "secret/after-failover", json!({"v": 2}));
+    net.ok(
+        1,
+        &t1,
+        Method::Post,
+        "sys/replication/performance/secondary/update-primary",
+        json!({"update_primary_addrs": ["cluster9", "cluster2"]}),
+    );
+    net.ok(
+        2,
+        &r0,
+        Method::Put,
+        "secret/after-failover",
+        json!({"v": 2}),
+    );
     net.run_for(3_000);
     let s1 = net.status(1, "performance");
     assert_eq!(s1["state"], "stream-wals", "{s1}");
     assert_eq!(s1["known_primary_cluster_addrs"][0], "cluster2");
-    assert_eq!(s1["merkle_root"], net.status(2, "performance")["merkle_root"]);
+    assert_eq!(
+        s1["merkle_root"],
+        net.status(2, "performance")["merkle_root"]
+    );
     // The old primary comes back, is demoted in both modes, and rejoins as a DR secondary.
     net.down.clear();
-    net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/demote", json!({}));
-    net.ok(0, &r0, Method::Post, "sys/replication/dr/primary/demote", json!({}));
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/demote",
+        json!({}),
+    );
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/dr/primary/demote",
+        json!({}),
+    );
     assert_eq!(net.status(0, "dr")["mode"], "secondary");
-    let tok = net.ok(2, &r0, Method::Post, "sys/replication/dr/primary/secondary-token", json!({"id": "old-primary"}));
+    let tok = net.ok(
+        2,
+        &r0,
+        Method::Post,
+        "sys/replication/dr/primary/secondary-token",
+        json!({"id": "old-primary"}),
+    );
     let tok = tok["wrap_info"]["token"].as_str().unwrap().to_string();
     let t0 = net.dr_token(0, 0);
-    net.ok(0, "", Method::Post, "sys/replication/dr/secondary/update-primary",
-        json!({"dr_operation_token": t0, "token": tok}));
+    net.ok(
+        0,
+        "",
+        Method::Post,
+        "sys/replication/dr/secondary/update-primary",
+        json!({"dr_operation_token": t0, "token": tok}),
+    );
     net.run_for(3_000);
     let s0 = net.status(0, "dr");
     assert_eq!(s0["state"], "stream-wals", "{s0}");
     assert_eq!(s0["merkle_root"], net.status(2, "dr")["merkle_root"]);
     let uuid = kv_mount_uuid(&net.nodes[2]);
-    assert_eq!(net.data_keys(0, &format!("logical/{uuid}/")), net.data_keys(2, &format!("logical/{uuid}/")));
-    assert!(!net.data_keys(0, &format!("logical/{uuid}/")).iter().any(|(k, _)| k.ends_with("/lost")));
+    assert_eq!(
+        net.data_keys(0, &format!("logical/{uuid}/")),
+        net.data_keys(2, &format!("logical/{uuid}/"))
+    );
+    assert!(!net
+        .data_keys(0, &format!("logical/{uuid}/"))
+        .iter()
+        .any(|(k, _)| k.ends_with("/lost")));
 }
 
 /// A root token from `sys/generate-root` with node `key_of`'s key share.
@@ -599,7 +690,13 @@ fn generate_root(net: &mut Net, i: usize, key_of: usize) -> String {
     let otp = a["otp"].as_str().unwrap().to_string();
     let nonce = a["nonce"].as_str().unwrap().to_string();
     let key = net.keys[key_of].clone();
-    let u = net.ok(i, "", Method::Post, "sys/generate-root/update", json!({"key": key, "nonce": nonce}));
+    let u = net.ok(
+        i,
+        "",
+        Method::Post,
+        "sys/generate-root/update",
+        json!({"key": key, "nonce": nonce}),
+    );
     assert_eq!(u["complete"], true, "{u}");
     dr_token::decode_token(u["encoded_token"].as_str().unwrap(), &otp).unwrap()
 }

@@ -96,7 +96,9 @@ pub fn server_tls(ctx: &mut Ctx, hosts: &[String]) -> ApiResult<Option<ClusterTl
 
 fn issue(seed: &[u8; 32], hosts: &[String]) -> Result<ClusterTls, String> {
     let ca_key = key_pair(seed)?;
-    let ca_cert = ca_params()?.self_signed(&ca_key).map_err(|e| e.to_string())?;
+    let ca_cert = ca_params()?
+        .self_signed(&ca_key)
+        .map_err(|e| e.to_string())?;
     let issuer = rcgen::Issuer::new(ca_params()?, ca_key);
     let mut material = seed.to_vec();
     material.extend_from_slice(b"cluster-listener");
@@ -113,9 +115,7 @@ fn issue(seed: &[u8; 32], hosts: &[String]) -> Result<ClusterTls, String> {
         rcgen::ExtendedKeyUsagePurpose::ServerAuth,
         rcgen::ExtendedKeyUsagePurpose::ClientAuth,
     ];
-    let cert = p
-        .signed_by(&leaf_key, &issuer)
-        .map_err(|e| e.to_string())?;
+    let cert = p.signed_by(&leaf_key, &issuer).map_err(|e| e.to_string())?;
     Ok(ClusterTls {
         cert_pem: format!("{}{}", cert.pem(), ca_cert.pem()),
         key_pem: leaf_key.serialize_pem(),
@@ -144,7 +144,10 @@ mod tests {
         let seed = [5u8; 32];
         assert_eq!(ca_cert(&seed).unwrap(), ca_cert(&seed).unwrap());
         let t = issue(&seed, &["127.0.0.1".into(), "localhost".into()]).unwrap();
-        assert_eq!(t, issue(&seed, &["127.0.0.1".into(), "localhost".into()]).unwrap());
+        assert_eq!(
+            t,
+            issue(&seed, &["127.0.0.1".into(), "localhost".into()]).unwrap()
+        );
         assert!(t.cert_pem.matches("BEGIN CERTIFICATE").count() == 2);
         assert!(t.key_pem.contains("PRIVATE KEY"));
         assert_eq!(host_of("127.0.0.1:8201"), "127.0.0.1");

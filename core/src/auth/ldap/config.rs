@@ -63,6 +63,14 @@ pub struct LdapConfig {
     pub token_no_default_policy: bool,
     pub token_bound_cidrs: Vec<String>,
     pub token_type: String,
+    /// Failed logins that lock a user; 0 = the default (5).
+    pub user_lockout_threshold: u64,
+    /// Seconds a locked user stays locked; 0 = the default (15 minutes).
+    pub user_lockout_duration: u64,
+    /// Seconds without a failed login after which the count restarts; 0 = the default
+    /// (15 minutes).
+    pub user_lockout_counter_reset: u64,
+    pub user_lockout_disable: bool,
 }
 
 impl Default for LdapConfig {
@@ -105,6 +113,10 @@ impl Default for LdapConfig {
             token_no_default_policy: false,
             token_bound_cidrs: Vec::new(),
             token_type: "default".into(),
+            user_lockout_threshold: super::lockout::DEFAULT_THRESHOLD,
+            user_lockout_duration: super::lockout::DEFAULT_DURATION,
+            user_lockout_counter_reset: super::lockout::DEFAULT_COUNTER_RESET,
+            user_lockout_disable: false,
         }
     }
 }
@@ -148,6 +160,10 @@ pub const FIELDS: &[&str] = &[
     "token_no_default_policy",
     "token_bound_cidrs",
     "token_type",
+    "user_lockout_threshold",
+    "user_lockout_duration",
+    "user_lockout_counter_reset",
+    "user_lockout_disable",
 ];
 
 fn bad(msg: impl Into<String>) -> ApiError {
@@ -509,6 +525,8 @@ impl LdapConfig {
             ("token_max_ttl", &mut self.token_max_ttl),
             ("token_explicit_max_ttl", &mut self.token_explicit_max_ttl),
             ("token_period", &mut self.token_period),
+            ("user_lockout_duration", &mut self.user_lockout_duration),
+            ("user_lockout_counter_reset", &mut self.user_lockout_counter_reset),
         ] {
             if let Some(v) = reject_negative(f, name)? {
                 *slot = v;
@@ -522,6 +540,17 @@ impl LdapConfig {
                 return Err(bad("token_num_uses: must be zero (unlimited) or positive"));
             }
             self.token_num_uses = v;
+        }
+        if let Some(v) = f.int("user_lockout_threshold")? {
+            if v < 0 {
+                return Err(bad(
+                    "user_lockout_threshold: must be zero (the default, 5) or positive",
+                ));
+            }
+            self.user_lockout_threshold = v as u64;
+        }
+        if let Some(v) = b("user_lockout_disable")? {
+            self.user_lockout_disable = v;
         }
         if let Some(v) = b("token_no_default_policy")? {
             self.token_no_default_policy = v;
@@ -653,6 +682,10 @@ impl LdapConfig {
             "token_no_default_policy": self.token_no_default_policy,
             "token_bound_cidrs": self.token_bound_cidrs,
             "token_type": self.token_type,
+            "user_lockout_threshold": self.user_lockout_threshold,
+            "user_lockout_duration": self.user_lockout_duration,
+            "user_lockout_counter_reset": self.user_lockout_counter_reset,
+            "user_lockout_disable": self.user_lockout_disable,
         })
     }
 
@@ -740,6 +773,10 @@ mod tests {
         assert_eq!(v["max_page_size"], 0);
         assert_eq!(v["request_timeout"], 90);
         assert_eq!(v["connection_timeout"], 30);
+        assert_eq!(v["user_lockout_threshold"], 5);
+        assert_eq!(v["user_lockout_duration"], 900);
+        assert_eq!(v["user_lockout_counter_reset"], 900);
+        assert_eq!(v["user_lockout_disable"], false);
         assert!(v.get("bindpass").is_none());
         assert!(v.get("client_tls_key").is_none());
     }
@@ -798,6 +835,19 @@ mod tests {
                 "token_ttl",
             ),
             (json!({"starttls": "maybe"}), "starttls"),
+            (
+                json!({"user_lockout_threshold": -1}),
+                "user_lockout_threshold",
+            ),
+            (
+                json!({"user_lockout_duration": "forever"}),
+                "user_lockout_duration",
+            ),
+            (
+                json!({"user_lockout_counter_reset": -3}),
+                "user_lockout_counter_reset",
+            ),
+            (json!({"user_lockout_disable": "no"}), "user_lockout_disable"),
         ];
         for (body, field) in cases {
             let mut b = body.clone();

@@ -88,8 +88,27 @@ impl FakeDirectory {
         self.entries.iter().find(|e| e.norm == n)
     }
 
-    /// Answers one call.
+    /// Answers one call. A [`LdapOp::Run`] is run to the end, each of its operations
+    /// answered (and logged) like a call of its own on the call's connection.
     pub fn answer(&mut self, call: &LdapCall) -> LdapReply {
+        if let LdapOp::Run(job) = &call.op {
+            let mut job = job.clone();
+            job.run(|op, close_after| {
+                let step = LdapCall {
+                    op_id: call.op_id,
+                    conn: call.conn,
+                    op: op.clone(),
+                    close_after,
+                };
+                self.answer(&step).result
+            });
+            self.conns.remove(&call.conn);
+            return LdapReply {
+                op_id: call.op_id,
+                conn: call.conn,
+                result: Ok(LdapDone::Ran(job)),
+            };
+        }
         self.log.push(call.clone());
         let result = self.perform(call);
         if call.close_after {
@@ -134,6 +153,11 @@ impl FakeDirectory {
                 self.conns.remove(&call.conn);
                 Ok(LdapDone::Closed)
             }
+            LdapOp::Run(_) => Err(fail(
+                FailKind::Ldap,
+                None,
+                "a login cannot run inside another",
+            )),
             LdapOp::Bind { dn: who, password } => {
                 if who.is_empty() && password.is_empty() {
                     self.conns.insert(call.conn, None);

@@ -13,6 +13,12 @@
 //! 6. with `upndomain`, search the user's DN by `userPrincipalName`;
 //! 7. bind anonymously when `anonymous_group_search`;
 //! 8. search `groupdn` with the rendered `groupfilter`, reading `groupattr`.
+//!
+//! A [`Job`] carries a machine to the executor, which runs it to the end with
+//! [`Login::run`] on one connection (the node sees only the outcome, not each step), and
+//! hands it back. A look-up ([`Login::lookup`], for token renewals) makes the same steps
+//! as the service identity without the user's password: connect, bind as `binddn`, search
+//! the user, search the groups.
 
 use super::config::LdapConfig;
 use super::dn;
@@ -41,6 +47,18 @@ pub enum Step {
     GroupSearch,
 }
 
+/// Why a machine runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Authenticate the user with the password, then find the groups.
+    Login,
+    /// Find the user and the groups as the service identity (no password): renewals.
+    Lookup,
+}
+
+/// Most operations one run may make (a machine never needs more than nine).
+pub const MAX_STEPS: usize = 32;
+
 /// What the directory said about the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
@@ -61,9 +79,10 @@ pub enum Next {
 }
 
 /// One login in progress.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Login {
     pub request_id: RequestId,
+    pub purpose: Purpose,
     pub mount: MountEntry,
     pub cfg: LdapConfig,
     pub username: String,
@@ -78,6 +97,28 @@ pub struct Login {
     alias_value: Option<String>,
     /// Remote address of the client, for logs.
     pub remote_addr: String,
+    /// The failure was the user's credentials (a refused user bind, or no such user): it
+    /// counts towards the user lockout.
+    pub bad_credentials: bool,
+}
+
+/// A machine sent to the executor to run to the end, and its outcome when it comes back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub login: Login,
+    /// The first operation (connect).
+    pub first: LdapOp,
+    /// Set by [`Job::run`].
+    pub outcome: Option<Result<Found, ApiError>>,
+}
+
+impl Job {
+    /// Runs the machine with `exec` performing each operation (`true` = close the
+    /// connection after it) and keeps the outcome.
+    pub fn run(&mut self, exec: impl FnMut(&LdapOp, bool) -> Result<LdapDone, LdapFailure>) {
+        let first = self.first.clone();
+        self.outcome = Some(self.login.run(first, exec));
+    }
 }
 
 fn bad(msg: impl Into<String>) -> ApiError {
@@ -99,6 +140,7 @@ impl Login {
         (
             Login {
                 request_id,
+                purpose: Purpose::Login,
                 mount,
                 cfg,
                 username: username.to_string(),
@@ -111,9 +153,47 @@ impl Login {
                 user_dn: String::new(),
                 alias_value: None,
                 remote_addr: remote_addr.to_string(),
+                bad_credentials: false,
             },
             op,
         )
+    }
+
+    /// Starts a look-up of `username`'s groups as the service identity (the config must
+    /// have `binddn` and `bindpass`); returns the machine and its first operation.
+    pub fn lookup(
+        request_id: RequestId,
+        mount: MountEntry,
+        cfg: LdapConfig,
+        username: &str,
+        conn: ConnId,
+    ) -> (Login, LdapOp) {
+        let (mut l, op) = Login::start(request_id, mount, cfg, username, "", conn, "");
+        l.purpose = Purpose::Lookup;
+        (l, op)
+    }
+
+    /// Runs the machine to its outcome from `first`, with `exec` performing each
+    /// operation (`true` = close the connection after it).
+    pub fn run(
+        &mut self,
+        first: LdapOp,
+        mut exec: impl FnMut(&LdapOp, bool) -> Result<LdapDone, LdapFailure>,
+    ) -> Result<Found, ApiError> {
+        let (mut op, mut close) = (first, false);
+        for _ in 0..MAX_STEPS {
+            let r = exec(&op, close);
+            match self.advance(r) {
+                Next::Call(next, c) => {
+                    op = next;
+                    close = c;
+                }
+                Next::Done(result) => return result,
+            }
+        }
+        Err(ApiError::Internal(
+            "the LDAP login made more operations than any login needs".into(),
+        ))
     }
 
     fn call(&mut self, step: Step, op: LdapOp) -> Next {
@@ -195,7 +275,10 @@ impl Login {
                     f.message
                 );
                 let e = match f.kind {
-                    FailKind::InvalidCredentials => bad(USER_BIND_FAILED),
+                    FailKind::InvalidCredentials => {
+                        self.bad_credentials = true;
+                        bad(USER_BIND_FAILED)
+                    }
                     FailKind::Connect | FailKind::Timeout => lost_or(&f, USER_BIND_FAILED),
                     _ => bad(format!("{USER_BIND_FAILED}: {}", f.message)),
                 };
@@ -275,6 +358,9 @@ impl Login {
     }
 
     fn find_user(&mut self) -> Next {
+        if self.purpose == Purpose::Lookup && !self.cfg.has_service_bind() {
+            return self.done(Err(bad("a directory look-up needs binddn and bindpass")));
+        }
         if self.cfg.searches_for_user() {
             let filter = match self.user_filter() {
                 Ok(f) => f,
@@ -296,17 +382,27 @@ impl Login {
 
     fn user_found(&mut self, entries: Vec<LdapEntry>) -> Next {
         match entries.len() {
+            1 if self.purpose == Purpose::Lookup => {
+                // Found by the service identity: no user bind; search its groups.
+                self.user_dn = entries[0].dn.clone();
+                self.take_alias(&entries[0]);
+                self.groups()
+            }
             1 => {
                 self.bind_dn = entries[0].dn.clone();
                 self.take_alias(&entries[0]);
                 self.user_bind()
             }
+            0 if self.purpose == Purpose::Lookup => self.done(Err(bad(
+                "the user is no longer found in the directory",
+            ))),
             0 => {
                 log::debug!(
                     "ldap login {}: no entry under {:?} matches the user filter",
                     self.request_id,
                     self.cfg.userdn
                 );
+                self.bad_credentials = true;
                 self.done(Err(bad(USER_BIND_FAILED)))
             }
             n => self.done(Err(bad(format!(

@@ -6,18 +6,23 @@
 //! Storage under the mount's prefix `auth/<uuid>/`: `config`, `group/<name>`,
 //! `user/<name>` (replicated class; values are encrypted by the barrier).
 //!
-//! A login answers [`Reply::Pending`]: it pushes an [`LdapCall`] into the node's outputs
-//! and keeps a [`login::Login`] in [`Logins`] under the call's op id. Each [`LdapReply`]
-//! goes to [`on_reply`], which sends the next call or finishes: policies from the
-//! mappings, a token from [`crate::token::create`], the login response.
+//! A login answers [`Reply::Pending`]: it pushes one [`LdapCall`] with an
+//! [`LdapOp::Run`] into the node's outputs (the whole [`login::Login`] machine, which the
+//! executor runs to the end on a connection of its own) and keeps a [`Waiting`] in
+//! [`Logins`] under the call's op id. The [`LdapReply`] goes to [`on_reply`], which
+//! finishes: policies from the mappings, a token from [`crate::token::create`], the login
+//! response. Failed logins count towards the user lockout ([`lockout`]); renewals of
+//! tokens from an LDAP mount re-check the directory ([`renew`]).
 
 pub mod config;
 pub mod dn;
 pub mod escape;
 pub mod fake;
 pub mod filter;
+pub mod lockout;
 pub mod login;
 pub mod ops;
+pub mod renew;
 pub mod template;
 
 pub use ops::{
@@ -31,7 +36,8 @@ use crate::mounts::MountEntry;
 use crate::node::{NodeState, Output};
 use crate::token::{self, Caller, NewToken};
 use config::LdapConfig;
-use login::{Found, Login, Next};
+pub use login::Found;
+use login::{Job, Login};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,12 +47,22 @@ pub const MAX_ACTIVE_LOGINS: usize = 4096;
 /// Longest group or user name accepted in a mapping path.
 pub const MAX_NAME_LEN: usize = 512;
 
-/// Logins in progress, keyed by the op id of the call each waits for.
+/// A request waiting for the directory.
+#[derive(Debug)]
+pub struct Waiting {
+    pub request_id: RequestId,
+    /// Set for a token renewal's re-check; `None` for a login.
+    pub renew: Option<renew::Renewal>,
+}
+
+/// Logins (and renewal look-ups) in progress, keyed by the op id of the call each waits
+/// for, and the failure counts of the user lockout.
 #[derive(Debug, Default)]
 pub struct Logins {
-    pub active: BTreeMap<OpId, Login>,
+    pub active: BTreeMap<OpId, Waiting>,
     next_op: OpId,
     next_conn: ConnId,
+    pub failures: lockout::Failures,
 }
 
 impl Logins {
@@ -280,6 +296,14 @@ fn login_start(
     {
         return Err(ApiError::PermissionDenied);
     }
+    let alias = lockout::alias(&cfg, username);
+    if lockout::is_locked(ctx, &st.logins.failures, &cfg, &m.accessor, &alias)? {
+        log::info!(
+            "ldap login of {username:?} on auth/{} refused: the user is locked out",
+            m.path
+        );
+        return Err(lockout::locked_error());
+    }
     if cfg.deny_null_bind && password.is_empty() {
         return Err(ApiError::bad(
             "password cannot be of zero length when passwordless binds are being denied",
@@ -292,7 +316,7 @@ fn login_start(
     }
     let conn = st.logins.conn_id();
     let op_id = st.logins.op_id();
-    let (login, op) = Login::start(
+    let (login, first) = Login::start(
         req.id,
         m.clone(),
         cfg,
@@ -304,63 +328,93 @@ fn login_start(
     st.outputs.push_back(Output::Ldap(LdapCall {
         op_id,
         conn,
-        op,
-        close_after: false,
+        op: LdapOp::Run(Box::new(Job {
+            login,
+            first,
+            outcome: None,
+        })),
+        close_after: true,
     }));
-    st.logins.active.insert(op_id, login);
+    st.logins.active.insert(
+        op_id,
+        Waiting {
+            request_id: req.id,
+            renew: None,
+        },
+    );
     Ok(Reply::Pending)
 }
 
-/// Advances the login waiting for `r`: `None` while it needs more operations (the next
-/// call is in the outputs), `Some` with the request's result when it is done.
+/// Finishes the login or renewal waiting for `r`: `None` when nothing waits for it,
+/// otherwise the request's result (its storage writes commit when it is `Ok`).
 pub fn on_reply(
     ctx: &mut Ctx,
     st: &mut NodeState,
     r: LdapReply,
 ) -> Option<(RequestId, ApiResult<Reply>)> {
-    let mut login = st.logins.active.remove(&r.op_id)?;
-    if r.conn != login.conn {
-        log::error!(
-            "ldap reply for op {} names connection {}, expected {}",
-            r.op_id,
-            r.conn,
-            login.conn
-        );
-    }
-    match login.advance(r.result) {
-        Next::Call(op, close_after) => {
-            let op_id = st.logins.op_id();
-            st.outputs.push_back(Output::Ldap(LdapCall {
-                op_id,
-                conn: login.conn,
-                op,
-                close_after,
-            }));
-            st.logins.active.insert(op_id, login);
-            None
+    let waiting = st.logins.active.remove(&r.op_id)?;
+    let job = match r.result {
+        Ok(LdapDone::Ran(job)) => job,
+        Ok(other) => {
+            return Some((
+                waiting.request_id,
+                Err(ApiError::Internal(format!(
+                    "unexpected LDAP result {other:?} for a login"
+                ))),
+            ))
         }
-        Next::Done(result) => {
-            if !login.closed {
-                let op_id = st.logins.op_id();
-                st.outputs.push_back(Output::Ldap(LdapCall {
-                    op_id,
-                    conn: login.conn,
-                    op: LdapOp::Close,
-                    close_after: true,
-                }));
+        Err(f) => {
+            return Some((
+                waiting.request_id,
+                Err(ApiError::bad(format!(
+                    "ldap operation failed: {}",
+                    f.message
+                ))),
+            ))
+        }
+    };
+    let Job { login, outcome, .. } = *job;
+    let outcome = outcome.unwrap_or_else(|| {
+        Err(ApiError::Internal(
+            "the LDAP executor returned a login it did not run".into(),
+        ))
+    });
+    let result = match waiting.renew {
+        Some(renewal) => renew::finish(ctx, &login, outcome, renewal),
+        None => login_done(ctx, st, &login, outcome),
+    };
+    Some((waiting.request_id, result))
+}
+
+/// The answer to a login: a token, or the error; failures of the user's credentials count
+/// towards the lockout.
+fn login_done(
+    ctx: &mut Ctx,
+    st: &mut NodeState,
+    login: &Login,
+    outcome: Result<Found, ApiError>,
+) -> ApiResult<Reply> {
+    let alias = lockout::alias(&login.cfg, &login.username);
+    let accessor = &login.mount.accessor;
+    match outcome {
+        Ok(found) => {
+            lockout::succeeded(ctx, &mut st.logins.failures, accessor, &alias)?;
+            finish_login(ctx, login, found)
+        }
+        Err(e) => {
+            log::info!(
+                "ldap login of {:?} on auth/{} refused: {e}",
+                login.username,
+                login.mount.path
+            );
+            if login.bad_credentials
+                && lockout::failed(ctx, &mut st.logins.failures, &login.cfg, accessor, &alias)?
+            {
+                // The lock is staged in `ctx`: answer with the error as a reply so the
+                // write set commits although the login failed.
+                return Ok(Reply::Raw(e.status(), json!({ "errors": [e.to_string()] })));
             }
-            let result = match result {
-                Ok(found) => finish_login(ctx, &login, found),
-                Err(e) => {
-                    log::info!(
-                        "ldap login of {:?} on auth/{} refused: {e}",
-                        login.username,
-                        login.mount.path
-                    );
-                    Err(e)
-                }
-            };
-            Some((login.request_id, result))
+            Err(e)
         }
     }
 }

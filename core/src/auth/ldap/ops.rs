@@ -5,6 +5,10 @@
 //!
 //! Secrets (bind passwords, the client key) travel inside [`Secret`], whose `Debug`
 //! prints `<redacted>`, so logging a call never leaks them.
+//!
+//! Logins travel as one [`LdapOp::Run`]: the executor runs the login machine
+//! ([`super::login::Job::run`]) with its own connection, performing each operation, and
+//! answers with the finished job; the machine itself stays free of I/O.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -145,6 +149,10 @@ pub enum LdapOp {
     Search(SearchSpec),
     /// Unbind and drop the connection.
     Close,
+    /// Run a whole login (or look-up) on a connection of its own, opened and closed by
+    /// the executor, without a round trip through the node per step; answered with
+    /// [`LdapDone::Ran`].
+    Run(Box<super::login::Job>),
 }
 
 /// An operation the node asks for, on one connection.
@@ -186,6 +194,8 @@ pub enum LdapDone {
     Bound,
     Entries(Vec<LdapEntry>),
     Closed,
+    /// The job of an [`LdapOp::Run`], its outcome set.
+    Ran(Box<super::login::Job>),
 }
 
 /// Why an operation failed.
