@@ -62,6 +62,8 @@ pub enum Output {
     HttpCall(HttpCall),
     /// Serve the cluster listener with this certificate (the node became a primary).
     ClusterTls(replication::tls::ClusterTls),
+    /// Append one line to an audit device's file before the batch commits (fail closed).
+    Audit { file_path: String, line: String },
 }
 
 /// Settings fixed at start.
@@ -105,9 +107,13 @@ pub struct NodeState {
     pub logins: Logins,
     pub(crate) pending: BTreeMap<RequestId, Pending>,
     pub seal_requested: bool,
+    /// Token (hash) whose use the current request spends, if it is use-limited.
+    pub spend_use: Option<String>,
     pub unseal_progress: Vec<Vec<u8>>,
     /// Replication roles, Merkle trees, WAL position and peer calls.
     pub repl: replication::Replication,
+    /// Request counters and audit entries waiting for their response.
+    pub obs: crate::metrics::Observability,
 }
 
 pub struct Node<S: Storage> {
@@ -165,8 +171,10 @@ impl<S: Storage> Node<S> {
                 logins: Logins::default(),
                 pending: BTreeMap::new(),
                 seal_requested: false,
+                spend_use: None,
                 unseal_progress: Vec::new(),
                 repl: Default::default(),
+                obs: Default::default(),
             },
             now: 0,
             last_tick: 0,
@@ -231,11 +239,13 @@ impl<S: Storage> Node<S> {
     /// Handles one input at time `now`.
     pub fn handle(&mut self, now: Millis, input: Input) {
         self.now = self.now.max(now);
+        let obs_from = self.st.outputs.len();
         if let Err(e) = replication::ensure_loaded(&mut self.env()) {
             log::error!("replication state not loaded: {e}");
         }
         match input {
             Input::Request(req) => {
+                self.observe(&req);
                 let id = req.id;
                 let wrap = req.wrap_ttl.clone();
                 let path = req.path.clone();
@@ -292,6 +302,19 @@ impl<S: Storage> Node<S> {
             self.st.repl.on_seal();
         }
         replication::poll(&mut self.env());
+        crate::metrics::after_input(&mut self.st, obs_from, self.now);
+    }
+
+    /// Counts a request and logs its audit request entry.
+    fn observe(&mut self, req: &Request) {
+        let now = self.now;
+        let mut ctx = Ctx {
+            txn: Txn::new(&self.storage),
+            barrier: &self.barrier,
+            rng: &mut self.rng,
+            now,
+        };
+        crate::metrics::before_request(&mut ctx, &mut self.st, req);
     }
 
     /// Answers a request that waited for outside work.
@@ -409,7 +432,33 @@ impl<S: Storage> Node<S> {
             rng: &mut self.rng,
             now,
         };
-        let reply = route(&mut ctx, &mut self.st, &req)?;
+        let routed = route(&mut ctx, &mut self.st, &req);
+        // A limited-use token spends one use on every authorised request, whether or not
+        // the handler then succeeds; on failure the spend is its own write set.
+        let spend = self.st.spend_use.take();
+        let reply = match routed {
+            Ok(reply) => {
+                if let Some(h) = &spend {
+                    spend_use(&mut ctx, h)?;
+                }
+                reply
+            }
+            Err(e) => {
+                drop(ctx);
+                if let Some(h) = &spend {
+                    let mut ctx = Ctx {
+                        txn: Txn::new(&self.storage),
+                        barrier: &self.barrier,
+                        rng: &mut self.rng,
+                        now,
+                    };
+                    spend_use(&mut ctx, h)?;
+                    let writes = ctx.txn.into_writes();
+                    self.commit(writes)?;
+                }
+                return Err(e);
+            }
+        };
         let writes = ctx.txn.into_writes();
         if !writes.is_empty() {
             self.commit(writes)?;
@@ -671,6 +720,14 @@ impl<S: Storage> Node<S> {
     }
 }
 
+/// Spends one use of a limited-use token (reloaded: the handler may have changed it).
+fn spend_use(ctx: &mut Ctx, h: &str) -> ApiResult<()> {
+    if let Some(mut e) = token::lookup_hash(ctx, h)? {
+        token::use_once(ctx, h, &mut e)?;
+    }
+    Ok(())
+}
+
 /// Which capability a request needs on its path.
 fn needed(ctx: &Ctx, req: &Request) -> ApiResult<u8> {
     let mut need = match req.method {
@@ -705,7 +762,7 @@ fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
             .as_deref()
             .filter(|t| !t.is_empty())
             .ok_or(ApiError::PermissionDenied)?;
-        let (h, mut e) = token::lookup(ctx, t)?.ok_or(ApiError::PermissionDenied)?;
+        let (h, e) = token::lookup(ctx, t)?.ok_or(ApiError::PermissionDenied)?;
         let acl = sys::acl_for(ctx, &e.policies)?;
         let need = needed(ctx, req)?;
         let ok = acl.allows(path, need)
@@ -715,7 +772,9 @@ fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
         if !ok {
             return Err(ApiError::PermissionDenied);
         }
-        token::use_once(ctx, &h, &mut e)?;
+        if e.num_uses > 0 {
+            st.spend_use = Some(h.clone());
+        }
         Some(Caller {
             hash: h,
             id: t.to_string(),
@@ -781,6 +840,9 @@ fn route_sys(
         }
         "replication" => replication::handle(ctx, st, req, tail, caller),
         "generate-root" => replication::generate_root::handle(ctx, st, req, tail),
+        "audit" => crate::audit::handle(ctx, req, tail),
+        "audit-hash" => crate::audit::hash_handler(ctx, req, tail),
+        "metrics" => crate::metrics::handle(ctx, st, req, tail),
         "locked-users" => ldap::lockout::handle(ctx, &mut st.logins.failures, req, tail),
         "license" if tail == "status" && req.method == Method::Get => Ok(Reply::Data(
             crate::license::status(&st.config.license, ctx.now),
@@ -978,6 +1040,17 @@ mod tests {
             Request::new(6, Method::Get, "secret/team/a").with_token(&t),
         );
         assert_eq!(gone.status, 403);
+    }
+
+    #[test]
+    fn failed_request_spends_a_use_of_a_limited_token() {
+        let (mut n, root) = dev();
+        let pol = r#"path "secret/*" { capabilities = ["read"] }"#;
+        call(&mut n, 2_000, Request::new(1, Method::Put, "sys/policies/acl/p").with_token(&root).with_json(json!({ "policy": pol })));
+        let r = call(&mut n, 2_000, Request::new(2, Method::Post, "auth/token/create").with_token(&root).with_json(json!({"policies": ["p"], "num_uses": 1})));
+        let t = r.body.unwrap()["auth"]["client_token"].as_str().unwrap().to_string();
+        assert_eq!(call(&mut n, 2_000, Request::new(3, Method::Get, "secret/missing").with_token(&t)).status, 404);
+        assert_eq!(call(&mut n, 2_000, Request::new(4, Method::Get, "secret/missing").with_token(&t)).status, 403);
     }
 
     #[test]

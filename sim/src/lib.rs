@@ -36,12 +36,7 @@ pub const DEFAULT_STEPS: u64 = 3_000;
 /// [`RunConfig::tolerate_known_bugs`] the model follows the core's current behaviour for
 /// these and counts the divergences (`known-bug:<invariant>` in the check counts) instead
 /// of failing, so soak runs can look for new bugs. Remove an entry once the core is fixed.
-pub const KNOWN_CORE_BUGS: &[(&str, &str)] = &[(
-    "token-use-limit",
-    "a request that passes the token check but then fails (e.g. 404) does not spend a use \
-     of a use-limited token: the decrement is part of the request's write set, which is \
-     dropped on error",
-)];
+pub const KNOWN_CORE_BUGS: &[(&str, &str)] = &[];
 
 /// Which simulator runs a seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
