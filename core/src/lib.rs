@@ -2,11 +2,13 @@
 //! randomness: a [`Node`] is driven by inputs carrying the time and emits outputs.
 
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod crypto;
 pub mod ctx;
 pub mod kv;
 pub mod license;
+pub mod metrics;
 pub mod mounts;
 pub mod node;
 pub mod policy;

@@ -25,6 +25,14 @@ use tiny_http::{Header, Server};
 
 /// Path of the replication endpoint on the cluster listener.
 pub const PATH: &str = "/v1/cluster/replication";
+/// Longest a peer call may take in all (large Merkle sync batches).
+const PEER_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest the answer may take to start: a long poll is held a few seconds at most, so a
+/// call that hears nothing for this long (e.g. it reached a listener mid-switch to TLS) is
+/// dropped and retried.
+const PEER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a connection (TCP and TLS handshake) may take.
+const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Largest accepted peer message.
 const MAX_BODY: u64 = 256 << 20;
 
@@ -35,6 +43,8 @@ struct Listener {
     addr: String,
     current: Mutex<Option<Arc<Server>>>,
     cert: Mutex<Option<Vec<u8>>>,
+    /// Held while switching, so switches run one at a time.
+    switching: Mutex<()>,
 }
 
 static LISTENER: OnceLock<Arc<Listener>> = OnceLock::new();
@@ -50,6 +60,7 @@ pub fn serve(addr: &str, core: Core, threads: usize) -> Result<std::net::SocketA
         addr: local.to_string(),
         current: Mutex::new(Some(Arc::new(server))),
         cert: Mutex::new(None),
+        switching: Mutex::new(()),
     });
     let _ = LISTENER.set(l.clone());
     for i in 0..threads.max(1) {
@@ -84,15 +95,16 @@ pub fn use_tls(t: cairn_core::replication::tls::ClusterTls) {
         return;
     };
     let cert = t.cert_pem.clone().into_bytes();
-    if l.cert.lock().ok().and_then(|c| c.clone()).as_deref() == Some(cert.as_slice()) {
-        return;
-    }
     let spawned = std::thread::Builder::new()
         .name("cairn-cluster-tls".into())
         .spawn(move || {
+            let _one_at_a_time = l.switching.lock();
+            if l.cert.lock().ok().and_then(|c| c.clone()).as_deref() == Some(cert.as_slice()) {
+                return;
+            }
             let old = l.current.lock().ok().and_then(|mut g| g.take());
             drop(old);
-            for _ in 0..100 {
+            for _ in 0..200 {
                 match Server::https(
                     l.addr.as_str(),
                     tiny_http::SslConfig {
@@ -167,7 +179,9 @@ fn agent() -> &'static ureq::Agent {
     AGENT.get_or_init(|| {
         ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(60)))
+            .timeout_global(Some(PEER_TIMEOUT))
+            .timeout_recv_response(Some(PEER_RESPONSE_TIMEOUT))
+            .timeout_connect(Some(PEER_CONNECT_TIMEOUT))
             .build()
             .into()
     })
@@ -192,7 +206,9 @@ fn pinned_agent(ca_pem: &str) -> Result<ureq::Agent, String> {
     }
     let a: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
+        .timeout_global(Some(PEER_TIMEOUT))
+        .timeout_recv_response(Some(PEER_RESPONSE_TIMEOUT))
+        .timeout_connect(Some(PEER_CONNECT_TIMEOUT))
         .tls_config(
             ureq::tls::TlsConfig::builder()
                 .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))

@@ -122,6 +122,7 @@ fn respond(rq: tiny_http::Request, resp: Response) {
 
 fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let started = std::time::Instant::now();
     let url = rq.url().to_string();
     let (raw_path, query) = url.split_once('?').unwrap_or((&url, ""));
     let Some(path) = raw_path.strip_prefix("/v1/") else {
@@ -187,6 +188,17 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
             (percent_decode(k, true), percent_decode(v, true))
         })
         .collect();
-    let resp = core.request(req);
+    let method = cairn_core::metrics::method_name(req.method);
+    let class = cairn_core::metrics::path_class(&req.path);
+    let metrics = req.path.trim_end_matches('/') == "sys/metrics";
+    let mut resp = core.request(req);
+    crate::latency::observe(method, &class, started.elapsed());
+    if metrics {
+        if let Some((ct, bytes)) = resp.raw.as_mut() {
+            if ct.starts_with("text/plain") {
+                bytes.extend_from_slice(crate::latency::render().as_bytes());
+            }
+        }
+    }
     respond(rq, resp);
 }

@@ -169,8 +169,7 @@ fn worker(s: Arc<Shared>) {
                 // workers never both leave the pool below it).
                 let n = s.threads.load(Ordering::SeqCst);
                 if n > s.base
-                    && s
-                        .threads
+                    && s.threads
                         .compare_exchange(n, n - 1, Ordering::SeqCst, Ordering::SeqCst)
                         .is_ok()
                 {
@@ -338,7 +337,12 @@ fn run_job(s: &Shared, job: &mut Job) {
                 kind_of(op),
                 started.elapsed()
             ),
-            Err(f) => log::debug!("ldap login {id}: {}: {:?}: {}", kind_of(op), f.kind, f.message),
+            Err(f) => log::debug!(
+                "ldap login {id}: {}: {:?}: {}",
+                kind_of(op),
+                f.kind,
+                f.message
+            ),
         }
         r
     });
@@ -798,7 +802,11 @@ mod tests {
             assert_eq!(r.result.unwrap_err().kind, FailKind::Timeout);
         }
         // Four 2 s timeouts in parallel, not one after the other.
-        assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "{:?}",
+            started.elapsed()
+        );
         assert!(pool.threads() >= n as usize, "{} threads", pool.threads());
     }
 

@@ -1,9 +1,11 @@
 //! `cairn`: the server and its command-line client in one binary.
 
+mod audit_file;
 mod cli;
 mod cluster;
 mod config;
 mod http;
+mod latency;
 mod ldap;
 mod logger;
 mod runtime;

@@ -130,6 +130,7 @@ fn run(
         }
         let mut ids_in_batch = Vec::new();
         let mut held: Vec<Output> = Vec::new();
+        let mut audit_lines: Vec<(String, String)> = Vec::new();
         let now = now_ms();
         if node.poll_timeout() <= now {
             node.handle(now, Input::Tick);
@@ -164,11 +165,20 @@ fn run(
             while let Some(out) = node.poll_output() {
                 match out {
                     Output::Ldap(call) => pool.submit(call),
+                    Output::Audit { file_path, line } => audit_lines.push((file_path, line)),
                     other => held.push(other),
                 }
             }
         }
-        let committed = node.storage_mut().commit();
+        // Audit lines reach their files before the commit; if they cannot, nothing of the
+        // batch is committed (fail closed). The node's in-memory state is not rolled back.
+        let committed: Result<(), String> = match crate::audit_file::append(&audit_lines) {
+            Err(e) => {
+                node.storage_mut().rollback();
+                Err(format!("audit device failed: {e}"))
+            }
+            Ok(()) => node.storage_mut().commit().map_err(|e| e.to_string()),
+        };
         if let Err(e) = &committed {
             log::error!(
                 "batch commit failed, {} requests answered with errors: {e}",
@@ -209,6 +219,11 @@ fn run(
                 Output::PeerSend(s) => crate::cluster::send_peer(s, tx.clone()),
                 Output::HttpCall(c) => crate::cluster::http_call(c, tx.clone()),
                 Output::ClusterTls(t) => crate::cluster::use_tls(t),
+                Output::Audit { file_path, line } => {
+                    if let Err(e) = crate::audit_file::append(&[(file_path, line)]) {
+                        log::error!("{e}");
+                    }
+                }
             }
         }
     }

@@ -19,6 +19,7 @@ pub mod check;
 pub mod model;
 pub mod net;
 pub mod operator;
+pub mod repl;
 pub mod rng;
 pub mod storage;
 pub mod trace;
@@ -183,6 +184,11 @@ pub fn run(cfg: &RunConfig) -> Outcome {
 }
 
 fn run_fast(cfg: &RunConfig) -> Outcome {
+    // Replication topologies on a fraction of the seeds; a planted storage fault keeps the
+    // single-node world, whose durability checker is the one it is meant for.
+    if cfg.fault.is_none() && repl::wants_replication(cfg.seed) {
+        return run_repl(cfg);
+    }
     let mut w = world::World::new(cfg);
     let failure = loop {
         match catch_unwind(AssertUnwindSafe(|| w.step())) {
@@ -206,6 +212,45 @@ fn run_fast(cfg: &RunConfig) -> Outcome {
         trace_hash: w.trace().hash(),
         stats: w.stats(),
         checks: w.checker().counts().clone(),
+        failure,
+    }
+}
+
+fn run_repl(cfg: &RunConfig) -> Outcome {
+    let mut w = repl::ReplWorld::new(cfg);
+    let failure = loop {
+        match catch_unwind(AssertUnwindSafe(|| w.step())) {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => break None,
+            Ok(Err(v)) => break Some((v.invariant.to_string(), v.detail)),
+            Err(p) => break Some(("no-panic".to_string(), panic_text(&*p))),
+        }
+    };
+    let failure = failure.map(|(invariant, detail)| Failure {
+        invariant,
+        detail,
+        at_ms: w.now,
+        last_events: w.trace().tail(),
+    });
+    let s = w.stats;
+    Outcome {
+        config: cfg.clone(),
+        params: w.params().describe(),
+        events: s.events,
+        sim_ms: w.now,
+        trace_hash: w.trace().hash(),
+        stats: world::WorldStats {
+            events: s.events,
+            requests: s.requests,
+            ticks: s.ticks,
+            commits: s.commits,
+            crashes: s.crashes,
+            restarts: s.restarts,
+            clock_jumps: 0,
+            jumped_ms: 0,
+            lost_requests: s.lost_requests,
+        },
+        checks: w.checks.clone(),
         failure,
     }
 }

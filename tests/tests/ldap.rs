@@ -603,3 +603,131 @@ fn a_second_mount_has_its_own_config() {
     ok(&r);
     assert_eq!(policies(&r), ["corp-eng", "default"]);
 }
+
+fn accessor_of(s: &Server, mount: &str) -> String {
+    let r = s.get(&format!("sys/auth/{mount}"));
+    let a = r.body["data"]["accessor"]
+        .as_str()
+        .or_else(|| r.body["accessor"].as_str())
+        .map(str::to_string);
+    a.unwrap_or_else(|| {
+        let all = s.get("sys/auth");
+        all.body["data"][format!("{mount}/")]["accessor"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no accessor for {mount} in {all:?}"))
+            .to_string()
+    })
+}
+
+#[test]
+fn user_lockout_locks_after_failures_without_asking_the_directory() {
+    let d = directory();
+    let mut c = search_config(d);
+    c["user_lockout_threshold"] = json!(3);
+    c["user_lockout_duration"] = json!("1h");
+    let s = server_with("ldap", c);
+    let acc = accessor_of(&s, "ldap");
+    for _ in 0..3 {
+        let r = login(&s, "ldap", "bob", "wrong");
+        assert_eq!(r.status, 400, "{r:?}");
+        assert_eq!(error(&r), "ldap operation failed: failed to bind as user");
+    }
+    // Locked: the right password is refused too, whatever the case of the name.
+    for name in ["bob", "BOB"] {
+        let r = login(&s, "ldap", name, "bob-pw");
+        assert_eq!(r.status, 403, "{r:?}");
+        assert_eq!(error(&r), "permission denied");
+    }
+    // The directory is not asked: with a dead URL the answer is still the lockout.
+    configure(&s, "ldap", json!({"url": d.get("CAIRN_LDAP_DEAD_URL")}));
+    assert_eq!(login(&s, "ldap", "bob", "bob-pw").status, 403);
+    configure(&s, "ldap", json!({"url": d.url()}));
+    // Others log in.
+    ok(&login(&s, "ldap", "alice", "alice-pw"));
+    let l = s.get("sys/locked-users");
+    assert_eq!(l.status, 200, "{l:?}");
+    assert_eq!(l.body["data"]["total"], 1);
+    assert_eq!(
+        l.body["data"]["by_namespace"][0]["mount_accessors"][0],
+        json!({"mount_accessor": acc, "counts": 1, "alias_identifiers": ["bob"]})
+    );
+    let l = s.get(&format!("sys/locked-users?mount_accessor={acc}"));
+    assert_eq!(l.body["data"]["total"], 1);
+    let l = s.get("sys/locked-users?mount_accessor=auth_ldap_other");
+    assert_eq!(l.body["data"]["total"], 0);
+    // Unlock, then the right password works.
+    let r = s.post(&format!("sys/locked-users/{acc}/unlock/bob"), json!({}));
+    assert_eq!(r.status, 204, "{r:?}");
+    ok(&login(&s, "ldap", "bob", "bob-pw"));
+    assert_eq!(s.get("sys/locked-users").body["data"]["total"], 0);
+    // Disabled per mount: failures never lock.
+    configure(&s, "ldap", json!({"user_lockout_disable": true}));
+    for _ in 0..4 {
+        assert_eq!(login(&s, "ldap", "bob", "wrong").status, 400);
+    }
+    ok(&login(&s, "ldap", "bob", "bob-pw"));
+}
+
+fn renew_self(s: &Server, token: &str) -> Resp {
+    s.call_as(
+        Some(token),
+        "POST",
+        "auth/token/renew-self",
+        Some(json!({})),
+    )
+}
+
+#[test]
+fn renewal_rechecks_groups_with_the_service_identity() {
+    let d = directory();
+    let s = server_with("ldap", search_config(d));
+    map_group(&s, "ldap", "engineers", "eng");
+    map_group(&s, "ldap", "ops", "ops-pol");
+    let r = login(&s, "ldap", "alice", "alice-pw");
+    ok(&r);
+    let token = r.body["auth"]["client_token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let r = renew_self(&s, &token);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body["auth"]["client_token"], token.as_str());
+    assert_eq!(policies(&r), ["default", "eng", "ops-pol"]);
+    // The groups now map to another policy set: the renewal is refused.
+    map_group(&s, "ldap", "ops", "ops-pol,extra");
+    let r = renew_self(&s, &token);
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(error(&r), "policies have changed, not renewing");
+    map_group(&s, "ldap", "ops", "ops-pol");
+    let r = s.post("auth/token/renew", json!({ "token": token }));
+    assert_eq!(r.status, 200, "{r:?}");
+    // The directory cannot be reached: no renewal either.
+    configure(&s, "ldap", json!({"url": d.get("CAIRN_LDAP_DEAD_URL")}));
+    let r = renew_self(&s, &token);
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(
+        error(&r).contains("failed to connect to LDAP server"),
+        "{}",
+        error(&r)
+    );
+
+    // Without binddn there is no service identity: a plain renewal.
+    let s = server_with(
+        "ldap",
+        json!({
+            "url": d.url(),
+            "userdn": format!("ou=people,{BASE}"),
+            "userattr": "uid",
+            "groupdn": format!("ou=groups,{BASE}"),
+        }),
+    );
+    let r = login(&s, "ldap", "bob", "bob-pw");
+    ok(&r);
+    let token = r.body["auth"]["client_token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    map_group(&s, "ldap", "ops", "changed");
+    let r = renew_self(&s, &token);
+    assert_eq!(r.status, 200, "{r:?}");
+}

@@ -130,6 +130,22 @@ fn caught_up(p: &Server, s: &Server, mode: &str, id: &str) -> bool {
         && ss["merkle_root"].as_str() == Some(expected_root(p, mode, id).as_str())
 }
 
+/// Waits until `s` caught up with `p`; on timeout shows both statuses.
+fn wait_caught_up(what: &str, secs: u64, p: &Server, s: &Server, mode: &str, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if caught_up(p, s, mode, id) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "timed out waiting for {what}:\nprimary {}\nsecondary {}",
+        status(p, mode),
+        status(s, mode)
+    );
+}
+
 #[test]
 fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
     let p = licensed("prim");
@@ -185,13 +201,9 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
         ok(p.put(&format!("secret/k{i}"), json!({"v": i})), "write");
         ok(p.put(&format!("team/k{i}"), json!({"v": i})), "write");
     }
-    wait_for("perf-1 to catch up", 30, || {
-        caught_up(&p, &s1, "performance", "perf-1")
-    });
-    wait_for("perf-2 to catch up", 30, || {
-        caught_up(&p, &s2, "performance", "perf-2")
-    });
-    wait_for("dr-1 to catch up", 30, || caught_up(&p, &d, "dr", "dr-1"));
+    wait_caught_up("perf-1 to catch up", 30, &p, &s1, "performance", "perf-1");
+    wait_caught_up("perf-2 to catch up", 30, &p, &s2, "performance", "perf-2");
+    wait_caught_up("dr-1 to catch up", 30, &p, &d, "dr", "dr-1");
 
     // Unfiltered perf secondary and DR secondary hold exactly the primary's data.
     assert_eq!(
@@ -256,9 +268,14 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
     for i in 0..5 {
         ok(p.put(&format!("secret/after{i}"), json!({"v": i})), "write");
     }
-    wait_for("perf-2 to catch up after revoke", 30, || {
-        caught_up(&p, &s2, "performance", "perf-2")
-    });
+    wait_caught_up(
+        "perf-2 to catch up after revoke",
+        30,
+        &p,
+        &s2,
+        "performance",
+        "perf-2",
+    );
     wait_for("perf-1 to notice the revocation", 30, || {
         status(&s1, "performance")["last_error"]
             .as_str()
@@ -270,9 +287,7 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
         status(&s1, "performance")["merkle_root"],
         status(&p, "performance")["merkle_root"]
     );
-    wait_for("dr-1 to catch up again", 30, || {
-        caught_up(&p, &d, "dr", "dr-1")
-    });
+    wait_caught_up("dr-1 to catch up again", 30, &p, &d, "dr", "dr-1");
 }
 
 #[test]
@@ -373,9 +388,15 @@ fn gates_license_and_root_namespace() {
         p.post("sys/replication/dr/primary/enable", json!({})),
         "dr enable",
     );
-    wait_for("the cluster listener to refuse plaintext", 20, || {
+    wait_cluster_tls(&p);
+}
+
+/// Waits until `s`'s cluster listener speaks TLS only (a plaintext request gets no HTTP
+/// answer).
+fn wait_cluster_tls(s: &Server) {
+    wait_for("the cluster listener to switch to TLS", 20, || {
         use std::io::{Read, Write};
-        let Ok(mut c) = std::net::TcpStream::connect(cluster_addr(&p)) else {
+        let Ok(mut c) = std::net::TcpStream::connect(cluster_addr(s)) else {
             return false;
         };
         let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
@@ -473,10 +494,8 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
     let perf_cluster = status(&p, "performance")["cluster_id"].clone();
     enable_secondary(&s, "performance", &token(&p, "performance", "perf"));
     enable_secondary(&d, "dr", &token(&p, "dr", "dr"));
-    wait_for("perf to catch up", 30, || {
-        caught_up(&p, &s, "performance", "perf")
-    });
-    wait_for("dr to catch up", 30, || caught_up(&p, &d, "dr", "dr"));
+    wait_caught_up("perf to catch up", 30, &p, &s, "performance", "perf");
+    wait_caught_up("dr to catch up", 30, &p, &d, "dr", "dr");
 
     // The primary dies.
     p.kill9();
@@ -504,6 +523,7 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
         "promote",
     );
     assert_eq!(status(&d, "dr")["mode"], "primary");
+    wait_cluster_tls(&d);
     let dp = status(&d, "performance");
     assert_eq!(
         dp["mode"], "primary",
@@ -529,9 +549,14 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
         ),
         "update-primary by address",
     );
-    wait_for("perf to follow the new primary", 30, || {
-        caught_up(&d, &s, "performance", "perf")
-    });
+    wait_caught_up(
+        "perf to follow the new primary",
+        30,
+        &d,
+        &s,
+        "performance",
+        "perf",
+    );
     assert_eq!(
         status(&s, "performance")["known_primary_cluster_addrs"][0],
         cluster_addr(&d)
@@ -579,12 +604,15 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
         "update-primary by token",
     );
     ok(d.put("secret/three", json!({"v": "3"})), "write");
-    wait_for("old primary to follow as DR secondary", 30, || {
-        caught_up(&d, &old, "dr", "old-primary")
-    });
-    wait_for("perf to catch up", 30, || {
-        caught_up(&d, &s, "performance", "perf")
-    });
+    wait_caught_up(
+        "old primary to follow as DR secondary",
+        30,
+        &d,
+        &old,
+        "dr",
+        "old-primary",
+    );
+    wait_caught_up("perf to catch up", 30, &d, &s, "performance", "perf");
     assert_eq!(
         status(&old, "dr")["merkle_root"],
         status(&d, "dr")["merkle_root"]
@@ -604,7 +632,7 @@ fn secondary_kept_away_past_retention_resyncs_by_merkle() {
     for i in 0..10 {
         ok(p.put(&format!("secret/k{i}"), json!({"v": i})), "write");
     }
-    wait_for("catch up", 30, || caught_up(&p, &s, "performance", "r"));
+    wait_caught_up("catch up", 30, &p, &s, "performance", "r");
     // Stop the secondary, write well past the WAL retention (50 entries), restart it.
     let dir = s.dir.clone();
     s.kill9();
@@ -626,9 +654,14 @@ fn secondary_kept_away_past_retention_resyncs_by_merkle() {
     // It unseals with the primary's key shares now.
     s2.unseal_keys = p.unseal_keys.clone();
     s2.unseal();
-    wait_for("resync through Merkle diff/sync", 60, || {
-        caught_up(&p, &s2, "performance", "r")
-    });
+    wait_caught_up(
+        "resync through Merkle diff/sync",
+        60,
+        &p,
+        &s2,
+        "performance",
+        "r",
+    );
     assert_eq!(
         status(&s2, "performance")["merkle_root"],
         status(&p, "performance")["merkle_root"]

@@ -468,6 +468,9 @@ fn finish_sync(env: &mut Env, mode: Mode) -> ApiResult<()> {
     Ok(())
 }
 
+/// How many times update-primary goes over `update_primary_addrs`.
+const PING_ROUNDS: usize = 3;
+
 fn unwrap_error(msg: impl std::fmt::Display) -> ApiError {
     ApiError::bad(format!("error unwrapping secondary token: {msg}"))
 }
@@ -675,8 +678,9 @@ pub(crate) fn on_ping(
             let Some(c) = rt.role.creds.as_mut() else {
                 return Some((request, Err(ApiError::bad("no known primary credential"))));
             };
-            let mut order = vec![addrs[idx].clone()];
-            order.extend(addrs.iter().filter(|a| **a != addrs[idx]).cloned());
+            let hit = addrs[idx % addrs.len()].clone();
+            let mut order = vec![hit.clone()];
+            order.extend(addrs.iter().filter(|a| **a != hit).cloned());
             c.primary_cluster_addrs = order;
             c.primary_api_addr = info.api_addr.clone();
             rt.role.needs_sync = true;
@@ -696,8 +700,12 @@ pub(crate) fn on_ping(
         Ok(_) => "unexpected answer".to_string(),
         Err(e) => e,
     };
-    log::info!("update-primary: {} did not answer: {why}", addrs[idx]);
-    if idx + 1 < addrs.len() {
+    log::info!(
+        "update-primary: {} did not answer: {why}",
+        addrs[idx % addrs.len()]
+    );
+    // Each address is tried in order, the whole list up to PING_ROUNDS times.
+    if idx + 1 < addrs.len() * PING_ROUNDS {
         ping(env.st, request, mode, addrs, idx + 1);
         None
     } else {
@@ -737,7 +745,7 @@ pub(crate) fn ping(
         },
         body: PeerBody::Ping,
     };
-    let to = addrs[idx].clone();
+    let to = addrs[idx % addrs.len().max(1)].clone();
     st.repl.calls.insert(
         id,
         Call::Ping {

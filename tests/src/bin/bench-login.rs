@@ -67,7 +67,10 @@ impl Directory {
     }
 
     fn get(&self, k: &str) -> String {
-        self.env.get(k).cloned().unwrap_or_else(|| panic!("dev-ldap.sh did not export {k}"))
+        self.env
+            .get(k)
+            .cloned()
+            .unwrap_or_else(|| panic!("dev-ldap.sh did not export {k}"))
     }
 }
 
@@ -87,8 +90,23 @@ fn start_cairn(logs: &Path) -> Server {
     let port = free_port_pair();
     let addr = format!("127.0.0.1:{port}");
     let log = std::fs::File::create(logs.join("cairn.log")).expect("log file");
-    let mut child = Command::new(cairn_bin())
-        .args(["server", "--dev", "--dev-listen-address", &addr, "--dev-root-token-id", "root-bench", "--log-level", "info"])
+    // `scripts/bench.sh` built the release `cairn` next to this binary: use it as is.
+    let bin = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("cairn")))
+        .filter(|b| b.exists())
+        .unwrap_or_else(cairn_bin);
+    let mut child = Command::new(bin)
+        .args([
+            "server",
+            "--dev",
+            "--dev-listen-address",
+            &addr,
+            "--dev-root-token-id",
+            "root-bench",
+            "--log-level",
+            "info",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
         .spawn()
@@ -139,7 +157,8 @@ impl Run {
         self.lat.len() as f64 / self.secs.max(1e-9)
     }
     fn sorted(mut self) -> Run {
-        self.lat.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        self.lat
+            .sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
         self
     }
 }
@@ -210,7 +229,12 @@ fn direct_login(t: &Target, user: &str) -> Result<(), String> {
             .and_then(|r| r.success())
             .map_err(|e| format!("service bind: {e}"))?;
         let (users, _) = c
-            .search(&format!("ou=people,{BASE}"), Scope::Subtree, &format!("(uid={user})"), vec!["uid"])
+            .search(
+                &format!("ou=people,{BASE}"),
+                Scope::Subtree,
+                &format!("(uid={user})"),
+                vec!["uid"],
+            )
             .and_then(|r| r.success())
             .map_err(|e| format!("user search: {e}"))?;
         if users.len() != 1 {
@@ -220,9 +244,16 @@ fn direct_login(t: &Target, user: &str) -> Result<(), String> {
         c.simple_bind(&dn, &format!("{user}-pw"))
             .and_then(|r| r.success())
             .map_err(|e| format!("user bind: {e}"))?;
-        let filter = GROUPFILTER.replace("{{.Username}}", user).replace("{{.UserDN}}", &dn);
+        let filter = GROUPFILTER
+            .replace("{{.Username}}", user)
+            .replace("{{.UserDN}}", &dn);
         let (groups, _) = c
-            .search(&format!("ou=groups,{BASE}"), Scope::Subtree, &filter, vec!["cn"])
+            .search(
+                &format!("ou=groups,{BASE}"),
+                Scope::Subtree,
+                &filter,
+                vec!["cn"],
+            )
             .and_then(|r| r.success())
             .map_err(|e| format!("group search: {e}"))?;
         if groups.is_empty() {
@@ -273,7 +304,11 @@ fn main() {
         }),
     );
     assert!(r.status < 300, "config: {} {}", r.status, r.errors());
-    for (g, p) in [("engineers", "eng"), ("ops", "ops"), ("posix-users", "posix")] {
+    for (g, p) in [
+        ("engineers", "eng"),
+        ("ops", "ops"),
+        ("posix-users", "posix"),
+    ] {
         let r = s.post(&format!("auth/ldap/groups/{g}"), json!({ "policies": p }));
         assert_eq!(r.status, 204, "group {g}: {}", r.errors());
     }
@@ -310,17 +345,50 @@ fn main() {
         })
     };
 
+    // The request path alone (HTTP, routing, a token look-up): what any Cairn request
+    // costs on this machine, for reading the login figures.
+    let floor_op: Arc<dyn Fn(usize) -> Op + Send + Sync> = {
+        let addr = s.addr.clone();
+        Arc::new(move |_| {
+            let addr = addr.clone();
+            let agent: ureq::Agent = ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(Duration::from_secs(30)))
+                .build()
+                .into();
+            Box::new(move |_| {
+                let r = agent
+                    .get(&format!("{addr}/v1/auth/token/lookup-self"))
+                    .header("X-Vault-Token", "root-bench")
+                    .call()
+                    .map_err(|e| format!("lookup-self: {e}"))?;
+                if r.status().as_u16() != 200 {
+                    return Err(format!("lookup-self: {}", r.status()));
+                }
+                Ok(())
+            })
+        })
+    };
+
     let (mut direct, mut cairn) = (Run::default(), Run::default());
     for _ in 0..rounds {
         direct.add(drive(clients, secs / rounds as f64, direct_op.clone()));
         cairn.add(drive(clients, secs / rounds as f64, cairn_op.clone()));
     }
     let (direct, cairn) = (direct.sorted(), cairn.sorted());
+    let floor = drive(clients, secs / rounds as f64, floor_op).sorted();
 
     println!("| measurement ({clients} clients, {secs} s each) | logins/s | p50 (ms) | p99 (ms) | mean (ms) | max (ms) | errors |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    row("direct ldap3 (connect, service bind, user search, user bind, group search)", &direct);
+    row(
+        "direct ldap3 (connect, service bind, user search, user bind, group search)",
+        &direct,
+    );
     row("Cairn `POST auth/ldap/login/<user>` over HTTP", &cairn);
+    row(
+        "(for reference) Cairn `GET auth/token/lookup-self` over HTTP, no LDAP",
+        &floor,
+    );
     println!();
     let tput = cairn.rate() / direct.rate().max(1e-9);
     let p99 = percentile(&cairn.lat, 0.99) / percentile(&direct.lat, 0.99).max(1e-9);

@@ -526,7 +526,10 @@ impl LdapConfig {
             ("token_explicit_max_ttl", &mut self.token_explicit_max_ttl),
             ("token_period", &mut self.token_period),
             ("user_lockout_duration", &mut self.user_lockout_duration),
-            ("user_lockout_counter_reset", &mut self.user_lockout_counter_reset),
+            (
+                "user_lockout_counter_reset",
+                &mut self.user_lockout_counter_reset,
+            ),
         ] {
             if let Some(v) = reject_negative(f, name)? {
                 *slot = v;
@@ -847,7 +850,10 @@ mod tests {
                 json!({"user_lockout_counter_reset": -3}),
                 "user_lockout_counter_reset",
             ),
-            (json!({"user_lockout_disable": "no"}), "user_lockout_disable"),
+            (
+                json!({"user_lockout_disable": "no"}),
+                "user_lockout_disable",
+            ),
         ];
         for (body, field) in cases {
             let mut b = body.clone();

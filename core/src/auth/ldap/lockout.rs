@@ -124,8 +124,39 @@ pub fn key(accessor: &str, alias: &str) -> String {
     format!("{PREFIX}{}/{}", enc(accessor), enc(alias))
 }
 
+/// What the lockout says about a login about to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Check {
+    pub locked: bool,
+    /// A lock is stored (expired or not): a successful login removes it.
+    pub stored: bool,
+}
+
 /// Whether `alias` is locked on the mount now: counted failures in memory at or over the
 /// threshold within the duration, or a stored lock within the duration.
+pub fn check(
+    ctx: &Ctx,
+    failures: &Failures,
+    cfg: &LdapConfig,
+    accessor: &str,
+    alias: &str,
+) -> ApiResult<Check> {
+    let s = Settings::of(cfg);
+    if s.disabled {
+        return Ok(Check::default());
+    }
+    let within = |t: Millis| ctx.now.saturating_sub(t) < s.duration_ms;
+    let counted = failures
+        .get(accessor, alias)
+        .is_some_and(|c| c.count >= s.threshold && within(c.last_failure));
+    let stored: Option<Locked> = ctx.get_json(&key(accessor, alias))?;
+    Ok(Check {
+        locked: counted || stored.as_ref().is_some_and(|l| within(l.locked_at)),
+        stored: stored.is_some(),
+    })
+}
+
+/// Whether `alias` is locked on the mount now.
 pub fn is_locked(
     ctx: &Ctx,
     failures: &Failures,
@@ -133,18 +164,7 @@ pub fn is_locked(
     accessor: &str,
     alias: &str,
 ) -> ApiResult<bool> {
-    let s = Settings::of(cfg);
-    if s.disabled {
-        return Ok(false);
-    }
-    let within = |t: Millis| ctx.now.saturating_sub(t) < s.duration_ms;
-    if let Some(c) = failures.get(accessor, alias) {
-        if c.count >= s.threshold && within(c.last_failure) {
-            return Ok(true);
-        }
-    }
-    let stored: Option<Locked> = ctx.get_json(&key(accessor, alias))?;
-    Ok(stored.is_some_and(|l| within(l.locked_at)))
+    Ok(check(ctx, failures, cfg, accessor, alias)?.locked)
 }
 
 /// Counts a failed login; returns true when it locks the user (the lock is then staged in
@@ -200,21 +220,23 @@ pub fn failed(
     Ok(false)
 }
 
-/// A successful login: forgets the count and any stale stored lock.
+/// A successful login: forgets the count, and the stale stored lock the login started
+/// with (`stored`, from [`check`]).
 pub fn succeeded(
     ctx: &mut Ctx,
     failures: &mut Failures,
     accessor: &str,
     alias: &str,
-) -> ApiResult<()> {
-    failures
-        .map
-        .remove(&(accessor.to_string(), alias.to_string()));
-    let k = key(accessor, alias);
-    if ctx.get(&k)?.is_some() {
-        ctx.delete(&k);
+    stored: bool,
+) {
+    if !failures.map.is_empty() {
+        failures
+            .map
+            .remove(&(accessor.to_string(), alias.to_string()));
     }
-    Ok(())
+    if stored {
+        ctx.delete(&key(accessor, alias));
+    }
 }
 
 /// The error of a locked user: the reference answers "permission denied" (403) before
@@ -251,7 +273,10 @@ pub fn handle(ctx: &mut Ctx, failures: &mut Failures, req: &Request, tail: &str)
     }
     // Unlock the alias as given and as the mount canonicalises it.
     let mut aliases = vec![alias.to_string()];
-    if let Some(m) = ldap_mounts(ctx)?.into_iter().find(|m| m.accessor == accessor) {
+    if let Some(m) = ldap_mounts(ctx)?
+        .into_iter()
+        .find(|m| m.accessor == accessor)
+    {
         let cfg = load_config(ctx, &m)?.unwrap_or_default();
         let canon = self::alias(&cfg, alias);
         if canon != alias {
@@ -324,10 +349,7 @@ mod tests {
             "core/local-lockout/auth_ldap_1a/o%27brien%2C%20jr%2Fx"
         );
         assert_eq!(
-            crate::replication::class::classify(
-                &key("a", "b"),
-                &std::collections::BTreeSet::new()
-            ),
+            crate::replication::class::classify(&key("a", "b"), &std::collections::BTreeSet::new()),
             crate::replication::class::Class::ClusterLocal
         );
     }

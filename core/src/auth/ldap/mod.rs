@@ -53,6 +53,8 @@ pub struct Waiting {
     pub request_id: RequestId,
     /// Set for a token renewal's re-check; `None` for a login.
     pub renew: Option<renew::Renewal>,
+    /// A (stale) lock of the user was stored when the login started.
+    pub lock_stored: bool,
 }
 
 /// Logins (and renewal look-ups) in progress, keyed by the op id of the call each waits
@@ -297,7 +299,8 @@ fn login_start(
         return Err(ApiError::PermissionDenied);
     }
     let alias = lockout::alias(&cfg, username);
-    if lockout::is_locked(ctx, &st.logins.failures, &cfg, &m.accessor, &alias)? {
+    let lock = lockout::check(ctx, &st.logins.failures, &cfg, &m.accessor, &alias)?;
+    if lock.locked {
         log::info!(
             "ldap login of {username:?} on auth/{} refused: the user is locked out",
             m.path
@@ -340,6 +343,7 @@ fn login_start(
         Waiting {
             request_id: req.id,
             renew: None,
+            lock_stored: lock.stored,
         },
     );
     Ok(Reply::Pending)
@@ -381,7 +385,7 @@ pub fn on_reply(
     });
     let result = match waiting.renew {
         Some(renewal) => renew::finish(ctx, &login, outcome, renewal),
-        None => login_done(ctx, st, &login, outcome),
+        None => login_done(ctx, st, &login, outcome, waiting.lock_stored),
     };
     Some((waiting.request_id, result))
 }
@@ -393,12 +397,13 @@ fn login_done(
     st: &mut NodeState,
     login: &Login,
     outcome: Result<Found, ApiError>,
+    lock_stored: bool,
 ) -> ApiResult<Reply> {
     let alias = lockout::alias(&login.cfg, &login.username);
     let accessor = &login.mount.accessor;
     match outcome {
         Ok(found) => {
-            lockout::succeeded(ctx, &mut st.logins.failures, accessor, &alias)?;
+            lockout::succeeded(ctx, &mut st.logins.failures, accessor, &alias, lock_stored);
             finish_login(ctx, login, found)
         }
         Err(e) => {

@@ -72,7 +72,8 @@ pub fn start(
     let Some((m, _)) = mounts::resolve(ctx, Table::Auth, path)? else {
         return Ok(None);
     };
-    if m.kind != "ldap" || format!("auth/{}", m.path) != entry.auth_mount.clone().unwrap_or_default()
+    if m.kind != "ldap"
+        || format!("auth/{}", m.path) != entry.auth_mount.clone().unwrap_or_default()
     {
         return Ok(None);
     }
@@ -118,6 +119,7 @@ pub fn start(
                 hash,
                 increment,
             }),
+            lock_stored: false,
         },
     );
     Ok(Some(Reply::Pending))
@@ -143,9 +145,14 @@ pub fn finish(
         );
         e
     })?;
-    let (policies, _) = login_policies(ctx, &login.mount, &login.cfg, &login.username, &found.groups)?;
-    let mut e =
-        token::lookup_hash(ctx, &r.hash)?.ok_or_else(|| ApiError::bad("bad token"))?;
+    let (policies, _) = login_policies(
+        ctx,
+        &login.mount,
+        &login.cfg,
+        &login.username,
+        &found.groups,
+    )?;
+    let mut e = token::lookup_hash(ctx, &r.hash)?.ok_or_else(|| ApiError::bad("bad token"))?;
     if comparable(&policies) != comparable(&e.policies) {
         log::info!(
             "renewal of a token of {:?} from auth/{} refused: policies now {:?}, token has {:?}",

@@ -697,3 +697,259 @@ fn anonymous_group_search_binds_anonymously_before_groups() {
     let n = w.dir.log.len();
     assert!(matches!(&w.dir.log[n - 2].op, LdapOp::Bind { dn, .. } if dn.is_empty()));
 }
+
+fn accessor(w: &mut World) -> String {
+    let r = w.admin(Method::Get, "sys/auth", json!({}));
+    let b = r.body.unwrap();
+    let d = if b["data"].is_object() {
+        b["data"].clone()
+    } else {
+        b
+    };
+    d["ldap/"]["accessor"].as_str().unwrap().to_string()
+}
+
+fn locked_users(w: &mut World) -> Value {
+    let r = w.admin(Method::Get, "sys/locked-users", json!({}));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    r.body.unwrap()["data"].clone()
+}
+
+#[test]
+fn lockout_after_threshold_refuses_without_the_directory_and_unlocks() {
+    let mut w = World::new();
+    let mut c = authenticated_search();
+    c["user_lockout_threshold"] = json!(3);
+    c["user_lockout_duration"] = json!("60s");
+    c["user_lockout_counter_reset"] = json!("30s");
+    w.configure(c);
+    let acc = accessor(&mut w);
+    for _ in 0..3 {
+        let r = w.login("alice", "wrong");
+        assert_eq!(r.status, 400);
+        assert_eq!(error(&r), "ldap operation failed: failed to bind as user");
+    }
+    // Locked: even the right password is refused, and the directory is not asked.
+    let n = w.dir.log.len();
+    let r = w.login("alice", "alicepw");
+    assert_eq!(r.status, 403, "{:?}", r.body);
+    assert_eq!(error(&r), "permission denied");
+    assert_eq!(
+        w.login("ALICE", "alicepw").status,
+        403,
+        "names are canonical"
+    );
+    assert_eq!(w.dir.log.len(), n);
+    // Another user is not affected.
+    assert_eq!(w.login("bob", "bobpw").status, 200);
+    // Listed by mount accessor; the lock is stored cluster-local.
+    let d = locked_users(&mut w);
+    assert_eq!(d["total"], 1);
+    assert_eq!(
+        d["by_namespace"][0]["mount_accessors"][0],
+        json!({"mount_accessor": acc, "counts": 1, "alias_identifiers": ["alice"]})
+    );
+    assert!(w
+        .node
+        .storage()
+        .map
+        .keys()
+        .any(|k| k == &lockout::key(&acc, "alice")));
+    let r = w.call(Method::Get, "sys/locked-users", json!({}), None);
+    assert_eq!(r.status, 403, "needs a token");
+    // Unlock (idempotent), then the right password works.
+    for _ in 0..2 {
+        let r = w.admin(
+            Method::Post,
+            &format!("sys/locked-users/{acc}/unlock/ALICE"),
+            json!({}),
+        );
+        assert_eq!(r.status, 204, "{:?}", r.body);
+    }
+    assert_eq!(locked_users(&mut w)["total"], 0);
+    assert_eq!(w.login("alice", "alicepw").status, 200);
+    assert!(!w
+        .node
+        .storage()
+        .map
+        .keys()
+        .any(|k| k.starts_with(lockout::PREFIX)));
+    // Locked again, the lock ends after the duration.
+    for _ in 0..3 {
+        w.login("alice", "wrong");
+    }
+    assert_eq!(w.login("alice", "alicepw").status, 403);
+    w.now += 61_000;
+    assert_eq!(
+        locked_users(&mut w)["total"],
+        0,
+        "expired locks are not listed"
+    );
+    assert_eq!(w.login("alice", "alicepw").status, 200);
+    // The count restarts after counter_reset without failures, and after a success.
+    for _ in 0..2 {
+        w.login("alice", "wrong");
+    }
+    w.now += 31_000;
+    for _ in 0..2 {
+        w.login("alice", "wrong");
+    }
+    assert_eq!(w.login("alice", "alicepw").status, 200);
+    for _ in 0..2 {
+        w.login("alice", "wrong");
+    }
+    assert_eq!(w.login("alice", "alicepw").status, 200);
+    // Unknown users count too (the answer does not tell them apart).
+    for _ in 0..3 {
+        assert_eq!(w.login("nobody", "x").status, 400);
+    }
+    assert_eq!(w.login("nobody", "x").status, 403);
+    // A directory that cannot be reached is not the user's fault.
+    w.dir.dead_urls.insert("ldap://dir.example:389".into());
+    for _ in 0..4 {
+        assert_eq!(w.login("bob", "bobpw").status, 400);
+    }
+    w.dir.dead_urls.clear();
+    assert_eq!(w.login("bob", "bobpw").status, 200);
+}
+
+#[test]
+fn lockout_can_be_disabled_per_mount() {
+    let mut w = World::new();
+    let mut c = authenticated_search();
+    c["user_lockout_disable"] = json!(true);
+    w.configure(c);
+    for _ in 0..8 {
+        assert_eq!(w.login("alice", "wrong").status, 400);
+    }
+    assert_eq!(w.login("alice", "alicepw").status, 200);
+    let r = w.admin(Method::Get, "auth/ldap/config", json!({}));
+    let d = r.body.unwrap()["data"].clone();
+    assert_eq!(d["user_lockout_disable"], true);
+    assert_eq!(d["user_lockout_threshold"], 5);
+    // Default threshold: five failures lock.
+    w.configure(json!({"user_lockout_disable": false}));
+    for _ in 0..5 {
+        assert_eq!(w.login("alice", "wrong").status, 400);
+    }
+    assert_eq!(w.login("alice", "alicepw").status, 403);
+}
+
+fn token_of(r: &Response) -> String {
+    r.body.as_ref().unwrap()["auth"]["client_token"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn renewal_rechecks_groups_and_refuses_changed_policies() {
+    let mut w = World::new();
+    w.configure(authenticated_search());
+    w.admin(
+        Method::Post,
+        "auth/ldap/groups/engineers",
+        json!({"policies": "eng"}),
+    );
+    let r = w.login("alice", "alicepw");
+    assert_eq!(r.status, 200);
+    let t = token_of(&r);
+    let n = w.dir.log.len();
+    w.now += 10_000;
+    let r = w.call(Method::Post, "auth/token/renew-self", json!({}), Some(&t));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body.as_ref().unwrap()["auth"]["client_token"], t);
+    assert_eq!(policies(&r), vec!["default", "eng"]);
+    // The look-up ran as the service identity: no bind with the user's password.
+    let ops: Vec<String> = w.dir.log[n..]
+        .iter()
+        .map(|c| match &c.op {
+            LdapOp::Connect(_) => "connect".to_string(),
+            LdapOp::Bind { dn, .. } => format!("bind {dn}"),
+            LdapOp::Search(s) => format!("search {}", s.base),
+            _ => "other".into(),
+        })
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            "connect",
+            "bind cn=admin,dc=example,dc=org",
+            "search ou=people,dc=example,dc=org",
+            "search ou=groups,dc=example,dc=org"
+        ]
+    );
+    assert_eq!(w.dir.open_connections(), 0);
+    // Removed from the group in the directory: the policy set changed, no renewal.
+    w.dir.add(
+        "cn=Engineers,ou=groups,dc=example,dc=org",
+        &[("objectClass", &["groupOfNames"]), ("cn", &["Engineers"])],
+    );
+    let r = w.call(Method::Post, "auth/token/renew-self", json!({}), Some(&t));
+    assert_eq!(r.status, 400);
+    assert_eq!(error(&r), "policies have changed, not renewing");
+    // A mapping change does the same; mapping the new set back allows it again.
+    w.admin(
+        Method::Post,
+        "auth/ldap/users/alice",
+        json!({"policies": "eng"}),
+    );
+    let root = w.root.clone();
+    let r = w.call(
+        Method::Post,
+        "auth/token/renew",
+        json!({ "token": t }),
+        Some(&root),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    w.admin(
+        Method::Post,
+        "auth/ldap/users/alice",
+        json!({"policies": "eng,more"}),
+    );
+    let r = w.call(
+        Method::Post,
+        "auth/token/renew",
+        json!({ "token": t }),
+        Some(&root),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(error(&r), "policies have changed, not renewing");
+    // A user gone from the directory is not renewed.
+    w.admin(
+        Method::Post,
+        "auth/ldap/users/alice",
+        json!({"policies": "eng"}),
+    );
+    w.configure(json!({"userdn": "ou=groups,dc=example,dc=org"}));
+    let r = w.call(Method::Post, "auth/token/renew-self", json!({}), Some(&t));
+    assert_eq!(r.status, 400);
+    assert!(error(&r).contains("no longer found"), "{}", error(&r));
+    // Token store errors are unchanged.
+    let r = w.call(
+        Method::Post,
+        "auth/token/renew",
+        json!({ "token": "nope" }),
+        Some(&root),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(error(&r), "bad token");
+}
+
+#[test]
+fn renewal_without_binddn_is_a_plain_renewal() {
+    let mut w = World::new();
+    w.configure(json!({
+        "url": "ldap://dir.example",
+        "userdn": "ou=people,dc=example,dc=org",
+        "userattr": "uid",
+        "groupdn": "ou=groups,dc=example,dc=org",
+    }));
+    let r = w.login("alice", "alicepw");
+    assert_eq!(r.status, 200);
+    let t = token_of(&r);
+    let n = w.dir.log.len();
+    let r = w.call(Method::Post, "auth/token/renew-self", json!({}), Some(&t));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(w.dir.log.len(), n, "no directory look-up");
+}

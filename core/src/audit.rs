@@ -1,0 +1,474 @@
+//! Audit devices: `sys/audit/<name>` (type `file`) and `sys/audit-hash/<name>`.
+//!
+//! A device's configuration (with a random per-device HMAC key drawn from the node RNG) is
+//! stored under `core/audit/<name>` through the barrier. For every API request the node
+//! asks [`on_request`] to log a `request` entry and, once the response exists,
+//! [`on_response`] to log a `response` entry, one JSON line each, handed to the shell as
+//! [`Output::Audit`]. Every string leaf of request data and response data/auth (tokens,
+//! accessors, passwords, bindpass, key shares, wrap tokens…) is replaced by
+//! `hmac-sha256:<hex>` under the device key, as the reference does by default. The shell
+//! appends the lines before it commits the batch and fails the batch closed when it cannot.
+
+use crate::api::{self, ApiError, ApiResult, Method, Reply, Request, Response};
+use crate::ctx::Ctx;
+use crate::node::Output;
+use crate::{crypto, time, token};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// Storage prefix of device configurations.
+pub const PREFIX: &str = "core/audit/";
+
+/// One configured audit device.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Device {
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub description: String,
+    pub local: bool,
+    pub options: Map<String, Value>,
+    /// Hex HMAC key (never shown by the API).
+    pub hmac_key: String,
+}
+
+impl Device {
+    fn file_path(&self) -> String {
+        self.options
+            .get("file_path")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    }
+    fn key(&self) -> Vec<u8> {
+        hex::decode(&self.hmac_key).unwrap_or_default()
+    }
+    fn public(&self) -> Value {
+        json!({
+            "path": format!("{}/", self.path),
+            "type": self.kind,
+            "description": self.description,
+            "local": self.local,
+            "options": self.options,
+        })
+    }
+}
+
+/// The device a request's entries go to, captured when the request arrives.
+#[derive(Debug, Clone)]
+pub struct Sink {
+    pub file_path: String,
+    pub key: Vec<u8>,
+}
+
+/// What the response entry repeats from the request entry.
+#[derive(Debug, Clone)]
+pub struct Started {
+    pub sinks: Vec<Sink>,
+    pub request: Value,
+    /// `auth` of the request entry, per sink (hmacs differ per key).
+    pub auth: Vec<Value>,
+    pub request_data: Vec<Value>,
+}
+
+/// `hmac-sha256:<hex>` of a value under a device key.
+pub fn hash(key: &[u8], s: &str) -> String {
+    format!(
+        "hmac-sha256:{}",
+        hex::encode(crypto::hmac_sha256(key, s.as_bytes()))
+    )
+}
+
+/// Replaces every string leaf with its hmac.
+fn hash_leaves(key: &[u8], v: &Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(hash(key, s)),
+        Value::Array(a) => Value::Array(a.iter().map(|x| hash_leaves(key, x)).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| (k.clone(), hash_leaves(key, x)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// `auth` of a response: tokens, accessors and metadata hashed; policies and types kept.
+fn hash_auth(key: &[u8], v: &Value) -> Value {
+    let Value::Object(m) = v else {
+        return v.clone();
+    };
+    let keep = [
+        "policies",
+        "token_policies",
+        "identity_policies",
+        "token_type",
+        "lease_duration",
+        "renewable",
+        "orphan",
+        "num_uses",
+        "entity_id",
+        "mfa_requirement",
+    ];
+    Value::Object(
+        m.iter()
+            .map(|(k, x)| {
+                let x = if keep.contains(&k.as_str()) {
+                    x.clone()
+                } else {
+                    hash_leaves(key, x)
+                };
+                (k.clone(), x)
+            })
+            .collect(),
+    )
+}
+
+fn operation(m: Method) -> &'static str {
+    match m {
+        Method::Get => "read",
+        Method::List => "list",
+        Method::Put | Method::Post => "update",
+        Method::Delete => "delete",
+    }
+}
+
+/// Every configured device (none while sealed or when storage cannot be read).
+pub fn devices(ctx: &Ctx) -> Vec<Device> {
+    let Ok(keys) = ctx.keys(PREFIX) else {
+        return Vec::new();
+    };
+    keys.iter()
+        .filter_map(|k| ctx.get_json::<Device>(k).ok().flatten())
+        .collect()
+}
+
+/// Logs the request entry to every device; returns what the response entry needs.
+pub fn on_request(ctx: &mut Ctx, outputs: &mut Vec<Output>, req: &Request) -> Option<Started> {
+    if ctx.barrier.sealed() {
+        return None;
+    }
+    let devs = devices(ctx);
+    if devs.is_empty() {
+        return None;
+    }
+    let entry = req
+        .token
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .and_then(|t| token::lookup(ctx, t).ok().flatten().map(|(_, e)| (t, e)));
+    let data: Value = if req.body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&req.body).unwrap_or(Value::Null)
+    };
+    let request = json!({
+        "id": format!("{:08x}-0000-4000-8000-{:012x}", req.id >> 48, req.id & 0xffff_ffff_ffff),
+        "operation": operation(req.method),
+        "namespace": {"id": "root"},
+        "path": req.path,
+        "remote_address": req.remote_addr,
+        "wrap_ttl": req.wrap_ttl.as_deref().and_then(|t| time::parse_duration(t).ok()).unwrap_or(0),
+    });
+    let now = time::rfc3339(ctx.now);
+    let mut st = Started {
+        sinks: Vec::new(),
+        request,
+        auth: Vec::new(),
+        request_data: Vec::new(),
+    };
+    for d in devs {
+        let key = d.key();
+        let mut auth = json!({});
+        let mut request = st.request.clone();
+        if let Some(t) = req.token.as_deref().filter(|t| !t.is_empty()) {
+            request["client_token"] = json!(hash(&key, t));
+        }
+        if let Some((_, e)) = &entry {
+            auth = json!({
+                "client_token": request["client_token"],
+                "accessor": hash(&key, &e.accessor),
+                "display_name": e.display_name,
+                "policies": e.policies,
+                "token_policies": e.policies,
+                "metadata": hash_leaves(&key, &json!(e.meta)),
+                "token_type": if e.kind.is_empty() { "service" } else { e.kind.as_str() },
+                "token_ttl": e.ttl,
+            });
+            request["client_token_accessor"] = json!(hash(&key, &e.accessor));
+        }
+        let hdata = hash_leaves(&key, &data);
+        if !hdata.is_null() {
+            request["data"] = hdata.clone();
+        }
+        let line = json!({
+            "time": now,
+            "type": "request",
+            "auth": auth,
+            "request": request,
+        });
+        outputs.push(Output::Audit {
+            file_path: d.file_path(),
+            line: line.to_string(),
+        });
+        st.sinks.push(Sink {
+            file_path: d.file_path(),
+            key,
+        });
+        st.auth.push(auth);
+        st.request_data.push(hdata);
+    }
+    Some(st)
+}
+
+/// Logs the response entry for a request logged by [`on_request`].
+pub fn on_response(st: &Started, resp: &Response, now: u64, outputs: &mut Vec<Output>) {
+    let now = time::rfc3339(now);
+    let body = resp.body.as_ref();
+    let error = body
+        .and_then(|b| b.get("errors"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .unwrap_or_default();
+    for (i, s) in st.sinks.iter().enumerate() {
+        let mut request = st.request.clone();
+        if let Some(Value::String(t)) = st.auth.get(i).and_then(|a| a.get("client_token")) {
+            request["client_token"] = json!(t);
+        }
+        if let Some(d) = st.request_data.get(i).filter(|d| !d.is_null()) {
+            request["data"] = d.clone();
+        }
+        let mut response = json!({ "status": resp.status });
+        match body {
+            Some(b) if error.is_empty() => {
+                let envelope = b.get("request_id").is_some();
+                if envelope {
+                    for (k, v) in [("data", "data"), ("wrap_info", "wrap_info")] {
+                        if let Some(x) = b.get(k).filter(|x| !x.is_null()) {
+                            response[v] = hash_leaves(&s.key, x);
+                        }
+                    }
+                    if let Some(a) = b.get("auth").filter(|x| !x.is_null()) {
+                        response["auth"] = hash_auth(&s.key, a);
+                    }
+                } else {
+                    response["data"] = hash_leaves(&s.key, b);
+                }
+            }
+            _ => {}
+        }
+        let line = json!({
+            "time": now,
+            "type": "response",
+            "auth": st.auth.get(i).cloned().unwrap_or(json!({})),
+            "request": request,
+            "response": response,
+            "error": error,
+        });
+        outputs.push(Output::Audit {
+            file_path: s.file_path.clone(),
+            line: line.to_string(),
+        });
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// `sys/audit` (list) and `sys/audit/<name>` (enable, read, disable).
+pub fn handle(ctx: &mut Ctx, req: &Request, tail: &str) -> ApiResult {
+    let name = tail.trim_end_matches('/');
+    if name.is_empty() {
+        if req.method != Method::Get {
+            return Err(ApiError::MethodNotAllowed);
+        }
+        let mut out = Map::new();
+        for d in devices(ctx) {
+            out.insert(format!("{}/", d.path), d.public());
+        }
+        return Ok(Reply::Data(Value::Object(out)));
+    }
+    if !valid_name(name) {
+        return Err(ApiError::bad(format!(
+            "path: {name:?} is not a valid audit device name (letters, digits, - _ .)"
+        )));
+    }
+    let key = format!("{PREFIX}{name}");
+    match req.method {
+        Method::Get => match ctx.get_json::<Device>(&key)? {
+            Some(d) => Ok(Reply::Data(d.public())),
+            None => Err(ApiError::NotFound(String::new())),
+        },
+        Method::Put | Method::Post => {
+            if ctx.get(&key)?.is_some() {
+                return Err(ApiError::bad(format!("path already in use at {name}/")));
+            }
+            let body = api::body_object(&req.body)?;
+            let f = api::Fields(&body);
+            let kind = f.req_str("type")?;
+            if kind != "file" {
+                return Err(ApiError::bad(format!(
+                    "type: unknown audit backend type {kind:?} (only \"file\" is supported)"
+                )));
+            }
+            let options = match body.get("options") {
+                None | Some(Value::Null) => Map::new(),
+                Some(Value::Object(m)) => m.clone(),
+                Some(_) => return Err(ApiError::bad("options: expected an object")),
+            };
+            let file_path = options
+                .get("file_path")
+                .or_else(|| options.get("path"))
+                .and_then(Value::as_str)
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| {
+                    ApiError::bad("options.file_path: required for a file audit device")
+                })?
+                .to_string();
+            if file_path == "stdout" || file_path == "discard" || !file_path.starts_with('/') {
+                return Err(ApiError::bad(
+                    "options.file_path: must be an absolute path to a file",
+                ));
+            }
+            let mut options = options;
+            options.insert("file_path".into(), json!(file_path));
+            let d = Device {
+                path: name.to_string(),
+                kind,
+                description: f.str("description")?.unwrap_or_default(),
+                local: f.bool("local")?.unwrap_or(false),
+                options,
+                hmac_key: hex::encode(crypto::random_key(ctx.rng)),
+            };
+            ctx.put_json(&key, &d)?;
+            Ok(Reply::Empty)
+        }
+        Method::Delete => {
+            ctx.delete(&key);
+            Ok(Reply::Empty)
+        }
+        Method::List => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+/// `POST sys/audit-hash/<name> {input}`.
+pub fn hash_handler(ctx: &mut Ctx, req: &Request, tail: &str) -> ApiResult {
+    if !req.method.is_write() {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let name = tail.trim_end_matches('/');
+    let d: Device = ctx
+        .get_json(&format!("{PREFIX}{name}"))?
+        .ok_or_else(|| ApiError::bad(format!("unknown audit backend {name:?}")))?;
+    let body = api::body_object(&req.body)?;
+    let input = api::Fields(&body).req_str("input")?;
+    Ok(Reply::Data(json!({ "hash": hash(&d.key(), &input) })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_every_string_leaf() {
+        let v = json!({"password": "p", "n": 3, "list": ["a", true], "o": {"x": "y"}});
+        let h = hash_leaves(b"k", &v);
+        assert_eq!(h["password"], json!(hash(b"k", "p")));
+        assert_eq!(h["n"], json!(3));
+        assert_eq!(h["list"][0], json!(hash(b"k", "a")));
+        assert_eq!(h["list"][1], json!(true));
+        assert_eq!(h["o"]["x"], json!(hash(b"k", "y")));
+        assert!(!h.to_string().contains("\"p\""));
+    }
+
+    #[test]
+    fn node_emits_request_and_response_lines_with_hashed_secrets() {
+        use crate::node::{Admin, Input, Node, NodeConfig};
+        use crate::storage::MemStorage;
+        let mut n = Node::new(MemStorage::new(), [7; 32], NodeConfig::default());
+        n.handle(
+            1_000,
+            Input::Admin(Admin::DevSetup {
+                root_token_id: Some("root-unit".into()),
+            }),
+        );
+        while n.poll_output().is_some() {}
+        let run = |n: &mut Node<MemStorage>, req: Request| {
+            n.handle(2_000, Input::Request(req));
+            let mut out = Vec::new();
+            while let Some(o) = n.poll_output() {
+                out.push(o);
+            }
+            out
+        };
+        let enable = Request::new(1, Method::Put, "sys/audit/f")
+            .with_token("root-unit")
+            .with_json(json!({"type": "file", "options": {"file_path": "/tmp/a.log"}}));
+        let out = run(&mut n, enable);
+        assert!(out.iter().all(|o| !matches!(o, Output::Audit { .. })));
+        let write = Request::new(2, Method::Put, "secret/s")
+            .with_token("root-unit")
+            .with_json(json!({"password": "very-secret-value"}));
+        let out = run(&mut n, write);
+        let lines: Vec<Value> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Audit { file_path, line } if file_path == "/tmp/a.log" => {
+                    serde_json::from_str(line).ok()
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["type"], json!("request"));
+        assert_eq!(lines[1]["type"], json!("response"));
+        assert_eq!(lines[1]["response"]["status"], json!(204));
+        assert_eq!(lines[0]["time"], json!("1970-01-01T00:00:02.000Z"));
+        for l in &lines {
+            let t = l.to_string();
+            assert!(
+                !t.contains("very-secret-value") && !t.contains("root-unit"),
+                "{t}"
+            );
+        }
+        let h = run(
+            &mut n,
+            Request::new(3, Method::Post, "sys/audit-hash/f")
+                .with_token("root-unit")
+                .with_json(json!({"input": "very-secret-value"})),
+        );
+        let Some(Output::Response(r)) = h.iter().find(|o| matches!(o, Output::Response(_))) else {
+            panic!("no response")
+        };
+        let body = r.body.clone().unwrap_or_default();
+        assert_eq!(
+            body["data"]["hash"],
+            lines[0]["request"]["data"]["password"]
+        );
+    }
+
+    #[test]
+    fn auth_keeps_policies_hashes_tokens() {
+        let a = json!({"client_token": "s.x", "accessor": "acc", "policies": ["default"]});
+        let h = hash_auth(b"k", &a);
+        assert_eq!(h["policies"], json!(["default"]));
+        assert!(h["client_token"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("hmac-sha256:"));
+        assert!(h["accessor"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("hmac-sha256:"));
+    }
+}

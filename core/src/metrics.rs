@@ -1,0 +1,408 @@
+//! Deterministic telemetry kept in the node: request counters by method, path class and
+//! status, login outcomes by reason, replication gauges, rendered as Prometheus text by
+//! `GET sys/metrics?format=prometheus`. The node calls [`before_request`] when a request
+//! arrives (which also writes its audit request entry) and [`after_input`] after every
+//! input, which finds the responses that input produced, counts them and writes their
+//! audit response entries. Latency histograms are the shell's (wall clock).
+
+use crate::api::{ApiError, ApiResult, Method, Reply, Request, RequestId};
+use crate::audit::{self, Started};
+use crate::ctx::Ctx;
+use crate::node::{NodeState, Output};
+use crate::replication::Mode;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Most requests remembered while they wait for their response (LDAP logins).
+const MAX_INFLIGHT: usize = 100_000;
+/// Most distinct path classes counted; further ones are counted as `other`.
+const MAX_CLASSES: usize = 256;
+
+/// Content type of the Prometheus text exposition format.
+pub const PROMETHEUS: &str = "text/plain; version=0.0.4";
+
+#[derive(Debug)]
+struct Inflight {
+    method: &'static str,
+    class: String,
+    login_mount: Option<String>,
+    audit: Option<Started>,
+}
+
+/// Counters and requests waiting for their response.
+#[derive(Debug, Default)]
+pub struct Observability {
+    /// (method, path class, status) → count.
+    pub requests: BTreeMap<(String, String, u16), u64>,
+    /// (mount, outcome, reason) → count.
+    pub logins: BTreeMap<(String, String, String), u64>,
+    inflight: BTreeMap<RequestId, Inflight>,
+}
+
+/// The method label of a request.
+pub fn method_name(m: Method) -> &'static str {
+    match m {
+        Method::Get => "GET",
+        Method::List => "LIST",
+        Method::Put => "PUT",
+        Method::Post => "POST",
+        Method::Delete => "DELETE",
+    }
+}
+
+/// First one or two path segments: `sys/mounts`, `auth/ldap`, `secret`.
+pub fn path_class(path: &str) -> String {
+    let p = path.trim_start_matches('/');
+    let mut it = p.split('/').filter(|s| !s.is_empty());
+    let first = it.next().unwrap_or("");
+    let raw = match first {
+        "sys" | "auth" => match it.next() {
+            Some(s) => format!("{first}/{s}"),
+            None => first.to_string(),
+        },
+        _ => first.to_string(),
+    };
+    raw.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '_' | '.'))
+        .take(64)
+        .collect()
+}
+
+fn login_mount(path: &str) -> Option<String> {
+    let rest = path.trim_start_matches('/').strip_prefix("auth/")?;
+    if rest.starts_with("token/") || !(rest.contains("/login/") || rest.ends_with("/login")) {
+        return None;
+    }
+    let mount = rest.split("/login").next().unwrap_or("");
+    Some(format!("auth/{mount}"))
+}
+
+/// Why a login failed, from its error.
+fn failure_reason(status: u16, error: &str) -> &'static str {
+    if error == crate::auth::ldap::login::USER_BIND_FAILED || error.contains("invalid credentials")
+    {
+        "bad_credentials"
+    } else if error.contains("connect to LDAP server")
+        || error.contains("lost the connection")
+        || error.contains("did not answer in time")
+        || error.contains("TLS handshake")
+    {
+        "unreachable"
+    } else if status == 429 {
+        "locked"
+    } else if status == 403 {
+        "denied"
+    } else {
+        "error"
+    }
+}
+
+/// Records a request as it arrives and logs its audit request entry.
+pub fn before_request(ctx: &mut Ctx, st: &mut NodeState, req: &Request) {
+    let mut lines = Vec::new();
+    let audit = audit::on_request(ctx, &mut lines, req);
+    st.outputs.extend(lines);
+    let obs = &mut st.obs;
+    if obs.inflight.len() >= MAX_INFLIGHT {
+        obs.inflight.pop_first();
+    }
+    let method =
+        if req.method == Method::Get && matches!(req.query("list"), Some("true") | Some("1")) {
+            Method::List
+        } else {
+            req.method
+        };
+    obs.inflight.insert(
+        req.id,
+        Inflight {
+            method: method_name(method),
+            class: path_class(&req.path),
+            login_mount: login_mount(&req.path),
+            audit,
+        },
+    );
+}
+
+/// Counts the responses produced since output `from` and logs their audit entries.
+pub fn after_input(st: &mut NodeState, from: usize, now: u64) {
+    if st.obs.inflight.is_empty() {
+        return;
+    }
+    let mut lines = Vec::new();
+    let mut done = Vec::new();
+    for o in st.outputs.iter().skip(from) {
+        let Output::Response(r) = o else { continue };
+        let Some(inf) = st.obs.inflight.remove(&r.id) else {
+            continue;
+        };
+        let known = st.obs.requests.keys().any(|(_, c, _)| *c == inf.class);
+        let distinct = || {
+            st.obs
+                .requests
+                .keys()
+                .map(|(_, c, _)| c)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+        };
+        let class = if known || distinct() < MAX_CLASSES {
+            inf.class.clone()
+        } else {
+            "other".to_string()
+        };
+        done.push((
+            (inf.method.to_string(), class, r.status),
+            inf.login_mount.clone(),
+            r.clone(),
+        ));
+        if let Some(a) = &inf.audit {
+            audit::on_response(a, r, now, &mut lines);
+        }
+    }
+    for (key, login, r) in done {
+        *st.obs.requests.entry(key).or_default() += 1;
+        if let Some(mount) = login {
+            let error = r
+                .body
+                .as_ref()
+                .and_then(|b| b.get("errors"))
+                .and_then(|e| e.get(0))
+                .and_then(|e| e.as_str())
+                .unwrap_or("");
+            let (outcome, reason) = if r.status < 300 {
+                ("success", "")
+            } else {
+                ("failure", failure_reason(r.status, error))
+            };
+            *st.obs
+                .logins
+                .entry((mount, outcome.to_string(), reason.to_string()))
+                .or_default() += 1;
+        }
+    }
+    st.outputs.extend(lines);
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// The core's metrics in Prometheus text format.
+pub fn render(st: &NodeState, sealed: bool, now: u64) -> String {
+    let mut out = String::new();
+    header(
+        &mut out,
+        "cairn_requests_total",
+        "counter",
+        "API requests by method, path class and status.",
+    );
+    for ((m, c, s), n) in &st.obs.requests {
+        let _ = writeln!(
+            out,
+            "cairn_requests_total{{method=\"{}\",path=\"{}\",status=\"{s}\"}} {n}",
+            esc(m),
+            esc(c)
+        );
+    }
+    header(
+        &mut out,
+        "cairn_logins_total",
+        "counter",
+        "Logins by auth mount, outcome and failure reason.",
+    );
+    for ((m, o, r), n) in &st.obs.logins {
+        let _ = writeln!(
+            out,
+            "cairn_logins_total{{mount=\"{}\",outcome=\"{}\",reason=\"{}\"}} {n}",
+            esc(m),
+            esc(o),
+            esc(r)
+        );
+    }
+    header(
+        &mut out,
+        "cairn_sealed",
+        "gauge",
+        "1 when the node is sealed.",
+    );
+    let _ = writeln!(out, "cairn_sealed {}", u8::from(sealed));
+    header(
+        &mut out,
+        "cairn_logins_in_progress",
+        "gauge",
+        "LDAP logins waiting for the directory.",
+    );
+    let _ = writeln!(out, "cairn_logins_in_progress {}", st.logins.len());
+
+    let repl = &st.repl;
+    header(
+        &mut out,
+        "cairn_wal_last_index",
+        "gauge",
+        "Index of the last WAL entry.",
+    );
+    let _ = writeln!(out, "cairn_wal_last_index {}", repl.wal.last);
+    header(
+        &mut out,
+        "cairn_wal_first_index",
+        "gauge",
+        "Index of the oldest WAL entry still retained.",
+    );
+    let _ = writeln!(out, "cairn_wal_first_index {}", repl.wal.first);
+    header(
+        &mut out,
+        "cairn_wal_retained_entries",
+        "gauge",
+        "WAL entries retained.",
+    );
+    let _ = writeln!(out, "cairn_wal_retained_entries {}", repl.wal.count());
+    header(
+        &mut out,
+        "cairn_wal_retained_bytes",
+        "gauge",
+        "WAL bytes retained.",
+    );
+    let _ = writeln!(out, "cairn_wal_retained_bytes {}", repl.wal.bytes);
+    header(
+        &mut out,
+        "cairn_replication_role",
+        "gauge",
+        "Replication role per mode (1 for the current role).",
+    );
+    for m in [Mode::Performance, Mode::Dr] {
+        let role = format!("{:?}", repl.role(m)).to_lowercase();
+        let _ = writeln!(
+            out,
+            "cairn_replication_role{{mode=\"{}\",role=\"{role}\"}} 1",
+            m.name()
+        );
+    }
+    header(
+        &mut out,
+        "cairn_replication_last_remote_wal",
+        "gauge",
+        "Secondary: last primary WAL index applied.",
+    );
+    header(
+        &mut out,
+        "cairn_replication_lag_entries",
+        "gauge",
+        "Secondary: primary's last known WAL index minus last_remote_wal.",
+    );
+    header(
+        &mut out,
+        "cairn_replication_connected",
+        "gauge",
+        "Secondary: 1 while streaming WALs from the primary.",
+    );
+    header(
+        &mut out,
+        "cairn_replication_sync_progress",
+        "gauge",
+        "Secondary: Merkle sync (reindex) keys done and total.",
+    );
+    for m in [Mode::Performance, Mode::Dr] {
+        let rt = repl.mode(m);
+        if rt.role.role != crate::replication::state::Role::Secondary {
+            continue;
+        }
+        let mode = m.name();
+        let last = rt.role.last_remote_wal;
+        let _ = writeln!(
+            out,
+            "cairn_replication_last_remote_wal{{mode=\"{mode}\"}} {last}"
+        );
+        let lag = rt.sec.info.last_wal.saturating_sub(last);
+        let _ = writeln!(
+            out,
+            "cairn_replication_lag_entries{{mode=\"{mode}\"}} {lag}"
+        );
+        let conn = u8::from(rt.sec.phase == crate::replication::Phase::StreamWals);
+        let _ = writeln!(out, "cairn_replication_connected{{mode=\"{mode}\"}} {conn}");
+        let _ = writeln!(
+            out,
+            "cairn_replication_sync_progress{{mode=\"{mode}\",kind=\"done\"}} {}",
+            rt.sec.sync_done
+        );
+        let _ = writeln!(
+            out,
+            "cairn_replication_sync_progress{{mode=\"{mode}\",kind=\"total\"}} {}",
+            rt.sec.sync_total
+        );
+    }
+    header(
+        &mut out,
+        "cairn_replication_secondary_last_seen_seconds",
+        "gauge",
+        "Primary: seconds since each secondary's last contact.",
+    );
+    for ((m, id), live) in &repl.live {
+        let age = now.saturating_sub(live.last_seen) as f64 / 1000.0;
+        let _ = writeln!(
+            out,
+            "cairn_replication_secondary_last_seen_seconds{{mode=\"{}\",secondary=\"{}\"}} {age}",
+            m.name(),
+            esc(id)
+        );
+    }
+    out
+}
+
+/// `GET sys/metrics`: Prometheus text with `format=prometheus`, else the counters as JSON.
+pub fn handle(ctx: &Ctx, st: &NodeState, req: &Request, tail: &str) -> ApiResult {
+    if !tail.is_empty() {
+        return Err(ApiError::NotFound(String::new()));
+    }
+    if req.method != Method::Get {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let text = render(st, ctx.barrier.sealed(), ctx.now);
+    match req.query("format") {
+        Some("prometheus") => Ok(Reply::Text(200, PROMETHEUS.into(), text.into_bytes())),
+        None | Some("") => {
+            let counters: Vec<_> = st
+                .obs
+                .requests
+                .iter()
+                .map(|((m, c, s), n)| json!({"method": m, "path": c, "status": s, "count": n}))
+                .collect();
+            let logins: Vec<_> = st
+                .obs
+                .logins
+                .iter()
+                .map(|((m, o, r), n)| json!({"mount": m, "outcome": o, "reason": r, "count": n}))
+                .collect();
+            Ok(Reply::Raw(
+                200,
+                json!({"requests": counters, "logins": logins}),
+            ))
+        }
+        Some(f) => Err(ApiError::bad(format!(
+            "format: unknown format {f:?} (use \"prometheus\")"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes() {
+        assert_eq!(path_class("sys/mounts/secret"), "sys/mounts");
+        assert_eq!(path_class("secret/a/b"), "secret");
+        assert_eq!(path_class("auth/ldap/login/bob"), "auth/ldap");
+        assert_eq!(
+            login_mount("auth/ldap/login/bob").as_deref(),
+            Some("auth/ldap")
+        );
+        assert_eq!(login_mount("auth/token/create"), None);
+    }
+}

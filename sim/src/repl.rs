@@ -1,0 +1,1621 @@
+//! The fast tier with replication: a performance primary (host 0) and 1–3 secondaries
+//! (performance, some path-filtered, or DR) as real [`cairn_core::Node`]s on [`SimStorage`],
+//! with the cluster channel and outbound HTTP routed over the seeded [`Network`].
+//!
+//! Wiring, as the shell does it (`shell/src/cluster.rs`, `shell/src/runtime.rs`):
+//! * `Output::PeerSend` → the peer's `Input::PeerRequest`; its `Output::PeerResponse` (perhaps
+//!   held: long poll) → the caller's `Input::PeerReply`. A message the network loses, a peer
+//!   that is down or crashes while holding the request, becomes `PeerReply { result: Err }`
+//!   after a transport timeout, as ureq's error does in the shell.
+//! * `Output::HttpCall` (activation-token unwrap at the primary's API address) → an API
+//!   request to that host; its response → `Input::HttpReply`; transport failures → `Err`.
+//! * Outputs are held until their batch commits (group commit); a crash drops them.
+//! * Replies reach only the incarnation (boot) of the node that made the call.
+//!
+//! One operator client sets the topology up (mount, primary enable, secondary-token,
+//! paths-filter, secondary enable), then mixes KV writes and deletes on two mounts, policy
+//! writes, token creation, reads on secondaries, probes of primary tokens on performance
+//! secondaries and revocations, while faults crash hosts and partition primary↔secondary
+//! links. The final phase stops faults and traffic, heals the network, restarts and unseals
+//! every host and waits (bounded) for convergence, then reads every acknowledged write back
+//! from the primary.
+//!
+//! Invariants: `filters` (no KV data of the denied mount, no primary token on a performance
+//! secondary; a primary token gets 403 there), `revocation` (no key written after the revoke
+//! was acknowledged reaches the revoked secondary), `convergence` + `liveness` (every active
+//! secondary matches the primary — equal Merkle roots, or equal replicated KV for filtered
+//! ones — within [`CONVERGE_MS`] of the final phase), `durability` (acknowledged writes on the
+//! primary survive its crashes).
+
+use crate::check::Violation;
+use crate::net::{Addr, HostId, Link, Network, Route};
+use crate::rng::SimRng;
+use crate::storage::SimStorage;
+use crate::trace::{shorten, Trace};
+use cairn_core::api::RequestId;
+use cairn_core::replication::{
+    HttpReply, Mode, PeerAnswer, PeerMsg, PeerReply, PeerRequest, ReplicationConfig,
+};
+use cairn_core::{Admin, Input, Method, Node, NodeConfig, Output, Request, Response, Storage};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Simulated time the final phase may take to converge.
+pub const CONVERGE_MS: u64 = 180_000;
+/// Transport timeout after which a lost message becomes an error at the caller.
+const TIMEOUT_MS: u64 = 3_000;
+
+/// Whether seed `seed` runs a replication topology (about a third of the seeds).
+pub fn wants_replication(seed: u64) -> bool {
+    SimRng::derive(seed, "topology-0").chance(350)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Primary,
+    Perf { filtered: bool },
+    Dr,
+}
+
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub kinds: Vec<Kind>,
+    pub client_link: Link,
+    pub peer_link: Link,
+    pub commit_window_ms: u64,
+    pub tick_ms: u64,
+    pub wal_max_entries: u64,
+    pub pull_wait_ms: u64,
+    pub fetch_batch: usize,
+    pub batch_entries: u32,
+    pub crash_mean_ms: u64,
+    pub crash_in_batch_permille: u64,
+    pub downtime_mean_ms: u64,
+    pub partition_mean_ms: u64,
+    pub partition_len_ms: u64,
+    pub think_ms: u64,
+    pub revoke_permille: u64,
+}
+
+impl Params {
+    pub fn derive(seed: u64) -> Params {
+        let mut r = SimRng::derive(seed, "repl-params");
+        let n = r.range(1, 3) as usize;
+        let mut kinds = vec![Kind::Primary];
+        for _ in 0..n {
+            kinds.push(match r.below(10) {
+                0..=4 => Kind::Perf { filtered: false },
+                5..=7 => Kind::Perf { filtered: true },
+                _ => Kind::Dr,
+            });
+        }
+        Params {
+            kinds,
+            client_link: Link {
+                delay_mean: r.range(0, 3),
+                loss_permille: 0,
+                fifo: true,
+                up: true,
+            },
+            peer_link: Link {
+                delay_mean: r.range(0, 20),
+                loss_permille: *r.pick(&[0, 0, 10, 50]).unwrap_or(&0),
+                fifo: r.chance(500),
+                up: true,
+            },
+            commit_window_ms: r.range(0, 5),
+            tick_ms: *r.pick(&[250, 1000]).unwrap_or(&1000),
+            wal_max_entries: *r.pick(&[8, 30, 1000]).unwrap_or(&1000),
+            pull_wait_ms: *r.pick(&[100, 500, 2000]).unwrap_or(&500),
+            fetch_batch: *r.pick(&[2, 16, 512]).unwrap_or(&16),
+            batch_entries: *r.pick(&[4, 512]).unwrap_or(&512) as u32,
+            crash_mean_ms: *r.pick(&[5_000, 20_000, 60_000]).unwrap_or(&20_000),
+            crash_in_batch_permille: *r.pick(&[0, 2, 10]).unwrap_or(&2),
+            downtime_mean_ms: *r.pick(&[100, 1_000, 5_000]).unwrap_or(&1_000),
+            partition_mean_ms: *r.pick(&[3_000, 15_000, 60_000]).unwrap_or(&15_000),
+            partition_len_ms: *r.pick(&[500, 5_000, 20_000]).unwrap_or(&5_000),
+            think_ms: *r.pick(&[5, 30, 200]).unwrap_or(&30),
+            revoke_permille: *r.pick(&[0, 5, 20]).unwrap_or(&5),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        let kinds: Vec<String> = self
+            .kinds
+            .iter()
+            .map(|k| match k {
+                Kind::Primary => "perf+primary".to_string(),
+                Kind::Perf { filtered: false } => "perf".to_string(),
+                Kind::Perf { filtered: true } => "perf(filtered)".to_string(),
+                Kind::Dr => "dr".to_string(),
+            })
+            .collect();
+        format!(
+            "topology=[{}] peer-delay={}ms peer-loss={}‰ peer-fifo={} commit-window={}ms tick={}ms \
+             wal-max={} pull-wait={}ms fetch-batch={} batch-entries={} crash-every~{}ms downtime~{}ms \
+             partition-every~{}ms partition-len~{}ms think={}ms revoke={}‰",
+            kinds.join(","),
+            self.peer_link.delay_mean,
+            self.peer_link.loss_permille,
+            self.peer_link.fifo,
+            self.commit_window_ms,
+            self.tick_ms,
+            self.wal_max_entries,
+            self.pull_wait_ms,
+            self.fetch_batch,
+            self.batch_entries,
+            self.crash_mean_ms,
+            self.downtime_mean_ms,
+            self.partition_mean_ms,
+            self.partition_len_ms,
+            self.think_ms,
+            self.revoke_permille,
+        )
+    }
+}
+
+fn api_addr(h: HostId) -> String {
+    format!("http://api{h}:8200")
+}
+fn cluster_addr(h: HostId) -> String {
+    format!("cluster{h}:8201")
+}
+
+/// Who waits for an API response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    Operator,
+    Http { host: HostId, boot: u64, call: u64 },
+}
+
+#[derive(Debug, Clone)]
+enum Ev {
+    ApiReq {
+        to: HostId,
+        from: Caller,
+        req: Request,
+    },
+    ApiResp {
+        to: Caller,
+        id: RequestId,
+        resp: Result<Response, String>,
+    },
+    PeerReq {
+        to: HostId,
+        from: HostId,
+        boot: u64,
+        call: u64,
+        msg: PeerMsg,
+    },
+    PeerRep {
+        to: HostId,
+        boot: u64,
+        call: u64,
+        result: Result<PeerAnswer, String>,
+    },
+    Commit {
+        host: HostId,
+        batch: u64,
+    },
+    Crash(HostId),
+    Restart(HostId),
+    Wake,
+    NextCrash,
+    NextPartition,
+    Heal(HostId),
+}
+
+struct Host {
+    kind: Kind,
+    node: Option<Node<SimStorage>>,
+    parked: Option<SimStorage>,
+    boot: u64,
+    batch: u64,
+    held: Vec<Output>,
+    commit_scheduled: bool,
+    /// API requests from other nodes' HttpCalls: request id → caller.
+    http_in: BTreeMap<RequestId, Caller>,
+    /// Operator requests handled and not yet answered.
+    op_in: BTreeSet<RequestId>,
+    /// Peer requests being served: peer id → (caller host, boot, call id).
+    peer_in: BTreeMap<u64, (HostId, u64, u64)>,
+    next_peer: u64,
+    seeds: SimRng,
+    root: String,
+    key: String,
+    needs_unseal: bool,
+}
+
+/// What the operator's outstanding request is.
+#[derive(Debug, Clone)]
+enum Op {
+    Unseal(HostId),
+    Mount,
+    EnablePrimary(Mode),
+    SecToken(usize),
+    Filter(usize),
+    SecEnable(usize),
+    Put { n: u64, other: bool },
+    Delete { n: u64, other: bool },
+    Policy,
+    TokenCreate,
+    Probe(HostId),
+    Read(HostId, bool, u64),
+    Revoke(usize),
+    GenAttempt(usize),
+    GenCancel(usize),
+    GenUpdate(usize),
+    ReadBack(u64),
+}
+
+/// A secondary the operator manages.
+#[derive(Debug, Clone)]
+struct Sec {
+    host: HostId,
+    mode: Mode,
+    filtered: bool,
+    attempt: u32,
+    id: String,
+    /// Every id an activation was attempted with (an enable whose answer was lost may
+    /// have used any of them).
+    ids: Vec<String>,
+    revoke_left: Vec<String>,
+    token: Option<String>,
+    filter_set: bool,
+    enabled: bool,
+    /// Key number from which writes must not reach it (revoke acknowledged).
+    revoked_from: Option<u64>,
+    revoke_sent: bool,
+    /// A root token generated on the secondary itself (its own tokens are gone once it
+    /// follows a performance primary): (otp, nonce) of the attempt, then the token.
+    gen: Option<(String, String)>,
+    gen_cancel: bool,
+    gen_tries: u32,
+    local_root: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Chaos,
+    Final,
+    ReadBack,
+    Done,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    pub events: u64,
+    pub ticks: u64,
+    pub commits: u64,
+    pub crashes: u64,
+    pub restarts: u64,
+    pub requests: u64,
+    pub lost_requests: u64,
+    pub peer_msgs: u64,
+    pub peer_errors: u64,
+    pub partitions: u64,
+    pub converge_ms: u64,
+}
+
+pub struct ReplWorld {
+    pub now: u64,
+    seq: u64,
+    queue: BTreeMap<(u64, u64), Ev>,
+    hosts: Vec<Host>,
+    net: Network,
+    params: Params,
+    faults: SimRng,
+    oprng: SimRng,
+    trace: Trace,
+    next_id: RequestId,
+    outstanding: Option<(RequestId, HostId, Op)>,
+    unseal_tries: Vec<usize>,
+    last_conv_check: u64,
+    secs: Vec<Sec>,
+    mounted: bool,
+    perf_enabled: bool,
+    dr_enabled: bool,
+    next_key: u64,
+    /// Acknowledged state of each key on the primary: Some(value) or None (deleted);
+    /// absent from the map: unknown (a write whose answer was lost).
+    model: BTreeMap<(bool, u64), Option<u64>>,
+    uncertain: BTreeSet<(bool, u64)>,
+    primary_tokens: Vec<String>,
+    readback: Vec<(bool, u64)>,
+    phase: Phase,
+    chaos_steps: u64,
+    final_start: u64,
+    pub stats: Stats,
+    pub checks: BTreeMap<&'static str, u64>,
+}
+
+fn fail<T>(invariant: &'static str, detail: impl Into<String>) -> Result<T, Violation> {
+    Err(Violation {
+        invariant,
+        detail: detail.into(),
+    })
+}
+
+fn key_name(other: bool, n: u64) -> String {
+    if other {
+        format!("other/o-{n}")
+    } else {
+        format!("secret/s-{n}")
+    }
+}
+
+impl ReplWorld {
+    pub fn new(cfg: &crate::RunConfig) -> ReplWorld {
+        let seed = cfg.seed;
+        let params = Params::derive(seed);
+        let mut trace = Trace::new(cfg.print_trace);
+        trace.log(0, &format!("seed={seed} tier=fast replication {}", params.describe()));
+        let hosts = params
+            .kinds
+            .iter()
+            .enumerate()
+            .map(|(h, k)| Host {
+                kind: *k,
+                node: None,
+                parked: Some(SimStorage::new()),
+                boot: 0,
+                batch: 0,
+                held: Vec::new(),
+                commit_scheduled: false,
+                http_in: BTreeMap::new(),
+                op_in: BTreeSet::new(),
+                peer_in: BTreeMap::new(),
+                next_peer: 0,
+                seeds: SimRng::derive(seed, &format!("host/{h}/boot-seeds")),
+                root: format!("root-n{h}"),
+                key: String::new(),
+                needs_unseal: false,
+            })
+            .collect();
+        let secs = params
+            .kinds
+            .iter()
+            .enumerate()
+            .filter_map(|(h, k)| match k {
+                Kind::Primary => None,
+                Kind::Perf { filtered } => Some((h, Mode::Performance, *filtered)),
+                Kind::Dr => Some((h, Mode::Dr, false)),
+            })
+            .map(|(host, mode, filtered)| Sec {
+                host,
+                mode,
+                filtered,
+                attempt: 0,
+                id: format!("n{host}-0"),
+                ids: Vec::new(),
+                revoke_left: Vec::new(),
+                token: None,
+                filter_set: false,
+                enabled: false,
+                revoked_from: None,
+                revoke_sent: false,
+                gen: None,
+                gen_cancel: false,
+                gen_tries: 0,
+                local_root: None,
+            })
+            .collect();
+        let mut net = Network::new(SimRng::derive(seed, "network"), params.client_link);
+        let n = params.kinds.len();
+        let mut w = ReplWorld {
+            now: 0,
+            seq: 0,
+            queue: BTreeMap::new(),
+            hosts,
+            net: Network::new(SimRng::derive(seed, "unused"), params.client_link),
+            faults: SimRng::derive(seed, "faults"),
+            oprng: SimRng::derive(seed, "operator"),
+            trace,
+            next_id: 1,
+            outstanding: None,
+            unseal_tries: vec![0; n],
+            last_conv_check: 0,
+            secs,
+            mounted: false,
+            perf_enabled: false,
+            dr_enabled: false,
+            next_key: 0,
+            model: BTreeMap::new(),
+            uncertain: BTreeSet::new(),
+            primary_tokens: Vec::new(),
+            readback: Vec::new(),
+            phase: Phase::Chaos,
+            chaos_steps: cfg.steps,
+            final_start: 0,
+            stats: Stats::default(),
+            checks: BTreeMap::new(),
+            params,
+        };
+        for a in 0..n {
+            for b in 0..n {
+                if a != b {
+                    net.set_link(Addr::Host(a), Addr::Host(b), w.params.peer_link);
+                }
+            }
+        }
+        w.net = net;
+        for h in 0..n {
+            w.boot(h);
+            w.dev_setup(h);
+        }
+        w.schedule(1, Ev::Wake);
+        let d = w.faults.delay(w.params.crash_mean_ms);
+        w.schedule(d, Ev::NextCrash);
+        let d = w.faults.delay(w.params.partition_mean_ms);
+        w.schedule(d, Ev::NextPartition);
+        w
+    }
+
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+    pub fn trace(&self) -> &Trace {
+        &self.trace
+    }
+
+    fn bump(&mut self, inv: &'static str) {
+        *self.checks.entry(inv).or_insert(0) += 1;
+    }
+
+    fn schedule(&mut self, delay: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.insert((self.now + delay, self.seq), ev);
+    }
+
+    fn log(&mut self, what: &str) {
+        self.trace.log(self.now, what);
+    }
+
+    fn config(&self, h: HostId) -> NodeConfig {
+        NodeConfig {
+            node_id: format!("n{h}"),
+            tick_ms: self.params.tick_ms,
+            replication: ReplicationConfig {
+                api_addr: api_addr(h),
+                cluster_addr: cluster_addr(h),
+                wal: cairn_core::replication::wal::Limits {
+                    max_entries: self.params.wal_max_entries,
+                    max_bytes: 64 << 20,
+                },
+                pull_wait_ms: self.params.pull_wait_ms,
+                batch_entries: self.params.batch_entries,
+                fetch_batch: self.params.fetch_batch,
+                ..Default::default()
+            },
+            license: cairn_core::license::LicenseState::hosted(),
+            ..NodeConfig::default()
+        }
+    }
+
+    fn boot(&mut self, h: HostId) {
+        let config = self.config(h);
+        let host = &mut self.hosts[h];
+        let Some(storage) = host.parked.take() else {
+            return;
+        };
+        let seed = host.seeds.seed32();
+        host.boot += 1;
+        host.batch += 1;
+        host.commit_scheduled = false;
+        host.node = Some(Node::new(storage, seed, config));
+        host.needs_unseal = host.boot > 1;
+        let boot = host.boot;
+        let kind = host.kind;
+        self.log(&format!("n{h} ({kind:?}) start boot={boot}"));
+    }
+
+    /// Dev set-up at time 0, committed at once (not part of the fault model).
+    fn dev_setup(&mut self, h: HostId) {
+        let root = self.hosts[h].root.clone();
+        let now = self.now;
+        let host = &mut self.hosts[h];
+        let Some(node) = host.node.as_mut() else {
+            return;
+        };
+        node.handle(
+            now,
+            Input::Admin(Admin::DevSetup {
+                root_token_id: Some(root),
+            }),
+        );
+        while let Some(o) = node.poll_output() {
+            if let Output::AdminDone(v) = o {
+                host.key = v["keys_base64"][0].as_str().unwrap_or_default().to_string();
+            }
+        }
+        node.storage_mut().commit();
+        let ok = !host.key.is_empty();
+        self.log(&format!("n{h} dev set-up key={}", if ok { "ok" } else { "MISSING" }));
+    }
+
+    fn next_tick(&self) -> Option<(u64, HostId)> {
+        self.hosts
+            .iter()
+            .enumerate()
+            .filter_map(|(h, x)| x.node.as_ref().map(|n| (n.poll_timeout(), h)))
+            .min()
+    }
+
+    /// Processes one event.
+    pub fn step(&mut self) -> Result<bool, Violation> {
+        if self.phase == Phase::Chaos && self.stats.events >= self.chaos_steps {
+            self.begin_final();
+        }
+        if self.phase == Phase::Final {
+            self.check_convergence()?;
+        }
+        if self.phase == Phase::Done {
+            return Ok(false);
+        }
+        let tick = self.next_tick();
+        let queued = self.queue.first_key_value().map(|((at, _), _)| *at);
+        let take_tick = match (tick, queued) {
+            (Some((t, _)), Some(q)) => t < q,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        self.stats.events += 1;
+        if take_tick {
+            let (at, h) = tick.unwrap_or_default();
+            self.now = self.now.max(at);
+            self.stats.ticks += 1;
+            let now = self.now;
+            if let Some(n) = self.hosts[h].node.as_mut() {
+                n.handle(now, Input::Tick);
+            }
+            self.drain(h);
+            self.schedule_commit(h)?;
+        } else if let Some(((at, _), ev)) = self.queue.pop_first() {
+            self.now = self.now.max(at);
+            self.event(ev)?;
+        } else {
+            return fail("liveness", "nothing left to happen");
+        }
+        Ok(true)
+    }
+
+    fn begin_final(&mut self) {
+        self.phase = Phase::Final;
+        self.final_start = self.now;
+        self.log("final phase: faults and writes stop, network heals, every host restarts and is unsealed; waiting for convergence");
+        let n = self.hosts.len();
+        for a in 0..n {
+            for b in 0..n {
+                if a != b {
+                    self.net
+                        .set_link(Addr::Host(a), Addr::Host(b), self.params.peer_link);
+                }
+            }
+        }
+        for h in 0..n {
+            if !self.hosts[h].node.is_some() {
+                self.boot(h);
+            }
+        }
+    }
+
+    fn event(&mut self, ev: Ev) -> Result<(), Violation> {
+        match ev {
+            Ev::ApiReq { to, from, req } => {
+                let id = req.id;
+                let Some(node) = self.hosts[to].node.as_mut() else {
+                    self.log(&format!("n{to} is down: #{id} refused"));
+                    self.reply_api(to, from, id, Err("connection refused".into()));
+                    return Ok(());
+                };
+                node.handle(self.now, Input::Request(req));
+                match from {
+                    Caller::Http { .. } => {
+                        self.hosts[to].http_in.insert(id, from);
+                    }
+                    Caller::Operator => {
+                        self.hosts[to].op_in.insert(id);
+                    }
+                }
+                self.drain(to);
+                self.schedule_commit(to)
+            }
+            Ev::ApiResp { to, id, resp } => match to {
+                Caller::Http { host, boot, call } => {
+                    if self.hosts[host].boot != boot || self.hosts[host].node.is_none() {
+                        return Ok(());
+                    }
+                    let result = resp.map(|r| {
+                        let body = r
+                            .body
+                            .as_ref()
+                            .map(|b| serde_json::to_vec(b).unwrap_or_default())
+                            .unwrap_or_default();
+                        (r.status, body)
+                    });
+                    self.log(&format!(
+                        "n{host} <- http reply call={call} {}",
+                        match &result {
+                            Ok((s, _)) => s.to_string(),
+                            Err(e) => e.clone(),
+                        }
+                    ));
+                    let now = self.now;
+                    if let Some(n) = self.hosts[host].node.as_mut() {
+                        n.handle(now, Input::HttpReply(HttpReply { call_id: call, result }));
+                    }
+                    self.drain(host);
+                    self.schedule_commit(host)
+                }
+                Caller::Operator => self.on_reply(id, resp),
+            },
+            Ev::PeerReq {
+                to,
+                from,
+                boot,
+                call,
+                msg,
+            } => {
+                self.stats.peer_msgs += 1;
+                if self.hosts[to].node.is_none() {
+                    self.peer_error(from, boot, call, "connection refused", to);
+                    return Ok(());
+                }
+                let host = &mut self.hosts[to];
+                host.next_peer += 1;
+                let pid = host.next_peer;
+                host.peer_in.insert(pid, (from, boot, call));
+                let now = self.now;
+                if let Some(n) = host.node.as_mut() {
+                    n.handle(now, Input::PeerRequest(PeerRequest { id: pid, msg }));
+                }
+                self.drain(to);
+                self.schedule_commit(to)
+            }
+            Ev::PeerRep {
+                to,
+                boot,
+                call,
+                result,
+            } => {
+                if self.hosts[to].boot != boot || self.hosts[to].node.is_none() {
+                    return Ok(());
+                }
+                if let Err(e) = &result {
+                    self.stats.peer_errors += 1;
+                    self.log(&format!("n{to} <- peer error call={call}: {e}"));
+                }
+                let now = self.now;
+                if let Some(n) = self.hosts[to].node.as_mut() {
+                    n.handle(now, Input::PeerReply(PeerReply { call_id: call, result }));
+                }
+                self.drain(to);
+                self.schedule_commit(to)
+            }
+            Ev::Commit { host, batch } => {
+                if self.hosts[host].batch == batch {
+                    self.commit(host)?;
+                }
+                Ok(())
+            }
+            Ev::Crash(h) => self.crash(h),
+            Ev::Restart(h) => {
+                self.stats.restarts += 1;
+                self.boot(h);
+                Ok(())
+            }
+            Ev::Wake => self.wake(),
+            Ev::NextCrash => {
+                if self.phase == Phase::Chaos {
+                    let h = self.faults.below(self.hosts.len() as u64) as usize;
+                    if self.hosts[h].node.is_some() {
+                        self.crash(h)?;
+                    }
+                    let d = self.faults.delay(self.params.crash_mean_ms).max(1);
+                    self.schedule(d, Ev::NextCrash);
+                }
+                Ok(())
+            }
+            Ev::NextPartition => {
+                if self.phase == Phase::Chaos && self.hosts.len() > 1 {
+                    let s = 1 + self.faults.below(self.hosts.len() as u64 - 1) as usize;
+                    self.stats.partitions += 1;
+                    self.net.partition(Addr::Host(0), Addr::Host(s));
+                    self.log(&format!("net PARTITION n0 | n{s}"));
+                    let d = self.faults.delay(self.params.partition_len_ms).max(1);
+                    self.schedule(d, Ev::Heal(s));
+                    let d = self.faults.delay(self.params.partition_mean_ms).max(1);
+                    self.schedule(d, Ev::NextPartition);
+                }
+                Ok(())
+            }
+            Ev::Heal(s) => {
+                let l = self.params.peer_link;
+                self.net.set_link(Addr::Host(0), Addr::Host(s), l);
+                self.net.set_link(Addr::Host(s), Addr::Host(0), l);
+                self.log(&format!("net HEAL n0 | n{s}"));
+                Ok(())
+            }
+        }
+    }
+
+    fn peer_error(&mut self, to: HostId, boot: u64, call: u64, why: &str, from: HostId) {
+        let d = match why {
+            "connection refused" => self.net_delay(from, to),
+            _ => TIMEOUT_MS,
+        };
+        self.schedule(
+            d,
+            Ev::PeerRep {
+                to,
+                boot,
+                call,
+                result: Err(why.to_string()),
+            },
+        );
+    }
+
+    fn net_delay(&mut self, from: HostId, to: HostId) -> u64 {
+        let l = self.net.link(Addr::Host(from), Addr::Host(to));
+        self.faults.delay(l.delay_mean)
+    }
+
+    fn reply_api(&mut self, from: HostId, to: Caller, id: RequestId, resp: Result<Response, String>) {
+        let dest = match to {
+            Caller::Operator => Addr::Client(0),
+            Caller::Http { host, .. } => Addr::Host(host),
+        };
+        match self.net.route(self.now, Addr::Host(from), dest) {
+            Route::Deliver(d) => self.schedule(d, Ev::ApiResp { to, id, resp }),
+            Route::Lost(why) => {
+                self.log(&format!("net n{from}->{dest} dropped a response ({why})"));
+                self.schedule(
+                    TIMEOUT_MS,
+                    Ev::ApiResp {
+                        to,
+                        id,
+                        resp: Err("connection timed out".into()),
+                    },
+                );
+            }
+        }
+    }
+
+    fn drain(&mut self, h: HostId) {
+        let host = &mut self.hosts[h];
+        let Some(node) = host.node.as_mut() else {
+            return;
+        };
+        while let Some(o) = node.poll_output() {
+            match o {
+                Output::Audit { .. } | Output::ClusterTls(_) | Output::Ldap(_) => {}
+                other => host.held.push(other),
+            }
+        }
+    }
+
+    fn schedule_commit(&mut self, h: HostId) -> Result<(), Violation> {
+        let host = &self.hosts[h];
+        let dirty = host.node.as_ref().is_some_and(|n| n.storage().is_dirty());
+        if host.held.is_empty() && !dirty {
+            return Ok(());
+        }
+        if host.commit_scheduled {
+            return Ok(());
+        }
+        let batch = host.batch;
+        let d = self.faults.range(0, self.params.commit_window_ms);
+        if self.phase == Phase::Chaos && self.faults.chance(self.params.crash_in_batch_permille) {
+            let c = self.faults.range(0, d);
+            self.schedule(c, Ev::Crash(h));
+        }
+        self.hosts[h].commit_scheduled = true;
+        self.schedule(d, Ev::Commit { host: h, batch });
+        Ok(())
+    }
+
+    fn commit(&mut self, h: HostId) -> Result<(), Violation> {
+        let host = &mut self.hosts[h];
+        let Some(node) = host.node.as_mut() else {
+            return Ok(());
+        };
+        node.storage_mut().commit();
+        host.batch += 1;
+        host.commit_scheduled = false;
+        self.stats.commits += 1;
+        let held = std::mem::take(&mut host.held);
+        for o in held {
+            self.release(h, o);
+        }
+        self.check_host(h)
+    }
+
+    fn resolve(&self, addr: &str, api: bool) -> Option<HostId> {
+        (0..self.hosts.len()).find(|&j| {
+            if api {
+                addr.starts_with(&format!("{}/", api_addr(j)))
+            } else {
+                addr.trim_start_matches("https://").trim_start_matches("http://") == cluster_addr(j)
+            }
+        })
+    }
+
+    fn release(&mut self, h: HostId, o: Output) {
+        let boot = self.hosts[h].boot;
+        match o {
+            Output::Response(r) => {
+                self.hosts[h].op_in.remove(&r.id);
+                let from = self.hosts[h].http_in.remove(&r.id).unwrap_or(Caller::Operator);
+                self.reply_api(h, from, r.id, Ok(r));
+            }
+            Output::PeerSend(s) => {
+                let Some(j) = self.resolve(&s.to, false) else {
+                    self.log(&format!("n{h} peer send to unknown {}", s.to));
+                    self.schedule(
+                        1,
+                        Ev::PeerRep {
+                            to: h,
+                            boot,
+                            call: s.call_id,
+                            result: Err(format!("dns error: unknown host {}", s.to)),
+                        },
+                    );
+                    return;
+                };
+                match self.net.route(self.now, Addr::Host(h), Addr::Host(j)) {
+                    Route::Deliver(d) => self.schedule(
+                        d,
+                        Ev::PeerReq {
+                            to: j,
+                            from: h,
+                            boot,
+                            call: s.call_id,
+                            msg: s.msg,
+                        },
+                    ),
+                    Route::Lost(why) => {
+                        let e = if why == "partitioned" {
+                            "connection timed out (partitioned)"
+                        } else {
+                            "connection timed out"
+                        };
+                        self.peer_error(h, boot, s.call_id, e, j);
+                    }
+                }
+            }
+            Output::PeerResponse(r) => {
+                let Some((c, cboot, call)) = self.hosts[h].peer_in.remove(&r.id) else {
+                    return;
+                };
+                match self.net.route(self.now, Addr::Host(h), Addr::Host(c)) {
+                    Route::Deliver(d) => self.schedule(
+                        d,
+                        Ev::PeerRep {
+                            to: c,
+                            boot: cboot,
+                            call,
+                            result: Ok(r.msg),
+                        },
+                    ),
+                    Route::Lost(_) => self.peer_error(c, cboot, call, "connection reset", h),
+                }
+            }
+            Output::HttpCall(c) => {
+                let target = self.resolve(&c.url, true);
+                let path = c.url.split("/v1/").nth(1).map(str::to_string);
+                let method = match c.method.as_str() {
+                    "GET" => Some(Method::Get),
+                    "PUT" => Some(Method::Put),
+                    "POST" => Some(Method::Post),
+                    "DELETE" => Some(Method::Delete),
+                    _ => None,
+                };
+                let (Some(j), Some(path), Some(method)) = (target, path, method) else {
+                    self.schedule(
+                        1,
+                        Ev::ApiResp {
+                            to: Caller::Http {
+                                host: h,
+                                boot,
+                                call: c.call_id,
+                            },
+                            id: 0,
+                            resp: Err(format!("cannot reach {}", c.url)),
+                        },
+                    );
+                    return;
+                };
+                self.next_id += 1;
+                let id = self.next_id;
+                let mut req = Request::new(id, method, &path);
+                req.body = c.body;
+                let from = Caller::Http {
+                    host: h,
+                    boot,
+                    call: c.call_id,
+                };
+                match self.net.route(self.now, Addr::Host(h), Addr::Host(j)) {
+                    Route::Deliver(d) => self.schedule(d, Ev::ApiReq { to: j, from, req }),
+                    Route::Lost(_) => self.schedule(
+                        TIMEOUT_MS,
+                        Ev::ApiResp {
+                            to: from,
+                            id,
+                            resp: Err("connection timed out".into()),
+                        },
+                    ),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn crash(&mut self, h: HostId) -> Result<(), Violation> {
+        self.stats.crashes += 1;
+        let host = &mut self.hosts[h];
+        let Some(node) = host.node.take() else {
+            return Ok(());
+        };
+        let mut storage = node.into_storage();
+        let info = storage.crash();
+        host.parked = Some(storage);
+        host.batch += 1;
+        host.commit_scheduled = false;
+        let held = std::mem::take(&mut host.held);
+        let http_in = std::mem::take(&mut host.http_in);
+        let peer_in = std::mem::take(&mut host.peer_in);
+        self.log(&format!(
+            "n{h} CRASH dropped sets={} outputs={}",
+            info.dropped_write_sets,
+            held.len()
+        ));
+        // Operator requests handled but not answered: the connection resets.
+        for id in std::mem::take(&mut self.hosts[h].op_in) {
+            self.schedule(
+                1,
+                Ev::ApiResp {
+                    to: Caller::Operator,
+                    id,
+                    resp: Err("connection reset".into()),
+                },
+            );
+        }
+        drop(held);
+        for (id, c) in http_in {
+            self.schedule(
+                1,
+                Ev::ApiResp {
+                    to: c,
+                    id,
+                    resp: Err("connection reset".into()),
+                },
+            );
+        }
+        for (_, (c, boot, call)) in peer_in {
+            self.peer_error(c, boot, call, "connection reset", h);
+        }
+        let d = self.faults.delay(self.params.downtime_mean_ms).max(1);
+        self.schedule(d, Ev::Restart(h));
+        Ok(())
+    }
+}
+
+fn status_ok(r: &Result<Response, String>) -> bool {
+    matches!(r, Ok(r) if r.status < 300)
+}
+
+fn body_text(r: &Result<Response, String>) -> String {
+    match r {
+        Ok(r) => format!(
+            "{} {}",
+            r.status,
+            r.body.as_ref().map(|b| b.to_string()).unwrap_or_default()
+        ),
+        Err(e) => e.clone(),
+    }
+}
+
+/// The key number of a KV storage key written by the operator (`.../s-N` or `.../o-N`).
+fn key_number(k: &str) -> Option<(bool, u64)> {
+    let last = k.rsplit('/').next()?;
+    if let Some(n) = last.strip_prefix("s-") {
+        return n.parse().ok().map(|n| (false, n));
+    }
+    if let Some(n) = last.strip_prefix("o-") {
+        return n.parse().ok().map(|n| (true, n));
+    }
+    None
+}
+
+impl ReplWorld {
+    fn root(&self, h: HostId) -> String {
+        self.hosts[h].root.clone()
+    }
+
+    fn sec_of(&self, h: HostId) -> Option<&Sec> {
+        self.secs.iter().find(|s| s.host == h)
+    }
+
+    /// The operator's next request, if any.
+    fn choose(&mut self) -> Option<(HostId, Op, Request)> {
+        let id = self.next_id + 1;
+        for h in 0..self.hosts.len() {
+            if self.hosts[h].needs_unseal && self.hosts[h].node.is_some() {
+                let t = self.unseal_tries[h];
+                let key = if t % 2 == 0 || h == 0 {
+                    self.hosts[h].key.clone()
+                } else {
+                    self.hosts[0].key.clone()
+                };
+                let req = Request::new(id, Method::Put, "sys/unseal").with_json(json!({ "key": key }));
+                return Some((h, Op::Unseal(h), req));
+            }
+        }
+        match self.phase {
+            Phase::Chaos => {}
+            Phase::ReadBack => {
+                let (other, n) = *self.readback.last()?;
+                let req = Request::new(id, Method::Get, &key_name(other, n)).with_token(&self.root(0));
+                return Some((0, Op::ReadBack(n), req));
+            }
+            _ => return None,
+        }
+        let r0 = self.root(0);
+        if !self.mounted {
+            let req = Request::new(id, Method::Post, "sys/mounts/other")
+                .with_token(&r0)
+                .with_json(json!({"type": "kv"}));
+            return Some((0, Op::Mount, req));
+        }
+        let need_dr = self.secs.iter().any(|s| s.mode == Mode::Dr);
+        for (mode, done) in [(Mode::Performance, self.perf_enabled), (Mode::Dr, self.dr_enabled || !need_dr)] {
+            if !done {
+                let req = Request::new(
+                    id,
+                    Method::Post,
+                    &format!("sys/replication/{}/primary/enable", mode.name()),
+                )
+                .with_token(&r0)
+                .with_json(json!({}));
+                return Some((0, Op::EnablePrimary(mode), req));
+            }
+        }
+        for i in 0..self.secs.len() {
+            let s = self.secs[i].clone();
+            if !s.revoke_left.is_empty() {
+                let rid = s.revoke_left[0].clone();
+                let req = Request::new(
+                    id,
+                    Method::Post,
+                    &format!("sys/replication/{}/primary/revoke-secondary", s.mode.name()),
+                )
+                .with_token(&r0)
+                .with_json(json!({ "id": rid }));
+                return Some((0, Op::Revoke(i), req));
+            }
+            if s.enabled || s.revoked_from.is_some() {
+                continue;
+            }
+            let m = s.mode.name();
+            if s.token.is_none() {
+                let req = Request::new(id, Method::Post, &format!("sys/replication/{m}/primary/secondary-token"))
+                    .with_token(&r0)
+                    .with_json(json!({ "id": s.id }));
+                return Some((0, Op::SecToken(i), req));
+            }
+            if s.filtered && !s.filter_set {
+                let req = Request::new(
+                    id,
+                    Method::Post,
+                    &format!("sys/replication/performance/primary/paths-filter/{}", s.id),
+                )
+                .with_token(&r0)
+                .with_json(json!({"mode": "deny", "paths": ["other/"]}));
+                return Some((0, Op::Filter(i), req));
+            }
+            let req = Request::new(id, Method::Post, &format!("sys/replication/{m}/secondary/enable"))
+                .with_token(&self.root(s.host))
+                .with_json(json!({ "token": s.token.clone().unwrap_or_default() }));
+            return Some((s.host, Op::SecEnable(i), req));
+        }
+        // A root token on each performance secondary, generated with the primary's key.
+        for i in 0..self.secs.len() {
+            let s = &self.secs[i];
+            if !s.enabled || s.mode != Mode::Performance || s.local_root.is_some() || s.gen_tries > 20 {
+                continue;
+            }
+            if !self.oprng.chance(200) {
+                break;
+            }
+            let h = s.host;
+            let base = "sys/generate-root/attempt";
+            if s.gen_cancel {
+                return Some((h, Op::GenCancel(i), Request::new(id, Method::Delete, base)));
+            }
+            return Some(match &s.gen {
+                None => (h, Op::GenAttempt(i), Request::new(id, Method::Post, base).with_json(json!({}))),
+                Some((_, nonce)) => {
+                    let key = if s.gen_tries % 2 == 0 {
+                        self.hosts[0].key.clone()
+                    } else {
+                        self.hosts[h].key.clone()
+                    };
+                    (
+                        h,
+                        Op::GenUpdate(i),
+                        Request::new(id, Method::Post, "sys/generate-root/update")
+                            .with_json(json!({"key": key, "nonce": nonce})),
+                    )
+                }
+            });
+        }
+        // Traffic.
+        let perf_secs: Vec<HostId> = self
+            .secs
+            .iter()
+            .filter(|s| s.enabled && s.mode == Mode::Performance && s.local_root.is_some())
+            .map(|s| s.host)
+            .collect();
+        let pick = self.oprng.weighted(&[35, 15, 8, 5, 4, 6, 15, 2]);
+        let existing = |r: &mut SimRng, next: u64| if next == 0 { 0 } else { r.below(next) };
+        match pick {
+            0 | 1 => {
+                let other = pick == 1;
+                let fresh = self.next_key == 0 || self.oprng.chance(700);
+                let n = if fresh {
+                    self.next_key += 1;
+                    self.next_key - 1
+                } else {
+                    existing(&mut self.oprng, self.next_key)
+                };
+                let v = n + 1_000_000 * self.oprng.below(100);
+                let req = Request::new(id, Method::Put, &key_name(other, n))
+                    .with_token(&r0)
+                    .with_json(json!({ "v": v }));
+                Some((0, Op::Put { n: v, other }, req))
+            }
+            2 => {
+                let other = self.oprng.chance(300);
+                let n = existing(&mut self.oprng, self.next_key);
+                let req = Request::new(id, Method::Delete, &key_name(other, n)).with_token(&r0);
+                Some((0, Op::Delete { n, other }, req))
+            }
+            3 => {
+                let name = format!("p{}", self.oprng.below(5));
+                let req = Request::new(id, Method::Put, &format!("sys/policies/acl/{name}"))
+                    .with_token(&r0)
+                    .with_json(json!({"policy": "path \"secret/*\" { capabilities = [\"read\"] }"}));
+                Some((0, Op::Policy, req))
+            }
+            4 => {
+                let req = Request::new(id, Method::Post, "auth/token/create")
+                    .with_token(&r0)
+                    .with_json(json!({"policies": ["default"], "ttl": "24h"}));
+                Some((0, Op::TokenCreate, req))
+            }
+            5 if !perf_secs.is_empty() && !self.primary_tokens.is_empty() => {
+                let h = *self.oprng.pick(&perf_secs)?;
+                let t = self.oprng.pick(&self.primary_tokens)?.clone();
+                let req = Request::new(id, Method::Get, "secret/s-0").with_token(&t);
+                Some((h, Op::Probe(h), req))
+            }
+            6 if !perf_secs.is_empty() => {
+                let h = *self.oprng.pick(&perf_secs)?;
+                let other = self.oprng.chance(300);
+                let n = existing(&mut self.oprng, self.next_key);
+                let t = self.sec_of(h).and_then(|s| s.local_root.clone()).unwrap_or_default();
+                let req = Request::new(id, Method::Get, &key_name(other, n)).with_token(&t);
+                Some((h, Op::Read(h, other, n), req))
+            }
+            7 if self.oprng.chance(self.params.revoke_permille * 20) => {
+                let i = self.secs.iter().position(|s| s.enabled && s.revoked_from.is_none())?;
+                let s = &mut self.secs[i];
+                s.revoke_left = s.ids.clone();
+                s.revoke_sent = true;
+                self.choose()
+            }
+            _ => None,
+        }
+    }
+
+    fn wake(&mut self) -> Result<(), Violation> {
+        if self.outstanding.is_some() || self.phase == Phase::Done {
+            return Ok(());
+        }
+        match self.choose() {
+            Some((h, op, req)) => {
+                self.next_id += 1;
+                let id = req.id;
+                self.stats.requests += 1;
+                self.log(&format!(
+                    "op -> n{h} #{id} {} {} {}",
+                    match req.method {
+                        Method::Get => "GET",
+                        Method::Put => "PUT",
+                        Method::Post => "POST",
+                        Method::Delete => "DELETE",
+                        _ => "?",
+                    },
+                    req.path,
+                    shorten(&String::from_utf8_lossy(&req.body), 60)
+                ));
+                self.outstanding = Some((id, h, op));
+                match self.net.route(self.now, Addr::Client(0), Addr::Host(h)) {
+                    Route::Deliver(d) => self.schedule(
+                        d,
+                        Ev::ApiReq {
+                            to: h,
+                            from: Caller::Operator,
+                            req,
+                        },
+                    ),
+                    Route::Lost(_) => self.schedule(
+                        TIMEOUT_MS,
+                        Ev::ApiResp {
+                            to: Caller::Operator,
+                            id,
+                            resp: Err("connection timed out".into()),
+                        },
+                    ),
+                }
+            }
+            None => {
+                let d = self.oprng.delay(self.params.think_ms).max(20);
+                self.schedule(d, Ev::Wake);
+            }
+        }
+        Ok(())
+    }
+
+    fn new_attempt(&mut self, i: usize) {
+        let s = &mut self.secs[i];
+        s.attempt += 1;
+        s.id = format!("n{}-{}", s.host, s.attempt);
+        s.token = None;
+        s.filter_set = false;
+    }
+
+    fn on_reply(&mut self, id: RequestId, resp: Result<Response, String>) -> Result<(), Violation> {
+        let Some((oid, h, op)) = self.outstanding.clone() else {
+            return Ok(());
+        };
+        if oid != id {
+            return Ok(());
+        }
+        self.outstanding = None;
+        let text = body_text(&resp);
+        self.log(&format!("op <- n{h} #{id} {}", shorten(&text, 160)));
+        if resp.is_err() {
+            self.stats.lost_requests += 1;
+        }
+        let ok = status_ok(&resp);
+        let status = resp.as_ref().map(|r| r.status).unwrap_or(0);
+        let body = resp.as_ref().ok().and_then(|r| r.body.clone()).unwrap_or(Value::Null);
+        match op {
+            Op::Unseal(h) => {
+                let sealed = body
+                    .get("sealed")
+                    .or_else(|| body.get("data").and_then(|d| d.get("sealed")))
+                    .and_then(Value::as_bool);
+                if ok && sealed == Some(false) {
+                    self.hosts[h].needs_unseal = false;
+                    self.unseal_tries[h] = 0;
+                } else if resp.is_ok() && text.contains("not sealed") {
+                    self.hosts[h].needs_unseal = false;
+                } else if resp.is_ok() {
+                    self.unseal_tries[h] += 1;
+                    if self.unseal_tries[h] > 50 {
+                        return fail("liveness", format!("n{h} cannot be unsealed: {text}"));
+                    }
+                }
+            }
+            Op::Mount => {
+                if ok || text.contains("already") || text.contains("in use") || text.contains("exist") {
+                    self.mounted = true;
+                }
+            }
+            Op::EnablePrimary(m) => {
+                if ok || text.contains("already") {
+                    match m {
+                        Mode::Performance => self.perf_enabled = true,
+                        Mode::Dr => self.dr_enabled = true,
+                    }
+                }
+            }
+            Op::SecToken(i) => {
+                let sid = self.secs[i].id.clone();
+                if !self.secs[i].ids.contains(&sid) {
+                    self.secs[i].ids.push(sid);
+                }
+                match body["wrap_info"]["token"].as_str() {
+                    Some(t) if ok => self.secs[i].token = Some(t.to_string()),
+                    _ => self.new_attempt(i),
+                }
+            }
+            Op::Filter(i) => {
+                if ok {
+                    self.secs[i].filter_set = true;
+                } else if status == 400 || status == 404 {
+                    self.new_attempt(i);
+                }
+            }
+            Op::SecEnable(i) => {
+                if ok || text.contains("already a") {
+                    self.secs[i].enabled = true;
+                    self.log(&format!("n{} is a {} secondary", self.secs[i].host, self.secs[i].mode.name()));
+                } else if resp.is_ok() {
+                    self.new_attempt(i);
+                } else {
+                    // Lost: the enable may or may not have happened; a retry with the same
+                    // token tells ("already a secondary") or fails (token used) → new token.
+                }
+            }
+            Op::Put { n, other } => {
+                let k = (other, n % 1_000_000);
+                if ok {
+                    self.model.insert(k, Some(n));
+                    self.uncertain.remove(&k);
+                } else {
+                    self.model.remove(&k);
+                    self.uncertain.insert(k);
+                }
+            }
+            Op::Delete { n, other } => {
+                let k = (other, n);
+                if ok {
+                    self.model.insert(k, None);
+                    self.uncertain.remove(&k);
+                } else {
+                    self.model.remove(&k);
+                    self.uncertain.insert(k);
+                }
+            }
+            Op::Policy => {}
+            Op::TokenCreate => {
+                if let Some(t) = body["auth"]["client_token"].as_str() {
+                    self.primary_tokens.push(t.to_string());
+                }
+            }
+            Op::Probe(h) => {
+                self.bump("filters");
+                if ok {
+                    return fail(
+                        "filters",
+                        format!("a primary token was accepted by performance secondary n{h}: {text}"),
+                    );
+                }
+                if resp.is_ok() && status != 403 && status != 503 {
+                    self.log(&format!("note: primary token on n{h} got {status}, not 403"));
+                }
+            }
+            Op::Read(h, other, n) => {
+                if ok {
+                    self.bump("prefix");
+                    let filtered = self.sec_of(h).is_some_and(|s| s.filtered);
+                    if other && filtered {
+                        return fail("filters", format!("filtered n{h} served {}: {text}", key_name(other, n)));
+                    }
+                    // Values of key n are n + 1e6·k: a value of another key is corrupt data.
+                    if let Some(v) = body["data"]["v"].as_u64() {
+                        if v % 1_000_000 != n {
+                            return fail("prefix", format!("n{h} served {} = {v}, never written to that key", key_name(other, n)));
+                        }
+                    }
+                }
+            }
+            Op::Revoke(i) => {
+                if ok || text.contains("no secondary") || text.contains("no performance secondary") {
+                    self.secs[i].revoke_left.remove(0);
+                    if self.secs[i].revoke_left.is_empty() {
+                        self.secs[i].revoked_from = Some(self.next_key);
+                        self.log(&format!("revoke of n{} acknowledged; keys >= {} must not reach it", self.secs[i].host, self.next_key));
+                    }
+                }
+            }
+            Op::GenAttempt(i) => {
+                let otp = body["otp"].as_str().or_else(|| body["data"]["otp"].as_str());
+                let nonce = body["nonce"].as_str().or_else(|| body["data"]["nonce"].as_str());
+                match (ok, otp, nonce) {
+                    (true, Some(o), Some(n)) => self.secs[i].gen = Some((o.to_string(), n.to_string())),
+                    _ if resp.is_ok() => {
+                        self.secs[i].gen_cancel = true;
+                        self.secs[i].gen_tries += 1;
+                    }
+                    _ => {}
+                }
+            }
+            Op::GenCancel(i) => {
+                if resp.is_ok() {
+                    self.secs[i].gen_cancel = false;
+                    self.secs[i].gen = None;
+                }
+            }
+            Op::GenUpdate(i) => {
+                let enc = body["encoded_token"]
+                    .as_str()
+                    .or_else(|| body["data"]["encoded_token"].as_str());
+                let otp = self.secs[i].gen.as_ref().map(|g| g.0.clone()).unwrap_or_default();
+                match enc.map(|e| cairn_core::replication::dr_token::decode_token(e, &otp)) {
+                    Some(Ok(t)) if ok => {
+                        self.log(&format!("n{} root token generated", self.secs[i].host));
+                        self.secs[i].local_root = Some(t);
+                        self.secs[i].gen = None;
+                    }
+                    _ if resp.is_ok() => {
+                        self.secs[i].gen = None;
+                        self.secs[i].gen_cancel = true;
+                        self.secs[i].gen_tries += 1;
+                    }
+                    _ => {}
+                }
+            }
+            Op::ReadBack(n) => {
+                if resp.is_ok() {
+                    let (other, k) = self.readback.pop().unwrap_or((false, n));
+                    let want = self.model.get(&(other, k)).cloned().flatten();
+                    let got = if status == 404 { None } else { body["data"]["v"].as_u64() };
+                    self.bump("durability");
+                    if status != 404 && !ok {
+                        return fail("durability", format!("read-back of {} on the primary: {text}", key_name(other, k)));
+                    }
+                    if got != want {
+                        return fail(
+                            "durability",
+                            format!(
+                                "acknowledged state of {} on the primary was {want:?}, read back {got:?}",
+                                key_name(other, k)
+                            ),
+                        );
+                    }
+                    if self.readback.is_empty() {
+                        self.log("final: every acknowledged write read back from the primary");
+                        self.phase = Phase::Done;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        let d = self.oprng.delay(self.params.think_ms);
+        self.schedule(d, Ev::Wake);
+        Ok(())
+    }
+
+    fn keys(&self, h: HostId, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        self.hosts[h]
+            .node
+            .as_ref()
+            .and_then(|n| n.storage().scan(prefix).ok())
+            .unwrap_or_default()
+    }
+
+    /// Filters and revocation, on the state host `h` just committed.
+    fn check_host(&mut self, h: HostId) -> Result<(), Violation> {
+        let Some(s) = self.sec_of(h).cloned() else {
+            return Ok(());
+        };
+        if !s.enabled && s.revoked_from.is_none() {
+            return Ok(());
+        }
+        let logical = self.keys(h, "logical/");
+        if s.mode == Mode::Performance {
+            self.bump("filters");
+            let mine: BTreeSet<String> = self.keys(h, "sys/token/").into_iter().map(|(k, _)| k).collect();
+            let theirs: BTreeSet<String> = self.keys(0, "sys/token/").into_iter().map(|(k, _)| k).collect();
+            if let Some(k) = mine.intersection(&theirs).find(|k| k.starts_with("sys/token/id/")) {
+                return fail("filters", format!("performance secondary n{h} holds the primary's token entry {k}"));
+            }
+            if s.filtered {
+                if let Some((k, _)) = logical.iter().find(|(k, _)| key_number(k).is_some_and(|(o, _)| o)) {
+                    return fail("filters", format!("filtered performance secondary n{h} (deny other/) holds {k}"));
+                }
+            }
+        }
+        if let Some(from) = s.revoked_from {
+            self.bump("revocation");
+            if let Some((k, _)) = logical.iter().find(|(k, _)| key_number(k).is_some_and(|(_, n)| n >= from)) {
+                return fail(
+                    "revocation",
+                    format!("n{h} received {k}, written after its revoke was acknowledged (keys >= {from})"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn converged(&self, s: &Sec) -> Result<(), String> {
+        let (Some(p), Some(n)) = (self.hosts[0].node.as_ref(), self.hosts[s.host].node.as_ref()) else {
+            return Err("down".into());
+        };
+        match (s.mode, s.filtered) {
+            (Mode::Dr, _) | (Mode::Performance, false) => {
+                let (a, b) = (p.replication().merkle_root(s.mode), n.replication().merkle_root(s.mode));
+                if a == b {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{} root {} vs primary {} (primary last_wal {})",
+                        s.mode.name(),
+                        &b[..12.min(b.len())],
+                        &a[..12.min(a.len())],
+                        p.replication().wal.last
+                    ))
+                }
+            }
+            (Mode::Performance, true) => {
+                let want: Vec<(String, Vec<u8>)> = self
+                    .keys(0, "logical/")
+                    .into_iter()
+                    .filter(|(k, _)| key_number(k).is_some_and(|(o, _)| !o))
+                    .collect();
+                let got: Vec<(String, Vec<u8>)> = self
+                    .keys(s.host, "logical/")
+                    .into_iter()
+                    .filter(|(k, _)| key_number(k).is_some())
+                    .collect();
+                if want == got {
+                    Ok(())
+                } else {
+                    Err(format!("replicated KV differs: {} keys vs primary's {}", got.len(), want.len()))
+                }
+            }
+        }
+    }
+
+    /// Final phase: every active secondary reaches the primary within [`CONVERGE_MS`].
+    fn check_convergence(&mut self) -> Result<(), Violation> {
+        if self.now < self.last_conv_check + 250 {
+            return Ok(());
+        }
+        self.last_conv_check = self.now;
+        let mut bad = Vec::new();
+        for s in &self.secs {
+            if !s.enabled || s.revoked_from.is_some() || s.revoke_sent {
+                continue;
+            }
+            if let Err(e) = self.converged(s) {
+                bad.push(format!("n{}: {e}", s.host));
+            }
+        }
+        if self.hosts.iter().any(|h| h.needs_unseal || h.node.is_none()) {
+            bad.push("a host is still sealed".into());
+        }
+        if bad.is_empty() {
+            self.bump("convergence");
+            self.stats.converge_ms = self.now - self.final_start;
+            self.log(&format!("final: converged after {}ms", self.stats.converge_ms));
+            self.phase = Phase::ReadBack;
+            self.readback = self.model.keys().rev().copied().collect();
+            if self.readback.is_empty() {
+                self.phase = Phase::Done;
+            } else if self.outstanding.is_none() {
+                self.schedule(0, Ev::Wake);
+            }
+            return Ok(());
+        }
+        if self.now > self.final_start + CONVERGE_MS {
+            return fail(
+                "convergence",
+                format!(
+                    "secondaries not converged {}s after faults and writes stopped: {}",
+                    CONVERGE_MS / 1000,
+                    bad.join("; ")
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regression_seeds_stay_single_node_and_a_third_replicate() {
+        for s in [1u64, 2, 5, 6, 23, 38] {
+            assert!(!wants_replication(s), "seed {s}");
+        }
+        let n = crate::seed_sequence(0, 1000).filter(|s| wants_replication(*s)).count();
+        assert!((250..450).contains(&n), "{n}");
+    }
+}
