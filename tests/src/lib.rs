@@ -124,6 +124,17 @@ fn rand_suffix() -> u64 {
 impl Server {
     /// `cairn server --dev` with a fixed root token.
     pub fn dev() -> Server {
+        // A port picked free can be taken by a concurrent test before the server binds it;
+        // a server that exits before printing its token is retried on another port.
+        for _ in 0..5 {
+            if let Some(s) = Self::try_dev() {
+                return s;
+            }
+        }
+        panic!("cairn server --dev did not start after 5 attempts");
+    }
+
+    fn try_dev() -> Option<Server> {
         let port = free_port_pair();
         let addr = format!("127.0.0.1:{port}");
         let mut child = Command::new(cairn_bin())
@@ -136,16 +147,23 @@ impl Server {
         let mut lines = Vec::new();
         let mut key = String::new();
         let mut reader = BufReader::new(stdout).lines();
+        let mut started = false;
         for line in reader.by_ref() {
-            let line = line.expect("read stdout");
+            let Ok(line) = line else { break };
             if let Some(k) = line.strip_prefix("Unseal Key: ") {
                 key = k.to_string();
             }
             let done = line.starts_with("Root Token: ");
             lines.push(line);
             if done {
+                started = true;
                 break;
             }
+        }
+        if !started {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
         }
         // Keep draining stdout so the server never writes into a closed pipe.
         std::thread::spawn(move || for _ in reader {});
@@ -161,7 +179,7 @@ impl Server {
             stdout_lines: lines,
         };
         s.wait_ready();
-        s
+        Some(s)
     }
 
     /// `cairn server --config` on SQLite in `dir` (kept across restarts), not initialised.
