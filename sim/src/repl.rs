@@ -862,6 +862,10 @@ impl ReplWorld {
                     );
                     return;
                 };
+                let what = serde_json::to_value(&s.msg.body)
+                    .map(|v| shorten(&v.to_string(), 80))
+                    .unwrap_or_default();
+                self.log(&format!("n{h} -> n{j} peer call={} {what}", s.call_id));
                 match self.net.route(self.now, Addr::Host(h), Addr::Host(j)) {
                     Route::Deliver(d) => self.schedule(
                         d,
@@ -887,6 +891,10 @@ impl ReplWorld {
                 let Some((c, cboot, call)) = self.hosts[h].peer_in.remove(&r.id) else {
                     return;
                 };
+                let what = serde_json::to_value(&r.msg)
+                    .map(|v| shorten(&v.to_string(), 100))
+                    .unwrap_or_default();
+                self.log(&format!("n{h} -> n{c} peer answer call={call} {what}"));
                 match self.net.route(self.now, Addr::Host(h), Addr::Host(c)) {
                     Route::Deliver(d) => self.schedule(
                         d,

@@ -91,6 +91,29 @@ impl FakeDirectory {
     /// Answers one call. A [`LdapOp::Run`] is run to the end, each of its operations
     /// answered (and logged) like a call of its own on the call's connection.
     pub fn answer(&mut self, call: &LdapCall) -> LdapReply {
+        if let LdapOp::ConnectBound { spec, dn, password } = &call.op {
+            // A fresh connection every time: a connect and a bind, logged as such.
+            let mut step = LdapCall {
+                op_id: call.op_id,
+                conn: call.conn,
+                op: LdapOp::Connect(spec.clone()),
+                close_after: false,
+            };
+            let connected = self.answer(&step);
+            if connected.result.is_err() {
+                return connected;
+            }
+            step.op = LdapOp::Bind {
+                dn: dn.clone(),
+                password: password.clone(),
+            };
+            step.close_after = call.close_after;
+            let bound = self.answer(&step);
+            return LdapReply {
+                result: bound.result.and(connected.result),
+                ..bound
+            };
+        }
         if let LdapOp::Run(job) = &call.op {
             let mut job = job.clone();
             job.run(|op, close_after| {
@@ -153,11 +176,9 @@ impl FakeDirectory {
                 self.conns.remove(&call.conn);
                 Ok(LdapDone::Closed)
             }
-            LdapOp::Run(_) => Err(fail(
-                FailKind::Ldap,
-                None,
-                "a login cannot run inside another",
-            )),
+            LdapOp::Run(_) | LdapOp::ConnectBound { .. } => {
+                Err(fail(FailKind::Ldap, None, "not a single operation"))
+            }
             LdapOp::Bind { dn: who, password } => {
                 if who.is_empty() && password.is_empty() {
                     self.conns.insert(call.conn, None);

@@ -38,6 +38,7 @@ pub const USER_BIND_FAILED: &str = "ldap operation failed: failed to bind as use
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     Connect,
+    ConnectBound,
     ServiceBind,
     UserSearch,
     UserBind,
@@ -100,6 +101,10 @@ pub struct Login {
     /// The failure was the user's credentials (a refused user bind, or no such user): it
     /// counts towards the user lockout.
     pub bad_credentials: bool,
+    /// The connection is bound as the service identity (`binddn`) now.
+    service_bound: bool,
+    /// An operation failed in a way that leaves the connection unusable or unknown.
+    broken: bool,
 }
 
 /// A machine sent to the executor to run to the end, and its outcome when it comes back.
@@ -136,7 +141,20 @@ impl Login {
         conn: ConnId,
         remote_addr: &str,
     ) -> (Login, LdapOp) {
-        let op = LdapOp::Connect(cfg.connect_spec());
+        // With a service identity the connection starts bound as it, which lets the
+        // executor reuse a connection an earlier login left bound so.
+        let (op, step) = if cfg.has_service_bind() {
+            (
+                LdapOp::ConnectBound {
+                    spec: cfg.connect_spec(),
+                    dn: cfg.binddn.clone(),
+                    password: cfg.bindpass.clone(),
+                },
+                Step::ConnectBound,
+            )
+        } else {
+            (LdapOp::Connect(cfg.connect_spec()), Step::Connect)
+        };
         (
             Login {
                 request_id,
@@ -146,7 +164,7 @@ impl Login {
                 username: username.to_string(),
                 password: Secret::new(password),
                 conn,
-                step: Step::Connect,
+                step,
                 closed: false,
                 close_pending: false,
                 bind_dn: String::new(),
@@ -154,6 +172,8 @@ impl Login {
                 alias_value: None,
                 remote_addr: remote_addr.to_string(),
                 bad_credentials: false,
+                service_bound: false,
+                broken: false,
             },
             op,
         )
@@ -216,41 +236,56 @@ impl Login {
         Next::Done(r)
     }
 
+    /// Whether the connection may serve another login after this one ended: it is bound
+    /// as the service identity and nothing failed on it in a way that leaves its state
+    /// unknown.
+    pub fn reusable(&self) -> bool {
+        self.service_bound && !self.broken
+    }
+
     /// Advances with the result of the last operation.
     pub fn advance(&mut self, result: Result<LdapDone, LdapFailure>) -> Next {
         if self.close_pending {
             self.closed = true;
         }
+        if let Err(f) = &result {
+            if matches!(
+                f.kind,
+                FailKind::Connect | FailKind::Tls | FailKind::Timeout | FailKind::NoConnection
+            ) {
+                self.broken = true;
+            }
+        }
+        match self.step {
+            Step::ConnectBound | Step::ServiceBind | Step::Rebind => {
+                self.service_bound = result.is_ok();
+            }
+            Step::UserBind | Step::AnonBind => self.service_bound = false,
+            _ => {}
+        }
         match (self.step, result) {
+            (Step::ConnectBound, Ok(LdapDone::Connected { url })) => {
+                log::debug!(
+                    "ldap login {}: connected to {url} as the service identity",
+                    self.request_id
+                );
+                self.find_user()
+            }
+            (Step::ConnectBound, Err(f)) if matches!(f.kind, FailKind::Connect | FailKind::Tls) => {
+                self.closed = true;
+                self.connect_failed(&f)
+            }
+            (Step::ConnectBound, Err(f)) => self.service_bind_failed(&f),
             (Step::Connect, Ok(LdapDone::Connected { url })) => {
                 log::debug!("ldap login {}: connected to {url}", self.request_id);
                 self.after_connect()
             }
             (Step::Connect, Err(f)) => {
                 self.closed = true;
-                let what = if f.kind == FailKind::Tls {
-                    "TLS handshake with the LDAP server failed"
-                } else {
-                    "failed to connect to LDAP server"
-                };
-                self.done(Err(bad(format!(
-                    "ldap operation failed: {what}: {}",
-                    f.message
-                ))))
+                self.connect_failed(&f)
             }
             (Step::ServiceBind, Ok(LdapDone::Bound)) => self.find_user(),
-            (Step::ServiceBind, Err(f)) => {
-                log::warn!(
-                    "ldap login {}: bind as binddn {:?} failed: {}",
-                    self.request_id,
-                    self.cfg.binddn,
-                    f.message
-                );
-                self.done(Err(lost_or(
-                    &f,
-                    "ldap operation failed: failed to bind with the configured binddn",
-                )))
-            }
+            (Step::ServiceBind, Err(f)) => self.service_bind_failed(&f),
             (Step::UserSearch, Ok(LdapDone::Entries(entries))) => self.user_found(entries),
             (Step::UserSearch, Err(f)) => self.done(Err(search_failed(
                 "LDAP search for the user's bind DN failed",
@@ -319,6 +354,31 @@ impl Login {
                 "unexpected LDAP result {other:?} in step {step:?}"
             )))),
         }
+    }
+
+    fn connect_failed(&mut self, f: &LdapFailure) -> Next {
+        let what = if f.kind == FailKind::Tls {
+            "TLS handshake with the LDAP server failed"
+        } else {
+            "failed to connect to LDAP server"
+        };
+        self.done(Err(bad(format!(
+            "ldap operation failed: {what}: {}",
+            f.message
+        ))))
+    }
+
+    fn service_bind_failed(&mut self, f: &LdapFailure) -> Next {
+        log::warn!(
+            "ldap login {}: bind as binddn {:?} failed: {}",
+            self.request_id,
+            self.cfg.binddn,
+            f.message
+        );
+        self.done(Err(lost_or(
+            f,
+            "ldap operation failed: failed to bind with the configured binddn",
+        )))
     }
 
     fn after_connect(&mut self) -> Next {

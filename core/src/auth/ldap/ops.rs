@@ -140,6 +140,15 @@ pub struct SearchSpec {
 pub enum LdapOp {
     /// Open the connection `conn`.
     Connect(ConnectSpec),
+    /// Open the connection `conn` bound as `dn` (connect, then a simple bind). The
+    /// executor may instead hand out an idle connection of its own opened with the same
+    /// settings and left bound as the same identity by an earlier login; answered like
+    /// `Connect`, a refused bind failing like `Bind`.
+    ConnectBound {
+        spec: ConnectSpec,
+        dn: String,
+        password: Secret,
+    },
     /// Simple bind. An empty `dn` with an empty password is an anonymous bind; a `dn` with
     /// an empty password is an unauthenticated bind (RFC 4513 5.1.2).
     Bind {

@@ -258,7 +258,7 @@ fn authenticated_search_login_with_group_objects() {
             LdapOp::Bind { .. } => "bind",
             LdapOp::Search(_) => "search",
             LdapOp::Close => "close",
-            LdapOp::Run(_) => "run",
+            LdapOp::Run(_) | LdapOp::ConnectBound { .. } => "not logged",
         })
         .collect();
     assert_eq!(
