@@ -40,6 +40,12 @@ use std::time::{Duration, Instant};
 const IDLE_LIMIT: Duration = Duration::from_secs(600);
 /// Most TLS configurations kept built at once.
 const TLS_CACHE_MAX: usize = 64;
+/// Bound pool: how long a connection may wait idle, how long it may serve at all (so a
+/// URL list's first server is tried again after failover), how many wait per identity.
+const POOL_IDLE: Duration = Duration::from_secs(30);
+const POOL_MAX_AGE: Duration = Duration::from_secs(300);
+const POOL_MAX_PER_KEY: usize = 64;
+const POOL_MAX_KEYS: usize = 64;
 /// Most worker threads (calls beyond this many in flight wait in the queue).
 pub const MAX_THREADS: usize = 256;
 /// How long a worker beyond the initial count waits for work before exiting.
@@ -57,6 +63,9 @@ struct Conn {
     ldap: LdapConn,
     timeout: Option<Duration>,
     last_used: Instant,
+    opened: Instant,
+    /// The URL it is connected to.
+    url: String,
 }
 
 /// The TLS settings that decide a `ClientConfig`.
@@ -74,6 +83,8 @@ struct Shared {
     rx: Mutex<Receiver<LdapCall>>,
     conns: Mutex<HashMap<ConnId, Conn>>,
     tls: Mutex<HashMap<TlsKey, Arc<ClientConfig>>>,
+    /// Connections left bound as a service identity by finished logins.
+    bound: BoundPool,
     deliver: Deliver,
     /// Workers running, how many of them wait for a call, and calls not yet taken.
     threads: AtomicUsize,
@@ -92,6 +103,7 @@ impl LdapPool {
             rx: Mutex::new(rx),
             conns: Mutex::new(HashMap::new()),
             tls: Mutex::new(HashMap::new()),
+            bound: BoundPool::default(),
             deliver,
             threads: AtomicUsize::new(0),
             idle: AtomicUsize::new(0),
@@ -195,6 +207,7 @@ fn worker(s: Arc<Shared>) {
 fn kind_of(op: &LdapOp) -> &'static str {
     match op {
         LdapOp::Connect(_) => "connect",
+        LdapOp::ConnectBound { .. } => "connect and bind",
         LdapOp::Bind { .. } => "bind",
         LdapOp::Search(_) => "search",
         LdapOp::Close => "close",
@@ -221,24 +234,28 @@ fn execute(s: &Shared, call: LdapCall) -> LdapReply {
     let result = match &call.op {
         LdapOp::Connect(spec) => {
             reap_idle(s);
-            match connect(s, spec) {
-                Ok((ldap, url)) => {
-                    if !call.close_after {
-                        let timeout = (spec.request_timeout_ms > 0)
-                            .then(|| Duration::from_millis(spec.request_timeout_ms));
-                        lock(&s.conns).insert(
-                            conn_id,
-                            Conn {
-                                ldap,
-                                timeout,
-                                last_used: Instant::now(),
-                            },
-                        );
-                    }
-                    Ok(LdapDone::Connected { url })
+            connect(s, spec).map(|(ldap, url)| {
+                let mut c = new_conn(ldap, spec, &url);
+                if call.close_after {
+                    let _ = c.ldap.unbind();
+                } else {
+                    lock(&s.conns).insert(conn_id, c);
                 }
-                Err(f) => Err(f),
-            }
+                LdapDone::Connected { url }
+            })
+        }
+        LdapOp::ConnectBound { spec, dn, password } => {
+            reap_idle(s);
+            connect(s, spec).and_then(|(ldap, url)| {
+                let mut c = new_conn(ldap, spec, &url);
+                let r = bind(&mut c, dn, password.expose());
+                if call.close_after || r.is_err() {
+                    let _ = c.ldap.unbind();
+                } else {
+                    lock(&s.conns).insert(conn_id, c);
+                }
+                r.map(|_| LdapDone::Connected { url })
+            })
         }
         LdapOp::Close => {
             if let Some(mut c) = lock(&s.conns).remove(&conn_id) {
@@ -293,24 +310,56 @@ fn execute(s: &Shared, call: LdapCall) -> LdapReply {
     }
 }
 
-/// Runs a login machine to its outcome on a connection of its own, closed at the end
-/// whatever happens.
+/// Runs a login machine to its outcome. Its connection is closed at the end, unless the
+/// machine left it bound as the service identity: then it waits in the bound pool for
+/// the next login with the same settings. A pooled connection that turns out dead on its
+/// first use is dropped and the login runs again on a fresh one.
 fn run_job(s: &Shared, job: &mut Job) {
+    let fresh = job.clone();
+    if run_job_once(s, job, true) {
+        log::debug!(
+            "ldap login {}: an idle pooled connection was dead; retrying on a new one",
+            job.login.request_id
+        );
+        *job = fresh;
+        run_job_once(s, job, false);
+    }
+}
+
+/// One run; returns true when it must be retried (a pooled connection failed first).
+fn run_job_once(s: &Shared, job: &mut Job, use_pool: bool) -> bool {
     let mut conn: Option<Conn> = None;
+    let mut key: Option<PoolKey> = None;
+    let mut pooled = false;
+    let mut ops_after_pooled = 0usize;
+    let mut retry = false;
     let id = job.login.request_id;
-    job.run(|op, close_after| {
+    job.run(|op, _close_after| {
         let started = Instant::now();
         let r = match op {
             LdapOp::Connect(spec) => connect(s, spec).map(|(ldap, url)| {
-                let timeout = (spec.request_timeout_ms > 0)
-                    .then(|| Duration::from_millis(spec.request_timeout_ms));
-                conn = Some(Conn {
-                    ldap,
-                    timeout,
-                    last_used: Instant::now(),
-                });
+                conn = Some(new_conn(ldap, spec, &url));
                 LdapDone::Connected { url }
             }),
+            LdapOp::ConnectBound { spec, dn, password } => {
+                let k = PoolKey::new(spec, dn, password.expose());
+                let idle = if use_pool { s.bound.take(&k) } else { None };
+                key = Some(k);
+                match idle {
+                    Some(c) => {
+                        pooled = true;
+                        let url = c.url.clone();
+                        conn = Some(c);
+                        Ok(LdapDone::Connected { url })
+                    }
+                    None => connect(s, spec).and_then(|(ldap, url)| {
+                        let mut c = new_conn(ldap, spec, &url);
+                        let r = bind(&mut c, dn, password.expose());
+                        conn = Some(c);
+                        r.map(|_| LdapDone::Connected { url })
+                    }),
+                }
+            }
             LdapOp::Bind { dn, password } => match conn.as_mut() {
                 Some(c) => bind(c, dn, password.expose()),
                 None => Err(not_open()),
@@ -319,22 +368,37 @@ fn run_job(s: &Shared, job: &mut Job) {
                 Some(c) => search(c, spec),
                 None => Err(not_open()),
             },
-            LdapOp::Close => Ok(LdapDone::Closed),
+            LdapOp::Close => {
+                if let Some(mut c) = conn.take() {
+                    let _ = c.ldap.unbind();
+                }
+                Ok(LdapDone::Closed)
+            }
             LdapOp::Run(_) => Err(LdapFailure::new(
                 FailKind::Ldap,
                 None,
                 "a login cannot run inside another",
             )),
         };
-        if close_after || matches!(op, LdapOp::Close) {
-            if let Some(mut c) = conn.take() {
-                let _ = c.ldap.unbind();
+        if pooled && !matches!(op, LdapOp::ConnectBound { .. }) {
+            ops_after_pooled += 1;
+            if ops_after_pooled == 1 {
+                if let Err(f) = &r {
+                    if matches!(f.kind, FailKind::Connect | FailKind::NoConnection) {
+                        retry = true;
+                    }
+                }
             }
         }
         match &r {
             Ok(_) => log::debug!(
-                "ldap login {id}: {} ok in {:?}",
+                "ldap login {id}: {}{} ok in {:?}",
                 kind_of(op),
+                if pooled && ops_after_pooled == 0 {
+                    " (pooled)"
+                } else {
+                    ""
+                },
                 started.elapsed()
             ),
             Err(f) => log::debug!(
@@ -347,7 +411,117 @@ fn run_job(s: &Shared, job: &mut Job) {
         r
     });
     if let Some(mut c) = conn.take() {
-        let _ = c.ldap.unbind();
+        match key {
+            Some(k) if job.login.reusable() && !retry => {
+                c.last_used = Instant::now();
+                s.bound.put(k, c);
+            }
+            _ => {
+                let _ = c.ldap.unbind();
+            }
+        }
+    }
+    retry
+}
+
+fn new_conn(ldap: LdapConn, spec: &ConnectSpec, url: &str) -> Conn {
+    let now = Instant::now();
+    Conn {
+        ldap,
+        timeout: (spec.request_timeout_ms > 0)
+            .then(|| Duration::from_millis(spec.request_timeout_ms)),
+        last_used: now,
+        opened: now,
+        url: url.to_string(),
+    }
+}
+
+/// What decides whether an idle bound connection may serve a login: the same connection
+/// settings and the same identity. Holds the bind password only to compare it; no
+/// `Debug`, so it is never printed.
+#[derive(PartialEq, Eq, Hash, Clone)]
+struct PoolKey {
+    urls: Vec<String>,
+    starttls: bool,
+    insecure: bool,
+    ca: Option<String>,
+    cert: Option<String>,
+    key: Option<String>,
+    min: u8,
+    max: u8,
+    connect_ms: u64,
+    request_ms: u64,
+    dn: String,
+    password: String,
+}
+
+impl PoolKey {
+    fn new(spec: &ConnectSpec, dn: &str, password: &str) -> PoolKey {
+        PoolKey {
+            urls: spec.urls.clone(),
+            starttls: spec.starttls,
+            insecure: spec.insecure_tls,
+            ca: spec.ca_pem.clone(),
+            cert: spec.client_cert_pem.clone(),
+            key: spec.client_key_pem.as_ref().map(|k| k.expose().to_string()),
+            min: version_rank(spec.tls_min),
+            max: version_rank(spec.tls_max),
+            connect_ms: spec.connect_timeout_ms,
+            request_ms: spec.request_timeout_ms,
+            dn: dn.to_string(),
+            password: password.to_string(),
+        }
+    }
+}
+
+/// Idle connections bound as a service identity, by settings and identity.
+#[derive(Default)]
+struct BoundPool {
+    idle: Mutex<HashMap<PoolKey, Vec<Conn>>>,
+}
+
+impl BoundPool {
+    /// The most recently used idle connection for `k` that is neither idle nor open for
+    /// too long; older ones are closed.
+    fn take(&self, k: &PoolKey) -> Option<Conn> {
+        let mut stale = Vec::new();
+        let found = {
+            let mut idle = lock(&self.idle);
+            let list = idle.get_mut(k)?;
+            let mut found = None;
+            while let Some(c) = list.pop() {
+                if c.last_used.elapsed() < POOL_IDLE && c.opened.elapsed() < POOL_MAX_AGE {
+                    found = Some(c);
+                    break;
+                }
+                stale.push(c);
+            }
+            found
+        };
+        for mut c in stale {
+            let _ = c.ldap.unbind();
+        }
+        found
+    }
+
+    fn put(&self, k: PoolKey, c: Conn) {
+        let mut extra = None;
+        {
+            let mut idle = lock(&self.idle);
+            if !idle.contains_key(&k) && idle.len() >= POOL_MAX_KEYS {
+                // Settings changed many times: forget the oldest sets of connections.
+                idle.retain(|_, l| l.iter().any(|c| c.last_used.elapsed() < POOL_IDLE));
+            }
+            let list = idle.entry(k).or_default();
+            if list.len() < POOL_MAX_PER_KEY {
+                list.push(c);
+            } else {
+                extra = Some(c);
+            }
+        }
+        if let Some(mut c) = extra {
+            let _ = c.ldap.unbind();
+        }
     }
 }
 

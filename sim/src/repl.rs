@@ -310,6 +310,12 @@ pub struct ReplWorld {
     next_id: RequestId,
     outstanding: Option<(RequestId, HostId, Op)>,
     unseal_tries: Vec<usize>,
+    /// No unseal attempt on a host before this time (it answered "not initialized").
+    unseal_after: Vec<u64>,
+    /// Hosts that answered "not initialized" to an unseal (known core bug
+    /// `secondary-uninitialized-after-restart`).
+    uninit: BTreeSet<HostId>,
+    tolerate: bool,
     last_conv_check: u64,
     secs: Vec<Sec>,
     mounted: bool,
@@ -349,7 +355,10 @@ impl ReplWorld {
         let seed = cfg.seed;
         let params = Params::derive(seed);
         let mut trace = Trace::new(cfg.print_trace);
-        trace.log(0, &format!("seed={seed} tier=fast replication {}", params.describe()));
+        trace.log(
+            0,
+            &format!("seed={seed} tier=fast replication {}", params.describe()),
+        );
         let hosts = params
             .kinds
             .iter()
@@ -414,6 +423,9 @@ impl ReplWorld {
             next_id: 1,
             outstanding: None,
             unseal_tries: vec![0; n],
+            unseal_after: vec![0; n],
+            uninit: BTreeSet::new(),
+            tolerate: cfg.tolerate_known_bugs,
             last_conv_check: 0,
             secs,
             mounted: false,
@@ -530,7 +542,10 @@ impl ReplWorld {
         }
         node.storage_mut().commit();
         let ok = !host.key.is_empty();
-        self.log(&format!("n{h} dev set-up key={}", if ok { "ok" } else { "MISSING" }));
+        self.log(&format!(
+            "n{h} dev set-up key={}",
+            if ok { "ok" } else { "MISSING" }
+        ));
     }
 
     fn next_tick(&self) -> Option<(u64, HostId)> {
@@ -593,7 +608,7 @@ impl ReplWorld {
             }
         }
         for h in 0..n {
-            if !self.hosts[h].node.is_some() {
+            if self.hosts[h].node.is_none() {
                 self.boot(h);
             }
         }
@@ -642,7 +657,13 @@ impl ReplWorld {
                     ));
                     let now = self.now;
                     if let Some(n) = self.hosts[host].node.as_mut() {
-                        n.handle(now, Input::HttpReply(HttpReply { call_id: call, result }));
+                        n.handle(
+                            now,
+                            Input::HttpReply(HttpReply {
+                                call_id: call,
+                                result,
+                            }),
+                        );
                     }
                     self.drain(host);
                     self.schedule_commit(host)
@@ -687,7 +708,13 @@ impl ReplWorld {
                 }
                 let now = self.now;
                 if let Some(n) = self.hosts[to].node.as_mut() {
-                    n.handle(now, Input::PeerReply(PeerReply { call_id: call, result }));
+                    n.handle(
+                        now,
+                        Input::PeerReply(PeerReply {
+                            call_id: call,
+                            result,
+                        }),
+                    );
                 }
                 self.drain(to);
                 self.schedule_commit(to)
@@ -760,7 +787,13 @@ impl ReplWorld {
         self.faults.delay(l.delay_mean)
     }
 
-    fn reply_api(&mut self, from: HostId, to: Caller, id: RequestId, resp: Result<Response, String>) {
+    fn reply_api(
+        &mut self,
+        from: HostId,
+        to: Caller,
+        id: RequestId,
+        resp: Result<Response, String>,
+    ) {
         let dest = match to {
             Caller::Operator => Addr::Client(0),
             Caller::Http { host, .. } => Addr::Host(host),
@@ -835,7 +868,9 @@ impl ReplWorld {
             if api {
                 addr.starts_with(&format!("{}/", api_addr(j)))
             } else {
-                addr.trim_start_matches("https://").trim_start_matches("http://") == cluster_addr(j)
+                addr.trim_start_matches("https://")
+                    .trim_start_matches("http://")
+                    == cluster_addr(j)
             }
         })
     }
@@ -845,7 +880,10 @@ impl ReplWorld {
         match o {
             Output::Response(r) => {
                 self.hosts[h].op_in.remove(&r.id);
-                let from = self.hosts[h].http_in.remove(&r.id).unwrap_or(Caller::Operator);
+                let from = self.hosts[h]
+                    .http_in
+                    .remove(&r.id)
+                    .unwrap_or(Caller::Operator);
                 self.reply_api(h, from, r.id, Ok(r));
             }
             Output::PeerSend(s) => {
@@ -1048,14 +1086,18 @@ impl ReplWorld {
     fn choose(&mut self) -> Option<(HostId, Op, Request)> {
         let id = self.next_id + 1;
         for h in 0..self.hosts.len() {
-            if self.hosts[h].needs_unseal && self.hosts[h].node.is_some() {
+            if self.hosts[h].needs_unseal
+                && self.hosts[h].node.is_some()
+                && self.unseal_after[h] <= self.now
+            {
                 let t = self.unseal_tries[h];
-                let key = if t % 2 == 0 || h == 0 {
+                let key = if t.is_multiple_of(2) || h == 0 {
                     self.hosts[h].key.clone()
                 } else {
                     self.hosts[0].key.clone()
                 };
-                let req = Request::new(id, Method::Put, "sys/unseal").with_json(json!({ "key": key }));
+                let req =
+                    Request::new(id, Method::Put, "sys/unseal").with_json(json!({ "key": key }));
                 return Some((h, Op::Unseal(h), req));
             }
         }
@@ -1063,7 +1105,8 @@ impl ReplWorld {
             Phase::Chaos => {}
             Phase::ReadBack => {
                 let (other, n) = *self.readback.last()?;
-                let req = Request::new(id, Method::Get, &key_name(other, n)).with_token(&self.root(0));
+                let req =
+                    Request::new(id, Method::Get, &key_name(other, n)).with_token(&self.root(0));
                 return Some((0, Op::ReadBack(n), req));
             }
             _ => return None,
@@ -1076,7 +1119,10 @@ impl ReplWorld {
             return Some((0, Op::Mount, req));
         }
         let need_dr = self.secs.iter().any(|s| s.mode == Mode::Dr);
-        for (mode, done) in [(Mode::Performance, self.perf_enabled), (Mode::Dr, self.dr_enabled || !need_dr)] {
+        for (mode, done) in [
+            (Mode::Performance, self.perf_enabled),
+            (Mode::Dr, self.dr_enabled || !need_dr),
+        ] {
             if !done {
                 let req = Request::new(
                     id,
@@ -1106,9 +1152,13 @@ impl ReplWorld {
             }
             let m = s.mode.name();
             if s.token.is_none() {
-                let req = Request::new(id, Method::Post, &format!("sys/replication/{m}/primary/secondary-token"))
-                    .with_token(&r0)
-                    .with_json(json!({ "id": s.id }));
+                let req = Request::new(
+                    id,
+                    Method::Post,
+                    &format!("sys/replication/{m}/primary/secondary-token"),
+                )
+                .with_token(&r0)
+                .with_json(json!({ "id": s.id }));
                 return Some((0, Op::SecToken(i), req));
             }
             if s.filtered && !s.filter_set {
@@ -1121,15 +1171,24 @@ impl ReplWorld {
                 .with_json(json!({"mode": "deny", "paths": ["other/"]}));
                 return Some((0, Op::Filter(i), req));
             }
-            let req = Request::new(id, Method::Post, &format!("sys/replication/{m}/secondary/enable"))
-                .with_token(&self.root(s.host))
-                .with_json(json!({ "token": s.token.clone().unwrap_or_default() }));
+            let req = Request::new(
+                id,
+                Method::Post,
+                &format!("sys/replication/{m}/secondary/enable"),
+            )
+            .with_token(&self.root(s.host))
+            .with_json(json!({ "token": s.token.clone().unwrap_or_default() }));
             return Some((s.host, Op::SecEnable(i), req));
         }
         // A root token on each performance secondary, generated with the primary's key.
         for i in 0..self.secs.len() {
             let s = &self.secs[i];
-            if !s.enabled || s.mode != Mode::Performance || s.local_root.is_some() || s.gen_tries > 20 {
+            if !s.enabled
+                || s.mode != Mode::Performance
+                || s.local_root.is_some()
+                || s.gen_tries > 20
+                || self.hosts[s.host].needs_unseal
+            {
                 continue;
             }
             if !self.oprng.chance(200) {
@@ -1141,9 +1200,13 @@ impl ReplWorld {
                 return Some((h, Op::GenCancel(i), Request::new(id, Method::Delete, base)));
             }
             return Some(match &s.gen {
-                None => (h, Op::GenAttempt(i), Request::new(id, Method::Post, base).with_json(json!({}))),
+                None => (
+                    h,
+                    Op::GenAttempt(i),
+                    Request::new(id, Method::Post, base).with_json(json!({})),
+                ),
                 Some((_, nonce)) => {
-                    let key = if s.gen_tries % 2 == 0 {
+                    let key = if s.gen_tries.is_multiple_of(2) {
                         self.hosts[0].key.clone()
                     } else {
                         self.hosts[h].key.clone()
@@ -1192,7 +1255,9 @@ impl ReplWorld {
                 let name = format!("p{}", self.oprng.below(5));
                 let req = Request::new(id, Method::Put, &format!("sys/policies/acl/{name}"))
                     .with_token(&r0)
-                    .with_json(json!({"policy": "path \"secret/*\" { capabilities = [\"read\"] }"}));
+                    .with_json(
+                        json!({"policy": "path \"secret/*\" { capabilities = [\"read\"] }"}),
+                    );
                 Some((0, Op::Policy, req))
             }
             4 => {
@@ -1211,12 +1276,18 @@ impl ReplWorld {
                 let h = *self.oprng.pick(&perf_secs)?;
                 let other = self.oprng.chance(300);
                 let n = existing(&mut self.oprng, self.next_key);
-                let t = self.sec_of(h).and_then(|s| s.local_root.clone()).unwrap_or_default();
+                let t = self
+                    .sec_of(h)
+                    .and_then(|s| s.local_root.clone())
+                    .unwrap_or_default();
                 let req = Request::new(id, Method::Get, &key_name(other, n)).with_token(&t);
                 Some((h, Op::Read(h, other, n), req))
             }
             7 if self.oprng.chance(self.params.revoke_permille * 20) => {
-                let i = self.secs.iter().position(|s| s.enabled && s.revoked_from.is_none())?;
+                let i = self
+                    .secs
+                    .iter()
+                    .position(|s| s.enabled && s.revoked_from.is_none())?;
                 let s = &mut self.secs[i];
                 s.revoke_left = s.ids.clone();
                 s.revoke_sent = true;
@@ -1298,7 +1369,11 @@ impl ReplWorld {
         }
         let ok = status_ok(&resp);
         let status = resp.as_ref().map(|r| r.status).unwrap_or(0);
-        let body = resp.as_ref().ok().and_then(|r| r.body.clone()).unwrap_or(Value::Null);
+        let body = resp
+            .as_ref()
+            .ok()
+            .and_then(|r| r.body.clone())
+            .unwrap_or(Value::Null);
         match op {
             Op::Unseal(h) => {
                 let sealed = body
@@ -1310,6 +1385,12 @@ impl ReplWorld {
                     self.unseal_tries[h] = 0;
                 } else if resp.is_ok() && text.contains("not sealed") {
                     self.hosts[h].needs_unseal = false;
+                } else if text.contains("not initialized") {
+                    // A secondary mid-sync may lack the seal configuration: try again later
+                    // (the final phase's convergence bound catches one that stays so).
+                    self.unseal_after[h] = self.now + 1_000;
+                    self.uninit.insert(h);
+                    self.log(&format!("n{h} is not initialized: unseal again in 1s"));
                 } else if resp.is_ok() {
                     self.unseal_tries[h] += 1;
                     if self.unseal_tries[h] > 50 {
@@ -1318,7 +1399,11 @@ impl ReplWorld {
                 }
             }
             Op::Mount => {
-                if ok || text.contains("already") || text.contains("in use") || text.contains("exist") {
+                if ok
+                    || text.contains("already")
+                    || text.contains("in use")
+                    || text.contains("exist")
+                {
                     self.mounted = true;
                 }
             }
@@ -1350,7 +1435,11 @@ impl ReplWorld {
             Op::SecEnable(i) => {
                 if ok || text.contains("already a") {
                     self.secs[i].enabled = true;
-                    self.log(&format!("n{} is a {} secondary", self.secs[i].host, self.secs[i].mode.name()));
+                    self.log(&format!(
+                        "n{} is a {} secondary",
+                        self.secs[i].host,
+                        self.secs[i].mode.name()
+                    ));
                 } else if resp.is_ok() {
                     self.new_attempt(i);
                 } else {
@@ -1389,11 +1478,15 @@ impl ReplWorld {
                 if ok {
                     return fail(
                         "filters",
-                        format!("a primary token was accepted by performance secondary n{h}: {text}"),
+                        format!(
+                            "a primary token was accepted by performance secondary n{h}: {text}"
+                        ),
                     );
                 }
                 if resp.is_ok() && status != 403 && status != 503 {
-                    self.log(&format!("note: primary token on n{h} got {status}, not 403"));
+                    self.log(&format!(
+                        "note: primary token on n{h} got {status}, not 403"
+                    ));
                 }
             }
             Op::Read(h, other, n) => {
@@ -1401,30 +1494,49 @@ impl ReplWorld {
                     self.bump("prefix");
                     let filtered = self.sec_of(h).is_some_and(|s| s.filtered);
                     if other && filtered {
-                        return fail("filters", format!("filtered n{h} served {}: {text}", key_name(other, n)));
+                        return fail(
+                            "filters",
+                            format!("filtered n{h} served {}: {text}", key_name(other, n)),
+                        );
                     }
                     // Values of key n are n + 1e6·k: a value of another key is corrupt data.
                     if let Some(v) = body["data"]["v"].as_u64() {
                         if v % 1_000_000 != n {
-                            return fail("prefix", format!("n{h} served {} = {v}, never written to that key", key_name(other, n)));
+                            return fail(
+                                "prefix",
+                                format!(
+                                    "n{h} served {} = {v}, never written to that key",
+                                    key_name(other, n)
+                                ),
+                            );
                         }
                     }
                 }
             }
             Op::Revoke(i) => {
-                if ok || text.contains("no secondary") || text.contains("no performance secondary") {
+                if ok || text.contains("no secondary") || text.contains("no performance secondary")
+                {
                     self.secs[i].revoke_left.remove(0);
                     if self.secs[i].revoke_left.is_empty() {
                         self.secs[i].revoked_from = Some(self.next_key);
-                        self.log(&format!("revoke of n{} acknowledged; keys >= {} must not reach it", self.secs[i].host, self.next_key));
+                        self.log(&format!(
+                            "revoke of n{} acknowledged; keys >= {} must not reach it",
+                            self.secs[i].host, self.next_key
+                        ));
                     }
                 }
             }
             Op::GenAttempt(i) => {
-                let otp = body["otp"].as_str().or_else(|| body["data"]["otp"].as_str());
-                let nonce = body["nonce"].as_str().or_else(|| body["data"]["nonce"].as_str());
+                let otp = body["otp"]
+                    .as_str()
+                    .or_else(|| body["data"]["otp"].as_str());
+                let nonce = body["nonce"]
+                    .as_str()
+                    .or_else(|| body["data"]["nonce"].as_str());
                 match (ok, otp, nonce) {
-                    (true, Some(o), Some(n)) => self.secs[i].gen = Some((o.to_string(), n.to_string())),
+                    (true, Some(o), Some(n)) => {
+                        self.secs[i].gen = Some((o.to_string(), n.to_string()))
+                    }
                     _ if resp.is_ok() => {
                         self.secs[i].gen_cancel = true;
                         self.secs[i].gen_tries += 1;
@@ -1442,7 +1554,11 @@ impl ReplWorld {
                 let enc = body["encoded_token"]
                     .as_str()
                     .or_else(|| body["data"]["encoded_token"].as_str());
-                let otp = self.secs[i].gen.as_ref().map(|g| g.0.clone()).unwrap_or_default();
+                let otp = self.secs[i]
+                    .gen
+                    .as_ref()
+                    .map(|g| g.0.clone())
+                    .unwrap_or_default();
                 match enc.map(|e| cairn_core::replication::dr_token::decode_token(e, &otp)) {
                     Some(Ok(t)) if ok => {
                         self.log(&format!("n{} root token generated", self.secs[i].host));
@@ -1461,10 +1577,17 @@ impl ReplWorld {
                 if resp.is_ok() {
                     let (other, k) = self.readback.pop().unwrap_or((false, n));
                     let want = self.model.get(&(other, k)).cloned().flatten();
-                    let got = if status == 404 { None } else { body["data"]["v"].as_u64() };
+                    let got = if status == 404 {
+                        None
+                    } else {
+                        body["data"]["v"].as_u64()
+                    };
                     self.bump("durability");
                     if status != 404 && !ok {
-                        return fail("durability", format!("read-back of {} on the primary: {text}", key_name(other, k)));
+                        return fail(
+                            "durability",
+                            format!("read-back of {} on the primary: {text}", key_name(other, k)),
+                        );
                     }
                     if got != want {
                         return fail(
@@ -1507,20 +1630,43 @@ impl ReplWorld {
         let logical = self.keys(h, "logical/");
         if s.mode == Mode::Performance {
             self.bump("filters");
-            let mine: BTreeSet<String> = self.keys(h, "sys/token/").into_iter().map(|(k, _)| k).collect();
-            let theirs: BTreeSet<String> = self.keys(0, "sys/token/").into_iter().map(|(k, _)| k).collect();
-            if let Some(k) = mine.intersection(&theirs).find(|k| k.starts_with("sys/token/id/")) {
-                return fail("filters", format!("performance secondary n{h} holds the primary's token entry {k}"));
+            let mine: BTreeSet<String> = self
+                .keys(h, "sys/token/")
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            let theirs: BTreeSet<String> = self
+                .keys(0, "sys/token/")
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            if let Some(k) = mine
+                .intersection(&theirs)
+                .find(|k| k.starts_with("sys/token/id/"))
+            {
+                return fail(
+                    "filters",
+                    format!("performance secondary n{h} holds the primary's token entry {k}"),
+                );
             }
             if s.filtered {
-                if let Some((k, _)) = logical.iter().find(|(k, _)| key_number(k).is_some_and(|(o, _)| o)) {
-                    return fail("filters", format!("filtered performance secondary n{h} (deny other/) holds {k}"));
+                if let Some((k, _)) = logical
+                    .iter()
+                    .find(|(k, _)| key_number(k).is_some_and(|(o, _)| o))
+                {
+                    return fail(
+                        "filters",
+                        format!("filtered performance secondary n{h} (deny other/) holds {k}"),
+                    );
                 }
             }
         }
         if let Some(from) = s.revoked_from {
             self.bump("revocation");
-            if let Some((k, _)) = logical.iter().find(|(k, _)| key_number(k).is_some_and(|(_, n)| n >= from)) {
+            if let Some((k, _)) = logical
+                .iter()
+                .find(|(k, _)| key_number(k).is_some_and(|(_, n)| n >= from))
+            {
                 return fail(
                     "revocation",
                     format!("n{h} received {k}, written after its revoke was acknowledged (keys >= {from})"),
@@ -1531,12 +1677,18 @@ impl ReplWorld {
     }
 
     fn converged(&self, s: &Sec) -> Result<(), String> {
-        let (Some(p), Some(n)) = (self.hosts[0].node.as_ref(), self.hosts[s.host].node.as_ref()) else {
+        let (Some(p), Some(n)) = (
+            self.hosts[0].node.as_ref(),
+            self.hosts[s.host].node.as_ref(),
+        ) else {
             return Err("down".into());
         };
         match (s.mode, s.filtered) {
             (Mode::Dr, _) | (Mode::Performance, false) => {
-                let (a, b) = (p.replication().merkle_root(s.mode), n.replication().merkle_root(s.mode));
+                let (a, b) = (
+                    p.replication().merkle_root(s.mode),
+                    n.replication().merkle_root(s.mode),
+                );
                 if a == b {
                     Ok(())
                 } else {
@@ -1563,7 +1715,11 @@ impl ReplWorld {
                 if want == got {
                     Ok(())
                 } else {
-                    Err(format!("replicated KV differs: {} keys vs primary's {}", got.len(), want.len()))
+                    Err(format!(
+                        "replicated KV differs: {} keys vs primary's {}",
+                        got.len(),
+                        want.len()
+                    ))
                 }
             }
         }
@@ -1576,21 +1732,36 @@ impl ReplWorld {
         }
         self.last_conv_check = self.now;
         let mut bad = Vec::new();
+        let tolerated = |h: HostId| self.tolerate && self.uninit.contains(&h);
         for s in &self.secs {
-            if !s.enabled || s.revoked_from.is_some() || s.revoke_sent {
+            if !s.enabled || s.revoked_from.is_some() || s.revoke_sent || tolerated(s.host) {
                 continue;
             }
             if let Err(e) = self.converged(s) {
                 bad.push(format!("n{}: {e}", s.host));
             }
         }
-        if self.hosts.iter().any(|h| h.needs_unseal || h.node.is_none()) {
-            bad.push("a host is still sealed".into());
+        for h in 0..self.hosts.len() {
+            let x = &self.hosts[h];
+            if (x.needs_unseal || x.node.is_none()) && !tolerated(h) {
+                let why = if self.uninit.contains(&h) {
+                    " (it answers \"Vault is not initialized\": a performance/DR secondary restarted before its first Merkle sync delivered core/seal-config and core/keyring, which activation wiped; core bug secondary-uninitialized-after-restart)"
+                } else {
+                    ""
+                };
+                bad.push(format!("n{h} is still sealed{why}"));
+            }
         }
         if bad.is_empty() {
             self.bump("convergence");
+            if self.tolerate && !self.uninit.is_empty() {
+                self.bump("known-bug:secondary-uninitialized-after-restart");
+            }
             self.stats.converge_ms = self.now - self.final_start;
-            self.log(&format!("final: converged after {}ms", self.stats.converge_ms));
+            self.log(&format!(
+                "final: converged after {}ms",
+                self.stats.converge_ms
+            ));
             self.phase = Phase::ReadBack;
             self.readback = self.model.keys().rev().copied().collect();
             if self.readback.is_empty() {
@@ -1623,7 +1794,9 @@ mod tests {
         for s in [1u64, 2, 5, 6, 23, 38] {
             assert!(!wants_replication(s), "seed {s}");
         }
-        let n = crate::seed_sequence(0, 1000).filter(|s| wants_replication(*s)).count();
+        let n = crate::seed_sequence(0, 1000)
+            .filter(|s| wants_replication(*s))
+            .count();
         assert!((250..450).contains(&n), "{n}");
     }
 }

@@ -953,3 +953,69 @@ fn renewal_without_binddn_is_a_plain_renewal() {
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(w.dir.log.len(), n, "no directory look-up");
 }
+
+fn run_directly(dir: &mut FakeDirectory, cfg: Value, user: &str, pw: &str) -> Login {
+    let body = crate::api::body_object(&serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let mut c = config::LdapConfig::default();
+    c.apply(&Fields(&body)).unwrap();
+    let m = MountEntry {
+        path: "ldap/".into(),
+        kind: "ldap".into(),
+        description: String::new(),
+        uuid: "u".into(),
+        accessor: "a".into(),
+        local: false,
+        options: Default::default(),
+        default_lease_ttl: 0,
+        max_lease_ttl: 0,
+    };
+    let (login, first) = Login::start(1, m, c, user, pw, 7, "");
+    let mut job = Job {
+        login,
+        first,
+        outcome: None,
+    };
+    job.run(|op, close_after| {
+        dir.answer(&LdapCall {
+            op_id: 1,
+            conn: 7,
+            op: op.clone(),
+            close_after,
+        })
+        .result
+    });
+    job.login
+}
+
+#[test]
+fn a_connection_is_reusable_only_when_left_bound_as_the_service_identity() {
+    let mut d = directory();
+    // Authenticated search: starts bound as binddn, ends re-bound as binddn.
+    let l = run_directly(&mut d, authenticated_search(), "alice", "alicepw");
+    assert!(l.reusable());
+    // Unknown user: still bound as binddn.
+    let l = run_directly(&mut d, authenticated_search(), "nobody", "x");
+    assert!(l.reusable());
+    // A refused user bind leaves the connection anonymous.
+    let l = run_directly(&mut d, authenticated_search(), "alice", "wrong");
+    assert!(!l.reusable());
+    // Anonymous group search ends bound anonymously.
+    let mut c = authenticated_search();
+    c["anonymous_group_search"] = json!(true);
+    d.anonymous_search = true;
+    let l = run_directly(&mut d, c, "alice", "alicepw");
+    assert!(!l.reusable());
+    // No service identity: bound as the user.
+    let c = json!({
+        "url": "ldap://dir.example",
+        "userdn": "ou=people,dc=example,dc=org",
+        "userattr": "uid",
+        "groupdn": "ou=groups,dc=example,dc=org",
+    });
+    let l = run_directly(&mut d, c, "alice", "alicepw");
+    assert!(!l.reusable());
+    // A connection that broke is never reused.
+    d.dead_urls.insert("ldap://dir.example:389".into());
+    let l = run_directly(&mut d, authenticated_search(), "alice", "alicepw");
+    assert!(!l.reusable());
+}
