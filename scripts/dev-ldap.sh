@@ -95,19 +95,26 @@ start_instance() {
     sed -e "s|@RUN@|$run|g" -e "s|@SCHEMA@|$SCHEMA|g" -e "s|@MODULES@|$MODULES|g" \
         -e "s|@CERTS@|$DIR/certs|g" -e "s|@VERIFY@|$verify|g" \
         "$DATA/slapd.conf.in" > "$run/slapd.conf"
+    local rc=0
     "$(slapd_bin)" -f "$run/slapd.conf" -h "$urls" -n "cairn-ldap-$name" \
-        </dev/null >"$run/slapd.log" 2>&1 || return 1
+        </dev/null >"$run/slapd.log" 2>&1 || rc=$?
+    if [ "$rc" != 0 ]; then
+        echo "$name: slapd exited with status $rc" >> "$run/slapd.log"
+        return 1
+    fi
     local i
     for i in $(seq 1 100); do
         if alive "$run/slapd.pid"; then return 0; fi
         sleep 0.1
     done
+    echo "$name: no running slapd after 10 s" >> "$run/slapd.log"
     return 1
 }
 
 wait_ready() {
     local url="$1" i
-    for i in $(seq 1 100); do
+    # Up to 30 s: a loaded machine (parallel builds) can be slow to schedule slapd.
+    for i in $(seq 1 300); do
         if LDAPTLS_REQCERT=never ldapwhoami -x -H "$url" >/dev/null 2>&1; then return 0; fi
         sleep 0.1
     done
@@ -159,9 +166,11 @@ start() {
         ldap=$(pick_port) && ldaps=$(pick_port) && mtls=$(pick_port) && dead=$(pick_port) \
             || die "no free loopback ports"
         if start_instance main allow "ldap://127.0.0.1:$ldap/ ldaps://127.0.0.1:$ldaps/" &&
-            start_instance mtls demand "ldaps://127.0.0.1:$mtls/" &&
-            wait_ready "ldap://127.0.0.1:$ldap"; then
-            break
+            start_instance mtls demand "ldaps://127.0.0.1:$mtls/"; then
+            if wait_ready "ldap://127.0.0.1:$ldap"; then
+                break
+            fi
+            echo "main: slapd does not answer on ldap://127.0.0.1:$ldap" >> "$DIR/main/slapd.log"
         fi
         log "slapd did not start (attempt $attempt): $(cat "$DIR"/*/slapd.log 2>/dev/null | tail -3)"
         for f in "$DIR"/main/slapd.pid "$DIR"/mtls/slapd.pid; do

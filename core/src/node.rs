@@ -10,7 +10,9 @@ use crate::auth::ldap::{self, LdapCall, LdapReply, Logins};
 use crate::ctx::Ctx;
 use crate::mounts::{self, Table};
 use crate::policy;
-use crate::replication::{self, Env, HttpCall, HttpReply, PeerReply, PeerRequest, PeerResponse, PeerSend};
+use crate::replication::{
+    self, Env, HttpCall, HttpReply, PeerReply, PeerRequest, PeerResponse, PeerSend,
+};
 use crate::seal::{self, Barrier, SealConfig};
 use crate::storage::{Storage, Txn, Write};
 use crate::sys;
@@ -63,7 +65,10 @@ pub enum Output {
     /// Serve the cluster listener with this certificate (the node became a primary).
     ClusterTls(replication::tls::ClusterTls),
     /// Append one line to an audit device's file before the batch commits (fail closed).
-    Audit { file_path: String, line: String },
+    Audit {
+        file_path: String,
+        line: String,
+    },
 }
 
 /// Settings fixed at start.
@@ -1046,11 +1051,42 @@ mod tests {
     fn failed_request_spends_a_use_of_a_limited_token() {
         let (mut n, root) = dev();
         let pol = r#"path "secret/*" { capabilities = ["read"] }"#;
-        call(&mut n, 2_000, Request::new(1, Method::Put, "sys/policies/acl/p").with_token(&root).with_json(json!({ "policy": pol })));
-        let r = call(&mut n, 2_000, Request::new(2, Method::Post, "auth/token/create").with_token(&root).with_json(json!({"policies": ["p"], "num_uses": 1})));
-        let t = r.body.unwrap()["auth"]["client_token"].as_str().unwrap().to_string();
-        assert_eq!(call(&mut n, 2_000, Request::new(3, Method::Get, "secret/missing").with_token(&t)).status, 404);
-        assert_eq!(call(&mut n, 2_000, Request::new(4, Method::Get, "secret/missing").with_token(&t)).status, 403);
+        call(
+            &mut n,
+            2_000,
+            Request::new(1, Method::Put, "sys/policies/acl/p")
+                .with_token(&root)
+                .with_json(json!({ "policy": pol })),
+        );
+        let r = call(
+            &mut n,
+            2_000,
+            Request::new(2, Method::Post, "auth/token/create")
+                .with_token(&root)
+                .with_json(json!({"policies": ["p"], "num_uses": 1})),
+        );
+        let t = r.body.unwrap()["auth"]["client_token"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            call(
+                &mut n,
+                2_000,
+                Request::new(3, Method::Get, "secret/missing").with_token(&t)
+            )
+            .status,
+            404
+        );
+        assert_eq!(
+            call(
+                &mut n,
+                2_000,
+                Request::new(4, Method::Get, "secret/missing").with_token(&t)
+            )
+            .status,
+            403
+        );
     }
 
     #[test]

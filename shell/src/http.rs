@@ -86,7 +86,11 @@ fn percent_decode(s: &str, plus_is_space: bool) -> String {
                 continue;
             }
         }
-        out.push(if plus_is_space && b[i] == b'+' { b' ' } else { b[i] });
+        out.push(if plus_is_space && b[i] == b'+' {
+            b' '
+        } else {
+            b[i]
+        });
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()

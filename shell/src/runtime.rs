@@ -22,7 +22,10 @@ pub enum Msg {
     /// An admin command and where to send its result.
     Admin(cairn_core::Admin, SyncSender<Value>),
     /// A message from a peer's cluster connection and where to send the answer.
-    Peer(cairn_core::replication::PeerMsg, SyncSender<cairn_core::replication::PeerAnswer>),
+    Peer(
+        cairn_core::replication::PeerMsg,
+        SyncSender<cairn_core::replication::PeerAnswer>,
+    ),
 }
 
 /// A handle to the core thread.
@@ -74,7 +77,10 @@ impl Core {
     }
 
     /// Hands a peer message to the core and waits for the answer (a long poll may wait).
-    pub fn peer(&self, msg: cairn_core::replication::PeerMsg) -> cairn_core::replication::PeerAnswer {
+    pub fn peer(
+        &self,
+        msg: cairn_core::replication::PeerMsg,
+    ) -> cairn_core::replication::PeerAnswer {
         use cairn_core::replication::PeerAnswer;
         let (tx, rx) = mpsc::sync_channel(1);
         let down = || PeerAnswer::Error {
@@ -102,8 +108,7 @@ fn run(
     pool: crate::ldap::LdapPool,
 ) {
     let mut waiting: BTreeMap<u64, SyncSender<Response>> = BTreeMap::new();
-    let mut peers: BTreeMap<u64, SyncSender<cairn_core::replication::PeerAnswer>> =
-        BTreeMap::new();
+    let mut peers: BTreeMap<u64, SyncSender<cairn_core::replication::PeerAnswer>> = BTreeMap::new();
     let mut next_peer: u64 = 0;
     let mut admin: Vec<SyncSender<Value>> = Vec::new();
     loop {

@@ -40,13 +40,7 @@ pub const DEFAULT_STEPS: u64 = 3_000;
 /// [`RunConfig::tolerate_known_bugs`] the model follows the core's current behaviour for
 /// these and counts the divergences (`known-bug:<invariant>` in the check counts) instead
 /// of failing, so soak runs can look for new bugs. Remove an entry once the core is fixed.
-pub const KNOWN_CORE_BUGS: &[(&str, &str)] = &[(
-    "secondary-uninitialized-after-restart",
-    "secondary/enable wipes every key but node/replication/ (core/seal-config and core/keyring \
-     included) and keeps the node unsealed in memory; a secondary that restarts before its \
-     first Merkle sync re-delivers them boots uninitialized, cannot be unsealed (400 \"Vault is \
-     not initialized\") and never resumes replication (liveness/convergence)",
-)];
+pub const KNOWN_CORE_BUGS: &[(&str, &str)] = &[];
 
 /// Which simulator runs a seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,7 +23,11 @@ pub fn cairn_bin() -> PathBuf {
     BUILD.call_once(|| {
         let ok = Command::new(env!("CARGO"))
             .args(["build", "-p", "cairn", "--bin", "cairn"])
-            .arg(if dir.ends_with("release") { "--release" } else { "--quiet" })
+            .arg(if dir.ends_with("release") {
+                "--release"
+            } else {
+                "--quiet"
+            })
             .status()
             .map(|s| s.success())
             .unwrap_or(false);
@@ -51,7 +55,11 @@ pub fn log_dir() -> PathBuf {
 
 fn log_file(tag: &str) -> Stdio {
     let p = log_dir().join(format!("{tag}-{}.log", std::process::id()));
-    match std::fs::OpenOptions::new().create(true).append(true).open(&p) {
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&p)
+    {
         Ok(f) => Stdio::from(f),
         Err(_) => Stdio::inherit(),
     }
@@ -63,7 +71,11 @@ pub fn note_secret(secret: &str) {
     if secret.len() < 6 {
         return;
     }
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log_dir().join("secrets.txt")) {
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_dir().join("secrets.txt"))
+    {
         let _ = writeln!(f, "{secret}");
     }
 }
@@ -138,7 +150,16 @@ impl Server {
         let port = free_port_pair();
         let addr = format!("127.0.0.1:{port}");
         let mut child = Command::new(cairn_bin())
-            .args(["server", "--dev", "--dev-listen-address", &addr, "--dev-root-token-id", "root-e2e", "--log-level", "debug"])
+            .args([
+                "server",
+                "--dev",
+                "--dev-listen-address",
+                &addr,
+                "--dev-root-token-id",
+                "root-e2e",
+                "--log-level",
+                "debug",
+            ])
             .stdout(Stdio::piped())
             .stderr(log_file(&format!("dev-{port}")))
             .spawn()
@@ -214,10 +235,21 @@ impl Server {
 
     /// Initialises with `shares`/`threshold` and unseals.
     pub fn init_unseal(&mut self, shares: u8, threshold: u8) {
-        let r = self.put("sys/init", serde_json::json!({"secret_shares": shares, "secret_threshold": threshold}));
+        let r = self.put(
+            "sys/init",
+            serde_json::json!({"secret_shares": shares, "secret_threshold": threshold}),
+        );
         assert_eq!(r.status, 200, "init: {:?}", r.body);
-        self.root_token = r.body["root_token"].as_str().expect("root token").to_string();
-        self.unseal_keys = r.body["keys"].as_array().expect("keys").iter().map(|k| k.as_str().unwrap_or_default().to_string()).collect();
+        self.root_token = r.body["root_token"]
+            .as_str()
+            .expect("root token")
+            .to_string();
+        self.unseal_keys = r.body["keys"]
+            .as_array()
+            .expect("keys")
+            .iter()
+            .map(|k| k.as_str().unwrap_or_default().to_string())
+            .collect();
         note_secret(&self.root_token);
         for k in &self.unseal_keys {
             note_secret(k);
@@ -252,7 +284,13 @@ impl Server {
         panic!("server at {} did not become ready", self.addr);
     }
 
-    fn try_call(&self, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Option<Resp> {
+    fn try_call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> Option<Resp> {
         let url = format!("{}/v1/{}", self.addr, path);
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -264,12 +302,18 @@ impl Server {
         if let Some(t) = token {
             b = b.header("X-Service-Token", t);
         }
-        let data = body.map(|v| serde_json::to_vec(v).unwrap_or_default()).unwrap_or_default();
+        let data = body
+            .map(|v| serde_json::to_vec(v).unwrap_or_default())
+            .unwrap_or_default();
         let req = b.body(data).ok()?;
         let mut resp = agent.run(req).ok()?;
         let status = resp.status().as_u16();
         let text = resp.body_mut().read_to_string().unwrap_or_default();
-        let body = if text.trim().is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        let body = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
         Some(Resp { status, body })
     }
 
@@ -279,8 +323,15 @@ impl Server {
         self.call_as(t, method, path, body)
     }
 
-    pub fn call_as(&self, token: Option<&str>, method: &str, path: &str, body: Option<Value>) -> Resp {
-        self.try_call(method, path, token, body.as_ref()).unwrap_or_else(|| panic!("{method} {path}: no response from {}", self.addr))
+    pub fn call_as(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Resp {
+        self.try_call(method, path, token, body.as_ref())
+            .unwrap_or_else(|| panic!("{method} {path}: no response from {}", self.addr))
     }
 
     pub fn get(&self, path: &str) -> Resp {
@@ -302,15 +353,28 @@ impl Server {
     /// Raw request with custom headers and body bytes.
     pub fn raw(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Resp {
         let url = format!("{}{}", self.addr, path);
-        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).allow_non_standard_methods(true).build().into();
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .allow_non_standard_methods(true)
+            .build()
+            .into();
         let mut b = ureq::http::Request::builder().method(method).uri(&url);
         for (k, v) in headers {
             b = b.header(*k, *v);
         }
         let mut resp = agent.run(b.body(body).expect("request")).expect("response");
         let status = resp.status().as_u16();
-        let text = resp.body_mut().with_config().limit(64 << 20).read_to_string().unwrap_or_default();
-        let body = if text.trim().is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        let text = resp
+            .body_mut()
+            .with_config()
+            .limit(64 << 20)
+            .read_to_string()
+            .unwrap_or_default();
+        let body = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
         Resp { status, body }
     }
 

@@ -13,7 +13,14 @@ fn init_unseal_restart_keeps_data_and_comes_back_sealed() {
     assert_eq!(r.body["initialized"], json!(false));
     s.init_unseal(5, 3);
     let r = s.get("sys/seal-status");
-    assert_eq!((r.body["sealed"].clone(), r.body["t"].clone(), r.body["n"].clone()), (json!(false), json!(3), json!(5)));
+    assert_eq!(
+        (
+            r.body["sealed"].clone(),
+            r.body["t"].clone(),
+            r.body["n"].clone()
+        ),
+        (json!(false), json!(3), json!(5))
+    );
     assert_eq!(s.post("sys/mounts/kv", json!({"type": "kv"})).status, 204);
     assert_eq!(s.put("kv/a", json!({"v": "one"})).status, 204);
     let (root, keys) = (s.root_token.clone(), s.unseal_keys.clone());
@@ -35,30 +42,63 @@ fn init_unseal_restart_keeps_data_and_comes_back_sealed() {
     let db = std::fs::read(dir.join("cairn.db")).unwrap_or_default();
     let wal = std::fs::read(dir.join("cairn.db-wal")).unwrap_or_default();
     let hay = [db, wal].concat();
-    assert!(!hay.windows(3).any(|w| w == b"one"), "plaintext value found in SQLite files");
+    assert!(
+        !hay.windows(3).any(|w| w == b"one"),
+        "plaintext value found in SQLite files"
+    );
 }
 
 #[test]
 fn limited_policy_token_403_outside_200_inside() {
     let s = Server::dev();
     let pol = r#"path "secret/app/*" { capabilities = ["create", "read", "update", "list"] }"#;
-    assert_eq!(s.put("sys/policies/acl/app", json!({ "policy": pol })).status, 204);
-    let r = s.post("auth/token/create", json!({"policies": ["app"], "ttl": "10m"}));
+    assert_eq!(
+        s.put("sys/policies/acl/app", json!({ "policy": pol }))
+            .status,
+        204
+    );
+    let r = s.post(
+        "auth/token/create",
+        json!({"policies": ["app"], "ttl": "10m"}),
+    );
     assert_eq!(r.status, 200, "{:?}", r.body);
     let t = r.body["auth"]["client_token"].as_str().unwrap().to_string();
     assert_eq!(r.body["auth"]["policies"], json!(["app", "default"]));
     let t = Some(t.as_str());
-    assert_eq!(s.call_as(t, "PUT", "secret/app/x", Some(json!({"k": 1}))).status, 204);
+    assert_eq!(
+        s.call_as(t, "PUT", "secret/app/x", Some(json!({"k": 1})))
+            .status,
+        204
+    );
     assert_eq!(s.call_as(t, "GET", "secret/app/x", None).status, 200);
     let denied = s.call_as(t, "GET", "secret/other", None);
     assert_eq!(denied.status, 403);
     assert!(denied.errors().contains("permission denied"));
-    assert_eq!(s.call_as(t, "PUT", "sys/policies/acl/app", Some(json!({"policy": ""}))).status, 403);
-    assert_eq!(s.call_as(Some("not-a-token"), "GET", "secret/app/x", None).status, 403);
+    assert_eq!(
+        s.call_as(
+            t,
+            "PUT",
+            "sys/policies/acl/app",
+            Some(json!({"policy": ""}))
+        )
+        .status,
+        403
+    );
+    assert_eq!(
+        s.call_as(Some("not-a-token"), "GET", "secret/app/x", None)
+            .status,
+        403
+    );
     assert_eq!(s.call_as(None, "GET", "secret/app/x", None).status, 403);
     // lookup-self works with the default policy; revoke-self ends the token.
-    assert_eq!(s.call_as(t, "GET", "auth/token/lookup-self", None).body["data"]["policies"], json!(["app", "default"]));
-    assert_eq!(s.call_as(t, "POST", "auth/token/revoke-self", None).status, 204);
+    assert_eq!(
+        s.call_as(t, "GET", "auth/token/lookup-self", None).body["data"]["policies"],
+        json!(["app", "default"])
+    );
+    assert_eq!(
+        s.call_as(t, "POST", "auth/token/revoke-self", None).status,
+        204
+    );
     assert_eq!(s.call_as(t, "GET", "secret/app/x", None).status, 403);
 }
 
@@ -66,12 +106,22 @@ fn limited_policy_token_403_outside_200_inside() {
 fn wrapped_response_unwraps_once_then_fails() {
     let s = Server::dev();
     assert_eq!(s.put("secret/w", json!({"hello": "world"})).status, 204);
-    let r = s.raw("GET", "/v1/secret/w", &[("X-Vault-Token", "root-e2e"), ("X-Vault-Wrap-TTL", "60s")], vec![]);
+    let r = s.raw(
+        "GET",
+        "/v1/secret/w",
+        &[("X-Vault-Token", "root-e2e"), ("X-Vault-Wrap-TTL", "60s")],
+        vec![],
+    );
     assert_eq!(r.status, 200);
     assert_eq!(r.body["data"], json!(null));
     let wt = r.body["wrap_info"]["token"].as_str().unwrap().to_string();
     assert_eq!(r.body["wrap_info"]["ttl"], json!(60));
-    let look = s.call_as(None, "POST", "sys/wrapping/lookup", Some(json!({ "token": wt })));
+    let look = s.call_as(
+        None,
+        "POST",
+        "sys/wrapping/lookup",
+        Some(json!({ "token": wt })),
+    );
     assert_eq!(look.body["data"]["creation_path"], json!("secret/w"));
     let u = s.call_as(Some(&wt), "POST", "sys/wrapping/unwrap", None);
     assert_eq!(u.status, 200, "{:?}", u.body);
@@ -85,19 +135,36 @@ fn wrapped_response_unwraps_once_then_fails() {
 #[test]
 fn errors_have_the_envelope_and_the_right_codes() {
     let s = Server::dev();
-    let bad = s.raw("PUT", "/v1/secret/x", &[("X-Vault-Token", "root-e2e")], b"{not json".to_vec());
+    let bad = s.raw(
+        "PUT",
+        "/v1/secret/x",
+        &[("X-Vault-Token", "root-e2e")],
+        b"{not json".to_vec(),
+    );
     assert_eq!(bad.status, 400);
     assert!(bad.errors().contains("JSON"), "{:?}", bad.body);
     let nf = s.get("nosuchmount/x");
     assert_eq!(nf.status, 404);
     assert!(nf.body["errors"].is_array());
     assert_eq!(s.raw("GET", "/nope", &[], vec![]).status, 404);
-    assert_eq!(s.raw("PATCH", "/v1/secret/x", &[("X-Vault-Token", "root-e2e")], b"{}".to_vec()).status, 405);
+    assert_eq!(
+        s.raw(
+            "PATCH",
+            "/v1/secret/x",
+            &[("X-Vault-Token", "root-e2e")],
+            b"{}".to_vec()
+        )
+        .status,
+        405
+    );
     assert_eq!(s.get("secret/missing").status, 404);
     let bad_mount = s.post("sys/mounts/x", json!({"type": "nosuch"}));
     assert_eq!(bad_mount.status, 400);
     assert!(bad_mount.errors().contains("type"));
-    let bad_policy = s.put("sys/policies/acl/p", json!({"policy": "path \"a\" { capabilities = [\"fly\"] }"}));
+    let bad_policy = s.put(
+        "sys/policies/acl/p",
+        json!({"policy": "path \"a\" { capabilities = [\"fly\"] }"}),
+    );
     assert_eq!(bad_policy.status, 400);
     assert!(bad_policy.errors().contains("fly"));
     // A body over the 32 MiB default is refused from its Content-Length, before it is read.
@@ -109,7 +176,16 @@ fn errors_have_the_envelope_and_the_right_codes() {
     sock.read_exact(&mut head).unwrap();
     assert_eq!(&head[9..12], b"413");
     // Bearer auth works like X-Vault-Token.
-    assert_eq!(s.raw("GET", "/v1/auth/token/lookup-self", &[("Authorization", "Bearer root-e2e")], vec![]).status, 200);
+    assert_eq!(
+        s.raw(
+            "GET",
+            "/v1/auth/token/lookup-self",
+            &[("Authorization", "Bearer root-e2e")],
+            vec![]
+        )
+        .status,
+        200
+    );
 }
 
 #[test]
@@ -119,8 +195,14 @@ fn kv_round_trip_and_list() {
         assert_eq!(s.put(&format!("secret/{k}"), json!({"k": k})).status, 204);
     }
     assert_eq!(s.get("secret/dir/c").body["data"]["k"], json!("dir/c"));
-    assert_eq!(s.list("secret/").body["data"]["keys"], json!(["a", "b", "dir/"]));
-    assert_eq!(s.get("secret/dir?list=true").body["data"]["keys"], json!(["c", "d/"]));
+    assert_eq!(
+        s.list("secret/").body["data"]["keys"],
+        json!(["a", "b", "dir/"])
+    );
+    assert_eq!(
+        s.get("secret/dir?list=true").body["data"]["keys"],
+        json!(["c", "d/"])
+    );
     assert_eq!(s.delete("secret/a").status, 204);
     assert_eq!(s.get("secret/a").status, 404);
     assert_eq!(s.list("secret/empty/").status, 404);
@@ -145,11 +227,18 @@ fn kill9_during_acknowledged_writes_loses_none() {
     for w in 0..4 {
         let (addr, root, stop) = (addr.clone(), root.clone(), stop.clone());
         handles.push(std::thread::spawn(move || {
-            let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(std::time::Duration::from_secs(5))).build().into();
+            let agent: ureq::Agent = ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(std::time::Duration::from_secs(5)))
+                .build()
+                .into();
             let mut acked = Vec::new();
             let mut i = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let r = agent.put(&format!("{addr}/v1/kv/w{w}/{i}")).header("X-Vault-Token", &root).send_json(json!({"i": i}));
+                let r = agent
+                    .put(&format!("{addr}/v1/kv/w{w}/{i}"))
+                    .header("X-Vault-Token", &root)
+                    .send_json(json!({"i": i}));
                 match r {
                     Ok(resp) if resp.status().as_u16() == 204 => acked.push(i),
                     _ => break,
@@ -164,7 +253,10 @@ fn kill9_during_acknowledged_writes_loses_none() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let acked: Vec<Vec<u64>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     let total: usize = acked.iter().map(Vec::len).sum();
-    assert!(total > 50, "too few writes acknowledged ({total}) to be meaningful");
+    assert!(
+        total > 50,
+        "too few writes acknowledged ({total}) to be meaningful"
+    );
     let mut s = Server::with_config(&dir, port, "");
     s.root_token = root;
     s.unseal_keys = keys;
@@ -172,7 +264,10 @@ fn kill9_during_acknowledged_writes_loses_none() {
     for (w, list) in acked.iter().enumerate() {
         for i in list {
             let r = s.get(&format!("kv/w{w}/{i}"));
-            assert_eq!(r.status, 200, "acknowledged write kv/w{w}/{i} lost after kill -9");
+            assert_eq!(
+                r.status, 200,
+                "acknowledged write kv/w{w}/{i} lost after kill -9"
+            );
             assert_eq!(r.body["data"]["i"], json!(i));
         }
     }
@@ -184,7 +279,11 @@ fn config_errors_are_refused_at_start() {
     let dir = tmpdir("badcfg");
     let cfg = dir.join("bad.hcl");
     std::fs::write(&cfg, "storage \"sqlite\" { path = \"/tmp/x.db\" }\nlistener \"tcp\" {\n address = \"127.0.0.1:1\"\n tls_disable = true\n}\nmystery = 1\n").unwrap();
-    let out = std::process::Command::new(cairn_tests::cairn_bin()).args(["server", "--config"]).arg(&cfg).output().unwrap();
+    let out = std::process::Command::new(cairn_tests::cairn_bin())
+        .args(["server", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("mystery"));
 }

@@ -14,7 +14,9 @@ fn api_serves_https_with_configured_certificate() {
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     let ca = ca_params.self_signed(&ca_key).unwrap();
     let key = rcgen::KeyPair::generate().unwrap();
-    let params = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    let params =
+        rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .unwrap();
     let issuer = rcgen::Issuer::new(ca_params, ca_key);
     let cert = params.signed_by(&key, &issuer).unwrap();
     std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
@@ -25,12 +27,19 @@ fn api_serves_https_with_configured_certificate() {
         d = dir.display()
     );
     std::fs::write(dir.join("c.hcl"), cfg).unwrap();
-    let mut child = Command::new(cairn_bin()).args(["server", "--config"]).arg(dir.join("c.hcl")).stdout(Stdio::null()).spawn().unwrap();
+    let mut child = Command::new(cairn_bin())
+        .args(["server", "--config"])
+        .arg(dir.join("c.hcl"))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let trusted: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .tls_config(
             ureq::tls::TlsConfig::builder()
-                .root_certs(ureq::tls::RootCerts::Specific(Arc::new(vec![ureq::tls::Certificate::from_der(ca.der()).to_owned()])))
+                .root_certs(ureq::tls::RootCerts::Specific(Arc::new(vec![
+                    ureq::tls::Certificate::from_der(ca.der()).to_owned(),
+                ])))
                 .build(),
         )
         .build()
@@ -47,13 +56,23 @@ fn api_serves_https_with_configured_certificate() {
     assert!(body.contains("\"initialized\":false"), "{body}");
     // A client that does not trust the CA refuses the connection.
     let untrusting: ureq::Agent = ureq::Agent::config_builder()
-        .tls_config(ureq::tls::TlsConfig::builder().root_certs(ureq::tls::RootCerts::Specific(Arc::new(vec![]))).build())
+        .tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::Specific(Arc::new(vec![])))
+                .build(),
+        )
         .build()
         .into();
     assert!(untrusting.get(&url).call().is_err());
     // Plain HTTP to the TLS port gets no API answer.
-    let plain: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(3))).build().into();
-    assert!(plain.get(&format!("http://127.0.0.1:{port}/v1/sys/seal-status")).call().is_err());
+    let plain: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(3)))
+        .build()
+        .into();
+    assert!(plain
+        .get(&format!("http://127.0.0.1:{port}/v1/sys/seal-status"))
+        .call()
+        .is_err());
     let _ = child.kill();
     let _ = child.wait();
 }

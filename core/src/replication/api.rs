@@ -474,6 +474,13 @@ fn secondary_token(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode)
         secret: secret.clone(),
         ca_pem: super::tls::ca_pem(ctx, false)?.unwrap_or_default(),
         barrier_key: hex::encode(key),
+        seal_config: String::from_utf8_lossy(
+            &ctx.txn
+                .get(crate::seal::SEAL_CONFIG_KEY)?
+                .unwrap_or_default(),
+        )
+        .into_owned(),
+        keyring: hex::encode(ctx.txn.get(crate::seal::KEYRING_KEY)?.unwrap_or_default()),
     };
     let path = format!("sys/replication/{}/primary/secondary-token", mode.name());
     let wrapped = json!({ "data": bundle });

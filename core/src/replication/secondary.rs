@@ -558,6 +558,17 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
             writes.push((k, None));
         }
     }
+    // Keep the node initialised across the wipe: from now on it unseals with the primary's
+    // key shares, whose seal configuration and keyring come with the credential.
+    if !b.seal_config.is_empty() {
+        let keyring = hex::decode(&b.keyring)
+            .map_err(|_| ApiError::bad("token: malformed keyring in credential"))?;
+        writes.push((
+            crate::seal::SEAL_CONFIG_KEY.to_string(),
+            Some(b.seal_config.as_bytes().to_vec()),
+        ));
+        writes.push((crate::seal::KEYRING_KEY.to_string(), Some(keyring)));
+    }
     let cluster_id = match mode {
         Mode::Dr => b.primary_cluster_id.clone(),
         Mode::Performance => crate::crypto::uuid(&mut *env.rng),
@@ -598,11 +609,35 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
     env.storage.apply(&writes)?;
     env.barrier.unseal_with(key);
     let now = env.now;
+    let mut tree_pages: Vec<Write> = Vec::new();
     let r = env.repl();
     r.barrier_key = Some(key);
     r.trees = merkle::Trees::default();
     r.local_uuids.clear();
     r.wal = meta;
+    // The seal configuration and keyring written above are replicated data: record them in
+    // the fresh replicated tree (and persist its pages) so the Merkle diff sees them as held.
+    if !b.seal_config.is_empty() {
+        let keyring = hex::decode(&b.keyring).unwrap_or_default();
+        let mut staged = merkle::Staged::default();
+        for (k, v) in [
+            (crate::seal::SEAL_CONFIG_KEY, b.seal_config.as_bytes()),
+            (crate::seal::KEYRING_KEY, keyring.as_slice()),
+        ] {
+            if super::class::classify(k, &Default::default()) == super::class::Class::Replicated {
+                r.trees.stage(
+                    &mut staged,
+                    merkle::TreeKind::Replicated,
+                    &super::class::subtree(k),
+                    k,
+                    None,
+                    Some(v),
+                );
+            }
+        }
+        tree_pages = merkle::Trees::persist(&mut staged);
+        r.trees.install(staged);
+    }
     r.waiters.clear();
     r.live.clear();
     let rt = r.mode_mut(mode);
@@ -616,6 +651,9 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
         let o = r.mode_mut(other);
         o.role = other_role;
         o.sec = SecRt::default();
+    }
+    if !tree_pages.is_empty() {
+        env.storage.apply(&tree_pages)?;
     }
     super::sync_wal_activity(env)?;
     log::info!(

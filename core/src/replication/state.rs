@@ -89,4 +89,11 @@ pub struct Bundle {
     /// Hex barrier key, so the activated secondary can read what it receives before it is
     /// next unsealed with the primary's key shares.
     pub barrier_key: String,
+    /// The primary's seal configuration and sealed keyring (hex), written by the secondary in
+    /// the same write set as its wipe, so that it can be unsealed with the primary's key
+    /// shares after a restart even before its first Merkle sync completes.
+    #[serde(default)]
+    pub seal_config: String,
+    #[serde(default)]
+    pub keyring: String,
 }

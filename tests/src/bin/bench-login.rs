@@ -12,7 +12,13 @@
 //! identity, not the user), answers over HTTP and stores a token durably (SQLite commit).
 //!
 //! The phases alternate (direct, cairn, direct, cairn), each for half of SECONDS after a
-//! short warm-up, so background load on the machine hits both sides alike.
+//! short warm-up, so background load on the machine hits both sides alike. A last phase
+//! measures a request without LDAP (`auth/token/lookup-self`) for reading the figures.
+//!
+//! Diagnostics: `BENCH_DEBUG=1` prints each phase's time spent inside operations;
+//! `BENCH_LOG_LEVEL=debug BENCH_KEEP_LOGS=1` keeps Cairn's log with each login's LDAP
+//! timings (debug logging slows Cairn down). `TMPDIR` places Cairn's dev storage (and the
+//! directory), e.g. on tmpfs to see what the durable commit costs.
 
 use cairn_tests::{cairn_bin, free_port_pair, tmpdir, Server};
 use ldap3::{LdapConn, LdapConnSettings, Scope, SearchEntry};
@@ -90,6 +96,8 @@ fn start_cairn(logs: &Path) -> Server {
     let port = free_port_pair();
     let addr = format!("127.0.0.1:{port}");
     let log = std::fs::File::create(logs.join("cairn.log")).expect("log file");
+    // BENCH_LOG_LEVEL=debug shows each login's LDAP timings (and slows Cairn down).
+    let level = std::env::var("BENCH_LOG_LEVEL").unwrap_or_else(|_| "info".into());
     // `scripts/bench.sh` built the release `cairn` next to this binary: use it as is.
     let bin = std::env::current_exe()
         .ok()
@@ -105,7 +113,7 @@ fn start_cairn(logs: &Path) -> Server {
             "--dev-root-token-id",
             "root-bench",
             "--log-level",
-            "info",
+            &level,
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
@@ -267,6 +275,14 @@ fn direct_login(t: &Target, user: &str) -> Result<(), String> {
 
 fn row(name: &str, r: &Run) {
     let mean = r.lat.iter().sum::<f64>() / r.lat.len().max(1) as f64;
+    if std::env::var("BENCH_DEBUG").is_ok() {
+        eprintln!(
+            "{name}: {} ops in {:.2} s, in-op time {:.2} s",
+            r.lat.len(),
+            r.secs,
+            r.lat.iter().sum::<f64>() / 1000.0
+        );
+    }
     println!(
         "| {name} | {:.0} | {:.2} | {:.2} | {mean:.2} | {:.2} | {} |",
         r.rate(),
@@ -398,5 +414,9 @@ fn main() {
         if p99 <= 1.5 { "met" } else { "MISSED" }
     );
     drop(s);
-    let _ = std::fs::remove_dir_all(&logs);
+    if std::env::var("BENCH_KEEP_LOGS").is_ok() {
+        eprintln!("cairn log kept in {}", logs.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&logs);
+    }
 }

@@ -14,14 +14,21 @@ use std::time::{Duration, Instant};
 fn sqlite_baseline(secs: f64) -> f64 {
     let dir = tmpdir("bench-sqlite");
     let conn = rusqlite::Connection::open(dir.join("b.db")).expect("open");
-    conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
-    conn.pragma_update(None, "synchronous", "FULL").expect("sync");
-    conn.execute_batch("CREATE TABLE kv (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID").expect("table");
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .expect("wal");
+    conn.pragma_update(None, "synchronous", "FULL")
+        .expect("sync");
+    conn.execute_batch("CREATE TABLE kv (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
+        .expect("table");
     let start = Instant::now();
     let mut n = 0u64;
     let value = vec![7u8; 120];
     while start.elapsed().as_secs_f64() < secs {
-        conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?1, ?2)", rusqlite::params![format!("k{n}").as_bytes(), value]).expect("insert");
+        conn.execute(
+            "INSERT OR REPLACE INTO kv (key, value) VALUES (?1, ?2)",
+            rusqlite::params![format!("k{n}").as_bytes(), value],
+        )
+        .expect("insert");
         n += 1;
     }
     let _ = std::fs::remove_dir_all(dir);
@@ -37,14 +44,22 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
 }
 
 /// Runs `clients` threads calling `op(thread, i)` for `secs`; returns (ops/s, p50 ms, p99 ms, errors).
-fn drive(clients: usize, secs: f64, op: Arc<dyn Fn(&ureq::Agent, usize, u64) -> bool + Send + Sync>) -> (f64, f64, f64, u64) {
+fn drive(
+    clients: usize,
+    secs: f64,
+    op: Arc<dyn Fn(&ureq::Agent, usize, u64) -> bool + Send + Sync>,
+) -> (f64, f64, f64, u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let handles: Vec<_> = (0..clients)
         .map(|t| {
             let (stop, op) = (stop.clone(), op.clone());
             std::thread::spawn(move || {
-                let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(10))).build().into();
+                let agent: ureq::Agent = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(Duration::from_secs(10)))
+                    .build()
+                    .into();
                 let (mut lat, mut errs, mut i) = (Vec::new(), 0u64, 0u64);
                 while !stop.load(Ordering::Relaxed) {
                     let t0 = Instant::now();
@@ -82,42 +97,70 @@ fn kv(secs: f64, clients: usize) {
     assert_eq!(s.post("sys/mounts/kv", json!({"type": "kv"})).status, 204);
     let (addr, token) = (s.addr.clone(), s.root_token.clone());
     let (a, t) = (addr.clone(), token.clone());
-    let writes = drive(clients, secs, Arc::new(move |agent, th, i| {
-        match agent.put(&format!("{a}/v1/kv/b/{th}/{i}")).header("X-Vault-Token", &t).send_json(json!({"value": "x".repeat(64)})) {
-            Ok(r) => r.status().as_u16() == 204,
-            Err(e) => {
-                eprintln!("write error (client {th}, op {i}): {e}");
-                false
+    let writes = drive(
+        clients,
+        secs,
+        Arc::new(move |agent, th, i| {
+            match agent
+                .put(&format!("{a}/v1/kv/b/{th}/{i}"))
+                .header("X-Vault-Token", &t)
+                .send_json(json!({"value": "x".repeat(64)}))
+            {
+                Ok(r) => r.status().as_u16() == 204,
+                Err(e) => {
+                    eprintln!("write error (client {th}, op {i}): {e}");
+                    false
+                }
             }
-        }
-    }));
+        }),
+    );
     for th in 0..clients {
         for k in 0..20 {
-            assert_eq!(s.put(&format!("kv/r/{th}/{k}"), json!({"value": "x".repeat(64)})).status, 204);
+            assert_eq!(
+                s.put(&format!("kv/r/{th}/{k}"), json!({"value": "x".repeat(64)}))
+                    .status,
+                204
+            );
         }
     }
     let (a, t) = (addr.clone(), token.clone());
-    let reads = drive(clients, secs, Arc::new(move |agent, th, i| {
-        match agent.get(&format!("{a}/v1/kv/r/{th}/{}", i % 20)).header("X-Vault-Token", &t).call() {
-            Ok(mut r) => {
-                let st = r.status().as_u16();
-                let ok = st == 200 && r.body_mut().read_to_vec().is_ok();
-                if !ok {
-                    eprintln!("read error (client {th}): status {st}");
+    let reads = drive(
+        clients,
+        secs,
+        Arc::new(move |agent, th, i| {
+            match agent
+                .get(&format!("{a}/v1/kv/r/{th}/{}", i % 20))
+                .header("X-Vault-Token", &t)
+                .call()
+            {
+                Ok(mut r) => {
+                    let st = r.status().as_u16();
+                    let ok = st == 200 && r.body_mut().read_to_vec().is_ok();
+                    if !ok {
+                        eprintln!("read error (client {th}): status {st}");
+                    }
+                    ok
                 }
-                ok
+                Err(e) => {
+                    eprintln!("read error (client {th}): {e}");
+                    false
+                }
             }
-            Err(e) => {
-                eprintln!("read error (client {th}): {e}");
-                false
-            }
-        }
-    }));
+        }),
+    );
     println!("| measurement | rate (/s) | p50 (ms) | p99 (ms) | errors |");
     println!("|---|---:|---:|---:|---:|");
-    println!("| SQLite single-row commits (WAL, synchronous=FULL), 1 thread | {baseline:.0} | | | |");
-    println!("| Cairn durable KV writes over HTTP, {clients} clients | {:.0} | {:.2} | {:.2} | {} |", writes.0, writes.1, writes.2, writes.3);
-    println!("| Cairn KV reads over HTTP, {clients} clients | {:.0} | {:.2} | {:.2} | {} |", reads.0, reads.1, reads.2, reads.3);
+    println!(
+        "| SQLite single-row commits (WAL, synchronous=FULL), 1 thread | {baseline:.0} | | | |"
+    );
+    println!(
+        "| Cairn durable KV writes over HTTP, {clients} clients | {:.0} | {:.2} | {:.2} | {} |",
+        writes.0, writes.1, writes.2, writes.3
+    );
+    println!(
+        "| Cairn KV reads over HTTP, {clients} clients | {:.0} | {:.2} | {:.2} | {} |",
+        reads.0, reads.1, reads.2, reads.3
+    );
     println!();
     println!("writes / SQLite per-commit baseline = {:.2}x (target >= 2x); reads = {:.0}/s (target >= 20000/s)", writes.0 / baseline, reads.0);
     s.kill9();
