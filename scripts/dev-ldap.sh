@@ -48,11 +48,19 @@ ensure_installed() {
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# Ports are picked below the kernel's ephemeral range: a port in it may be the local end of
+# some outgoing connection (slapd's bind then fails although nothing listens there).
+PORT_LO=20000
+PORT_HI=30000
+if read -r eph_lo _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null && [ "$eph_lo" -gt 12000 ]; then
+    PORT_HI=$((eph_lo - 1))
+    PORT_LO=$((PORT_HI - 10000 > 10000 ? PORT_HI - 10000 : 10000))
+fi
 PICKED=" "
 pick_port() {
     local p i
     for i in $(seq 1 500); do
-        p=$(( (RANDOM * 7 + i) % 30000 + 20000 ))
+        p=$(( (RANDOM * 7 + i) % (PORT_HI - PORT_LO) + PORT_LO ))
         case "$PICKED" in *" $p "*) continue ;; esac
         if port_free "$p"; then PICKED="$PICKED$p "; echo "$p"; return 0; fi
     done
@@ -162,7 +170,7 @@ start() {
     trap 'rc=$?; if [ "$rc" != 0 ]; then stop; fi' EXIT
     make_certs
     local attempt ldap ldaps mtls dead
-    for attempt in 1 2 3; do
+    for attempt in 1 2 3 4 5; do
         ldap=$(pick_port) && ldaps=$(pick_port) && mtls=$(pick_port) && dead=$(pick_port) \
             || die "no free loopback ports"
         if start_instance main allow "ldap://127.0.0.1:$ldap/ ldaps://127.0.0.1:$ldaps/" &&
@@ -176,7 +184,7 @@ start() {
         for f in "$DIR"/main/slapd.pid "$DIR"/mtls/slapd.pid; do
             if alive "$f"; then kill "$(cat "$f")" 2>/dev/null || true; fi
         done
-        [ "$attempt" = 3 ] && die "giving up"
+        [ "$attempt" = 5 ] && die "giving up"
     done
     load "ldap://127.0.0.1:$ldap" || die "loading the sample directory failed"
     # The mutual-TLS instance has its own database: load it through its own port.
