@@ -43,12 +43,11 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// One client operation: (agent, client index, operation number) -> success.
+type Op = Arc<dyn Fn(&ureq::Agent, usize, u64) -> bool + Send + Sync>;
+
 /// Runs `clients` threads calling `op(thread, i)` for `secs`; returns (ops/s, p50 ms, p99 ms, errors).
-fn drive(
-    clients: usize,
-    secs: f64,
-    op: Arc<dyn Fn(&ureq::Agent, usize, u64) -> bool + Send + Sync>,
-) -> (f64, f64, f64, u64) {
+fn drive(clients: usize, secs: f64, op: Op) -> (f64, f64, f64, u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let handles: Vec<_> = (0..clients)
