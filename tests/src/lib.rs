@@ -80,6 +80,37 @@ pub fn note_secret(secret: &str) {
     }
 }
 
+/// The repository root (the parent of the `tests` package).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo root")
+        .to_path_buf()
+}
+
+/// Starts the sample directory of `scripts/dev-ldap.sh` in a temp dir named by `tag` (it stops
+/// when this process exits) and returns its `export` lines as a map.
+pub fn start_dev_ldap(tag: &str) -> std::collections::BTreeMap<String, String> {
+    let dir = std::env::temp_dir().join(format!("cairn-e2e-{tag}-ldap-{}", std::process::id()));
+    let out = Command::new("bash")
+        .arg(repo_root().join("scripts/dev-ldap.sh"))
+        .arg("start")
+        .arg(&dir)
+        .env("CAIRN_LDAP_WATCH_PID", std::process::id().to_string())
+        .output()
+        .expect("run scripts/dev-ldap.sh");
+    assert!(
+        out.status.success(),
+        "scripts/dev-ldap.sh start failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
+        .collect()
+}
+
 /// A free loopback port whose successor is also free (API + cluster).
 pub fn free_port_pair() -> u16 {
     for _ in 0..200 {

@@ -10,37 +10,11 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
 /// The sample directory of `scripts/dev-ldap.sh` (one for this test binary, stopped when it
 /// exits): its `export` lines.
 fn directory() -> &'static BTreeMap<String, String> {
     static DIR: OnceLock<BTreeMap<String, String>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("cairn-e2e-cli-ldap-{}", std::process::id()));
-        let out = Command::new("bash")
-            .arg(repo().join("scripts/dev-ldap.sh"))
-            .arg("start")
-            .arg(&dir)
-            .env("CAIRN_LDAP_WATCH_PID", std::process::id().to_string())
-            .output()
-            .expect("run scripts/dev-ldap.sh");
-        assert!(
-            out.status.success(),
-            "scripts/dev-ldap.sh start failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
-            .collect()
-    })
+    DIR.get_or_init(|| cairn_tests::start_dev_ldap("cli"))
 }
 
 /// A dev server whose `auth/ldap` uses the sample directory; `engineers` maps to `eng`.

@@ -6,20 +6,12 @@
 
 use cairn_tests::Server;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
 
 /// The virtualenv's python, created on first use.
 fn hvac_python() -> String {
     let out = Command::new("bash")
-        .arg(repo().join("scripts/hvac-venv.sh"))
+        .arg(cairn_tests::repo_root().join("scripts/hvac-venv.sh"))
         .output()
         .expect("run scripts/hvac-venv.sh");
     assert!(
@@ -32,24 +24,7 @@ fn hvac_python() -> String {
 
 /// Starts the sample directory (stopped when this process exits); its `export` lines.
 fn dev_ldap() -> BTreeMap<String, String> {
-    let dir = std::env::temp_dir().join(format!("cairn-e2e-hvac-ldap-{}", std::process::id()));
-    let out = Command::new("bash")
-        .arg(repo().join("scripts/dev-ldap.sh"))
-        .arg("start")
-        .arg(&dir)
-        .env("CAIRN_LDAP_WATCH_PID", std::process::id().to_string())
-        .output()
-        .expect("run scripts/dev-ldap.sh");
-    assert!(
-        out.status.success(),
-        "scripts/dev-ldap.sh start failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
-        .collect()
+    cairn_tests::start_dev_ldap("hvac")
 }
 
 #[test]
@@ -64,7 +39,7 @@ fn unmodified_hvac_drives_cairn() {
     let base = get("CAIRN_LDAP_BASE");
     let s = Server::dev();
     let out = Command::new(&py)
-        .arg(repo().join("tests/hvac/test_hvac.py"))
+        .arg(cairn_tests::repo_root().join("tests/hvac/test_hvac.py"))
         .env("CAIRN_ADDR", &s.addr)
         .env("CAIRN_TOKEN", &s.root_token)
         .env("CAIRN_HVAC_LDAP_URL", get("CAIRN_LDAP_URL"))
