@@ -9,10 +9,15 @@ secrets="$dir/secrets.txt"
 [ -s "$secrets" ] || { echo "check-secrets: no secrets recorded in $secrets" >&2; exit 1; }
 logs=("$dir"/*.log)
 lines=$(cat "${logs[@]}" | wc -l)
-n=$(sort -u "$secrets" | wc -l)
-if hits=$(grep -F -n -f <(sort -u "$secrets") "${logs[@]}"); then
+# Patterns shorter than 6 characters (or empty lines from a torn append) would match
+# everything; the harness never records such secrets.
+patterns=$(mktemp)
+trap 'rm -f "$patterns"' EXIT
+awk 'length($0) >= 6' "$secrets" | sort -u >"$patterns"
+n=$(wc -l <"$patterns")
+if hits=$(grep -F -n -f "$patterns" "${logs[@]}"); then
   echo "check-secrets: FAILED: secrets found in server logs:" >&2
-  echo "$hits" | head -20 >&2
+  printf '%s\n' "$hits" | awk 'NR <= 20' >&2
   exit 1
 fi
 echo "check-secrets: $n secrets checked against $lines log lines in ${#logs[@]} files: none found"

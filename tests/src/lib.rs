@@ -76,7 +76,9 @@ pub fn note_secret(secret: &str) {
         .append(true)
         .open(log_dir().join("secrets.txt"))
     {
-        let _ = writeln!(f, "{secret}");
+        // One write per line: several test processes append at once, and O_APPEND keeps a
+        // single small write whole (a `writeln!` may split it and interleave lines).
+        let _ = f.write_all(format!("{secret}\n").as_bytes());
     }
 }
 
