@@ -232,10 +232,53 @@ impl From<crate::storage::StorageError> for ApiError {
 
 pub type ApiResult<T = Reply> = Result<T, ApiError>;
 
-/// The request body as a JSON object (empty body = empty object).
+/// Deepest nesting of arrays and objects a request body may have.
+pub const MAX_JSON_DEPTH: usize = 64;
+
+/// Most entries a policy list field (`policies`, `token_policies`, ...) may have; the same
+/// cap as the policies one token may carry.
+pub const MAX_POLICIES: usize = crate::token::MAX_POLICIES;
+
+/// Whether `body` nests arrays/objects deeper than `max` (strings skipped; the bytes need
+/// not be valid JSON: the parser reports that).
+pub fn json_too_deep(body: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+    for &b in body {
+        if in_str {
+            if esc {
+                esc = false;
+            } else if b == b'\\' {
+                esc = true;
+            } else if b == b'"' {
+                in_str = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The request body as a JSON object (empty body = empty object). Bodies nesting deeper
+/// than [`MAX_JSON_DEPTH`] are refused before parsing.
 pub fn body_object(body: &[u8]) -> ApiResult<Map<String, Value>> {
     if body.iter().all(|b| b.is_ascii_whitespace()) {
         return Ok(Map::new());
+    }
+    if json_too_deep(body, MAX_JSON_DEPTH) {
+        return Err(ApiError::bad(format!(
+            "request body nests deeper than {MAX_JSON_DEPTH} levels"
+        )));
     }
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),
@@ -305,7 +348,21 @@ impl Fields<'_> {
         }
     }
     /// A list from a JSON array or a comma-separated string; entries trimmed, empties dropped.
+    /// A policy list (a field named `policies` or ending in `_policies`) has at most
+    /// [`MAX_POLICIES`] entries.
     pub fn list(&self, name: &str) -> ApiResult<Option<Vec<String>>> {
+        let list = self.list_any(name)?;
+        let policies = name == "policies" || name.ends_with("_policies");
+        match list {
+            Some(l) if policies && l.len() > MAX_POLICIES => Err(ApiError::bad(format!(
+                "{name}: at most {MAX_POLICIES} policies are allowed, got {}",
+                l.len()
+            ))),
+            l => Ok(l),
+        }
+    }
+
+    fn list_any(&self, name: &str) -> ApiResult<Option<Vec<String>>> {
         match self.0.get(name) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(
@@ -368,6 +425,45 @@ mod tests {
         assert_eq!(e.status(), 400);
         assert!(e.to_string().contains("failed to parse JSON"));
         assert_eq!(body_object(b"[1]").unwrap_err().status(), 400);
+    }
+
+    #[test]
+    fn deep_bodies_are_refused_before_parsing() {
+        let ok = format!("{{\"a\":{}1{}}}", "[".repeat(63), "]".repeat(63));
+        assert!(body_object(ok.as_bytes()).is_ok());
+        let deep = format!("{{\"a\":{}1{}}}", "[".repeat(64), "]".repeat(64));
+        let e = body_object(deep.as_bytes()).unwrap_err();
+        assert_eq!(e.status(), 400);
+        assert_eq!(e.to_string(), "request body nests deeper than 64 levels");
+        // Brackets inside strings (escaped quotes included) do not count.
+        let s = format!("{{\"a\":\"\\\"{}\"}}", "[".repeat(500));
+        assert!(body_object(s.as_bytes()).is_ok(), "{s}");
+        // Unterminated deep input is refused without recursion.
+        assert_eq!(body_object(&[b'['; 100_000]).unwrap_err().status(), 400);
+    }
+
+    #[test]
+    fn policy_lists_are_capped() {
+        let names: Vec<String> = (0..=MAX_POLICIES).map(|i| format!("p{i}")).collect();
+        let m = body_object(
+            &serde_json::to_vec(&json!({
+                "policies": names,
+                "token_policies": names.join(","),
+                "paths": names,
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        let f = Fields(&m);
+        for field in ["policies", "token_policies"] {
+            let e = f.list(field).unwrap_err();
+            assert_eq!(e.status(), 400);
+            assert_eq!(
+                e.to_string(),
+                format!("{field}: at most 256 policies are allowed, got 257")
+            );
+        }
+        assert_eq!(f.list("paths").unwrap().unwrap().len(), 257);
     }
 
     #[test]

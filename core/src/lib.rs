@@ -6,10 +6,13 @@ pub mod audit;
 pub mod auth;
 pub mod crypto;
 pub mod ctx;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod kv;
 pub mod license;
 pub mod metrics;
 pub mod mounts;
+pub mod namespace;
 pub mod node;
 pub mod policy;
 pub mod replication;

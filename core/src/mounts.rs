@@ -27,6 +27,10 @@ pub struct MountEntry {
     pub default_lease_ttl: u64,
     #[serde(default)]
     pub max_lease_ttl: u64,
+    /// The namespace the mount lives in (`""`: root; else its full path, e.g. `ns1/`, which
+    /// is also the prefix of `path`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
 }
 
 impl MountEntry {
@@ -90,6 +94,7 @@ fn builtin(table: Table) -> Vec<MountEntry> {
         options: Map::new(),
         default_lease_ttl: 0,
         max_lease_ttl: 0,
+        namespace: String::new(),
     };
     match table {
         Table::Secrets => vec![mk(
@@ -109,6 +114,48 @@ pub fn all(ctx: &Ctx, table: Table) -> ApiResult<Vec<MountEntry>> {
     v.extend(builtin(table));
     v.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(v)
+}
+
+/// The mount of namespace `ns` owning `path` (relative to `ns`), and the path inside it.
+/// Built-in mounts belong to every namespace.
+pub fn resolve_in(
+    ctx: &Ctx,
+    table: Table,
+    ns: &str,
+    path: &str,
+) -> ApiResult<Option<(MountEntry, String)>> {
+    if ns.is_empty() {
+        return resolve(ctx, table, path);
+    }
+    let full = format!("{ns}{path}");
+    let with_slash = format!("{full}/");
+    let mut best: Option<MountEntry> = None;
+    for m in all(ctx, table)? {
+        let (mpath, hit) = if m.namespace == ns {
+            (
+                m.path.clone(),
+                full.starts_with(&m.path) || with_slash == m.path,
+            )
+        } else if m.namespace.is_empty() && builtin(table).iter().any(|b| b.uuid == m.uuid) {
+            (
+                m.path.clone(),
+                path.starts_with(&m.path) || format!("{path}/") == m.path,
+            )
+        } else {
+            continue;
+        };
+        if hit && best.as_ref().is_none_or(|b| mpath.len() > b.path.len()) {
+            best = Some(m);
+        }
+    }
+    Ok(best.map(|m| {
+        let inner = if m.namespace == ns {
+            full.get(m.path.len()..).unwrap_or("").to_string()
+        } else {
+            path.get(m.path.len()..).unwrap_or("").to_string()
+        };
+        (m, inner)
+    }))
 }
 
 /// The mount owning `path` (longest prefix match), and the path inside it.
@@ -149,7 +196,33 @@ pub fn enable(
     local: bool,
     options: Map<String, Value>,
 ) -> ApiResult<MountEntry> {
-    let path = normalize_path(path)?;
+    enable_in(ctx, table, "", path, kind, description, local, options)
+}
+
+/// [`enable`] in namespace `ns` (`""`: root): the entry's path is `ns` + `path`.
+#[allow(clippy::too_many_arguments)]
+pub fn enable_in(
+    ctx: &mut Ctx,
+    table: Table,
+    ns: &str,
+    path: &str,
+    kind: &str,
+    description: &str,
+    local: bool,
+    options: Map<String, Value>,
+) -> ApiResult<MountEntry> {
+    let rel = normalize_path(path)?;
+    let path = format!("{ns}{rel}");
+    // A mount path must not run into a namespace below `ns` (it could never be reached).
+    let mut pre = ns.to_string();
+    for seg in rel.trim_end_matches('/').split('/') {
+        pre = format!("{pre}{seg}/");
+        if crate::namespace::get(ctx, &pre)?.is_some() {
+            return Err(ApiError::bad(format!(
+                "path is already in use by the namespace {pre:?}"
+            )));
+        }
+    }
     if !table.known_types().contains(&kind) {
         return Err(ApiError::bad(format!(
             "type: unknown {} type {kind:?}",
@@ -168,7 +241,7 @@ pub fn enable(
         }
     }
     if table == Table::Secrets
-        && (path.starts_with("auth/") || path.starts_with("sys/") || path == "auth/")
+        && (rel.starts_with("auth/") || rel.starts_with("sys/") || rel == "auth/")
     {
         return Err(ApiError::bad(format!(
             "path: cannot mount under reserved path {path:?}"
@@ -189,6 +262,7 @@ pub fn enable(
         options,
         default_lease_ttl: 0,
         max_lease_ttl: 0,
+        namespace: ns.to_string(),
     };
     let (r, l) = table.keys();
     let key = if local { l } else { r };
@@ -221,19 +295,26 @@ pub fn disable(ctx: &mut Ctx, table: Table, path: &str) -> ApiResult<()> {
     Ok(())
 }
 
-fn table_view(ctx: &Ctx, table: Table) -> ApiResult<Map<String, Value>> {
+/// The mounts of namespace `ns` (and the built-ins), by path relative to `ns`.
+fn table_view(ctx: &Ctx, table: Table, ns: &str) -> ApiResult<Map<String, Value>> {
     let mut out = Map::new();
+    let builtins: Vec<String> = builtin(table).into_iter().map(|m| m.path).collect();
     for m in all(ctx, table)? {
-        out.insert(m.path.clone(), m.api_view());
+        if m.namespace == ns {
+            out.insert(m.path[ns.len()..].to_string(), m.api_view());
+        } else if builtins.contains(&m.path) && m.namespace.is_empty() {
+            out.insert(m.path.clone(), m.api_view());
+        }
     }
     Ok(out)
 }
 
 /// `sys/mounts[/<path>]` and `sys/auth[/<path>]`.
 pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResult {
+    let ns = crate::namespace::of(req);
     match (req.method, rest.trim_matches('/')) {
         (Method::Get, "") => {
-            let t = table_view(ctx, table)?;
+            let t = table_view(ctx, table, &ns)?;
             // The reference repeats the table at the top level for old clients.
             let mut env = t.clone();
             env.insert("data".into(), Value::Object(t));
@@ -270,9 +351,10 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
                     )));
                 }
             }
-            enable(
+            enable_in(
                 ctx,
                 table,
+                &ns,
                 p,
                 &kind,
                 &f.str("description")?.unwrap_or_default(),
@@ -283,14 +365,16 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
         }
         (Method::Get, p) => {
             let path = normalize_path(p)?;
+            let full = format!("{ns}{path}");
             all(ctx, table)?
                 .into_iter()
-                .find(|m| m.path == path)
+                .find(|m| m.path == full && m.namespace == ns)
                 .map(|m| Reply::Data(m.api_view()))
                 .ok_or_else(|| ApiError::bad(format!("no mount at {path:?}")))
         }
         (Method::Delete, p) if !p.is_empty() => {
-            disable(ctx, table, p)?;
+            let full = format!("{ns}{}", normalize_path(p)?);
+            disable(ctx, table, &full)?;
             Ok(Reply::Empty)
         }
         _ => Err(ApiError::MethodNotAllowed),

@@ -119,6 +119,14 @@ pub struct NodeState {
     pub repl: replication::Replication,
     /// Request counters and audit entries waiting for their response.
     pub obs: crate::metrics::Observability,
+    /// `secondary/enable` / `update-primary` requests whose encrypted activation token was
+    /// decrypted locally; finished with the replication environment after the request.
+    pub(crate) local_activations: Vec<(
+        RequestId,
+        replication::Mode,
+        bool,
+        replication::state::Bundle,
+    )>,
 }
 
 pub struct Node<S: Storage> {
@@ -180,6 +188,7 @@ impl<S: Storage> Node<S> {
                 unseal_progress: Vec::new(),
                 repl: Default::default(),
                 obs: Default::default(),
+                local_activations: Vec::new(),
             },
             now: 0,
             last_tick: 0,
@@ -256,6 +265,11 @@ impl<S: Storage> Node<S> {
                 let path = req.path.clone();
                 let result = self.request(req);
                 self.finish(id, &path, wrap.as_deref(), result);
+                if !self.st.local_activations.is_empty() {
+                    for done in replication::activation::finish_local(&mut self.env()) {
+                        self.finish_pending(Some(done));
+                    }
+                }
             }
             Input::Ldap(reply) => {
                 let now = self.now;
@@ -279,8 +293,12 @@ impl<S: Storage> Node<S> {
                 }
             }
             Input::Tick => {
-                self.last_tick = self.now;
-                self.tick();
+                // Replication and background scans may ask for earlier wake-ups; the
+                // periodic work (token expiry) keeps its own pace.
+                if self.now >= self.last_tick + self.st.config.tick_ms {
+                    self.last_tick = self.now;
+                    self.tick();
+                }
             }
             Input::Admin(Admin::DevSetup { root_token_id }) => {
                 let out = self.dev_setup(root_token_id);
@@ -307,6 +325,8 @@ impl<S: Storage> Node<S> {
             self.st.repl.on_seal();
         }
         replication::poll(&mut self.env());
+        let done = replication::poll_jobs(&mut self.env());
+        self.finish_pending(done);
         crate::metrics::after_input(&mut self.st, obs_from, self.now);
     }
 
@@ -734,14 +754,14 @@ fn spend_use(ctx: &mut Ctx, h: &str) -> ApiResult<()> {
 }
 
 /// Which capability a request needs on its path.
-fn needed(ctx: &Ctx, req: &Request) -> ApiResult<u8> {
+fn needed(ctx: &Ctx, req: &Request, ns: &str) -> ApiResult<u8> {
     let mut need = match req.method {
         Method::Get => policy::READ,
         Method::List => policy::LIST,
         Method::Delete => policy::DELETE,
         Method::Put | Method::Post => {
             // Secrets engines distinguish create from update by existence.
-            match mounts::resolve(ctx, Table::Secrets, &req.path)? {
+            match mounts::resolve_in(ctx, Table::Secrets, ns, &req.path)? {
                 Some((m, rest)) if m.kind == "kv" && !kv::exists(ctx, &m, &rest)? => policy::CREATE,
                 _ => policy::UPDATE,
             }
@@ -755,6 +775,19 @@ fn needed(ctx: &Ctx, req: &Request) -> ApiResult<u8> {
 
 /// Authenticates and authorizes, then dispatches by path.
 fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
+    // The namespace (header and/or leading path segments) and the path inside it; handlers
+    // see the request rewritten to that path, with `namespace` = the namespace's full path.
+    let (ns, rel) = crate::namespace::resolve(ctx, req.namespace.as_deref(), &req.path)?;
+    let routed;
+    let req = if ns.is_empty() && rel == req.path && req.namespace.is_none() {
+        req
+    } else {
+        let mut r = req.clone();
+        r.path = rel;
+        r.namespace = (!ns.is_empty()).then(|| ns.clone());
+        routed = r;
+        &routed
+    };
     let path = req.path.as_str();
     let caller = if unauthenticated(path)
         || replication::unauthenticated(st, path)
@@ -768,12 +801,24 @@ fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
             .filter(|t| !t.is_empty())
             .ok_or(ApiError::PermissionDenied)?;
         let (h, e) = token::lookup(ctx, t)?.ok_or(ApiError::PermissionDenied)?;
-        let acl = sys::acl_for(ctx, &e.policies)?;
-        let need = needed(ctx, req)?;
-        let ok = acl.allows(path, need)
+        // A token acts in its namespace and below, with that namespace's policies, on
+        // paths relative to it.
+        let tns = e.namespace.as_str();
+        if !ns.starts_with(tns) {
+            return Err(ApiError::PermissionDenied);
+        }
+        if !tns.is_empty()
+            && crate::namespace::get(ctx, tns)?.map(|n| n.id) != Some(e.namespace_id.clone())
+        {
+            return Err(ApiError::PermissionDenied);
+        }
+        let acl = sys::acl_for_in(ctx, tns, &e.policies)?;
+        let need = needed(ctx, req, &ns)?;
+        let acl_path = format!("{}{path}", &ns[tns.len()..]);
+        let ok = acl.allows(&acl_path, need)
             || (need & (policy::CREATE | policy::UPDATE) != 0
                 && need & policy::SUDO == 0
-                && acl.allows(path, policy::UPDATE));
+                && acl.allows(&acl_path, policy::UPDATE));
         if !ok {
             return Err(ApiError::PermissionDenied);
         }
@@ -798,14 +843,14 @@ fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
             }
             return token::handle(ctx, req, r, caller);
         }
-        let (m, r) = mounts::resolve(ctx, Table::Auth, rest)?
+        let (m, r) = mounts::resolve_in(ctx, Table::Auth, &ns, rest)?
             .ok_or_else(|| ApiError::NotFound(String::new()))?;
         return match m.kind.as_str() {
             "ldap" => ldap::handle(ctx, st, req, &m, &r, caller),
             _ => Err(ApiError::NotFound(String::new())),
         };
     }
-    let (m, rest) = mounts::resolve(ctx, Table::Secrets, path)?
+    let (m, rest) = mounts::resolve_in(ctx, Table::Secrets, &ns, path)?
         .ok_or_else(|| ApiError::NotFound(String::new()))?;
     match m.kind.as_str() {
         "kv" => kv::handle(ctx, req, &m, &rest),
@@ -830,6 +875,7 @@ fn route_sys(
             Ok(Reply::Empty)
         }
         "mounts" => mounts::handle(ctx, req, Table::Secrets, tail),
+        "namespaces" => crate::namespace::handle(ctx, req, tail),
         "auth" => mounts::handle(ctx, req, Table::Auth, tail),
         "policies" => match tail.split_once('/') {
             Some(("acl", name)) => sys::policies(ctx, req, name, false),

@@ -30,6 +30,24 @@ pub trait Storage {
     fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError>;
     /// Applies a write set atomically (in the shell: inside the open batch transaction).
     fn apply(&mut self, writes: &[Write]) -> Result<(), StorageError>;
+    /// Up to `limit` keys strictly after `after` (`None`: from the first key), in key order,
+    /// with their values: the cursor of background scans (reindex, Merkle check).
+    fn scan_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+        Ok(self
+            .scan("")?
+            .into_iter()
+            .filter(|(k, _)| after.is_none_or(|a| k.as_str() > a))
+            .take(limit)
+            .collect())
+    }
+    /// How many keys are stored.
+    fn count(&self) -> Result<u64, StorageError> {
+        Ok(self.scan("")?.len() as u64)
+    }
 }
 
 /// In-memory storage for tests and the simulator.
@@ -55,6 +73,26 @@ impl Storage for MemStorage {
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
+    }
+    fn scan_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+        use std::ops::Bound;
+        let lower = match after {
+            Some(a) => Bound::Excluded(a.to_string()),
+            None => Bound::Unbounded,
+        };
+        Ok(self
+            .map
+            .range((lower, Bound::Unbounded))
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+    fn count(&self) -> Result<u64, StorageError> {
+        Ok(self.map.len() as u64)
     }
     fn apply(&mut self, writes: &[Write]) -> Result<(), StorageError> {
         for (k, v) in writes {

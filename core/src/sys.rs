@@ -24,9 +24,23 @@ path "sys/wrapping/unwrap" { capabilities = ["update"] }
 path "sys/wrapping/lookup" { capabilities = ["update"] }
 "#;
 
+/// Storage key of policy `name` of namespace `ns` (`""`: root).
+pub fn policy_key(ns: &str, name: &str) -> String {
+    if ns.is_empty() {
+        format!("{POLICY}{name}")
+    } else {
+        format!("{}{ns}{name}", crate::namespace::POLICY_PREFIX)
+    }
+}
+
 /// Loads a policy by name (built-ins included); `None` for an unknown name.
 pub fn load_policy(ctx: &Ctx, name: &str) -> ApiResult<Option<Policy>> {
-    if let Some(sp) = ctx.get_json::<StoredPolicy>(&format!("{POLICY}{name}"))? {
+    load_policy_in(ctx, "", name)
+}
+
+/// [`load_policy`] in namespace `ns`.
+pub fn load_policy_in(ctx: &Ctx, ns: &str, name: &str) -> ApiResult<Option<Policy>> {
+    if let Some(sp) = ctx.get_json::<StoredPolicy>(&policy_key(ns, name))? {
         return Ok(Policy::parse(&sp.policy).ok());
     }
     Ok(match name {
@@ -38,18 +52,28 @@ pub fn load_policy(ctx: &Ctx, name: &str) -> ApiResult<Option<Policy>> {
 
 /// The ACL of a set of policy names.
 pub fn acl_for(ctx: &Ctx, names: &[String]) -> ApiResult<Acl> {
+    acl_for_in(ctx, "", names)
+}
+
+/// The ACL of a set of policy names of namespace `ns` (paths relative to `ns`).
+pub fn acl_for_in(ctx: &Ctx, ns: &str, names: &[String]) -> ApiResult<Acl> {
     let root = names.iter().any(|n| n == "root");
     let mut ps = Vec::new();
     for n in names {
-        if let Some(p) = load_policy(ctx, n)? {
+        if let Some(p) = load_policy_in(ctx, ns, n)? {
             ps.push(p);
         }
     }
     Ok(Acl::new(ps.iter(), root))
 }
 
-fn policy_names(ctx: &Ctx) -> ApiResult<Vec<String>> {
-    let mut names: Vec<String> = ctx.list(POLICY)?;
+fn policy_names(ctx: &Ctx, ns: &str) -> ApiResult<Vec<String>> {
+    let prefix = policy_key(ns, "");
+    let mut names: Vec<String> = ctx
+        .list(&prefix)?
+        .into_iter()
+        .filter(|n| !n.ends_with('/'))
+        .collect();
     for b in ["default", "root"] {
         if !names.iter().any(|n| n == b) {
             names.push(b.into());
@@ -59,8 +83,8 @@ fn policy_names(ctx: &Ctx) -> ApiResult<Vec<String>> {
     Ok(names)
 }
 
-fn read_policy(ctx: &Ctx, name: &str) -> ApiResult<Option<String>> {
-    if let Some(sp) = ctx.get_json::<StoredPolicy>(&format!("{POLICY}{name}"))? {
+fn read_policy(ctx: &Ctx, ns: &str, name: &str) -> ApiResult<Option<String>> {
+    if let Some(sp) = ctx.get_json::<StoredPolicy>(&policy_key(ns, name))? {
         return Ok(Some(sp.policy));
     }
     Ok(match name {
@@ -73,9 +97,10 @@ fn read_policy(ctx: &Ctx, name: &str) -> ApiResult<Option<String>> {
 /// `sys/policies/acl[/<name>]` (`legacy` = `sys/policy[/<name>]`, which names the text `rules`).
 pub fn policies(ctx: &mut Ctx, req: &Request, name: &str, legacy: bool) -> ApiResult {
     let name = name.trim_matches('/').to_lowercase();
+    let ns = crate::namespace::of(req);
     match (req.method, name.as_str()) {
         (Method::List, "") | (Method::Get, "") => {
-            let names = policy_names(ctx)?;
+            let names = policy_names(ctx, &ns)?;
             if legacy {
                 Ok(Reply::Envelope(
                     json!({"policies": names, "keys": names, "data": {"policies": names, "keys": names}}),
@@ -85,7 +110,7 @@ pub fn policies(ctx: &mut Ctx, req: &Request, name: &str, legacy: bool) -> ApiRe
             }
         }
         (Method::Get, n) => {
-            let text = read_policy(ctx, n)?
+            let text = read_policy(ctx, &ns, n)?
                 .ok_or_else(|| ApiError::NotFound(format!("no policy named {n:?}")))?;
             let field = if legacy { "rules" } else { "policy" };
             let mut d = Map::new();
@@ -120,7 +145,7 @@ pub fn policies(ctx: &mut Ctx, req: &Request, name: &str, legacy: bool) -> ApiRe
             }
             Policy::parse(&text).map_err(|e| ApiError::bad(format!("policy: {e}")))?;
             ctx.put_json(
-                &format!("{POLICY}{n}"),
+                &policy_key(&ns, n),
                 &StoredPolicy {
                     name: n.into(),
                     policy: text,
@@ -132,7 +157,7 @@ pub fn policies(ctx: &mut Ctx, req: &Request, name: &str, legacy: bool) -> ApiRe
             if n == "root" || n == "default" {
                 return Err(ApiError::bad(format!("cannot delete {n:?} policy")));
             }
-            ctx.delete(&format!("{POLICY}{n}"));
+            ctx.delete(&policy_key(&ns, n));
             Ok(Reply::Empty)
         }
         _ => Err(ApiError::MethodNotAllowed),
@@ -164,29 +189,22 @@ pub fn capabilities(
         Some(p) => p,
         None => vec![f.req_str("path")?],
     };
-    let policies = match which {
-        "capabilities-self" => caller
-            .ok_or(ApiError::PermissionDenied)?
-            .entry
-            .policies
-            .clone(),
+    let entry = match which {
+        "capabilities-self" => caller.ok_or(ApiError::PermissionDenied)?.entry.clone(),
         "capabilities" => {
             let t = f.req_str("token")?;
             crate::token::lookup(ctx, &t)?
                 .ok_or_else(|| ApiError::bad("invalid token"))?
                 .1
-                .policies
         }
         _ => {
             let a = f.req_str("accessor")?;
             let h = crate::token::hash_by_accessor(ctx, &a)?
                 .ok_or_else(|| ApiError::bad("invalid accessor"))?;
-            crate::token::lookup_hash(ctx, &h)?
-                .ok_or_else(|| ApiError::bad("invalid accessor"))?
-                .policies
+            crate::token::lookup_hash(ctx, &h)?.ok_or_else(|| ApiError::bad("invalid accessor"))?
         }
     };
-    let acl = acl_for(ctx, &policies)?;
+    let acl = acl_for_in(ctx, &entry.namespace, &entry.policies)?;
     let mut out = Map::new();
     let mut all = Vec::new();
     for p in &paths {

@@ -53,6 +53,13 @@ pub struct TokenEntry {
     /// The login name it was issued for (auth methods), used by renewals.
     #[serde(default)]
     pub login_name: Option<String>,
+    /// The namespace it was created in (`""`: root): its policies are that namespace's and
+    /// it acts only there and below.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// Id of that namespace (a token outlives neither its namespace nor a re-creation).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace_id: String,
 }
 
 impl TokenEntry {
@@ -86,6 +93,8 @@ pub struct NewToken {
     pub auth_mount: Option<String>,
     pub login_name: Option<String>,
     pub no_default_policy: bool,
+    /// Namespace to create it in (`""`: root, or the namespace of `auth_mount`).
+    pub namespace: String,
 }
 
 pub fn salt(ctx: &mut Ctx) -> ApiResult<Vec<u8>> {
@@ -143,6 +152,27 @@ pub fn create(ctx: &mut Ctx, req: NewToken) -> ApiResult<(String, TokenEntry)> {
             t
         }
     };
+    // A login on an auth mount of a namespace issues a token of that namespace.
+    let mut namespace = req.namespace;
+    if namespace.is_empty() {
+        if let Some(a) = &req.auth_mount {
+            if let Some(m) = crate::mounts::all(ctx, crate::mounts::Table::Auth)?
+                .into_iter()
+                .find(|m| !m.namespace.is_empty() && format!("auth/{}", m.path) == *a)
+            {
+                namespace = m.namespace;
+            }
+        }
+    }
+    let namespace_id = match crate::namespace::get(ctx, &namespace)? {
+        Some(n) => n.id,
+        None if namespace.is_empty() => String::new(),
+        None => {
+            return Err(ApiError::bad(format!(
+                "namespace {namespace:?} does not exist"
+            )))
+        }
+    };
     let entry = TokenEntry {
         accessor: accessor.clone(),
         policies: req.policies,
@@ -165,6 +195,8 @@ pub fn create(ctx: &mut Ctx, req: NewToken) -> ApiResult<(String, TokenEntry)> {
         },
         auth_mount: req.auth_mount,
         login_name: req.login_name,
+        namespace,
+        namespace_id,
     };
     store(ctx, &h, &entry, None)?;
     ctx.put(&format!("{ACCESSOR}{accessor}"), h.as_bytes())?;
@@ -439,6 +471,7 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                 parent: Some(caller.hash.clone()),
                 renewable: f.bool("renewable")?.unwrap_or(true),
                 path: "auth/token/create".into(),
+                namespace: crate::namespace::of(req),
                 ..Default::default()
             };
             let (id, e) = create(ctx, nt)?;

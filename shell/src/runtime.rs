@@ -199,6 +199,7 @@ fn run(
                     if let Err(e) = &committed {
                         r = Response::error(r.id, &ApiError::Internal(e.to_string()));
                     }
+                    disk_full_status(&mut r);
                     if let Some(tx) = waiting.remove(&r.id) {
                         let _ = tx.send(r);
                     }
@@ -231,5 +232,48 @@ fn run(
                 }
             }
         }
+        if node.storage_mut().take_lost_batch() {
+            // The node's memory (Merkle trees, WAL position) holds a batch that is not on
+            // disk: carrying on would persist Merkle pages that disagree with the data.
+            // Start over from what is on disk; the node comes back sealed.
+            log::error!(
+                "a committed-in-memory batch could not be written (disk full?); dropping the \
+                 node's in-memory state: the server is sealed until it is unsealed again"
+            );
+            let config = node.config().clone();
+            let storage = node.into_storage();
+            let mut seed = [0u8; 32];
+            rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut seed);
+            node = Node::new(storage, seed, config);
+            let gone =
+                || ApiError::Unavailable("the server was reset after a storage failure".into());
+            for (id, tx) in std::mem::take(&mut waiting) {
+                let _ = tx.send(Response::error(id, &gone()));
+            }
+            for (_, ptx) in std::mem::take(&mut peers) {
+                let _ = ptx.send(cairn_core::replication::PeerAnswer::Error {
+                    code: "unavailable".into(),
+                    message: gone().to_string(),
+                });
+            }
+            admin.clear();
+        }
+    }
+}
+
+/// A request refused because the disk is full answers 507 (Insufficient Storage) with the
+/// storage's message, instead of a generic 500.
+fn disk_full_status(r: &mut Response) {
+    if r.status != 500 {
+        return;
+    }
+    let msg = r
+        .body
+        .as_ref()
+        .and_then(|b| b["errors"][0].as_str())
+        .and_then(|m| m.find(crate::sqlite::DISK_FULL).map(|i| m[i..].to_string()));
+    if let Some(m) = msg {
+        r.status = 507;
+        r.body = Some(serde_json::json!({ "errors": [m] }));
     }
 }

@@ -40,8 +40,12 @@ use cairn_core::{Admin, Input, Method, Node, NodeConfig, Output, Request, Respon
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Simulated time the final phase may take to converge.
+/// Simulated time the final phase may take to converge, plus [`SYNC_MS_PER_CALL`] for each
+/// Merkle-sync fetch the primary's keys need (a lossy link restarts the diff after a
+/// transport error, so a large store with small fetch batches syncs at a few keys a second).
 pub const CONVERGE_MS: u64 = 180_000;
+/// See [`CONVERGE_MS`].
+pub const SYNC_MS_PER_CALL: u64 = 500;
 /// Transport timeout after which a lost message becomes an error at the caller.
 const TIMEOUT_MS: u64 = 3_000;
 
@@ -202,7 +206,7 @@ enum Ev {
     Wake,
     NextCrash,
     NextPartition,
-    Heal(HostId),
+    Heal(HostId, HostId),
 }
 
 struct Host {
@@ -235,8 +239,14 @@ enum Op {
     SecToken(usize),
     Filter(usize),
     SecEnable(usize),
-    Put { n: u64, other: bool },
-    Delete { n: u64, other: bool },
+    Put {
+        n: u64,
+        other: bool,
+    },
+    Delete {
+        n: u64,
+        other: bool,
+    },
     Policy,
     TokenCreate,
     Probe(HostId),
@@ -246,6 +256,61 @@ enum Op {
     GenCancel(usize),
     GenUpdate(usize),
     ReadBack(u64),
+    /// DR operation token generation on a host: start, cancel, give a share (`wrong`: a
+    /// share of another keyring, which must be refused).
+    OpTokAttempt(HostId),
+    OpTokCancel(HostId),
+    OpTokUpdate(HostId, bool),
+    /// DR promote of the drill's secondary (`with_token: false` is the gate probe).
+    Promote {
+        h: HostId,
+        with_token: bool,
+    },
+    /// Re-pointing (or re-joining) secondary `i` to the current primary.
+    UpdatePrimary {
+        i: usize,
+        by_token: bool,
+    },
+    /// On the old primary: performance `primary/disable`, or DR `primary/demote`.
+    OldPrimary {
+        h: HostId,
+        mode: Mode,
+    },
+    /// `secondary/disable` then the setup loop re-enables it with a fresh token.
+    SecDisable(usize),
+}
+
+/// The DR operation token state of one host.
+#[derive(Debug, Clone, Default)]
+struct OpTok {
+    gen: Option<(String, String)>,
+    cancel: bool,
+    tries: u32,
+    token: Option<String>,
+    wrong_tried: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DStep {
+    Promote,
+    Repoint,
+    Rejoin,
+    Done,
+}
+
+/// A DR failover drill: primary lost → DR promote → secondaries re-pointed → the old
+/// primary demoted and re-joined as a DR secondary of the new one.
+#[derive(Debug, Clone)]
+struct Drill {
+    /// Index (in `secs`) of the DR secondary that is promoted.
+    dr: usize,
+    old: HostId,
+    force: bool,
+    step: DStep,
+    gate_probed: bool,
+    perf_off: bool,
+    dr_demoted: bool,
+    rejoin: Option<usize>,
 }
 
 /// A secondary the operator manages.
@@ -272,6 +337,18 @@ struct Sec {
     gen_cancel: bool,
     gen_tries: u32,
     local_root: Option<String>,
+    /// Pending re-point to a new primary: Some(true) by activation token, Some(false) by
+    /// `update_primary_addrs`.
+    repoint: Option<bool>,
+    repoint_fails: u32,
+    /// Joins with `update-primary` (the demoted old primary) rather than `enable`.
+    rejoin: bool,
+    /// Promoted: no longer a secondary.
+    gone: bool,
+    /// Its roots equalled the primary's at least once (a DR secondary that may be promoted).
+    synced_once: bool,
+    /// Disable-and-re-enable drill pending.
+    disable: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -333,6 +410,29 @@ pub struct ReplWorld {
     final_start: u64,
     pub stats: Stats,
     pub checks: BTreeMap<&'static str, u64>,
+    /// The current primary (host 0 until a failover).
+    primary: HostId,
+    /// The convergence bound of this run's final phase (see [`CONVERGE_MS`]).
+    converge_bound: u64,
+    drill: Option<Drill>,
+    /// Chaos event count from which a failover drill may start (seeds with a DR secondary).
+    drill_at: Option<u64>,
+    /// A crashed host that stays down until the drill brings it back.
+    held_down: Option<HostId>,
+    /// A host cut off from every other host until the drill heals it.
+    isolated: Option<HostId>,
+    optok: Vec<OpTok>,
+    /// Acknowledged (and uncertain) writes of each key on the primary, in order: (upper
+    /// bound of the WAL index it got, value); `u64::MAX` when unknown.
+    hist: BTreeMap<(bool, u64), Vec<(u64, Option<u64>)>>,
+    /// After a failover: the values each key may hold on the new primary.
+    failover_allowed: BTreeMap<(bool, u64), BTreeSet<Option<u64>>>,
+    /// The primary's `wal.last` when the outstanding operator request's answer was released.
+    out_wal: Option<u64>,
+    /// The primary's WAL never goes back (and continues from the promoted DR secondary's).
+    wal_floor: u64,
+    /// `wal.last` of a host just before it handled a DR promote.
+    pre_promote_wal: BTreeMap<HostId, u64>,
 }
 
 fn fail<T>(invariant: &'static str, detail: impl Into<String>) -> Result<T, Violation> {
@@ -407,6 +507,12 @@ impl ReplWorld {
                 gen_cancel: false,
                 gen_tries: 0,
                 local_root: None,
+                repoint: None,
+                repoint_fails: 0,
+                rejoin: false,
+                gone: false,
+                synced_once: false,
+                disable: false,
             })
             .collect();
         let mut net = Network::new(SimRng::derive(seed, "network"), params.client_link);
@@ -441,8 +547,28 @@ impl ReplWorld {
             final_start: 0,
             stats: Stats::default(),
             checks: BTreeMap::new(),
+            primary: 0,
+            converge_bound: CONVERGE_MS,
+            drill: None,
+            drill_at: None,
+            held_down: None,
+            isolated: None,
+            optok: vec![OpTok::default(); n],
+            hist: BTreeMap::new(),
+            failover_allowed: BTreeMap::new(),
+            out_wal: None,
+            wal_floor: 0,
+            pre_promote_wal: BTreeMap::new(),
             params,
         };
+        {
+            let mut r = SimRng::derive(seed, "repl-drill");
+            let has_dr = w.secs.iter().any(|s| s.mode == Mode::Dr);
+            if has_dr && r.chance(700) {
+                let lo = cfg.steps / 6;
+                w.drill_at = Some(lo + r.below(cfg.steps / 3 + 1));
+            }
+        }
         for a in 0..n {
             for b in 0..n {
                 if a != b {
@@ -597,18 +723,31 @@ impl ReplWorld {
     fn begin_final(&mut self) {
         self.phase = Phase::Final;
         self.final_start = self.now;
+        let keys = self.hosts[self.primary]
+            .parked
+            .as_ref()
+            .map(|s| s.committed_len())
+            .or_else(|| {
+                self.hosts[self.primary]
+                    .node
+                    .as_ref()
+                    .map(|n| n.storage().committed_len())
+            })
+            .unwrap_or(0) as u64;
+        self.converge_bound =
+            CONVERGE_MS + keys.div_ceil(self.params.fetch_batch.max(1) as u64) * SYNC_MS_PER_CALL;
         self.log("final phase: faults and writes stop, network heals, every host restarts and is unsealed; waiting for convergence");
         let n = self.hosts.len();
         for a in 0..n {
             for b in 0..n {
-                if a != b {
+                if a != b && self.isolated != Some(a) && self.isolated != Some(b) {
                     self.net
                         .set_link(Addr::Host(a), Addr::Host(b), self.params.peer_link);
                 }
             }
         }
         for h in 0..n {
-            if self.hosts[h].node.is_none() {
+            if self.hosts[h].node.is_none() && self.held_down != Some(h) {
                 self.boot(h);
             }
         }
@@ -623,6 +762,10 @@ impl ReplWorld {
                     self.reply_api(to, from, id, Err("connection refused".into()));
                     return Ok(());
                 };
+                if req.path == "sys/replication/dr/secondary/promote" {
+                    let last = node.replication().wal.last;
+                    self.pre_promote_wal.insert(to, last);
+                }
                 node.handle(self.now, Input::Request(req));
                 match from {
                     Caller::Http { .. } => {
@@ -727,6 +870,10 @@ impl ReplWorld {
             }
             Ev::Crash(h) => self.crash(h),
             Ev::Restart(h) => {
+                if self.held_down == Some(h) {
+                    self.log(&format!("n{h} stays down (failover drill)"));
+                    return Ok(());
+                }
                 self.stats.restarts += 1;
                 self.boot(h);
                 Ok(())
@@ -745,25 +892,36 @@ impl ReplWorld {
             }
             Ev::NextPartition => {
                 if self.phase == Phase::Chaos && self.hosts.len() > 1 {
-                    let s = 1 + self.faults.below(self.hosts.len() as u64 - 1) as usize;
-                    self.stats.partitions += 1;
-                    self.net.partition(Addr::Host(0), Addr::Host(s));
-                    self.log(&format!("net PARTITION n0 | n{s}"));
-                    let d = self.faults.delay(self.params.partition_len_ms).max(1);
-                    self.schedule(d, Ev::Heal(s));
+                    let p = self.primary;
+                    let s = (p + 1 + self.faults.below(self.hosts.len() as u64 - 1) as usize)
+                        % self.hosts.len();
+                    if self.isolated != Some(p) && self.isolated != Some(s) {
+                        self.stats.partitions += 1;
+                        self.net.partition(Addr::Host(p), Addr::Host(s));
+                        self.log(&format!("net PARTITION n{p} | n{s}"));
+                        let d = self.faults.delay(self.params.partition_len_ms).max(1);
+                        self.schedule(d, Ev::Heal(p, s));
+                    }
                     let d = self.faults.delay(self.params.partition_mean_ms).max(1);
                     self.schedule(d, Ev::NextPartition);
                 }
                 Ok(())
             }
-            Ev::Heal(s) => {
-                let l = self.params.peer_link;
-                self.net.set_link(Addr::Host(0), Addr::Host(s), l);
-                self.net.set_link(Addr::Host(s), Addr::Host(0), l);
-                self.log(&format!("net HEAL n0 | n{s}"));
+            Ev::Heal(a, b) => {
+                if self.isolated == Some(a) || self.isolated == Some(b) {
+                    return Ok(());
+                }
+                self.heal(a, b);
                 Ok(())
             }
         }
+    }
+
+    fn heal(&mut self, a: HostId, b: HostId) {
+        let l = self.params.peer_link;
+        self.net.set_link(Addr::Host(a), Addr::Host(b), l);
+        self.net.set_link(Addr::Host(b), Addr::Host(a), l);
+        self.log(&format!("net HEAL n{a} | n{b}"));
     }
 
     fn peer_error(&mut self, to: HostId, boot: u64, call: u64, why: &str, from: HostId) {
@@ -860,7 +1018,49 @@ impl ReplWorld {
         for o in held {
             self.release(h, o);
         }
+        self.check_wal(h)?;
         self.check_host(h)
+    }
+
+    /// `wal-continues`: the primary's WAL index never goes back, and after a failover it
+    /// continues from the promoted DR secondary's. Also notes DR secondaries that synced.
+    fn check_wal(&mut self, h: HostId) -> Result<(), Violation> {
+        if self.hosts[h].needs_unseal {
+            return Ok(());
+        }
+        let Some(last) = self.hosts[h]
+            .node
+            .as_ref()
+            .map(|n| n.replication().wal.last)
+        else {
+            return Ok(());
+        };
+        if h == self.primary && last > 0 {
+            self.bump("wal-continues");
+            if last < self.wal_floor {
+                return fail(
+                    "wal-continues",
+                    format!(
+                        "primary n{h}'s WAL went back from {} to {last}",
+                        self.wal_floor
+                    ),
+                );
+            }
+            self.wal_floor = last;
+        }
+        if self.drill_at.is_some() && self.drill.is_none() {
+            if let Some(i) = self
+                .secs
+                .iter()
+                .position(|s| s.host == h && s.mode == Mode::Dr && s.enabled && !s.synced_once)
+            {
+                let s = self.secs[i].clone();
+                if self.converged(&s).is_ok() {
+                    self.secs[i].synced_once = true;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn resolve(&self, addr: &str, api: bool) -> Option<HostId> {
@@ -879,6 +1079,12 @@ impl ReplWorld {
         let boot = self.hosts[h].boot;
         match o {
             Output::Response(r) => {
+                if self.outstanding.as_ref().is_some_and(|o| o.0 == r.id) {
+                    self.out_wal = self.hosts[h]
+                        .node
+                        .as_ref()
+                        .map(|n| n.replication().wal.last);
+                }
                 self.hosts[h].op_in.remove(&r.id);
                 let from = self.hosts[h]
                     .http_in
@@ -1101,13 +1307,18 @@ impl ReplWorld {
                 return Some((h, Op::Unseal(h), req));
             }
         }
+        if matches!(self.phase, Phase::Chaos | Phase::Final) {
+            if let Some(r) = self.choose_drill(id) {
+                return r;
+            }
+        }
         match self.phase {
             Phase::Chaos => {}
             Phase::ReadBack => {
                 let (other, n) = *self.readback.last()?;
                 let req =
                     Request::new(id, Method::Get, &key_name(other, n)).with_token(&self.root(0));
-                return Some((0, Op::ReadBack(n), req));
+                return Some((self.primary, Op::ReadBack(n), req));
             }
             _ => return None,
         }
@@ -1116,7 +1327,7 @@ impl ReplWorld {
             let req = Request::new(id, Method::Post, "sys/mounts/other")
                 .with_token(&r0)
                 .with_json(json!({"type": "kv"}));
-            return Some((0, Op::Mount, req));
+            return Some((self.primary, Op::Mount, req));
         }
         let need_dr = self.secs.iter().any(|s| s.mode == Mode::Dr);
         for (mode, done) in [
@@ -1131,7 +1342,7 @@ impl ReplWorld {
                 )
                 .with_token(&r0)
                 .with_json(json!({}));
-                return Some((0, Op::EnablePrimary(mode), req));
+                return Some((self.primary, Op::EnablePrimary(mode), req));
             }
         }
         for i in 0..self.secs.len() {
@@ -1145,9 +1356,9 @@ impl ReplWorld {
                 )
                 .with_token(&r0)
                 .with_json(json!({ "id": rid }));
-                return Some((0, Op::Revoke(i), req));
+                return Some((self.primary, Op::Revoke(i), req));
             }
-            if s.enabled || s.revoked_from.is_some() {
+            if s.enabled || s.revoked_from.is_some() || s.gone {
                 continue;
             }
             let m = s.mode.name();
@@ -1159,7 +1370,7 @@ impl ReplWorld {
                 )
                 .with_token(&r0)
                 .with_json(json!({ "id": s.id }));
-                return Some((0, Op::SecToken(i), req));
+                return Some((self.primary, Op::SecToken(i), req));
             }
             if s.filtered && !s.filter_set {
                 let req = Request::new(
@@ -1169,7 +1380,7 @@ impl ReplWorld {
                 )
                 .with_token(&r0)
                 .with_json(json!({"mode": "deny", "paths": ["other/"]}));
-                return Some((0, Op::Filter(i), req));
+                return Some((self.primary, Op::Filter(i), req));
             }
             let req = Request::new(
                 id,
@@ -1194,31 +1405,7 @@ impl ReplWorld {
             if !self.oprng.chance(200) {
                 break;
             }
-            let h = s.host;
-            let base = "sys/generate-root/attempt";
-            if s.gen_cancel {
-                return Some((h, Op::GenCancel(i), Request::new(id, Method::Delete, base)));
-            }
-            return Some(match &s.gen {
-                None => (
-                    h,
-                    Op::GenAttempt(i),
-                    Request::new(id, Method::Post, base).with_json(json!({})),
-                ),
-                Some((_, nonce)) => {
-                    let key = if s.gen_tries.is_multiple_of(2) {
-                        self.hosts[0].key.clone()
-                    } else {
-                        self.hosts[h].key.clone()
-                    };
-                    (
-                        h,
-                        Op::GenUpdate(i),
-                        Request::new(id, Method::Post, "sys/generate-root/update")
-                            .with_json(json!({"key": key, "nonce": nonce})),
-                    )
-                }
-            });
+            return Some(self.gen_root_req(i, id));
         }
         // Traffic.
         let perf_secs: Vec<HostId> = self
@@ -1227,7 +1414,29 @@ impl ReplWorld {
             .filter(|s| s.enabled && s.mode == Mode::Performance && s.local_root.is_some())
             .map(|s| s.host)
             .collect();
-        let pick = self.oprng.weighted(&[35, 15, 8, 5, 4, 6, 15, 2]);
+        // Disable and re-enable a secondary now and then.
+        if let Some(i) = self
+            .secs
+            .iter()
+            .position(|s| s.disable && s.enabled && !s.gone)
+        {
+            if self.up(self.secs[i].host) {
+                if let Some(r) = self.sec_auth_req(i, id) {
+                    return Some(r);
+                }
+                let s = &self.secs[i];
+                let (tok, body) = self.sec_auth(i);
+                let req = Request::new(
+                    id,
+                    Method::Post,
+                    &format!("sys/replication/{}/secondary/disable", s.mode.name()),
+                )
+                .with_token(&tok)
+                .with_json(Value::Object(body));
+                return Some((s.host, Op::SecDisable(i), req));
+            }
+        }
+        let pick = self.oprng.weighted(&[35, 15, 8, 5, 4, 6, 15, 2, 1]);
         let existing = |r: &mut SimRng, next: u64| if next == 0 { 0 } else { r.below(next) };
         match pick {
             0 | 1 => {
@@ -1243,13 +1452,13 @@ impl ReplWorld {
                 let req = Request::new(id, Method::Put, &key_name(other, n))
                     .with_token(&r0)
                     .with_json(json!({ "v": v }));
-                Some((0, Op::Put { n: v, other }, req))
+                Some((self.primary, Op::Put { n: v, other }, req))
             }
             2 => {
                 let other = self.oprng.chance(300);
                 let n = existing(&mut self.oprng, self.next_key);
                 let req = Request::new(id, Method::Delete, &key_name(other, n)).with_token(&r0);
-                Some((0, Op::Delete { n, other }, req))
+                Some((self.primary, Op::Delete { n, other }, req))
             }
             3 => {
                 let name = format!("p{}", self.oprng.below(5));
@@ -1258,13 +1467,13 @@ impl ReplWorld {
                     .with_json(
                         json!({"policy": "path \"secret/*\" { capabilities = [\"read\"] }"}),
                     );
-                Some((0, Op::Policy, req))
+                Some((self.primary, Op::Policy, req))
             }
             4 => {
                 let req = Request::new(id, Method::Post, "auth/token/create")
                     .with_token(&r0)
                     .with_json(json!({"policies": ["default"], "ttl": "24h"}));
-                Some((0, Op::TokenCreate, req))
+                Some((self.primary, Op::TokenCreate, req))
             }
             5 if !perf_secs.is_empty() && !self.primary_tokens.is_empty() => {
                 let h = *self.oprng.pick(&perf_secs)?;
@@ -1283,6 +1492,21 @@ impl ReplWorld {
                 let req = Request::new(id, Method::Get, &key_name(other, n)).with_token(&t);
                 Some((h, Op::Read(h, other, n), req))
             }
+            8 if self.oprng.chance(self.params.revoke_permille * 20) => {
+                let cands: Vec<usize> = (0..self.secs.len())
+                    .filter(|&i| {
+                        let s = &self.secs[i];
+                        s.enabled && !s.gone && s.revoked_from.is_none() && !s.revoke_sent
+                    })
+                    .collect();
+                let i = *self.oprng.pick(&cands)?;
+                self.secs[i].disable = true;
+                self.log(&format!(
+                    "op: n{} will be disabled and re-enabled",
+                    self.secs[i].host
+                ));
+                None
+            }
             7 if self.oprng.chance(self.params.revoke_permille * 20) => {
                 let i = self
                     .secs
@@ -1295,6 +1519,439 @@ impl ReplWorld {
             }
             _ => None,
         }
+    }
+
+    /// The next `sys/generate-root` step on performance secondary `i`.
+    fn gen_root_req(&self, i: usize, id: RequestId) -> (HostId, Op, Request) {
+        let s = &self.secs[i];
+        let h = s.host;
+        let base = "sys/generate-root/attempt";
+        if s.gen_cancel {
+            return (h, Op::GenCancel(i), Request::new(id, Method::Delete, base));
+        }
+        match &s.gen {
+            None => (
+                h,
+                Op::GenAttempt(i),
+                Request::new(id, Method::Post, base).with_json(json!({})),
+            ),
+            Some((_, nonce)) => {
+                let key = if s.gen_tries.is_multiple_of(2) {
+                    self.hosts[0].key.clone()
+                } else {
+                    self.hosts[h].key.clone()
+                };
+                (
+                    h,
+                    Op::GenUpdate(i),
+                    Request::new(id, Method::Post, "sys/generate-root/update")
+                        .with_json(json!({"key": key, "nonce": nonce})),
+                )
+            }
+        }
+    }
+
+    /// The next step of DR operation token generation on host `h` (unauthenticated: the
+    /// key shares are the authorization). The first update on a DR secondary (other than
+    /// the original primary) gives a share of another keyring, which must be refused.
+    fn optok_req(&self, h: HostId, id: RequestId) -> (HostId, Op, Request) {
+        let t = &self.optok[h];
+        let base = "sys/replication/dr/secondary/generate-operation-token/attempt";
+        if t.cancel {
+            return (
+                h,
+                Op::OpTokCancel(h),
+                Request::new(id, Method::Delete, base),
+            );
+        }
+        match &t.gen {
+            None => (
+                h,
+                Op::OpTokAttempt(h),
+                Request::new(id, Method::Post, base).with_json(json!({})),
+            ),
+            Some((_, nonce)) => {
+                let wrong = h != 0 && !t.wrong_tried;
+                let key = if wrong {
+                    self.hosts[h].key.clone()
+                } else {
+                    self.hosts[0].key.clone()
+                };
+                (
+                    h,
+                    Op::OpTokUpdate(h, wrong),
+                    Request::new(
+                        id,
+                        Method::Post,
+                        "sys/replication/dr/secondary/generate-operation-token/update",
+                    )
+                    .with_json(json!({"key": key, "nonce": nonce})),
+                )
+            }
+        }
+    }
+
+    fn up(&self, h: HostId) -> bool {
+        self.hosts[h].node.is_some() && !self.hosts[h].needs_unseal
+    }
+
+    /// What secondary `i` needs before it can run a protected operation, if anything: a
+    /// DR operation token (DR) or a local root token (performance).
+    fn sec_auth_req(&self, i: usize, id: RequestId) -> Option<(HostId, Op, Request)> {
+        let s = &self.secs[i];
+        match s.mode {
+            Mode::Dr if self.optok[s.host].token.is_none() => Some(self.optok_req(s.host, id)),
+            Mode::Performance if s.local_root.is_none() => Some(self.gen_root_req(i, id)),
+            _ => None,
+        }
+    }
+
+    /// Token and body fields for a protected operation on secondary `i`.
+    fn sec_auth(&self, i: usize) -> (String, serde_json::Map<String, Value>) {
+        let s = &self.secs[i];
+        let mut body = serde_json::Map::new();
+        match s.mode {
+            Mode::Dr => {
+                body.insert(
+                    "dr_operation_token".into(),
+                    json!(self.optok[s.host].token.clone().unwrap_or_default()),
+                );
+                (self.root(0), body)
+            }
+            Mode::Performance => (s.local_root.clone().unwrap_or_default(), body),
+        }
+    }
+
+    fn update_primary_req(&self, i: usize, id: RequestId, by_token: bool) -> (HostId, Op, Request) {
+        let s = &self.secs[i];
+        let (tok, mut body) = self.sec_auth(i);
+        if by_token {
+            body.insert("token".into(), json!(s.token.clone().unwrap_or_default()));
+        } else {
+            body.insert(
+                "update_primary_addrs".into(),
+                json!([cluster_addr(self.primary)]),
+            );
+        }
+        let req = Request::new(
+            id,
+            Method::Post,
+            &format!("sys/replication/{}/secondary/update-primary", s.mode.name()),
+        )
+        .with_token(&tok)
+        .with_json(Value::Object(body));
+        (s.host, Op::UpdatePrimary { i, by_token }, req)
+    }
+
+    /// The failover drill's next request: `None` when no drill is running (normal
+    /// operation), `Some(None)` when it waits.
+    #[allow(clippy::option_option)]
+    fn choose_drill(&mut self, id: RequestId) -> Option<Option<(HostId, Op, Request)>> {
+        let Some(d) = self.drill.clone() else {
+            let at = self.drill_at?;
+            if self.phase != Phase::Chaos || self.stats.events < at || !self.up(self.primary) {
+                return None;
+            }
+            let i = self.secs.iter().position(|s| {
+                s.mode == Mode::Dr
+                    && s.enabled
+                    && s.synced_once
+                    && !s.gone
+                    && !s.revoke_sent
+                    && s.revoked_from.is_none()
+                    && s.host != self.primary
+            })?;
+            let old = self.primary;
+            let partition = self.oprng.chance(400);
+            let force = self.oprng.chance(500);
+            self.drill = Some(Drill {
+                dr: i,
+                old,
+                force,
+                step: DStep::Promote,
+                gate_probed: false,
+                perf_off: false,
+                dr_demoted: false,
+                rejoin: None,
+            });
+            self.drill_at = None;
+            let dh = self.secs[i].host;
+            self.log(&format!(
+                "DRILL: primary n{old} lost ({}); DR secondary n{dh} will be promoted{}",
+                if partition {
+                    "partitioned from every host"
+                } else {
+                    "crashed, stays down"
+                },
+                if force { " with force" } else { "" }
+            ));
+            if partition {
+                self.isolated = Some(old);
+                for b in 0..self.hosts.len() {
+                    if b != old {
+                        self.net.partition(Addr::Host(old), Addr::Host(b));
+                    }
+                }
+            } else {
+                self.held_down = Some(old);
+                if self.crash(old).is_err() {
+                    return Some(None);
+                }
+            }
+            return Some(None);
+        };
+        let dh = self.secs[d.dr].host;
+        match d.step {
+            DStep::Done => None,
+            DStep::Promote => {
+                if !self.up(dh) {
+                    return Some(None);
+                }
+                if self.optok[dh].token.is_none() {
+                    return Some(Some(self.optok_req(dh, id)));
+                }
+                let path = "sys/replication/dr/secondary/promote";
+                if !d.gate_probed {
+                    let bogus = if self.oprng.chance(500) {
+                        json!({})
+                    } else {
+                        json!({"dr_operation_token": "cdr.AAAAAAAAAAAAAAAAAAAAAAAA"})
+                    };
+                    let req = Request::new(id, Method::Post, path)
+                        .with_token(&self.root(0))
+                        .with_json(bogus);
+                    return Some(Some((
+                        dh,
+                        Op::Promote {
+                            h: dh,
+                            with_token: false,
+                        },
+                        req,
+                    )));
+                }
+                let mut body = json!({
+                    "dr_operation_token": self.optok[dh].token.clone().unwrap_or_default(),
+                    "primary_cluster_addr": cluster_addr(dh),
+                });
+                if d.force {
+                    body["force"] = json!(true);
+                }
+                let req = Request::new(id, Method::Post, path)
+                    .with_token(&self.root(0))
+                    .with_json(body);
+                Some(Some((
+                    dh,
+                    Op::Promote {
+                        h: dh,
+                        with_token: true,
+                    },
+                    req,
+                )))
+            }
+            DStep::Repoint => {
+                let mut waiting = false;
+                for i in 0..self.secs.len() {
+                    let s = &self.secs[i];
+                    let Some(by_token) = s.repoint else {
+                        continue;
+                    };
+                    waiting = true;
+                    if !self.up(s.host) || !self.up(self.primary) {
+                        continue;
+                    }
+                    if let Some(r) = self.sec_auth_req(i, id) {
+                        return Some(Some(r));
+                    }
+                    let r0 = self.root(0);
+                    if by_token && s.token.is_none() {
+                        let req = Request::new(
+                            id,
+                            Method::Post,
+                            &format!("sys/replication/{}/primary/secondary-token", s.mode.name()),
+                        )
+                        .with_token(&r0)
+                        .with_json(json!({ "id": s.id }));
+                        return Some(Some((self.primary, Op::SecToken(i), req)));
+                    }
+                    if by_token && s.filtered && !s.filter_set {
+                        let req = Request::new(
+                            id,
+                            Method::Post,
+                            &format!("sys/replication/performance/primary/paths-filter/{}", s.id),
+                        )
+                        .with_token(&r0)
+                        .with_json(json!({"mode": "deny", "paths": ["other/"]}));
+                        return Some(Some((self.primary, Op::Filter(i), req)));
+                    }
+                    return Some(Some(self.update_primary_req(i, id, by_token)));
+                }
+                if !waiting {
+                    self.set_step(DStep::Rejoin);
+                    self.log("DRILL: every secondary re-pointed; the old primary comes back");
+                }
+                Some(None)
+            }
+            DStep::Rejoin => {
+                let o = d.old;
+                if self.held_down == Some(o) {
+                    self.held_down = None;
+                    if self.hosts[o].node.is_none() {
+                        self.stats.restarts += 1;
+                        self.boot(o);
+                    }
+                }
+                if self.isolated == Some(o) {
+                    self.isolated = None;
+                    for b in 0..self.hosts.len() {
+                        if b != o {
+                            self.heal(o, b);
+                        }
+                    }
+                }
+                if !self.up(o) || !self.up(self.primary) {
+                    return Some(None);
+                }
+                let r0 = self.root(0);
+                for (done, mode, what) in [
+                    (d.perf_off, Mode::Performance, "disable"),
+                    (d.dr_demoted, Mode::Dr, "demote"),
+                ] {
+                    if !done {
+                        let req = Request::new(
+                            id,
+                            Method::Post,
+                            &format!("sys/replication/{}/primary/{what}", mode.name()),
+                        )
+                        .with_token(&r0)
+                        .with_json(json!({}));
+                        return Some(Some((o, Op::OldPrimary { h: o, mode }, req)));
+                    }
+                }
+                let i = match d.rejoin {
+                    Some(i) => i,
+                    None => {
+                        let i = self.secs.len();
+                        self.secs.push(Sec {
+                            host: o,
+                            mode: Mode::Dr,
+                            filtered: false,
+                            attempt: 0,
+                            id: format!("n{o}-r0"),
+                            ids: Vec::new(),
+                            revoke_left: Vec::new(),
+                            token: None,
+                            filter_set: false,
+                            enabled: false,
+                            revoked_from: None,
+                            revoke_sent: false,
+                            gen: None,
+                            gen_cancel: false,
+                            gen_tries: 0,
+                            local_root: None,
+                            repoint: None,
+                            repoint_fails: 0,
+                            rejoin: true,
+                            gone: false,
+                            synced_once: false,
+                            disable: false,
+                        });
+                        if let Some(dr) = self.drill.as_mut() {
+                            dr.rejoin = Some(i);
+                        }
+                        i
+                    }
+                };
+                let s = &self.secs[i];
+                if s.enabled {
+                    self.set_step(DStep::Done);
+                    self.log(&format!(
+                        "DRILL: done; n{o} is a DR secondary of n{}",
+                        self.primary
+                    ));
+                    return None;
+                }
+                if s.token.is_none() {
+                    let req = Request::new(
+                        id,
+                        Method::Post,
+                        "sys/replication/dr/primary/secondary-token",
+                    )
+                    .with_token(&r0)
+                    .with_json(json!({ "id": s.id }));
+                    return Some(Some((self.primary, Op::SecToken(i), req)));
+                }
+                if let Some(r) = self.sec_auth_req(i, id) {
+                    return Some(Some(r));
+                }
+                Some(Some(self.update_primary_req(i, id, true)))
+            }
+        }
+    }
+
+    fn set_step(&mut self, step: DStep) {
+        if let Some(d) = self.drill.as_mut() {
+            d.step = step;
+        }
+    }
+
+    /// A DR promote was acknowledged (or seen to have happened): host `h` is the primary.
+    fn on_promoted(&mut self, h: HostId) -> Result<(), Violation> {
+        let Some(d) = self.drill.clone() else {
+            return Ok(());
+        };
+        let l = self.pre_promote_wal.get(&h).copied().unwrap_or(0);
+        self.primary = h;
+        self.secs[d.dr].gone = true;
+        self.secs[d.dr].enabled = false;
+        self.wal_floor = l;
+        self.set_step(DStep::Repoint);
+        let mut repointed = Vec::new();
+        for j in 0..self.secs.len() {
+            let s = &self.secs[j];
+            if s.gone || s.revoked_from.is_some() || s.revoke_sent {
+                continue;
+            }
+            if !s.enabled {
+                // Its token came from the lost primary: start over with the new one.
+                self.new_attempt(j);
+                continue;
+            }
+            let by_token = self.oprng.chance(500);
+            if by_token {
+                self.new_attempt(j);
+            }
+            self.secs[j].repoint = Some(by_token);
+            repointed.push(format!(
+                "n{} by {}",
+                self.secs[j].host,
+                if by_token { "token" } else { "addresses" }
+            ));
+        }
+        // Failover: what the new primary holds is the old primary's history up to the WAL
+        // index it had replicated (L) — each key holds its last value written at or before
+        // L, or a later one (a write's index is only known from above).
+        let mut exact = 0;
+        for (k, h) in &self.hist {
+            let j = h.iter().rposition(|(u, _)| *u <= l);
+            let mut allowed: BTreeSet<Option<u64>> =
+                h[j.unwrap_or(0)..].iter().map(|(_, v)| *v).collect();
+            if j.is_none() {
+                allowed.insert(None);
+            }
+            if allowed.len() == 1 {
+                exact += 1;
+            }
+            self.model.remove(k);
+            self.uncertain.remove(k);
+            self.failover_allowed.insert(*k, allowed);
+        }
+        self.log(&format!(
+            "DRILL: n{h} promoted at replicated WAL index {l}; {} keys to check ({exact} exactly); re-pointing [{}]",
+            self.hist.len(),
+            repointed.join(", ")
+        ));
+        self.bump("failover");
+        Ok(())
     }
 
     fn wake(&mut self) -> Result<(), Violation> {
@@ -1362,6 +2019,7 @@ impl ReplWorld {
             return Ok(());
         }
         self.outstanding = None;
+        let wal_at = self.out_wal.take().unwrap_or(u64::MAX);
         let text = body_text(&resp);
         self.log(&format!("op <- n{h} #{id} {}", shorten(&text, 160)));
         if resp.is_err() {
@@ -1449,6 +2107,9 @@ impl ReplWorld {
             }
             Op::Put { n, other } => {
                 let k = (other, n % 1_000_000);
+                let u = if ok { wal_at } else { u64::MAX };
+                self.hist.entry(k).or_default().push((u, Some(n)));
+                self.failover_allowed.remove(&k);
                 if ok {
                     self.model.insert(k, Some(n));
                     self.uncertain.remove(&k);
@@ -1459,6 +2120,9 @@ impl ReplWorld {
             }
             Op::Delete { n, other } => {
                 let k = (other, n);
+                let u = if ok { wal_at } else { u64::MAX };
+                self.hist.entry(k).or_default().push((u, None));
+                self.failover_allowed.remove(&k);
                 if ok {
                     self.model.insert(k, None);
                     self.uncertain.remove(&k);
@@ -1573,6 +2237,165 @@ impl ReplWorld {
                     _ => {}
                 }
             }
+            Op::OpTokAttempt(h) => {
+                let otp = body["otp"]
+                    .as_str()
+                    .or_else(|| body["data"]["otp"].as_str());
+                let nonce = body["nonce"]
+                    .as_str()
+                    .or_else(|| body["data"]["nonce"].as_str());
+                match (ok, otp, nonce) {
+                    (true, Some(o), Some(n)) => {
+                        self.optok[h].gen = Some((o.to_string(), n.to_string()))
+                    }
+                    _ if resp.is_ok() => {
+                        self.optok[h].cancel = true;
+                        self.optok[h].tries += 1;
+                    }
+                    _ => {}
+                }
+            }
+            Op::OpTokCancel(h) => {
+                if resp.is_ok() {
+                    self.optok[h].cancel = false;
+                    self.optok[h].gen = None;
+                }
+            }
+            Op::OpTokUpdate(h, wrong) => {
+                let enc = body["encoded_token"]
+                    .as_str()
+                    .or_else(|| body["data"]["encoded_token"].as_str());
+                if wrong {
+                    self.optok[h].wrong_tried = true;
+                    self.bump("gates");
+                    if ok && enc.is_some_and(|e| !e.is_empty()) {
+                        return fail(
+                            "gates",
+                            format!("n{h} generated a DR operation token from a key share of another keyring: {text}"),
+                        );
+                    }
+                    if resp.is_ok() && !ok {
+                        // Refused, progress reset: the attempt goes on with the right share.
+                    }
+                } else {
+                    let otp = self.optok[h]
+                        .gen
+                        .as_ref()
+                        .map(|g| g.0.clone())
+                        .unwrap_or_default();
+                    match enc.map(|e| cairn_core::replication::dr_token::decode_token(e, &otp)) {
+                        Some(Ok(t)) if ok => {
+                            self.log(&format!("n{h} DR operation token generated"));
+                            self.optok[h].token = Some(t);
+                            self.optok[h].gen = None;
+                        }
+                        _ if resp.is_ok() => {
+                            self.optok[h].gen = None;
+                            self.optok[h].cancel = true;
+                            self.optok[h].tries += 1;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Op::Promote { h, with_token } => {
+                if !with_token {
+                    self.bump("gates");
+                    if ok {
+                        return fail(
+                            "gates",
+                            format!("DR promote of n{h} succeeded without a valid DR operation token: {text}"),
+                        );
+                    }
+                    if let Some(d) = self.drill.as_mut() {
+                        d.gate_probed = true;
+                    }
+                } else {
+                    let promoted = ok
+                        || self.hosts[h].node.as_ref().is_some_and(|n| {
+                            n.replication().role(Mode::Dr)
+                                == cairn_core::replication::state::Role::Primary
+                        });
+                    if promoted {
+                        self.on_promoted(h)?;
+                    } else if status == 403 {
+                        self.optok[h].token = None;
+                    }
+                }
+            }
+            Op::UpdatePrimary { i, by_token } => {
+                let not_sec =
+                    text.contains(&format!("not a {} secondary", self.secs[i].mode.name()));
+                if ok {
+                    let s = &mut self.secs[i];
+                    s.repoint = None;
+                    s.repoint_fails = 0;
+                    if s.rejoin {
+                        s.enabled = true;
+                        if !s.ids.contains(&s.id) {
+                            let id = s.id.clone();
+                            s.ids.push(id);
+                        }
+                    }
+                    let h = s.host;
+                    self.log(&format!(
+                        "n{h} re-pointed to n{} by {}",
+                        self.primary,
+                        if by_token { "token" } else { "addresses" }
+                    ));
+                } else if not_sec {
+                    // It never became a secondary (its enable was lost): set it up afresh.
+                    let s = &mut self.secs[i];
+                    s.repoint = None;
+                    s.enabled = false;
+                    self.new_attempt(i);
+                } else if status == 403 && text.contains("dr_operation_token") {
+                    let h = self.secs[i].host;
+                    self.optok[h].token = None;
+                } else if resp.is_err() {
+                    // Lost: it may have happened; by addresses is idempotent.
+                    if by_token && !self.secs[i].rejoin {
+                        self.secs[i].repoint = Some(false);
+                    }
+                } else {
+                    let s = &mut self.secs[i];
+                    s.repoint_fails += 1;
+                    if by_token || s.repoint_fails > 3 {
+                        if s.repoint.is_some() {
+                            s.repoint = Some(true);
+                        }
+                        self.new_attempt(i);
+                    }
+                }
+            }
+            Op::OldPrimary { h, mode } => {
+                let done = ok || text.contains("not a ") || text.contains("is not");
+                if done {
+                    if let Some(d) = self.drill.as_mut() {
+                        match mode {
+                            Mode::Performance => d.perf_off = true,
+                            Mode::Dr => d.dr_demoted = true,
+                        }
+                    }
+                    self.log(&format!("n{h} {} primary stepped down", mode.name()));
+                }
+            }
+            Op::SecDisable(i) => {
+                if ok || text.contains("not a ") {
+                    let s = &mut self.secs[i];
+                    s.enabled = false;
+                    s.disable = false;
+                    s.local_root = None;
+                    s.gen = None;
+                    s.gen_tries = 0;
+                    s.synced_once = false;
+                    let h = s.host;
+                    self.new_attempt(i);
+                    self.log(&format!(
+                        "n{h} secondary disabled; it will be enabled again"
+                    ));
+                }
+            }
             Op::ReadBack(n) => {
                 if resp.is_ok() {
                     let (other, k) = self.readback.pop().unwrap_or((false, n));
@@ -1589,7 +2412,19 @@ impl ReplWorld {
                             format!("read-back of {} on the primary: {text}", key_name(other, k)),
                         );
                     }
-                    if got != want {
+                    if let Some(allowed) = self.failover_allowed.get(&(other, k)).cloned() {
+                        self.bump("failover");
+                        if !allowed.contains(&got) {
+                            return fail(
+                                "failover",
+                                format!(
+                                    "{} on the promoted primary n{} is {got:?}; the old primary's history up to the WAL index the DR secondary had replicated allows only {allowed:?}",
+                                    key_name(other, k),
+                                    self.primary
+                                ),
+                            );
+                        }
+                    } else if got != want {
                         return fail(
                             "durability",
                             format!(
@@ -1624,7 +2459,7 @@ impl ReplWorld {
         let Some(s) = self.sec_of(h).cloned() else {
             return Ok(());
         };
-        if !s.enabled && s.revoked_from.is_none() {
+        if s.gone || (!s.enabled && s.revoked_from.is_none()) {
             return Ok(());
         }
         let logical = self.keys(h, "logical/");
@@ -1636,7 +2471,7 @@ impl ReplWorld {
                 .map(|(k, _)| k)
                 .collect();
             let theirs: BTreeSet<String> = self
-                .keys(0, "sys/token/")
+                .keys(self.primary, "sys/token/")
                 .into_iter()
                 .map(|(k, _)| k)
                 .collect();
@@ -1678,7 +2513,7 @@ impl ReplWorld {
 
     fn converged(&self, s: &Sec) -> Result<(), String> {
         let (Some(p), Some(n)) = (
-            self.hosts[0].node.as_ref(),
+            self.hosts[self.primary].node.as_ref(),
             self.hosts[s.host].node.as_ref(),
         ) else {
             return Err("down".into());
@@ -1703,7 +2538,7 @@ impl ReplWorld {
             }
             (Mode::Performance, true) => {
                 let want: Vec<(String, Vec<u8>)> = self
-                    .keys(0, "logical/")
+                    .keys(self.primary, "logical/")
                     .into_iter()
                     .filter(|(k, _)| key_number(k).is_some_and(|(o, _)| !o))
                     .collect();
@@ -1734,7 +2569,12 @@ impl ReplWorld {
         let mut bad = Vec::new();
         let tolerated = |h: HostId| self.tolerate && self.uninit.contains(&h);
         for s in &self.secs {
-            if !s.enabled || s.revoked_from.is_some() || s.revoke_sent || tolerated(s.host) {
+            if !s.enabled
+                || s.gone
+                || s.revoked_from.is_some()
+                || s.revoke_sent
+                || tolerated(s.host)
+            {
                 continue;
             }
             if let Err(e) = self.converged(s) {
@@ -1763,7 +2603,13 @@ impl ReplWorld {
                 self.stats.converge_ms
             ));
             self.phase = Phase::ReadBack;
-            self.readback = self.model.keys().rev().copied().collect();
+            let keys: BTreeSet<(bool, u64)> = self
+                .model
+                .keys()
+                .chain(self.failover_allowed.keys())
+                .copied()
+                .collect();
+            self.readback = keys.into_iter().rev().collect();
             if self.readback.is_empty() {
                 self.phase = Phase::Done;
             } else if self.outstanding.is_none() {
@@ -1771,12 +2617,12 @@ impl ReplWorld {
             }
             return Ok(());
         }
-        if self.now > self.final_start + CONVERGE_MS {
+        if self.now > self.final_start + self.converge_bound {
             return fail(
                 "convergence",
                 format!(
                     "secondaries not converged {}s after faults and writes stopped: {}",
-                    CONVERGE_MS / 1000,
+                    self.converge_bound / 1000,
                     bad.join("; ")
                 ),
             );

@@ -425,3 +425,60 @@ impl Drop for Server {
         self.kill9();
     }
 }
+
+/// One request to the server at `addr` (`http://host:port`) without a `Server` handle (load
+/// generators, writers that outlive a restart). `None` when there is no HTTP answer.
+pub fn request(
+    agent: &ureq::Agent,
+    addr: &str,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Option<Resp> {
+    let url = format!("{addr}/v1/{path}");
+    let mut b = ureq::http::Request::builder().method(method).uri(&url);
+    if let Some(t) = token {
+        b = b.header("X-Vault-Token", t);
+    }
+    let data = body
+        .map(|v| serde_json::to_vec(v).unwrap_or_default())
+        .unwrap_or_default();
+    let mut resp = agent.run(b.body(data).ok()?).ok()?;
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().ok()?;
+    let body = if text.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    };
+    Some(Resp { status, body })
+}
+
+/// An agent for [`request`]: statuses are answers, not errors; `timeout` bounds each call.
+pub fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .allow_non_standard_methods(true)
+        .build()
+        .into()
+}
+
+/// A replication license signed by [`TEST_ISSUER_KEY`] (valid until 2100), for servers
+/// started with `license_path` and `license_trusted_key`.
+pub const TEST_LICENSE: &str = r#"{
+  "license": {
+    "license_id": "e2e-test-license",
+    "customer": "cairn tests",
+    "features": [
+      "replication"
+    ],
+    "issue_time": 1700000000000,
+    "expiration_time": 4102444800000,
+    "dev": false
+  },
+  "signature": "jUA3uMpan95C0G4l0W/NFxRHWiEUOq2rN3/lin/wBxebzDq/bLWsYedgO5u1tcyt1/4CTaiRWBBsON1l7Jp/Cg=="
+}"#;
+/// The public key that signed [`TEST_LICENSE`].
+pub const TEST_ISSUER_KEY: &str = "GX9rI+FshTLGq8g4+s1ep4m+DHaykgM0A5v6iz02jWE=";

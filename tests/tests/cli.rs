@@ -927,3 +927,61 @@ fn tls_with_a_custom_ca_file_directory_or_no_verification() {
     );
     assert_eq!(o.code, 2, "{o:?}");
 }
+
+#[test]
+fn namespace_create_list_lookup_delete() {
+    let s = Server::dev();
+    let u = User::new(&s, Some(&s.root_token));
+    let o = u.ok(&["namespace", "create", "-custom-metadata=team=a", "ns1/"]);
+    assert_eq!(row(&o.stdout, "path"), Some("ns1/"), "{o:?}");
+    // Nested, relative to the namespace given by -namespace (or CAIRN_NAMESPACE).
+    let j = u
+        .ok(&[
+            "namespace",
+            "create",
+            "-namespace=ns1",
+            "-format=json",
+            "kid",
+        ])
+        .json();
+    assert_eq!(j["path"], "ns1/kid/");
+    let o = u.run_with(
+        &["namespace", "list", "-format=json"],
+        None,
+        &[("CAIRN_NAMESPACE", "ns1")],
+    );
+    assert_eq!(o.json(), json!(["kid/"]), "{o:?}");
+    let o = u.ok(&["namespace", "list", "-detailed"]);
+    assert!(
+        o.stdout.contains("ns1/") && o.stdout.contains("team"),
+        "{o:?}"
+    );
+    let j = u
+        .ok(&["namespace", "lookup", "-format=json", "ns1/kid"])
+        .json();
+    assert_eq!(j["path"], "ns1/kid/");
+    assert_eq!(j["id"].as_str().map(str::len), Some(5));
+    // A mount in the namespace, reached through the CLI's namespace flag.
+    u.ok(&["secrets", "enable", "-namespace=ns1", "-path=app", "kv"]);
+    u.ok(&["write", "-namespace=ns1", "app/x", "v=1"]);
+    let o = u.ok(&["read", "-namespace=ns1", "-field=v", "app/x"]);
+    assert_eq!(o.stdout.trim(), "1");
+    // Not empty: refused with what remains, exit 2.
+    let o = u.run(&["namespace", "delete", "ns1"]);
+    assert_eq!(o.code, 2, "{o:?}");
+    assert!(
+        o.stderr.contains("kid/") && o.stderr.contains("app/"),
+        "{o:?}"
+    );
+    u.ok(&["namespace", "delete", "-namespace=ns1", "kid"]);
+    u.ok(&["secrets", "disable", "-namespace=ns1", "app"]);
+    let o = u.ok(&["namespace", "delete", "ns1/"]);
+    assert!(
+        o.stdout.contains("Success! Namespace deleted at: ns1/"),
+        "{o:?}"
+    );
+    let o = u.run(&["namespace", "lookup", "ns1"]);
+    assert_eq!(o.code, 2, "{o:?}");
+    let o = u.run(&["namespace", "list"]);
+    assert_eq!(o.code, 2, "{o:?}");
+}

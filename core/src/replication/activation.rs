@@ -120,6 +120,150 @@ pub fn unwrap_request(ctx: &mut Ctx, req: &Request) -> ApiResult<Option<Request>
     Ok(Some(r))
 }
 
+// ---- Encrypted activation (`secondary_public_key`) ----------------------------------------
+//
+// `secondary/generate-public-key` makes an X25519 key pair on the secondary; the private half
+// is node-local (`node/activation-key/<mode>`, barrier-encrypted; the activation wipe removes
+// it). `primary/secondary-token` with `secondary_public_key` returns the credential bundle
+// encrypted to that key (ECIES: ephemeral X25519, HKDF-SHA256, AES-256-GCM) instead of
+// response-wrapped, so the secondary's `enable` decrypts it locally without calling the
+// primary. The token is `enc.v1.<ephemeral public key>.<nonce || ciphertext>` (base64url).
+
+const ENC_PREFIX: &str = "enc.v1.";
+const HKDF_INFO: &[u8] = b"cairn replication activation v1";
+
+/// Storage key of a mode's activation private key on a secondary (node-local).
+pub fn private_key_key(mode: Mode) -> String {
+    format!("node/activation-key/{}", mode.name())
+}
+
+/// What an encrypted activation token carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sealed {
+    pub mode: Mode,
+    /// Expiry, seconds since the epoch.
+    pub exp: u64,
+    pub bundle: super::state::Bundle,
+}
+
+/// Whether `token` is an encrypted activation token.
+pub fn is_encrypted_token(token: &str) -> bool {
+    token.trim().starts_with(ENC_PREFIX)
+}
+
+fn aead_key(shared: &[u8; 32], epk: &[u8; 32], rpk: &[u8; 32]) -> ApiResult<[u8; 32]> {
+    let mut salt = epk.to_vec();
+    salt.extend_from_slice(rpk);
+    let hk = hkdf::Hkdf::<sha2::Sha256>::new(Some(&salt), shared);
+    let mut k = [0u8; 32];
+    hk.expand(HKDF_INFO, &mut k)
+        .map_err(|_| ApiError::Internal("hkdf expand".into()))?;
+    Ok(k)
+}
+
+fn parse_public_key(s: &str) -> ApiResult<[u8; 32]> {
+    let t = s.trim();
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(t)
+        .ok()
+        .or_else(|| unb64(t));
+    raw.and_then(|b| <[u8; 32]>::try_from(b.as_slice()).ok())
+        .ok_or_else(|| {
+            ApiError::bad(
+                "secondary_public_key: expected the base64 X25519 public key from secondary/generate-public-key",
+            )
+        })
+}
+
+/// At the secondary: a new key pair for `mode`; stores the private key and returns the
+/// public key (base64).
+pub fn generate_public_key(ctx: &mut Ctx, mode: Mode) -> ApiResult<String> {
+    let mut sk = [0u8; 32];
+    rand_core::RngCore::fill_bytes(ctx.rng(), &mut sk);
+    let secret = x25519_dalek::StaticSecret::from(sk);
+    let public = x25519_dalek::PublicKey::from(&secret);
+    ctx.put(&private_key_key(mode), secret.as_bytes())?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(public.as_bytes()))
+}
+
+/// At the primary: encrypts `sealed` to the secondary's public key.
+pub fn encrypt_to(ctx: &mut Ctx, public_key: &str, sealed: &Sealed) -> ApiResult<String> {
+    let rpk = parse_public_key(public_key)?;
+    let mut ek = [0u8; 32];
+    rand_core::RngCore::fill_bytes(ctx.rng(), &mut ek);
+    let esk = x25519_dalek::StaticSecret::from(ek);
+    let epk = x25519_dalek::PublicKey::from(&esk);
+    let shared = esk.diffie_hellman(&x25519_dalek::PublicKey::from(rpk));
+    if !shared.was_contributory() {
+        return Err(ApiError::bad(
+            "secondary_public_key: not a usable X25519 public key",
+        ));
+    }
+    let key = aead_key(shared.as_bytes(), epk.as_bytes(), &rpk)?;
+    let pt = serde_json::to_vec(sealed).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let ct = crypto::seal(&key, ctx.rng(), &pt, ENC_PREFIX.as_bytes());
+    Ok(format!("{ENC_PREFIX}{}.{}", b64(epk.as_bytes()), b64(&ct)))
+}
+
+/// At the secondary: decrypts an encrypted activation token with the stored private key and
+/// checks its mode and expiry. Errors name what is wrong.
+pub fn decrypt(ctx: &Ctx, mode: Mode, token: &str) -> ApiResult<super::state::Bundle> {
+    let bad = |why: &str| ApiError::bad(format!("token: invalid activation token: {why}"));
+    let rest = token
+        .trim()
+        .strip_prefix(ENC_PREFIX)
+        .ok_or_else(|| bad("not an encrypted activation token"))?;
+    let (e, c) = rest
+        .split_once('.')
+        .ok_or_else(|| bad("expected enc.v1.<key>.<ciphertext>"))?;
+    let epk = unb64(e)
+        .and_then(|b| <[u8; 32]>::try_from(b.as_slice()).ok())
+        .ok_or_else(|| bad("bad ephemeral key encoding"))?;
+    let ct = unb64(c).ok_or_else(|| bad("bad ciphertext encoding"))?;
+    let sk = ctx
+        .get(&private_key_key(mode))?
+        .and_then(|b| <[u8; 32]>::try_from(b.as_slice()).ok())
+        .ok_or_else(|| {
+            bad(&format!(
+                "it is encrypted, but this cluster has no {} activation key: call sys/replication/{}/secondary/generate-public-key and issue a new token for that key",
+                mode.name(),
+                mode.name()
+            ))
+        })?;
+    let secret = x25519_dalek::StaticSecret::from(sk);
+    let rpk = x25519_dalek::PublicKey::from(&secret);
+    let shared = secret.diffie_hellman(&x25519_dalek::PublicKey::from(epk));
+    let key = aead_key(shared.as_bytes(), &epk, rpk.as_bytes())?;
+    let pt = crypto::open(&key, &ct, ENC_PREFIX.as_bytes()).ok_or_else(|| {
+        bad("it cannot be decrypted with this cluster's key (issued for another key, or altered)")
+    })?;
+    let sealed: Sealed =
+        serde_json::from_slice(&pt).map_err(|e| bad(&format!("malformed contents: {e}")))?;
+    if sealed.mode != mode || sealed.bundle.mode != mode {
+        return Err(bad(&format!(
+            "it is for {} replication, not {}",
+            sealed.mode.name(),
+            mode.name()
+        )));
+    }
+    if sealed.exp * 1000 <= ctx.now {
+        return Err(bad("it has expired"));
+    }
+    Ok(sealed.bundle)
+}
+
+/// Finishes the `enable`/`update-primary` requests whose encrypted token was decrypted
+/// locally (queued by the handler, run by the node with the replication environment).
+pub fn finish_local(env: &mut super::Env) -> Vec<(crate::api::RequestId, ApiResult)> {
+    let queued = std::mem::take(&mut env.st.local_activations);
+    queued
+        .into_iter()
+        .map(|(id, mode, update, bundle)| {
+            (id, super::secondary::on_bundle(env, mode, update, bundle))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

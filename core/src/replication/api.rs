@@ -1,7 +1,10 @@
-//! The `sys/replication/*` endpoints (spec sections B and C, except the DR operation token,
-//! reindex and Merkle check): status (per mode and combined; unauthenticated), primary
+//! The `sys/replication/*` endpoints (spec sections B and C, except the DR operation token
+//! generation): status (per mode and combined; unauthenticated), primary
 //! enable/demote/disable/secondary-token/revoke-secondary, paths and dynamic filters,
-//! secondary enable/promote/disable/update-primary.
+//! secondary enable/promote/disable/update-primary, and the entry points of reindex and
+//! the Merkle check (`sys/replication/{reindex,merkle-check}` with a sudo token, and
+//! `sys/replication/dr/secondary/{reindex,merkle-check}` with a DR operation token on a DR
+//! secondary; the scans themselves live in `reindex`).
 //!
 //! Every endpoint but the status ones requires the root namespace and a license with the
 //! replication feature.
@@ -49,6 +52,15 @@ pub fn handle(
             _ => Err(ApiError::MethodNotAllowed),
         };
     }
+    if matches!(
+        tail,
+        "reindex" | "merkle-check" | "dr/secondary/reindex" | "dr/secondary/merkle-check"
+    ) {
+        gates(ctx, st, req)?;
+        if let Some(r) = scan_endpoint(ctx, st, req, tail) {
+            return r;
+        }
+    }
     let (m, rest) = tail.split_once('/').unwrap_or((tail, ""));
     let Some(mode) = Mode::parse(m) else {
         return Err(ApiError::NotFound(String::new()));
@@ -67,9 +79,9 @@ pub fn handle(
         ("primary/disable", true) => primary_disable(ctx, st, mode),
         ("primary/secondary-token", true) => secondary_token(ctx, st, req, mode),
         ("primary/revoke-secondary", true) => revoke(ctx, st, req, mode),
-        ("secondary/generate-public-key", true) => Err(ApiError::bad(
-            "generate-public-key: encrypted activation is not supported by this server; use the response-wrapped token",
-        )),
+        ("secondary/generate-public-key", true) => Ok(Reply::Data(json!({
+            "secondary_public_key": activation::generate_public_key(ctx, mode)?,
+        }))),
         ("secondary/enable", true) => secondary_enable(ctx, st, req, mode),
         ("secondary/promote", true) => promote(ctx, st, req, mode),
         ("secondary/disable", true) => secondary_disable(ctx, st, req, mode),
@@ -105,6 +117,40 @@ pub fn handle(
             }
         }
     }
+}
+
+/// `reindex` and `merkle-check`: `sys/replication/<op>` (any role but DR secondary, sudo
+/// token) and `sys/replication/dr/secondary/<op>` (a DR secondary with its DR operation
+/// token; on other roles a sudo token, as the reference allows reindex on primaries).
+fn scan_endpoint(
+    ctx: &mut Ctx,
+    st: &mut NodeState,
+    req: &Request,
+    tail: &str,
+) -> Option<ApiResult> {
+    let (op, dr_path) = match tail {
+        "reindex" | "merkle-check" => (tail, false),
+        "dr/secondary/reindex" => ("reindex", true),
+        "dr/secondary/merkle-check" => ("merkle-check", true),
+        _ => return None,
+    };
+    Some((|| {
+        if !matches!(req.method, Method::Post | Method::Put) {
+            return Err(ApiError::MethodNotAllowed);
+        }
+        if st.repl.is_dr_secondary() {
+            if !dr_path {
+                return Err(ApiError::bad(format!(
+                    "this cluster is a DR secondary: use sys/replication/dr/secondary/{op} with a dr_operation_token"
+                )));
+            }
+            super::dr_token::check_body(ctx, &body_object(&req.body)?)?;
+        }
+        match op {
+            "reindex" => super::reindex::start_reindex(ctx, st, req),
+            _ => super::reindex::start_check(ctx, st, req),
+        }
+    })())
 }
 
 fn only_get(req: &Request) -> ApiResult<()> {
@@ -231,8 +277,7 @@ fn status(ctx: &Ctx, st: &NodeState, mode: Mode, combined: bool) -> ApiResult<Va
             };
             o.insert(extra.into(), json!(st.repl.wal.last));
             o.insert("merkle_root".into(), json!(st.repl.merkle_root(mode)));
-            o.insert("corrupted_merkle_tree".into(), json!(false));
-            o.insert("last_corruption_check_epoch".into(), json!("-62135596800"));
+            super::reindex::status_fields(ctx, &st.repl.jobs, &mut o)?;
             o.insert("primary_cluster_addr".into(), json!(r.primary_cluster_addr));
             o.insert("secondaries".into(), Value::Array(secs));
             o.insert("state".into(), json!("running"));
@@ -295,6 +340,7 @@ fn status(ctx: &Ctx, st: &NodeState, mode: Mode, combined: bool) -> ApiResult<Va
             if mode == Mode::Dr {
                 o.insert("last_dr_wal".into(), json!(st.repl.wal.last));
             }
+            super::reindex::status_fields(ctx, &st.repl.jobs, &mut o)?;
         }
     }
     let _ = combined;
@@ -437,13 +483,7 @@ fn secondary_token(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode)
     if ttl == 0 {
         return Err(ApiError::bad("ttl: must be greater than zero"));
     }
-    if f.str("secondary_public_key")?
-        .is_some_and(|k| !k.is_empty())
-    {
-        return Err(ApiError::bad(
-            "secondary_public_key: encrypted activation is not supported by this server; omit it to get a response-wrapped token",
-        ));
-    }
+    let public_key = f.str("secondary_public_key")?.filter(|k| !k.is_empty());
     if load_record(ctx, mode, &id)?.is_some() {
         return Err(ApiError::bad(format!(
             "id: a secondary with id {id:?} already exists; revoke it first or choose another id"
@@ -482,6 +522,32 @@ fn secondary_token(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode)
         .into_owned(),
         keyring: hex::encode(ctx.txn.get(crate::seal::KEYRING_KEY)?.unwrap_or_default()),
     };
+    if let Some(pk) = public_key {
+        // Encrypted to the secondary's key instead of response-wrapped.
+        let token = activation::encrypt_to(
+            ctx,
+            &pk,
+            &activation::Sealed {
+                mode,
+                exp: ctx.now / 1000 + ttl,
+                bundle,
+            },
+        )?;
+        let rec = SecondaryRecord {
+            id: id.clone(),
+            secret_hash: crate::crypto::sha256_hex(secret.as_bytes()),
+            created: ctx.now,
+            wrap_accessor: String::new(),
+            filter: None,
+        };
+        ctx.put_json(&record_key(mode, &id), &rec)?;
+        return Ok(Reply::Data(json!({
+            "token": token,
+            "id": id,
+            "ttl": ttl,
+            "creation_time": rfc3339(ctx.now),
+        })));
+    }
     let path = format!("sys/replication/{}/primary/secondary-token", mode.name());
     let wrapped = json!({ "data": bundle });
     let mut info = crate::wrapping::wrap(ctx, 200, Some(wrapped), &path, ttl)?;
@@ -644,7 +710,11 @@ fn start_unwrap(
     token: &str,
     update: bool,
 ) -> ApiResult {
-    let _ = ctx;
+    if activation::is_encrypted_token(token) {
+        let bundle = activation::decrypt(ctx, mode, token)?;
+        st.local_activations.push((req.id, mode, update, bundle));
+        return Ok(Reply::Pending);
+    }
     let claims = activation::decode(token)
         .map_err(|e| ApiError::bad(format!("token: invalid activation token: {e}")))?;
     if claims.mode != mode {

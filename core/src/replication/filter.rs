@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Default)]
 pub struct MountMap {
     pub by_subtree: BTreeMap<String, String>,
+    /// Full paths of the namespaces that exist (`ns1/`, `ns1/child/`).
+    pub namespaces: Vec<String>,
 }
 
 pub fn mount_map(ctx: &Ctx) -> ApiResult<MountMap> {
@@ -29,9 +31,14 @@ pub fn mount_map(ctx: &Ctx) -> ApiResult<MountMap> {
     }
     let auth: Vec<MountEntry> = ctx.get_json("core/auth")?.unwrap_or_default();
     for e in auth {
-        m.by_subtree
-            .insert(format!("auth/{}", e.uuid), format!("auth/{}", e.path));
+        // An auth mount of namespace `ns1/` is `ns1/auth/<path>/`, so `ns1/` covers it.
+        let rel = e.path.get(e.namespace.len()..).unwrap_or(&e.path);
+        m.by_subtree.insert(
+            format!("auth/{}", e.uuid),
+            format!("{}auth/{rel}", e.namespace),
+        );
     }
+    m.namespaces = crate::namespace::all_paths(ctx)?;
     Ok(m)
 }
 
@@ -95,15 +102,21 @@ pub fn view(f: Option<&PathsFilter>, mm: &MountMap) -> FilterView {
         .map(|(_, p)| p.clone())
         .collect();
     mounts.sort();
-    let namespaces = if flt.mode == "deny" {
-        flt.paths
-            .iter()
-            .filter(|p| !mm.by_subtree.values().any(|m| m == *p))
-            .cloned()
-            .collect()
-    } else {
-        Vec::new()
-    };
+    // Namespaces the filter leaves out: in deny mode those at or under a listed path; in
+    // allow mode those neither at or under a listed path nor above one.
+    let namespaces = mm
+        .namespaces
+        .iter()
+        .filter(|ns| {
+            let hit = matches(&flt.paths, ns);
+            if flt.mode == "deny" {
+                hit
+            } else {
+                !hit && !flt.paths.iter().any(|p| p.starts_with(ns.as_str()))
+            }
+        })
+        .cloned()
+        .collect();
     FilterView {
         mode: flt.mode.clone(),
         paths: flt.paths.clone(),
@@ -137,5 +150,38 @@ mod tests {
         );
         assert!(validate("maybe", vec![]).is_err());
         assert!(included(None, &mm, "logical/b"));
+    }
+
+    #[test]
+    fn namespace_paths_cover_their_mounts() {
+        let mut mm = MountMap::default();
+        mm.by_subtree.insert("logical/a".into(), "secret/".into());
+        mm.by_subtree
+            .insert("logical/n".into(), "ns1/secret/".into());
+        mm.by_subtree
+            .insert("auth/l".into(), "ns1/auth/ldap/".into());
+        mm.by_subtree
+            .insert("logical/k".into(), "ns1/kid/kv/".into());
+        mm.by_subtree.insert("logical/o".into(), "ns2/kv/".into());
+        mm.namespaces = vec!["ns1/".into(), "ns1/kid/".into(), "ns2/".into()];
+        let deny = validate("deny", vec!["ns1".into()]).unwrap();
+        for s in ["logical/n", "auth/l", "logical/k"] {
+            assert!(!included(Some(&deny), &mm, s), "{s}");
+        }
+        assert!(included(Some(&deny), &mm, "logical/a"));
+        assert!(included(Some(&deny), &mm, "logical/o"));
+        let v = view(Some(&deny), &mm);
+        assert_eq!(v.dynamic_filtered_namespaces, vec!["ns1/", "ns1/kid/"]);
+        assert_eq!(
+            v.dynamic_filtered_mounts,
+            vec!["ns1/auth/ldap/", "ns1/kid/kv/", "ns1/secret/"]
+        );
+        let allow = validate("allow", vec!["ns1/kid/".into()]).unwrap();
+        assert!(included(Some(&allow), &mm, "logical/k"));
+        assert!(!included(Some(&allow), &mm, "logical/n"));
+        assert_eq!(
+            view(Some(&allow), &mm).dynamic_filtered_namespaces,
+            vec!["ns2/"]
+        );
     }
 }

@@ -14,8 +14,12 @@
 //! subtrees' ids and roots in id order. Comparing two trees top-down (roots, page hashes,
 //! subpage sums, then key hashes) finds the differing keys while transferring little.
 //!
-//! Persisted as one storage key per non-empty page: `node/merkle/<r|l>/<subtree>/<page>`
-//! holding the page's subpage sums (node-local: each node keeps its own).
+//! Persisted (node-local: each node keeps its own) as one storage key per non-empty page,
+//! `node/merkle/<r|l>/<subtree>/<page>`, holding the page's subpage sums followed by the page
+//! hash, and one per non-empty subtree, `node/merkle/<r|l>/<subtree>/root`, holding its root.
+//! The stored hashes are redundant on purpose: the Merkle check ([`check`]) compares every
+//! stored record with the one recomputed from the data, and so can say which page, which
+//! subpages and which subtree roots are corrupt.
 
 use crate::crypto;
 use crate::storage::Write;
@@ -28,10 +32,14 @@ pub const SUBPAGES: usize = 64;
 pub const PREFIX: &str = "node/merkle/";
 /// Marker: the persisted trees are complete (absent = rebuild from storage).
 pub const MARKER: &str = "node/merkle-version";
-pub const VERSION: &[u8] = b"1";
+pub const VERSION: &[u8] = b"2";
+/// Size of a persisted page record: the subpage sums, then the page hash.
+pub const PAGE_RECORD: usize = SUBPAGES * 32 + 32;
+/// Last path segment of a subtree's root record.
+const ROOT_SEGMENT: &str = "root";
 
 pub type Hash = [u8; 32];
-const ZERO: Hash = [0; 32];
+pub const ZERO: Hash = [0; 32];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -154,12 +162,31 @@ impl Subtree {
     pub fn subpages(&self, p: usize) -> &[Hash] {
         &self.sums[p * SUBPAGES..(p + 1) * SUBPAGES]
     }
-    fn page_bytes(&self, p: usize) -> Option<Vec<u8>> {
+    /// The persisted record of page `p` (`None` when the page is empty).
+    pub fn page_bytes(&self, p: usize) -> Option<Vec<u8>> {
         let s = self.subpages(p);
         if s.iter().all(|h| *h == ZERO) {
             return None;
         }
-        Some(s.iter().flat_map(|h| h.iter().copied()).collect())
+        let mut out: Vec<u8> = Vec::with_capacity(PAGE_RECORD);
+        for h in s {
+            out.extend_from_slice(h);
+        }
+        out.extend_from_slice(&self.pages[p]);
+        Some(out)
+    }
+    /// Adds a key's leaf to its subpage without recomputing hashes (bulk rebuilds; call
+    /// [`Subtree::finish`] after the last one).
+    fn add_leaf(&mut self, key: &str, value: &[u8]) {
+        let (p, s) = bucket(key);
+        add(&mut self.sums[p * SUBPAGES + s], &leaf(key, value));
+    }
+    /// Recomputes every page hash and the root.
+    fn finish(&mut self) {
+        for p in 0..PAGES {
+            self.recompute_page(p);
+        }
+        self.recompute_root();
     }
     fn set_page_bytes(&mut self, p: usize, bytes: &[u8]) {
         for (i, chunk) in bytes.chunks_exact(32).take(SUBPAGES).enumerate() {
@@ -197,6 +224,42 @@ fn page_key(id: &SubtreeId, page: usize) -> String {
     format!("{PREFIX}{}/{}/{page:02}", id.0.tag(), id.1)
 }
 
+fn root_key(id: &SubtreeId) -> String {
+    format!("{PREFIX}{}/{}/{ROOT_SEGMENT}", id.0.tag(), id.1)
+}
+
+/// What a persisted record's key names.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Record {
+    Page(SubtreeId, usize),
+    Root(SubtreeId),
+}
+
+/// Parses a key under [`PREFIX`].
+pub fn parse_key(k: &str) -> Option<Record> {
+    let rest = k.strip_prefix(PREFIX)?;
+    let (tag, rest) = rest.split_once('/')?;
+    let (sub, last) = rest.rsplit_once('/')?;
+    let kind = TreeKind::from_tag(tag)?;
+    let id = (kind, sub.to_string());
+    if last == ROOT_SEGMENT {
+        return Some(Record::Root(id));
+    }
+    // Pages are written with two digits; anything else is not a page of ours.
+    if last.len() != 2 || !last.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let p: usize = last.parse().ok()?;
+    (p < PAGES).then_some(Record::Page(id, p))
+}
+
+/// The storage key of a record.
+pub fn record_key(r: &Record) -> String {
+    match r {
+        Record::Page(id, p) => page_key(id, *p),
+        Record::Root(id) => root_key(id),
+    }
+}
 impl Trees {
     /// Stages one key change into `staged` (reading the current state from `self`).
     pub fn stage(
@@ -242,6 +305,8 @@ impl Trees {
         for id in roots {
             if let Some(st) = staged.scratch.get_mut(&id) {
                 st.recompute_root();
+                let root = (!st.is_empty()).then(|| st.root.to_vec());
+                out.push((root_key(&id), root));
             }
         }
         out
@@ -273,29 +338,18 @@ impl Trees {
         self.install(s);
     }
 
-    /// Loads persisted pages (`scan` of [`PREFIX`]).
+    /// Loads persisted pages (`scan` of [`PREFIX`]). Hashes are recomputed from the subpage
+    /// sums; malformed records are skipped (the Merkle check reports them).
     pub fn load(pages: &[(String, Vec<u8>)]) -> Trees {
         let mut t = Trees::default();
         for (k, v) in pages {
-            let Some(rest) = k.strip_prefix(PREFIX) else {
+            let Some(Record::Page(id, p)) = parse_key(k) else {
                 continue;
             };
-            let Some((tag, rest)) = rest.split_once('/') else {
-                continue;
-            };
-            let Some((sub, page)) = rest.rsplit_once('/') else {
-                continue;
-            };
-            let (Some(kind), Ok(p)) = (TreeKind::from_tag(tag), page.parse::<usize>()) else {
-                continue;
-            };
-            if p >= PAGES || v.len() != SUBPAGES * 32 {
+            if v.len() != PAGE_RECORD {
                 continue;
             }
-            t.subtrees
-                .entry((kind, sub.to_string()))
-                .or_default()
-                .set_page_bytes(p, v);
+            t.subtrees.entry(id).or_default().set_page_bytes(p, v);
         }
         for st in t.subtrees.values_mut() {
             st.recompute_root();
@@ -304,13 +358,72 @@ impl Trees {
         t
     }
 
-    /// Every page write that persists the whole of `self` (after a rebuild).
+    /// Every record write that persists the whole of `self` (after a rebuild).
     pub fn all_page_writes(&self) -> Vec<Write> {
         let mut out = Vec::new();
         for (id, st) in &self.subtrees {
             for p in 0..PAGES {
                 if let Some(b) = st.page_bytes(p) {
                     out.push((page_key(id, p), Some(b)));
+                }
+            }
+            out.push((root_key(id), Some(st.root.to_vec())));
+        }
+        out
+    }
+
+    /// The record `r` should hold given `self` (`None`: the record should not exist).
+    pub fn record(&self, r: &Record) -> Option<Vec<u8>> {
+        match r {
+            Record::Page(id, p) => self.subtrees.get(id).and_then(|s| s.page_bytes(*p)),
+            Record::Root(id) => self.subtrees.get(id).map(|s| s.root.to_vec()),
+        }
+    }
+
+    /// Every record `self` persists (non-empty pages and subtree roots).
+    pub fn records(&self) -> Vec<Record> {
+        let mut out = Vec::new();
+        for (id, st) in &self.subtrees {
+            for p in 0..PAGES {
+                if st.subpages(p).iter().any(|h| *h != ZERO) {
+                    out.push(Record::Page(id.clone(), p));
+                }
+            }
+            out.push(Record::Root(id.clone()));
+        }
+        out
+    }
+
+    /// Bulk rebuilds: adds a stored key without recomputing hashes; [`Trees::finish`] after.
+    pub fn add_bulk(&mut self, tree: TreeKind, subtree: &str, key: &str, value: &[u8]) {
+        self.subtrees
+            .entry((tree, subtree.to_string()))
+            .or_default()
+            .add_leaf(key, value);
+    }
+
+    /// Recomputes every hash after [`Trees::add_bulk`] and drops empty subtrees.
+    pub fn finish(&mut self) {
+        for st in self.subtrees.values_mut() {
+            st.finish();
+        }
+        self.subtrees.retain(|_, s| !s.is_empty());
+    }
+
+    /// The buckets (subtree, `page * SUBPAGES + subpage`) whose sums differ between two trees.
+    pub fn differing_buckets(&self, other: &Trees) -> Vec<(SubtreeId, u32)> {
+        let empty = Subtree::default();
+        let ids: BTreeSet<&SubtreeId> = self.subtrees.keys().chain(other.subtrees.keys()).collect();
+        let mut out = Vec::new();
+        for id in ids {
+            let a = self.subtrees.get(id).unwrap_or(&empty);
+            let b = other.subtrees.get(id).unwrap_or(&empty);
+            if a.root == b.root {
+                continue;
+            }
+            for (i, (x, y)) in a.sums.iter().zip(&b.sums).enumerate() {
+                if x != y {
+                    out.push((id.clone(), i as u32));
                 }
             }
         }
@@ -345,6 +458,127 @@ pub fn combine_roots(roots: &[(String, Hash)]) -> Hash {
         buf.extend_from_slice(r);
     }
     crypto::sha256(&buf)
+}
+
+/// One page of a subtree that the Merkle check found wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageFinding {
+    /// The stored page record differs from the one recomputed from the data (or is
+    /// malformed, or missing, or should not exist).
+    pub corrupted: bool,
+    /// Subpages whose stored sums differ from the data's.
+    pub subpages: Vec<u16>,
+}
+
+/// One subtree with at least one finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubtreeFinding {
+    /// Position of the subtree among all checked subtrees (both trees, in id order).
+    pub index: usize,
+    pub id: SubtreeId,
+    pub pages: BTreeMap<usize, PageFinding>,
+    /// The stored subtree root differs from the data's.
+    pub corrupted_root: bool,
+    /// The stored root (zero when there is none).
+    pub stored_root: Hash,
+    /// The root recomputed from the data (zero for an empty subtree).
+    pub expected_root: Hash,
+}
+
+/// What [`check`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    /// A tree root the node serves differs from the one recomputed from the data.
+    pub corrupted_root: bool,
+    pub subtrees: Vec<SubtreeFinding>,
+}
+
+impl CheckReport {
+    pub fn is_clean(&self) -> bool {
+        !self.corrupted_root && self.subtrees.is_empty()
+    }
+}
+
+fn sums_of(bytes: Option<&[u8]>) -> Vec<Hash> {
+    let mut out = vec![ZERO; SUBPAGES];
+    if let Some(b) = bytes {
+        for (i, chunk) in b.chunks_exact(32).take(SUBPAGES).enumerate() {
+            out[i].copy_from_slice(chunk);
+        }
+    }
+    out
+}
+
+/// The Merkle check: compares every persisted record (`stored`, a scan of [`PREFIX`]) and
+/// the trees the node serves (`live`) with `fresh`, the trees recomputed from the data.
+pub fn check(fresh: &Trees, live: &Trees, stored: &[(String, Vec<u8>)]) -> CheckReport {
+    let mut records: BTreeMap<Record, &[u8]> = BTreeMap::new();
+    for (k, v) in stored {
+        if let Some(r) = parse_key(k) {
+            records.insert(r, v.as_slice());
+        }
+    }
+    let mut ids: BTreeSet<SubtreeId> = fresh.subtrees.keys().cloned().collect();
+    for r in records.keys() {
+        match r {
+            Record::Page(id, _) | Record::Root(id) => {
+                ids.insert(id.clone());
+            }
+        }
+    }
+    let empty = Subtree::default();
+    let mut report = CheckReport::default();
+    for (index, id) in ids.into_iter().enumerate() {
+        let f = fresh.subtrees.get(&id).unwrap_or(&empty);
+        let mut pages = BTreeMap::new();
+        for p in 0..PAGES {
+            let expected = f.page_bytes(p);
+            let got = records.get(&Record::Page(id.clone(), p)).copied();
+            if expected.as_deref() == got {
+                continue;
+            }
+            let want = f.subpages(p);
+            let have = sums_of(got);
+            let subpages = (0..SUBPAGES)
+                .filter(|&i| want[i] != have[i])
+                .map(|i| i as u16)
+                .collect();
+            pages.insert(
+                p,
+                PageFinding {
+                    corrupted: true,
+                    subpages,
+                },
+            );
+        }
+        let expected_root = if f.is_empty() { ZERO } else { f.root };
+        let stored_root = match records.get(&Record::Root(id.clone())) {
+            Some(b) if b.len() == 32 => {
+                let mut h = ZERO;
+                h.copy_from_slice(b);
+                h
+            }
+            Some(_) => [0xff; 32],
+            None => ZERO,
+        };
+        let corrupted_root = stored_root != expected_root;
+        if corrupted_root || !pages.is_empty() {
+            report.subtrees.push(SubtreeFinding {
+                index,
+                id,
+                pages,
+                corrupted_root,
+                stored_root,
+                expected_root,
+            });
+        }
+    }
+    let all = |_: &str| true;
+    report.corrupted_root = !report.subtrees.is_empty()
+        || [TreeKind::Replicated, TreeKind::Local]
+            .iter()
+            .any(|k| live.root(*k, &all) != fresh.root(*k, &all));
+    report
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! * [`state`] — persisted roles, secondary records and the activation bundle.
 //! * `api` — the `sys/replication/*` endpoints; `primary` serves secondaries; `secondary`
 //!   is the pull state machine (connecting → merkle-diff → merkle-sync → stream-wals, idle).
+//! * [`reindex`] — background scans that rebuild (reindex) or verify (Merkle check) the trees.
 //!
 //! Every write set a node applies goes through [`commit`] (the commit hook): it classifies
 //! the keys, refuses writes a secondary must not make itself, updates the Merkle trees,
@@ -21,6 +22,7 @@ pub mod generate_root;
 pub mod merkle;
 pub mod msg;
 mod primary;
+pub mod reindex;
 mod secondary;
 pub mod state;
 pub mod tls;
@@ -90,6 +92,9 @@ pub struct ReplicationConfig {
     pub fetch_batch: usize,
     /// A peer not heard from for this long counts as disconnected.
     pub heartbeat_timeout_ms: u64,
+    /// Keys read per step of a reindex or Merkle check (one step per millisecond at most,
+    /// between requests).
+    pub scan_chunk: usize,
 }
 
 impl Default for ReplicationConfig {
@@ -102,6 +107,7 @@ impl Default for ReplicationConfig {
             batch_entries: 512,
             fetch_batch: 512,
             heartbeat_timeout_ms: 10_000,
+            scan_chunk: 512,
         }
     }
 }
@@ -248,6 +254,8 @@ pub struct Replication {
     pub barrier_key: Option<[u8; 32]>,
     /// The `sys/generate-root` attempt in progress.
     pub(crate) root_gen: Option<generate_root::Attempt>,
+    /// Reindex and Merkle check.
+    pub(crate) jobs: reindex::Jobs,
 }
 
 impl Replication {
@@ -300,7 +308,12 @@ impl Replication {
 
     /// When the node next wants to be polled for replication work.
     pub fn next_wake(&self) -> Option<Millis> {
-        let w = self.waiters.iter().map(|w| w.deadline).min();
+        let w = self
+            .waiters
+            .iter()
+            .map(|w| w.deadline)
+            .chain(self.jobs.wake())
+            .min();
         let s = [&self.perf, &self.dr]
             .iter()
             .filter(|m| m.sec.inflight.is_none())
@@ -320,6 +333,12 @@ impl Replication {
         self.waiters.clear();
         self.calls.clear();
         self.barrier_key = None;
+        reindex::on_seal(&mut self.jobs);
+    }
+
+    /// Progress of a running reindex or Merkle check: (keys done, keys total).
+    pub fn scan_progress(&self) -> Option<(u64, u64)> {
+        reindex::progress(&self.jobs)
     }
 
     /// The new local-mount UUID set if `changes` rewrite a local mount table.
@@ -376,6 +395,8 @@ impl Replication {
         }
         let mut writes: Vec<Write> = Vec::with_capacity(changes.len() + 4);
         let mut ms = merkle::Staged::default();
+        // A reindex or check in progress keeps its fresh trees exact for the keys it has read.
+        let mut js = self.jobs.job.as_ref().map(|_| merkle::Staged::default());
         let mut overlay: BTreeMap<&str, Option<Vec<u8>>> = BTreeMap::new();
         let mut entries: Vec<WalEntry> = Vec::new();
         let wal_on = self.wal.active;
@@ -398,14 +419,21 @@ impl Replication {
             } else {
                 TreeKind::Local
             };
+            let sub = class::subtree(&c.key);
             self.trees.stage(
                 &mut ms,
                 tree,
-                &class::subtree(&c.key),
+                &sub,
                 &c.key,
                 old.as_deref(),
                 c.value.as_deref(),
             );
+            if let (Some(job), Some(js)) = (self.jobs.job.as_ref(), js.as_mut()) {
+                if job.covers(&c.key) {
+                    job.fresh()
+                        .stage(js, tree, &sub, &c.key, old.as_deref(), c.value.as_deref());
+                }
+            }
             if !wal_on {
                 continue;
             }
@@ -449,6 +477,7 @@ impl Replication {
         };
         Ok(Staged {
             writes,
+            job: js,
             merkle: ms,
             wal: wal_meta,
             uuids: new_uuids,
@@ -458,6 +487,10 @@ impl Replication {
     /// Installs a staged write set after it was applied; true when the WAL grew.
     fn install(&mut self, st: Staged) -> bool {
         self.trees.install(st.merkle);
+        if let (Some(job), Some(mut js)) = (self.jobs.job.as_mut(), st.job) {
+            Trees::persist(&mut js);
+            job.fresh_mut().install(js);
+        }
         if let Some(u) = st.uuids {
             self.local_uuids = u;
         }
@@ -474,6 +507,7 @@ impl Replication {
 
 struct Staged {
     writes: Vec<Write>,
+    job: Option<merkle::Staged>,
     merkle: merkle::Staged,
     wal: Option<wal::Meta>,
     uuids: Option<BTreeSet<String>>,
@@ -568,7 +602,7 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
     let r = &mut env.st.repl;
     if !r.loaded {
         let marker = env.storage.get(merkle::MARKER)?;
-        if marker.is_none() {
+        if marker.as_deref() != Some(merkle::VERSION) {
             let fresh = env.storage.get(crate::seal::KEYRING_KEY)?.is_none();
             if env.barrier.sealed() && !fresh {
                 return Ok(());
@@ -576,20 +610,15 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
             if !env.barrier.sealed() {
                 r.local_uuids = load_uuids(&*env.storage, env.barrier)?;
             }
-            let mut trees = Trees::default();
-            for (k, v) in env.storage.scan("")? {
-                let class = class::classify(&k, &r.local_uuids);
-                if class == Class::NodeLocal {
-                    continue;
-                }
-                let kind = if class == Class::Replicated {
-                    TreeKind::Replicated
-                } else {
-                    TreeKind::Local
-                };
-                trees.apply(kind, &class::subtree(&k), &k, None, Some(&v));
-            }
-            let mut w = trees.all_page_writes();
+            let trees = reindex::rebuild(&*env.storage, &r.local_uuids)?;
+            // Records of an older format or of subtrees that no longer exist go first.
+            let mut w: Vec<Write> = env
+                .storage
+                .scan(merkle::PREFIX)?
+                .into_iter()
+                .map(|(k, _)| (k, None))
+                .collect();
+            w.extend(trees.all_page_writes());
             w.push((merkle::MARKER.to_string(), Some(merkle::VERSION.to_vec())));
             env.storage.apply(&w)?;
             r.trees = trees;
@@ -623,6 +652,7 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
         }
         r.roles_loaded = true;
         sync_wal_activity(env)?;
+        reindex::resume(env)?;
         let mut ctx = Ctx {
             txn: Txn::new(&*env.storage),
             barrier: &*env.barrier,
@@ -703,6 +733,21 @@ pub fn poll(env: &mut Env) {
             secondary::kick(env, m);
         }
     }
+}
+
+/// Runs due background scan work (reindex, Merkle check, skipped flush); returns a request
+/// it finished.
+pub fn poll_jobs(env: &mut Env) -> Option<(RequestId, ApiResult)> {
+    if env.st.repl.jobs.interrupted.is_none() && (env.barrier.sealed() || !env.st.repl.roles_loaded)
+    {
+        return None;
+    }
+    reindex::step(env)
+}
+
+/// Finishes a skipped reindex flush before the process exits.
+pub fn flush_before_shutdown(env: &mut Env) -> ApiResult<()> {
+    reindex::flush_all(env)
 }
 
 /// Input: a message on the cluster listener.

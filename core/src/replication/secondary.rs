@@ -504,6 +504,12 @@ pub(crate) fn on_unwrapped(
             "the unwrapped data is not an activation credential: {e}"
         ))
     })?;
+    on_bundle(env, mode, update, bundle)
+}
+
+/// Enables (or re-points, with `update`) this secondary with an activation credential,
+/// unwrapped at the primary or decrypted locally.
+pub(crate) fn on_bundle(env: &mut Env, mode: Mode, update: bool, bundle: Bundle) -> ApiResult {
     if bundle.mode != mode {
         return Err(ApiError::bad(format!(
             "the activation token is for {} replication, not {}",

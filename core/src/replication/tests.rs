@@ -700,3 +700,166 @@ fn generate_root(net: &mut Net, i: usize, key_of: usize) -> String {
     assert_eq!(u["complete"], true, "{u}");
     dr_token::decode_token(u["encoded_token"].as_str().unwrap(), &otp).unwrap()
 }
+
+#[test]
+fn encrypted_activation_with_secondary_public_key() {
+    let (mut net, roots) = Net::new(3);
+    let r0 = roots[0].clone();
+    net.ok(0, &r0, Method::Put, "secret/a", json!({"v": 1}));
+    let pe = "sys/replication/performance/primary/enable";
+    net.ok(0, &r0, Method::Post, pe, json!({}));
+    let gen = "sys/replication/performance/secondary/generate-public-key";
+    let pk = net.ok(1, &roots[1], Method::Post, gen, json!({}))["data"]["secondary_public_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let st = "sys/replication/performance/primary/secondary-token";
+    let t = net.ok(
+        0,
+        &r0,
+        Method::Post,
+        st,
+        json!({"id": "enc1", "secondary_public_key": pk}),
+    );
+    // Not response-wrapped: the encrypted credential is in the data.
+    assert!(t["wrap_info"].is_null(), "{t}");
+    let tok = t["data"]["token"].as_str().unwrap().to_string();
+    assert!(activation::is_encrypted_token(&tok));
+    // Another node (with its own key) cannot use it.
+    let other = net.ok(2, &roots[2], Method::Post, gen, json!({}));
+    assert!(other["data"]["secondary_public_key"].is_string());
+    let en = "sys/replication/performance/secondary/enable";
+    let r = net.call(2, &roots[2], Method::Post, en, json!({ "token": tok }));
+    assert_eq!(r.status, 400);
+    assert!(r.body.unwrap().to_string().contains("cannot be decrypted"));
+    assert_eq!(net.status(2, "performance")["mode"], "disabled");
+    // The secondary decrypts locally: an unreachable API address does not matter.
+    net.ok(
+        1,
+        &roots[1],
+        Method::Post,
+        en,
+        json!({ "token": tok, "primary_api_addr": "http://nowhere" }),
+    );
+    net.run_for(2_000);
+    let p = net.status(0, "performance");
+    let s1 = net.status(1, "performance");
+    assert_eq!(s1["state"], "stream-wals", "{s1}");
+    assert_eq!(s1["merkle_root"], p["merkle_root"]);
+    assert_eq!(p["known_secondaries"], json!(["enc1"]));
+    // The private key went with the activation wipe.
+    assert!(net.data_keys(1, "node/activation-key/").is_empty());
+    // An expired encrypted token is refused and changes nothing.
+    let pk2 = net.ok(2, &roots[2], Method::Post, gen, json!({}))["data"]["secondary_public_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let t2 = net.ok(
+        0,
+        &r0,
+        Method::Post,
+        st,
+        json!({"id": "enc2", "secondary_public_key": pk2, "ttl": "1s"}),
+    )["data"]["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    net.run_for(2_000);
+    let r = net.call(2, &roots[2], Method::Post, en, json!({ "token": t2 }));
+    assert_eq!(r.status, 400);
+    assert!(r.body.unwrap().to_string().contains("expired"));
+    assert_eq!(net.status(2, "performance")["mode"], "disabled");
+    // A malformed key is refused at the primary.
+    let r = net.call(
+        0,
+        &r0,
+        Method::Post,
+        st,
+        json!({"id": "enc3", "secondary_public_key": "bm9wZQ=="}),
+    );
+    assert_eq!(r.status, 400);
+}
+
+#[test]
+fn dr_secondary_reindex_and_merkle_check_need_the_dr_token_and_heal_corruption() {
+    let (mut net, roots) = Net::new(2);
+    let r0 = roots[0].clone();
+    for i in 0..12 {
+        net.ok(
+            0,
+            &r0,
+            Method::Put,
+            &format!("secret/k{i}"),
+            json!({ "v": i }),
+        );
+    }
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/dr/primary/enable",
+        json!({}),
+    );
+    net.activate(0, &r0, 1, &roots[1], "dr", "dr1");
+    net.run_for(2_000);
+    let root = |net: &mut Net, i: usize| net.status(i, "dr")["merkle_root"].clone();
+    assert_eq!(root(&mut net, 0), root(&mut net, 1));
+    let base = "sys/replication/dr/secondary";
+    // No token, a client token, the wrong path: refused, nothing runs.
+    for (path, body, code) in [
+        (format!("{base}/reindex"), json!({}), 403),
+        (
+            format!("{base}/merkle-check"),
+            json!({ "dr_operation_token": r0.clone() }),
+            403,
+        ),
+        ("sys/replication/reindex".to_string(), json!({}), 403),
+    ] {
+        let r = net.call(1, "", Method::Post, &path, body);
+        assert_eq!(r.status, code, "{path}: {:?}", r.body);
+    }
+    assert!(net.nodes[1].replication().scan_progress().is_none());
+    let t = net.dr_token(1, 0);
+    // Corrupt one replicated value on the DR secondary.
+    let uuid = kv_mount_uuid(&net.nodes[0]);
+    let key = net.data_keys(1, &format!("logical/{uuid}/"))[3].0.clone();
+    let good = net.nodes[0].storage().map[&key].clone();
+    let mut bad = good.clone();
+    bad[0] ^= 0x55;
+    net.nodes[1].storage_mut().map.insert(key.clone(), bad);
+    let tok = json!({ "dr_operation_token": t });
+    let rep = net.ok(
+        1,
+        "",
+        Method::Post,
+        &format!("{base}/merkle-check"),
+        tok.clone(),
+    );
+    let rep = &rep["data"]["merkle_corruption_report"];
+    assert_eq!(rep["corrupted_root"], true, "{rep}");
+    let (p, s) = merkle::bucket(&key);
+    let entry = rep["corrupted_tree_map"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap();
+    assert_eq!(
+        entry["corrupted_index_tuples_map"][p.to_string()]["subpages"],
+        json!([s]),
+        "{rep}"
+    );
+    assert_eq!(net.status(1, "dr")["corrupted_merkle_tree"], true);
+    let w = net.ok(1, "", Method::Post, &format!("{base}/reindex"), tok.clone());
+    assert!(w["warnings"].to_string().contains("Merkle diff"), "{w}");
+    // The secondary fetches the differing value back from its primary.
+    net.run_for(3_000);
+    assert_eq!(net.nodes[1].storage().map[&key], good);
+    assert_eq!(root(&mut net, 0), root(&mut net, 1));
+    let rep = net.ok(1, "", Method::Post, &format!("{base}/merkle-check"), tok);
+    assert_eq!(
+        rep["data"]["merkle_corruption_report"]["corrupted_root"], false,
+        "{rep}"
+    );
+    assert_eq!(net.status(1, "dr")["corrupted_merkle_tree"], false);
+}

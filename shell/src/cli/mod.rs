@@ -1,5 +1,5 @@
 //! The command-line client: Vault-style commands (`status`, `login`, `read`, `write`, `list`,
-//! `delete`, `token`, `policy`, `secrets`, `auth`, `operator`, `replication`) that talk to a
+//! `delete`, `token`, `policy`, `secrets`, `auth`, `operator`, `replication`, `namespace`) that talk to a
 //! Cairn server over its HTTP API.
 //!
 //! Flags may be written Vault's way with one dash (`-format=json`) or with two. The server is
@@ -12,6 +12,7 @@ mod auth;
 mod client;
 mod generate_root;
 mod kv;
+mod namespace;
 mod output;
 mod replication;
 mod sys;
@@ -95,6 +96,9 @@ pub enum Command {
     /// Replication helpers.
     #[command(subcommand)]
     Replication(replication::ReplicationCmd),
+    /// Create, list, delete and look up namespaces.
+    #[command(subcommand)]
+    Namespace(namespace::NamespaceCmd),
 }
 
 /// Why a command failed; decides the exit code.
@@ -223,6 +227,7 @@ pub fn run(cmd: Command) -> i32 {
         Command::Auth(c) => sys::mounts(c, sys::Table::Auth),
         Command::Operator(c) => sys::operator(c),
         Command::Replication(c) => replication::run(c),
+        Command::Namespace(c) => namespace::run(c),
     };
     match result {
         Ok(code) => code,

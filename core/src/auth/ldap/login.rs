@@ -60,6 +60,10 @@ pub enum Purpose {
 /// Most operations one run may make (a machine never needs more than nine).
 pub const MAX_STEPS: usize = 32;
 
+/// Most entries one search may return to a login or look-up; more is refused with 400
+/// (the executor may stop reading, and paging, once it holds more than this many).
+pub const MAX_SEARCH_ENTRIES: usize = 10_000;
+
 /// What the directory said about the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
@@ -262,6 +266,18 @@ impl Login {
             }
             Step::UserBind | Step::AnonBind => self.service_bound = false,
             _ => {}
+        }
+        if let Ok(LdapDone::Entries(e)) = &result {
+            if e.len() > MAX_SEARCH_ENTRIES {
+                let narrow = if self.step == Step::GroupSearch {
+                    "groupdn or groupfilter"
+                } else {
+                    "userdn or userfilter"
+                };
+                return self.done(Err(bad(format!(
+                    "ldap operation failed: a search returned more than {MAX_SEARCH_ENTRIES} entries; narrow {narrow}"
+                ))));
+            }
         }
         match (self.step, result) {
             (Step::ConnectBound, Ok(LdapDone::Connected { url })) => {
@@ -597,5 +613,63 @@ fn search_failed(what: &str, f: &LdapFailure) -> ApiError {
         )),
         FailKind::Connect | FailKind::NoConnection | FailKind::Timeout => lost_or(f, what),
         _ => bad(format!("{what}: {}", f.message)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mount() -> MountEntry {
+        serde_json::from_value(serde_json::json!({
+            "path": "ldap/", "type": "ldap", "description": "", "uuid": "u",
+            "accessor": "a", "local": false,
+        }))
+        .unwrap()
+    }
+
+    /// Runs a login whose group search returns `groups` entries.
+    fn login_with_groups(groups: usize) -> Result<Found, ApiError> {
+        let cfg = LdapConfig {
+            binddn: "cn=svc,dc=x".into(),
+            bindpass: Secret::new("pw"),
+            userdn: "ou=people,dc=x".into(),
+            groupdn: "ou=groups,dc=x".into(),
+            ..Default::default()
+        };
+        let (mut l, first) = Login::start(1, mount(), cfg, "bob", "pw", 1, "");
+        l.run(first, |op, _| match op {
+            LdapOp::ConnectBound { .. } => Ok(LdapDone::Connected { url: "u".into() }),
+            LdapOp::Bind { .. } => Ok(LdapDone::Bound),
+            LdapOp::Search(s) if s.base.starts_with("ou=people") => {
+                Ok(LdapDone::Entries(vec![LdapEntry {
+                    dn: "uid=bob,ou=people,dc=x".into(),
+                    attrs: Default::default(),
+                }]))
+            }
+            LdapOp::Search(_) => Ok(LdapDone::Entries(
+                (0..groups)
+                    .map(|i| LdapEntry {
+                        dn: format!("cn=g{i},ou=groups,dc=x"),
+                        attrs: Default::default(),
+                    })
+                    .collect(),
+            )),
+            other => panic!("unexpected {other:?}"),
+        })
+    }
+
+    #[test]
+    fn oversized_search_results_are_refused() {
+        assert_eq!(
+            login_with_groups(MAX_SEARCH_ENTRIES).unwrap().groups.len(),
+            MAX_SEARCH_ENTRIES
+        );
+        let e = login_with_groups(MAX_SEARCH_ENTRIES + 1).unwrap_err();
+        assert_eq!(e.status(), 400);
+        assert_eq!(
+            e.to_string(),
+            "ldap operation failed: a search returned more than 10000 entries; narrow groupdn or groupfilter"
+        );
     }
 }

@@ -968,6 +968,7 @@ fn run_directly(dir: &mut FakeDirectory, cfg: Value, user: &str, pw: &str) -> Lo
         options: Default::default(),
         default_lease_ttl: 0,
         max_lease_ttl: 0,
+        namespace: String::new(),
     };
     let (login, first) = Login::start(1, m, c, user, pw, 7, "");
     let mut job = Job {

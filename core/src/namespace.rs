@@ -1,0 +1,458 @@
+//! Namespaces (`sys/namespaces/<path>`): isolated tenants inside one cluster.
+//!
+//! A namespace is a record at `core/namespace/<full path>` (replicated class, so it reaches
+//! performance and DR secondaries), e.g. `core/namespace/a/` and `core/namespace/a/b/`.
+//! A request is routed into a namespace by the `X-Vault-Namespace` / `X-Service-Namespace`
+//! header and/or a path prefix (`/v1/ns1/secret/foo`); [`resolve`] turns both into the
+//! namespace's full path (`ns1/`, or `""` for the root namespace) and the path inside it.
+//!
+//! What lives in a namespace is stored under its full path: secrets mounts as `ns1/secret/`
+//! in the mount table (with `namespace` = `ns1/`), auth mounts as `ns1/ldap/` (reached as
+//! `auth/ldap/` inside the namespace), policies at `sys/ns-policy/ns1/<name>`. So a mount of
+//! a namespace is reached from the root namespace by its full path, path filters naming a
+//! namespace (`ns1/`) cover every mount under it, and nothing of a namespace is visible from
+//! a sibling. Tokens carry the namespace they were created in; their policies are those of
+//! that namespace, evaluated against paths relative to it, and they act only in it and below.
+
+use crate::api::{body_object, ApiError, ApiResult, Method, Reply, Request};
+use crate::ctx::Ctx;
+use crate::mounts::{self, Table};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+
+/// Storage prefix of namespace records.
+pub const PREFIX: &str = "core/namespace/";
+/// Storage prefix of the policies of non-root namespaces.
+pub const POLICY_PREFIX: &str = "sys/ns-policy/";
+
+/// Path segments that can never name a namespace (they are routes of every namespace).
+const RESERVED: &[&str] = &["sys", "auth", "root", "cubbyhole", "identity"];
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Namespace {
+    pub id: String,
+    /// Full path with a trailing `/`, e.g. `a/b/`.
+    pub path: String,
+    #[serde(default)]
+    pub custom_metadata: BTreeMap<String, String>,
+}
+
+impl Namespace {
+    fn view(&self) -> Value {
+        json!({ "id": self.id, "path": self.path, "custom_metadata": self.custom_metadata })
+    }
+}
+
+/// The namespace a (routed) request runs in: `""` (root) or a full path like `ns1/`.
+pub fn of(req: &Request) -> String {
+    normalize(req.namespace.as_deref().unwrap_or("")).unwrap_or_default()
+}
+
+/// `""`, `/`, `root` → root; otherwise `a/b/` (validated segments).
+pub fn normalize(ns: &str) -> ApiResult<String> {
+    let t = ns.trim().trim_matches('/');
+    if t.is_empty() || t == "root" {
+        return Ok(String::new());
+    }
+    for seg in t.split('/') {
+        if !valid_segment(seg) {
+            return Err(ApiError::bad(format!("namespace: invalid path {ns:?}")));
+        }
+    }
+    Ok(format!("{t}/"))
+}
+
+fn valid_segment(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && !RESERVED.contains(&s)
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s != "."
+        && s != ".."
+}
+
+/// The record of the namespace at full path `full` (`a/b/`).
+pub fn get(ctx: &Ctx, full: &str) -> ApiResult<Option<Namespace>> {
+    if full.is_empty() {
+        return Ok(None);
+    }
+    ctx.get_json(&format!("{PREFIX}{full}"))
+}
+
+/// The namespace a request runs in and the path inside it, from the namespace header and the
+/// leading path segments that name child namespaces.
+pub fn resolve(ctx: &Ctx, header: Option<&str>, path: &str) -> ApiResult<(String, String)> {
+    let mut ns = normalize(header.unwrap_or(""))?;
+    // Replication endpoints answer for themselves (root namespace only, status anywhere).
+    if !ns.is_empty() && !path.starts_with("sys/replication/") && get(ctx, &ns)?.is_none() {
+        return Err(ApiError::NotFound(format!(
+            "namespace {ns:?} does not exist"
+        )));
+    }
+    let mut rest = path;
+    while let Some((seg, tail)) = rest.split_once('/') {
+        if !valid_segment(seg) {
+            break;
+        }
+        let cand = format!("{ns}{seg}/");
+        if get(ctx, &cand)?.is_none() {
+            break;
+        }
+        ns = cand;
+        rest = tail;
+    }
+    Ok((ns, rest.to_string()))
+}
+
+/// Direct children of namespace `ns` (full paths).
+pub fn children(ctx: &Ctx, ns: &str) -> ApiResult<Vec<Namespace>> {
+    let prefix = format!("{PREFIX}{ns}");
+    let mut out = Vec::new();
+    for k in ctx.keys(&prefix)? {
+        let rel = &k[prefix.len()..];
+        // Exactly one more segment: `child/`.
+        if rel.ends_with('/') && rel.matches('/').count() == 1 {
+            if let Some(n) = ctx.get_json::<Namespace>(&k)? {
+                out.push(n);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every namespace (full paths, sorted).
+pub fn all_paths(ctx: &Ctx) -> ApiResult<Vec<String>> {
+    Ok(ctx
+        .keys(PREFIX)?
+        .into_iter()
+        .map(|k| k[PREFIX.len()..].to_string())
+        .collect())
+}
+
+/// What still lives in namespace `full` (for refusing to delete it).
+fn contents(ctx: &Ctx, full: &str) -> ApiResult<Vec<String>> {
+    let mut what = Vec::new();
+    let kids: Vec<String> = children(ctx, full)?.into_iter().map(|n| n.path).collect();
+    if !kids.is_empty() {
+        what.push(format!("child namespaces {}", kids.join(", ")));
+    }
+    for (table, name) in [
+        (Table::Secrets, "secrets mounts"),
+        (Table::Auth, "auth mounts"),
+    ] {
+        let ms: Vec<String> = mounts::all(ctx, table)?
+            .into_iter()
+            .filter(|m| m.namespace == full)
+            .map(|m| m.path[full.len()..].to_string())
+            .collect();
+        if !ms.is_empty() {
+            what.push(format!("{name} {}", ms.join(", ")));
+        }
+    }
+    let ps: Vec<String> = ctx
+        .list(&format!("{POLICY_PREFIX}{full}"))?
+        .into_iter()
+        .filter(|p| !p.ends_with('/'))
+        .collect();
+    if !ps.is_empty() {
+        what.push(format!("policies {}", ps.join(", ")));
+    }
+    Ok(what)
+}
+
+/// `sys/namespaces[/<path>]`, relative to the request's namespace.
+pub fn handle(ctx: &mut Ctx, req: &Request, tail: &str) -> ApiResult {
+    let cur = of(req);
+    let rel = tail.trim_matches('/');
+    match (req.method, rel) {
+        (Method::List | Method::Get, "") => {
+            let kids = children(ctx, &cur)?;
+            if kids.is_empty() {
+                return Err(ApiError::NotFound(String::new()));
+            }
+            let mut keys = Vec::new();
+            let mut info = Map::new();
+            for n in kids {
+                let k = n.path[cur.len()..].to_string();
+                info.insert(k.clone(), n.view());
+                keys.push(k);
+            }
+            Ok(Reply::Data(json!({ "keys": keys, "key_info": info })))
+        }
+        (Method::Get, p) => {
+            let full = format!("{cur}{}", normalize(p)?);
+            match get(ctx, &full)? {
+                Some(n) => Ok(Reply::Data(n.view())),
+                None => Err(ApiError::NotFound(format!("no namespace at {full:?}"))),
+            }
+        }
+        (Method::Put | Method::Post, p) if !p.is_empty() => {
+            let rel = normalize(p)?;
+            let full = format!("{cur}{rel}");
+            let body = body_object(&req.body)?;
+            let meta: Option<BTreeMap<String, String>> = match body.get("custom_metadata") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(serde_json::from_value(v.clone()).map_err(|_| {
+                    ApiError::bad("custom_metadata: expected an object of strings")
+                })?),
+            };
+            if let Some(mut n) = get(ctx, &full)? {
+                if let Some(m) = meta {
+                    n.custom_metadata = m;
+                    ctx.put_json(&format!("{PREFIX}{full}"), &n)?;
+                }
+                return Ok(Reply::Data(n.view()));
+            }
+            // The parent must exist (nested paths are created one level at a time).
+            let parent = match full.trim_end_matches('/').rsplit_once('/') {
+                Some((pp, _)) => format!("{pp}/"),
+                None => String::new(),
+            };
+            if !parent.is_empty() && get(ctx, &parent)?.is_none() {
+                return Err(ApiError::bad(format!(
+                    "parent namespace {parent:?} does not exist; create it first"
+                )));
+            }
+            // A mount at that path in the parent would be shadowed.
+            for table in [Table::Secrets, Table::Auth] {
+                if let Some(m) = mounts::all(ctx, table)?
+                    .into_iter()
+                    .find(|m| m.namespace == parent && full.starts_with(&m.path))
+                {
+                    return Err(ApiError::bad(format!(
+                        "path {full:?} is already in use by the mount at {:?}",
+                        m.path
+                    )));
+                }
+            }
+            let n = Namespace {
+                id: crate::crypto::base62(ctx.rng(), 5),
+                path: full.clone(),
+                custom_metadata: meta.unwrap_or_default(),
+            };
+            ctx.put_json(&format!("{PREFIX}{full}"), &n)?;
+            Ok(Reply::Data(n.view()))
+        }
+        (Method::Delete, p) if !p.is_empty() => {
+            let full = format!("{cur}{}", normalize(p)?);
+            if get(ctx, &full)?.is_none() {
+                return Ok(Reply::Empty);
+            }
+            let what = contents(ctx, &full)?;
+            if !what.is_empty() {
+                return Err(ApiError::bad(format!(
+                    "namespace {full:?} is not empty: it still holds {}; remove them first",
+                    what.join("; ")
+                )));
+            }
+            ctx.delete(&format!("{PREFIX}{full}"));
+            Ok(Reply::Empty)
+        }
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::{Admin, Input, Node, NodeConfig, Output};
+    use crate::storage::MemStorage;
+    use crate::Response;
+
+    struct T {
+        n: Node<MemStorage>,
+        id: u64,
+    }
+
+    impl T {
+        fn new() -> T {
+            let mut n = Node::new(MemStorage::new(), [9; 32], NodeConfig::default());
+            n.handle(
+                1_000,
+                Input::Admin(Admin::DevSetup {
+                    root_token_id: Some("root".into()),
+                }),
+            );
+            while n.poll_output().is_some() {}
+            T { n, id: 0 }
+        }
+        fn call(&mut self, ns: &str, tok: &str, m: Method, path: &str, body: Value) -> Response {
+            self.id += 1;
+            let mut req = Request::new(self.id, m, path)
+                .with_token(tok)
+                .with_json(body);
+            if !ns.is_empty() {
+                req.namespace = Some(ns.into());
+            }
+            self.n.handle(2_000, Input::Request(req));
+            while let Some(o) = self.n.poll_output() {
+                if let Output::Response(r) = o {
+                    if r.id == self.id {
+                        return r;
+                    }
+                }
+            }
+            panic!("no response to {path}");
+        }
+        fn ok(&mut self, ns: &str, tok: &str, m: Method, path: &str, body: Value) -> Value {
+            let r = self.call(ns, tok, m, path, body);
+            assert!(r.status < 300, "{path}: {} {:?}", r.status, r.body);
+            r.body.unwrap_or(Value::Null)
+        }
+    }
+
+    #[test]
+    fn namespaces_isolate_mounts_policies_and_tokens() {
+        let mut t = T::new();
+        let c = t.ok("", "root", Method::Post, "sys/namespaces/ns1", json!({}));
+        assert_eq!(c["data"]["path"], "ns1/");
+        assert_eq!(c["data"]["id"].as_str().unwrap().len(), 5);
+        // Nested: from inside ns1, and from the root by full path.
+        t.ok("ns1", "root", Method::Put, "sys/namespaces/kid", json!({}));
+        let r = t.call("", "root", Method::Post, "sys/namespaces/x/y", json!({}));
+        assert_eq!(r.status, 400, "parent must exist");
+        t.ok(
+            "",
+            "root",
+            Method::Post,
+            "sys/namespaces/ns2",
+            json!({"custom_metadata": {"a": "b"}}),
+        );
+        let l = t.ok("", "root", Method::List, "sys/namespaces", json!({}));
+        assert_eq!(l["data"]["keys"], json!(["ns1/", "ns2/"]));
+        assert_eq!(l["data"]["key_info"]["ns2/"]["custom_metadata"]["a"], "b");
+        let l = t.ok("ns1/", "root", Method::List, "sys/namespaces", json!({}));
+        assert_eq!(l["data"]["keys"], json!(["kid/"]));
+        assert_eq!(l["data"]["key_info"]["kid/"]["path"], "ns1/kid/");
+        let g = t.ok("", "root", Method::Get, "sys/namespaces/ns1/kid", json!({}));
+        assert_eq!(g["data"]["path"], "ns1/kid/");
+        // A mount inside ns1 (header form), reached from the root by the full path.
+        t.ok(
+            "ns1",
+            "root",
+            Method::Post,
+            "sys/mounts/secret",
+            json!({"type": "kv"}),
+        );
+        t.ok("ns1", "root", Method::Put, "secret/a", json!({"v": 1}));
+        let v = t.ok("", "root", Method::Get, "ns1/secret/a", json!({}));
+        assert_eq!(v["data"]["v"], 1);
+        assert_eq!(
+            t.call("", "root", Method::Get, "secret/a", json!({}))
+                .status,
+            404
+        );
+        assert_eq!(
+            t.call("ns2", "root", Method::Get, "secret/a", json!({}))
+                .status,
+            404
+        );
+        let m = t.ok("ns1", "root", Method::Get, "sys/mounts", json!({}));
+        assert!(m["data"]["secret/"].is_object(), "{m}");
+        let root_m = t.ok("", "root", Method::Get, "sys/mounts", json!({}));
+        assert!(root_m["data"]["ns1/secret/"].is_null());
+        // Policies live in their namespace; a token of ns1 evaluates them relative to ns1.
+        let pol = r#"path "secret/*" { capabilities = ["read"] }"#;
+        t.ok(
+            "ns1",
+            "root",
+            Method::Put,
+            "sys/policies/acl/team",
+            json!({"policy": pol}),
+        );
+        let rl = t.ok("", "root", Method::List, "sys/policies/acl", json!({}));
+        assert!(!rl["data"]["keys"].to_string().contains("team"));
+        let tok = t.ok(
+            "ns1",
+            "root",
+            Method::Post,
+            "auth/token/create",
+            json!({"policies": ["team"]}),
+        )["auth"]["client_token"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            t.ok("ns1", &tok, Method::Get, "secret/a", json!({}))["data"]["v"],
+            1
+        );
+        assert_eq!(
+            t.ok("", &tok, Method::Get, "ns1/secret/a", json!({}))["data"]["v"],
+            1
+        );
+        // Not outside its namespace, not in a sibling, not beyond its policies.
+        t.ok("", "root", Method::Put, "secret/r", json!({"v": 2}));
+        assert_eq!(
+            t.call("", &tok, Method::Get, "secret/r", json!({})).status,
+            403
+        );
+        assert_eq!(
+            t.call("ns2", &tok, Method::Get, "secret/a", json!({}))
+                .status,
+            403
+        );
+        assert_eq!(
+            t.call("ns1", &tok, Method::Put, "secret/a", json!({}))
+                .status,
+            403
+        );
+        // An unknown namespace is a clear 404.
+        let r = t.call("nope", "root", Method::Get, "secret/a", json!({}));
+        assert_eq!(r.status, 404);
+        // Delete refuses a non-empty namespace and names what remains.
+        let r = t.call("", "root", Method::Delete, "sys/namespaces/ns1", json!({}));
+        assert_eq!(r.status, 400);
+        let e = r.body.unwrap().to_string();
+        assert!(
+            e.contains("kid/") && e.contains("secret/") && e.contains("team"),
+            "{e}"
+        );
+        t.ok(
+            "ns1",
+            "root",
+            Method::Delete,
+            "sys/namespaces/kid",
+            json!({}),
+        );
+        t.ok(
+            "ns1",
+            "root",
+            Method::Delete,
+            "sys/mounts/secret",
+            json!({}),
+        );
+        t.ok(
+            "ns1",
+            "root",
+            Method::Delete,
+            "sys/policies/acl/team",
+            json!({}),
+        );
+        t.ok("", "root", Method::Delete, "sys/namespaces/ns1", json!({}));
+        assert_eq!(
+            t.call("", "root", Method::Get, "sys/namespaces/ns1", json!({}))
+                .status,
+            404
+        );
+        // Its tokens die with it, even if the path is created again.
+        t.ok("", "root", Method::Post, "sys/namespaces/ns1", json!({}));
+        assert_eq!(
+            t.call("ns1", &tok, Method::Get, "sys/mounts", json!({}))
+                .status,
+            403
+        );
+    }
+
+    #[test]
+    fn normalize_paths() {
+        assert_eq!(normalize("").unwrap(), "");
+        assert_eq!(normalize("root").unwrap(), "");
+        assert_eq!(normalize("/a/b").unwrap(), "a/b/");
+        assert_eq!(normalize("ns1/").unwrap(), "ns1/");
+        assert!(normalize("a//b").is_err());
+        assert!(normalize("sys").is_err());
+        assert!(normalize("a/../b").is_err());
+    }
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Runs the cargo-fuzz targets of cairn-core (core/fuzz/) for SECONDS each.
+#
+#   scripts/fuzz.sh TARGET SECONDS      TARGET: one of the targets below, or `all`
+#
+# Installs cargo-fuzz when missing. Uses a nightly toolchain when rustup has one, else
+# stable with RUSTC_BOOTSTRAP=1 (FUZZ_TOOLCHAIN=stable forces the latter). Build output goes
+# to target/fuzz, the growing corpus to target/fuzz-corpus/<target> (not committed; the
+# committed seeds in core/fuzz/corpus/<target> are read too), crash reproducers to
+# target/fuzz-artifacts/<target>/, logs to target/fuzz-logs/. Prints the executions of each
+# target; exits non-zero when a target crashed, with the reproducer and the replay command.
+#
+# Environment: FUZZ_SANITIZER (default none: the core is safe Rust, so panics, overflows,
+# stack exhaustion, timeouts and memory blow-ups are what we look for; `address` works on
+# nightly), FUZZ_TIMEOUT (seconds per input, default 20), FUZZ_RSS_MB (default 2048).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+FUZZ_DIR="$ROOT/core/fuzz"
+TARGETS=(router json_bodies ldap_filter policy activation peer_msg shamir)
+
+usage() {
+    echo "usage: $0 TARGET|all SECONDS   (targets: ${TARGETS[*]})" >&2
+    exit 2
+}
+
+[ $# -eq 2 ] || usage
+target=$1
+secs=$2
+[[ "$secs" =~ ^[0-9]+$ ]] && [ "$secs" -gt 0 ] || usage
+if [ "$target" = all ]; then
+    run=("${TARGETS[@]}")
+else
+    found=0
+    for t in "${TARGETS[@]}"; do [ "$t" = "$target" ] && found=1; done
+    [ $found -eq 1 ] || usage
+    run=("$target")
+fi
+
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+    echo "fuzz: installing cargo-fuzz" >&2
+    cargo install cargo-fuzz --locked
+fi
+
+if [ "${FUZZ_TOOLCHAIN:-}" != stable ] && rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    toolchain=+nightly
+else
+    toolchain=+stable
+    export RUSTC_BOOTSTRAP=1
+fi
+san=${FUZZ_SANITIZER:-none}
+export CARGO_TARGET_DIR="$ROOT/target/fuzz"
+flags=(-s "$san" --debug-assertions)
+
+cd "$FUZZ_DIR"
+echo "fuzz: building targets (cargo $toolchain fuzz build ${flags[*]})" >&2
+start=$SECONDS
+cargo "$toolchain" fuzz build "${flags[@]}" >&2
+echo "fuzz: built in $((SECONDS - start)) s" >&2
+
+mkdir -p "$ROOT/target/fuzz-logs"
+failed=0
+summary=()
+for t in "${run[@]}"; do
+    corpus="$ROOT/target/fuzz-corpus/$t"
+    artifacts="$ROOT/target/fuzz-artifacts/$t"
+    log="$ROOT/target/fuzz-logs/$t.log"
+    mkdir -p "$corpus" "$artifacts"
+    dirs=("$corpus")
+    [ -d "$FUZZ_DIR/corpus/$t" ] && dirs+=("$FUZZ_DIR/corpus/$t")
+    echo "fuzz: $t for ${secs}s" >&2
+    set +e
+    cargo "$toolchain" fuzz run "${flags[@]}" "$t" "${dirs[@]}" -- \
+        -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$artifacts/" \
+        -timeout="${FUZZ_TIMEOUT:-20}" -rss_limit_mb="${FUZZ_RSS_MB:-2048}" >"$log" 2>&1
+    rc=$?
+    set -e
+    execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$' || true)
+    if [ -z "$execs" ]; then
+        execs=$(grep -oE '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1 | grep -oE '[0-9]+' || true)
+    fi
+    execs=${execs:-?}
+    if [ $rc -ne 0 ]; then
+        failed=$((failed + 1))
+        repro=$(grep -oE '(Test unit written to|artifact_prefix.*Test unit written to) [^ ]+' "$log" | tail -1 | awk '{print $NF}' || true)
+        summary+=("$(printf '%-12s %12s execs  CRASHED (exit %d)' "$t" "$execs" "$rc")")
+        echo "fuzz: $t CRASHED (exit $rc); log: $log" >&2
+        grep -m1 -A8 -E "panicked at|ERROR: libFuzzer|SUMMARY:" "$log" >&2 || tail -20 "$log" >&2
+        if [ -n "$repro" ]; then
+            echo "fuzz: reproducer: $repro" >&2
+            echo "fuzz: replay:     (cd core/fuzz && CARGO_TARGET_DIR=target/fuzz ${RUSTC_BOOTSTRAP:+RUSTC_BOOTSTRAP=1 }cargo $toolchain fuzz run ${flags[*]} $t $repro)" >&2
+            echo "fuzz: after fixing, keep it as a regression test (replayed by cargo test -p cairn-core fuzzing):" >&2
+            echo "      cp $repro core/fuzz/corpus/$t/" >&2
+        fi
+    else
+        summary+=("$(printf '%-12s %12s execs  ok' "$t" "$execs")")
+    fi
+done
+
+echo "fuzz: ${secs}s per target"
+for line in "${summary[@]}"; do echo "  $line"; done
+[ $failed -eq 0 ] || { echo "fuzz: $failed target(s) crashed" >&2; exit 1; }

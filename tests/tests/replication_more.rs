@@ -1,0 +1,374 @@
+//! More end-to-end replication: expired activation tokens, encrypted activation
+//! (`secondary_public_key`), and disabling then re-enabling performance replication on the
+//! primary and on a secondary. Real `cairn` processes on loopback.
+
+use cairn_tests::{free_port_pair, tmpdir, Resp, Server};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// A license signed by the test issuer key below (valid until 2100).
+const LICENSE: &str = r#"{
+  "license": {
+    "license_id": "e2e-test-license",
+    "customer": "cairn tests",
+    "features": [
+      "replication"
+    ],
+    "issue_time": 1700000000000,
+    "expiration_time": 4102444800000,
+    "dev": false
+  },
+  "signature": "jUA3uMpan95C0G4l0W/NFxRHWiEUOq2rN3/lin/wBxebzDq/bLWsYedgO5u1tcyt1/4CTaiRWBBsON1l7Jp/Cg=="
+}"#;
+const ISSUER_KEY: &str = "GX9rI+FshTLGq8g4+s1ep4m+DHaykgM0A5v6iz02jWE=";
+
+/// Small WAL retention so a secondary kept away must resync through Merkle diff/sync.
+const TUNING: &str = "replication {\n wal_max_entries = 50\n pull_wait_ms = 500\n}\n";
+
+/// A free API/cluster port pair not handed out before in this process (tests run in
+/// parallel threads, and `free_port_pair` alone can give two of them overlapping pairs).
+fn port() -> u16 {
+    static USED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut used = USED.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let p = free_port_pair();
+        if !used.iter().any(|u| u.abs_diff(p) <= 1) {
+            used.push(p);
+            return p;
+        }
+    }
+}
+
+/// A server with the signed test license, initialised and unsealed.
+fn licensed(tag: &str) -> Server {
+    let dir = tmpdir(tag);
+    let lic = dir.join("license.json");
+    std::fs::write(&lic, LICENSE).expect("write license");
+    let extra = format!(
+        "license_path = \"{}\"\nlicense_trusted_key = \"{ISSUER_KEY}\"\n{TUNING}",
+        lic.display()
+    );
+    let mut s = start(&dir, &extra);
+    s.init_unseal(3, 2);
+    s
+}
+
+/// Starts a server on a fresh port pair, retrying when a port was taken meanwhile (outgoing
+/// connections of other tests draw local ports from the same ephemeral range).
+fn start(dir: &std::path::Path, extra: &str) -> Server {
+    for attempt in 0..4 {
+        let p = port();
+        let r = std::panic::catch_unwind(|| Server::with_config(dir, p, extra));
+        match r {
+            Ok(s) => return s,
+            Err(e) if attempt == 3 => std::panic::resume_unwind(e),
+            Err(_) => eprintln!("server on port {p} did not start; retrying on another port"),
+        }
+    }
+    unreachable!()
+}
+
+fn ok(r: Resp, what: &str) -> Value {
+    assert!(r.status < 300, "{what}: {} {}", r.status, r.body);
+    r.body
+}
+
+fn status(s: &Server, mode: &str) -> Value {
+    let r = s.call_as(None, "GET", &format!("sys/replication/{mode}/status"), None);
+    assert_eq!(r.status, 200, "status: {}", r.body);
+    r.body["data"].clone()
+}
+
+fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn token(p: &Server, mode: &str, id: &str) -> String {
+    let b = ok(
+        p.post(
+            &format!("sys/replication/{mode}/primary/secondary-token"),
+            json!({ "id": id }),
+        ),
+        "secondary-token",
+    );
+    assert_eq!(b["data"], Value::Null);
+    assert!(b["wrap_info"]["ttl"].as_u64() == Some(1800), "{b}");
+    b["wrap_info"]["token"].as_str().expect("token").to_string()
+}
+
+fn enable_secondary(s: &Server, mode: &str, tok: &str) {
+    ok(
+        s.post(
+            &format!("sys/replication/{mode}/secondary/enable"),
+            json!({ "token": tok }),
+        ),
+        "secondary enable",
+    );
+}
+
+/// The root the primary expects this secondary to reach (its filtered view).
+fn expected_root(p: &Server, mode: &str, id: &str) -> String {
+    let st = status(p, mode);
+    st["secondaries"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["node_id"] == id))
+        .map(|s| s["merkle_root"].as_str().unwrap_or_default().to_string())
+        .unwrap_or_default()
+}
+
+fn caught_up(p: &Server, s: &Server, mode: &str, id: &str) -> bool {
+    let ps = status(p, mode);
+    let ss = status(s, mode);
+    ss["state"] == "stream-wals"
+        && ss["last_remote_wal"] == ps["last_wal"]
+        && ss["merkle_root"].as_str() == Some(expected_root(p, mode, id).as_str())
+}
+
+/// Waits until `s` caught up with `p`; on timeout shows both statuses.
+fn wait_caught_up(what: &str, secs: u64, p: &Server, s: &Server, mode: &str, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if caught_up(p, s, mode, id) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "timed out waiting for {what}:\nprimary {}\nsecondary {}",
+        status(p, mode),
+        status(s, mode)
+    );
+}
+
+/// Standard base64 (padded or not) to bytes.
+fn b64decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => (c - b'A') as u32,
+            b'a'..=b'z' => (c - b'a') as u32 + 26,
+            b'0'..=b'9' => (c - b'0') as u32 + 52,
+            b'+' | b'-' => 62,
+            _ => 63,
+        }
+    };
+    let s: Vec<u8> = s.bytes().filter(|c| *c != b'=').collect();
+    let mut out = Vec::new();
+    for chunk in s.chunks(4) {
+        let mut n = 0u32;
+        for (i, c) in chunk.iter().enumerate() {
+            n |= val(*c) << (18 - 6 * i);
+        }
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..chunk.len().saturating_sub(1)]);
+    }
+    out
+}
+
+/// Runs an OTP-encoded token generation (`sys/generate-root` or the DR operation token) with
+/// `keys` and returns the decoded token.
+fn generate(s: &Server, base: &str, keys: &[String]) -> String {
+    let a = s.call_as(None, "POST", &format!("{base}/attempt"), Some(json!({})));
+    assert_eq!(a.status, 200, "{}", a.body);
+    let a = if a.body["data"].is_object() {
+        a.body["data"].clone()
+    } else {
+        a.body
+    };
+    let otp = a["otp"].as_str().expect("otp").to_string();
+    let nonce = a["nonce"].as_str().expect("nonce").to_string();
+    let mut last = Value::Null;
+    for k in keys {
+        let u = s.call_as(
+            None,
+            "POST",
+            &format!("{base}/update"),
+            Some(json!({"key": k, "nonce": nonce})),
+        );
+        assert_eq!(u.status, 200, "{}", u.body);
+        last = if u.body["data"].is_object() {
+            u.body["data"].clone()
+        } else {
+            u.body
+        };
+        if last["complete"] == true {
+            break;
+        }
+    }
+    let enc = last["encoded_token"].as_str().expect("encoded token");
+    let bytes = b64decode(enc);
+    bytes
+        .iter()
+        .zip(otp.bytes())
+        .map(|(a, b)| (a ^ b) as char)
+        .collect()
+}
+
+fn perf_primary_with_data(tag: &str) -> Server {
+    let p = licensed(tag);
+    ok(p.post("sys/mounts/secret", json!({"type": "kv"})), "mount");
+    for i in 0..5 {
+        ok(p.put(&format!("secret/k{i}"), json!({"v": i})), "write");
+    }
+    ok(
+        p.post("sys/replication/performance/primary/enable", json!({})),
+        "perf enable",
+    );
+    p
+}
+
+#[test]
+fn expired_secondary_tokens_are_refused_and_change_nothing() {
+    let p = perf_primary_with_data("xprim");
+    let s = licensed("xsec");
+    let b = ok(
+        p.post(
+            "sys/replication/performance/primary/secondary-token",
+            json!({"id": "late", "ttl": "1s"}),
+        ),
+        "secondary-token",
+    );
+    assert_eq!(b["wrap_info"]["ttl"], 1, "{b}");
+    let wrapped = b["wrap_info"]["token"].as_str().expect("token").to_string();
+    // The same for an encrypted token (checked by the secondary itself).
+    let pk = ok(
+        s.post(
+            "sys/replication/performance/secondary/generate-public-key",
+            json!({}),
+        ),
+        "generate-public-key",
+    )["data"]["secondary_public_key"]
+        .as_str()
+        .expect("public key")
+        .to_string();
+    let enc = ok(
+        p.post(
+            "sys/replication/performance/primary/secondary-token",
+            json!({"id": "late-enc", "ttl": "1s", "secondary_public_key": pk}),
+        ),
+        "encrypted secondary-token",
+    )["data"]["token"]
+        .as_str()
+        .expect("token")
+        .to_string();
+    std::thread::sleep(Duration::from_millis(2_500));
+    let before_keys = ok(s.get("sys/mounts"), "mounts")["data"].clone();
+    for tok in [&wrapped, &enc] {
+        let r = s.post(
+            "sys/replication/performance/secondary/enable",
+            json!({ "token": tok }),
+        );
+        assert_eq!(r.status, 400, "{}", r.body);
+        assert!(r.errors().contains("expired"), "{}", r.errors());
+        // Nothing changed: still disabled, its own root token and data still work.
+        assert_eq!(status(&s, "performance")["mode"], "disabled");
+        assert_eq!(ok(s.get("sys/mounts"), "mounts")["data"], before_keys);
+    }
+    assert_eq!(status(&p, "performance")["secondaries"], json!([]));
+}
+
+#[test]
+fn encrypted_activation_needs_no_call_to_the_primary_api() {
+    let p = perf_primary_with_data("eprim");
+    let s = licensed("esec");
+    let pk = ok(
+        s.post(
+            "sys/replication/performance/secondary/generate-public-key",
+            json!({}),
+        ),
+        "generate-public-key",
+    )["data"]["secondary_public_key"]
+        .as_str()
+        .expect("public key")
+        .to_string();
+    let b = ok(
+        p.post(
+            "sys/replication/performance/primary/secondary-token",
+            json!({"id": "enc", "secondary_public_key": pk}),
+        ),
+        "encrypted secondary-token",
+    );
+    assert_eq!(b["wrap_info"], Value::Null, "not response-wrapped: {b}");
+    let tok = b["data"]["token"].as_str().expect("token").to_string();
+    // An unreachable API address: the secondary decrypts locally and never calls it.
+    ok(
+        s.post(
+            "sys/replication/performance/secondary/enable",
+            json!({ "token": tok, "primary_api_addr": "https://127.0.0.1:1" }),
+        ),
+        "secondary enable",
+    );
+    wait_caught_up("encrypted activation", 30, &p, &s, "performance", "enc");
+    assert_eq!(
+        status(&s, "performance")["merkle_root"],
+        status(&p, "performance")["merkle_root"]
+    );
+}
+
+#[test]
+fn disable_and_reenable_on_the_primary_and_on_a_secondary() {
+    let p = perf_primary_with_data("dprim");
+    let mut s = licensed("dsec");
+    enable_secondary(&s, "performance", &token(&p, "performance", "s1"));
+    wait_caught_up("first activation", 30, &p, &s, "performance", "s1");
+
+    // Secondary disable (with a root token generated from the primary's key shares).
+    s.root_token = generate(&s, "sys/generate-root", &p.unseal_keys);
+    ok(
+        s.post("sys/replication/performance/secondary/disable", json!({})),
+        "secondary disable",
+    );
+    assert_eq!(status(&s, "performance")["mode"], "disabled");
+    ok(p.put("secret/while-disabled", json!({"v": "x"})), "write");
+    // Re-activation with a new token: back to streaming, data converges.
+    enable_secondary(&s, "performance", &token(&p, "performance", "s1b"));
+    wait_caught_up("re-activation", 30, &p, &s, "performance", "s1b");
+    assert_eq!(
+        status(&s, "performance")["merkle_root"],
+        status(&p, "performance")["merkle_root"]
+    );
+
+    // Primary disable: secondaries can no longer connect.
+    let old_id = status(&p, "performance")["cluster_id"].clone();
+    ok(
+        p.post("sys/replication/performance/primary/disable", json!({})),
+        "primary disable",
+    );
+    assert_eq!(status(&p, "performance")["mode"], "disabled");
+    wait_for("the secondary to lose its primary", 30, || {
+        status(&s, "performance")["state"] != "stream-wals"
+    });
+    ok(p.put("secret/after-disable", json!({"v": "y"})), "write");
+    // Re-enable: a new cluster id; the secondary needs a new token (and a wipe).
+    ok(
+        p.post("sys/replication/performance/primary/enable", json!({})),
+        "perf re-enable",
+    );
+    let ps = status(&p, "performance");
+    assert_eq!(ps["mode"], "primary");
+    assert_ne!(ps["cluster_id"], old_id);
+    assert_eq!(ps["known_secondaries"], json!([]));
+    s.root_token = generate(&s, "sys/generate-root", &p.unseal_keys);
+    ok(
+        s.post("sys/replication/performance/secondary/disable", json!({})),
+        "secondary disable",
+    );
+    enable_secondary(&s, "performance", &token(&p, "performance", "s1c"));
+    for i in 0..5 {
+        ok(p.put(&format!("secret/new{i}"), json!({"v": i})), "write");
+    }
+    wait_caught_up("after primary re-enable", 30, &p, &s, "performance", "s1c");
+    assert_eq!(
+        status(&s, "performance")["merkle_root"],
+        status(&p, "performance")["merkle_root"]
+    );
+    s.root_token = generate(&s, "sys/generate-root", &p.unseal_keys);
+    assert_eq!(s.get("secret/after-disable").body["data"]["v"], "y");
+    assert_eq!(s.get("secret/new4").body["data"]["v"], 4);
+}
