@@ -1,7 +1,9 @@
-//! DR operation token end to end: real `cairn` servers (SQLite, 3-of-5 seal) and the real
+//! DR operation token end to end: real `cairn` servers (SQLite, 3-of-5 seal), a DR primary
+//! and its DR secondary over the real cluster channel, and the real
 //! `cairn operator generate-root -dr-token` client: the OTP flow, the PGP flow, the refusals
 //! (wrong nonce, second attempt, bad and duplicate shares, deleted token), persistence across
-//! a restart, and generation on a real DR secondary with the primary's key shares.
+//! a restart, the protected operations, and reindex and the Merkle check repairing a tree
+//! corrupted directly in SQLite.
 
 use base64::Engine;
 use cairn_tests::{cairn_bin, free_port_pair, tmpdir, Resp, Server};
@@ -132,8 +134,9 @@ fn delete_token(s: &Server, token: &str) -> Resp {
 
 #[test]
 fn dr_token_cli_full_flow_survives_restart_and_delete() {
-    let mut s = server("drt-cli");
-    let keys = s.unseal_keys.clone();
+    let (p, mut s) = dr_pair();
+    // A DR secondary checks shares against its primary's seal.
+    let keys = p.unseal_keys.clone();
 
     let init = cli_json(
         &s,
@@ -284,8 +287,8 @@ fn dr_token_cli_full_flow_survives_restart_and_delete() {
 
 #[test]
 fn dr_token_refusals_wrong_nonce_second_attempt_bad_and_duplicate_share() {
-    let s = server("drt-refuse");
-    let keys = s.unseal_keys.clone();
+    let (p, s) = dr_pair();
+    let keys = p.unseal_keys.clone();
     let b = start(&s, json!({}));
     let nonce = b["nonce"].as_str().expect("nonce").to_string();
 
@@ -383,8 +386,8 @@ fn dr_token_pgp_flow_decrypts_with_the_private_key() {
     use pgp::composed::Message;
     use pgp::ser::Serialize as _;
     use pgp::types::KeyDetails;
-    let s = server("drt-pgp");
-    let keys = s.unseal_keys.clone();
+    let (p, s) = dr_pair();
+    let keys = p.unseal_keys.clone();
     let (sk, pk) = pgp_keypair();
     let dir = tmpdir("drt-pgp-key");
     let file = dir.join("operator.gpg");
@@ -446,9 +449,11 @@ fn dr_token_pgp_flow_decrypts_with_the_private_key() {
 }
 
 fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(secs);
     while Instant::now() < deadline {
         if f() {
+            eprintln!("waited {:?} for {what}", t0.elapsed());
             return;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -524,15 +529,19 @@ fn dr_token_on_dr_secondary_uses_the_primarys_shares() {
     });
 }
 
-/// Protected operations refuse a missing, wrong or deleted token and change nothing. Needs
-/// the DR secondary operations to call `dr_token::check_dr_operation_token` (replication).
+/// Protected operations refuse a missing, wrong or deleted token and change nothing.
 #[test]
-#[ignore = "until promote/disable/update-primary call dr_token::check_dr_operation_token"]
 fn dr_secondary_operations_require_the_operation_token() {
     let (p, d) = dr_pair();
     let token = generate(&d, &p.unseal_keys[..3]);
     let mode = || anon(&d, "GET", "sys/replication/dr/status", None).body["data"]["mode"].clone();
-    for op in ["promote", "disable", "update-primary"] {
+    for op in [
+        "promote",
+        "disable",
+        "update-primary",
+        "reindex",
+        "merkle-check",
+    ] {
         let path = format!("{BASE}{op}");
         let r = anon(&d, "POST", &path, Some(json!({})));
         assert_eq!(r.status, 403, "{op} without token: {}", r.body);
@@ -561,4 +570,149 @@ fn dr_secondary_operations_require_the_operation_token() {
     );
     assert_eq!(r.status, 403, "promote with a deleted token: {}", r.body);
     assert_eq!(mode(), json!("secondary"));
+}
+
+/// Flips one byte of `key`'s stored value in the SQLite file of a stopped server.
+fn corrupt(db: &std::path::Path, key: &str, at: usize) {
+    let c = rusqlite::Connection::open(db).expect("open db");
+    let mut v: Vec<u8> = c
+        .query_row(
+            "SELECT value FROM kv WHERE key = ?1",
+            [key.as_bytes()],
+            |r| r.get(0),
+        )
+        .unwrap_or_else(|e| panic!("{key}: {e}"));
+    let i = at.min(v.len() - 1);
+    v[i] ^= 0x5a;
+    c.execute(
+        "UPDATE kv SET value = ?1 WHERE key = ?2",
+        rusqlite::params![v, key.as_bytes()],
+    )
+    .expect("update");
+}
+
+/// Keys of the stopped server's SQLite file that start with `prefix`.
+fn keys_with(db: &std::path::Path, prefix: &str) -> Vec<String> {
+    let c = rusqlite::Connection::open(db).expect("open db");
+    let mut st = c
+        .prepare("SELECT key FROM kv ORDER BY key")
+        .expect("prepare");
+    let rows = st.query_map([], |r| r.get::<_, Vec<u8>>(0)).expect("query");
+    rows.filter_map(Result::ok)
+        .map(|k| String::from_utf8_lossy(&k).into_owned())
+        .filter(|k| k.starts_with(prefix))
+        .collect()
+}
+
+#[test]
+fn merkle_check_reports_sqlite_corruption_and_reindex_repairs_it() {
+    let (p, mut d) = dr_pair();
+    let r = p.post("sys/mounts/secret", json!({ "type": "kv" }));
+    assert!(r.status < 300, "mount: {}", r.body);
+    for i in 0..40 {
+        let r = p.put(&format!("secret/item{i:02}"), json!({ "v": i }));
+        assert!(r.status < 300, "{}", r.body);
+    }
+    let root = |s: &Server| {
+        anon(s, "GET", "sys/replication/dr/status", None).body["data"]["merkle_root"].clone()
+    };
+    wait_for("the DR secondary to catch up", 60, || root(&p) == root(&d));
+    let token = generate(&d, &p.unseal_keys[..3]);
+    let tok = json!({ "dr_operation_token": token });
+    let check = |s: &Server| {
+        let r = anon(s, "POST", &format!("{BASE}merkle-check"), Some(tok.clone()));
+        assert_eq!(r.status, 200, "merkle-check: {}", r.body);
+        r.body["data"]["merkle_corruption_report"].clone()
+    };
+    let clean = check(&d);
+    assert_eq!(clean["corrupted_root"], json!(false), "{clean}");
+
+    // Stop the DR secondary and corrupt, in SQLite, one Merkle page (a subpage sum) and one
+    // replicated value of a KV mount.
+    let db = d.dir.join("cairn.db");
+    let port = d.port;
+    d.kill9();
+    let page = keys_with(&db, "node/merkle/r/logical/")
+        .into_iter()
+        .find(|k| !k.ends_with("/root"))
+        .expect("a stored page");
+    let value_key = keys_with(&db, "logical/")
+        .into_iter()
+        .nth(7)
+        .expect("a value");
+    // Pick the first non-zero subpage sum of the page to corrupt.
+    let c = rusqlite::Connection::open(&db).expect("open");
+    let bytes: Vec<u8> = c
+        .query_row(
+            "SELECT value FROM kv WHERE key = ?1",
+            [page.as_bytes()],
+            |r| r.get(0),
+        )
+        .expect("page");
+    drop(c);
+    let sub = (0..64)
+        .find(|i| bytes[i * 32..i * 32 + 32].iter().any(|b| *b != 0))
+        .expect("non-empty subpage");
+    corrupt(&db, &page, sub * 32 + 3);
+    corrupt(&db, &value_key, 0);
+    let mut d = Server::with_config(&d.dir.clone(), port, "hosted = true");
+    d.unseal_keys = p.unseal_keys.clone();
+    d.unseal();
+
+    let rep = check(&d);
+    assert_eq!(rep["corrupted_root"], json!(true), "{rep}");
+    let page_no: usize = page
+        .rsplit('/')
+        .next()
+        .and_then(|x| x.parse().ok())
+        .expect("page no");
+    let page_sub = page
+        .trim_start_matches("node/merkle/r/")
+        .rsplit_once('/')
+        .map(|x| x.0.to_string())
+        .unwrap_or_default();
+    let map = rep["corrupted_tree_map"].as_object().expect("map").clone();
+    let found_page = map.values().any(|e| {
+        e["subtree"] == json!(page_sub)
+            && e["tree_type"] == "replicated"
+            && e["corrupted_index_tuples_map"][page_no.to_string()]["corrupted"] == json!(true)
+            && e["corrupted_index_tuples_map"][page_no.to_string()]["subpages"]
+                .as_array()
+                .is_some_and(|a| a.contains(&json!(sub)))
+    });
+    assert!(found_page, "page {page} subpage {sub} not reported: {rep}");
+    assert!(
+        map.values()
+            .any(|e| e["corrupted_subtree_root"] == json!(true)),
+        "the corrupted value changes its subtree's root: {rep}"
+    );
+    let st = anon(&d, "GET", "sys/replication/dr/status", None).body;
+    assert_eq!(st["data"]["corrupted_merkle_tree"], json!(true), "{st}");
+
+    // Reindex: refused without the token, then repairs; the secondary re-fetches the value.
+    let r = anon(
+        &d,
+        "POST",
+        &format!("{BASE}reindex"),
+        Some(json!({ "force": true })),
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    let r = anon(
+        &d,
+        "POST",
+        &format!("{BASE}reindex"),
+        Some(json!({ "dr_operation_token": token, "diff": true })),
+    );
+    assert_eq!(r.status, 200, "reindex: {}", r.body);
+    let w = r.body["warnings"].to_string();
+    assert!(w.contains(&value_key), "diff names the corrupted key: {w}");
+    wait_for("the DR secondary to re-converge", 60, || {
+        root(&p) == root(&d)
+    });
+    let after = check(&d);
+    assert_eq!(after["corrupted_root"], json!(false), "{after}");
+    assert_eq!(
+        anon(&d, "GET", "sys/replication/dr/status", None).body["data"]["corrupted_merkle_tree"],
+        json!(false)
+    );
 }
