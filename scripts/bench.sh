@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks: `scripts/bench.sh kv [SECONDS] [CLIENTS]`, `scripts/bench.sh login [SECONDS] [CLIENTS]`
-# (LDAP logins against the dev slapd vs direct ldap3 round trips). Builds release binaries and
+# (LDAP logins against the dev slapd vs direct ldap3 round trips), `replication`, `reindex`. Builds release binaries and
 # prints a Markdown table with Cairn's numbers next to a baseline measured in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,5 +9,11 @@ cargo build --release -q -p cairn -p cairn-tests
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr)"
 case "$what" in
     login) exec target/release/bench-login "$@" ;;
+    # `scripts/bench.sh replication [SECONDS] [CLIENTS] [LAG_SAMPLES]`: perf replication lag
+    # (p50/p99) and WAL streaming entries/s vs the same writes with no secondary attached.
+    replication) exec target/release/bench-replication "$@" ;;
+    # `scripts/bench.sh reindex [KEYS] [READERS]`: reindex time and keys/s for KEYS stored
+    # keys vs a raw SQLite scan, and API p99 during the reindex vs idle.
+    reindex) exec target/release/bench-reindex "$@" ;;
     *) exec target/release/bench "$what" "$@" ;;
 esac
