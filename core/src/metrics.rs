@@ -339,6 +339,21 @@ pub fn render(st: &NodeState, sealed: bool, now: u64) -> String {
     }
     header(
         &mut out,
+        "cairn_replication_reindex_progress",
+        "gauge",
+        "Reindex or Merkle check running on this node: keys scanned and keys in storage.",
+    );
+    let (done, total) = repl.scan_progress().unwrap_or((0, 0));
+    let _ = writeln!(
+        out,
+        "cairn_replication_reindex_progress{{kind=\"done\"}} {done}"
+    );
+    let _ = writeln!(
+        out,
+        "cairn_replication_reindex_progress{{kind=\"total\"}} {total}"
+    );
+    header(
+        &mut out,
         "cairn_replication_secondary_last_seen_seconds",
         "gauge",
         "Primary: seconds since each secondary's last contact.",

@@ -47,6 +47,9 @@ pub enum Input {
 pub enum Admin {
     /// Initialise with one key share, unseal, mount `secret/` (kv) and `auth/ldap/`.
     DevSetup { root_token_id: Option<String> },
+    /// The process is about to exit cleanly: finish deferred work (a reindex's skipped
+    /// flush) so storage is complete.
+    Shutdown,
 }
 
 /// Something the node wants done.
@@ -299,6 +302,13 @@ impl<S: Storage> Node<S> {
                     self.last_tick = self.now;
                     self.tick();
                 }
+            }
+            Input::Admin(Admin::Shutdown) => {
+                let v = match replication::flush_before_shutdown(&mut self.env()) {
+                    Ok(()) => json!({ "flushed": true }),
+                    Err(e) => json!({ "error": e.to_string() }),
+                };
+                self.st.outputs.push_back(Output::AdminDone(v));
             }
             Input::Admin(Admin::DevSetup { root_token_id }) => {
                 let out = self.dev_setup(root_token_id);

@@ -165,7 +165,35 @@ pub fn run(a: ServerArgs) -> i32 {
         }
     }
     let _ = std::io::Write::flush(&mut std::io::stdout());
-    loop {
-        std::thread::park();
+    wait_for_shutdown(&core)
+}
+
+/// Blocks until SIGTERM or SIGINT, then lets the core finish deferred storage work (a
+/// reindex's skipped tree flush) and commit before the process exits.
+fn wait_for_shutdown(core: &Core) -> i32 {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!("cannot watch for shutdown signals ({e}); stop the server with SIGKILL");
+            loop {
+                std::thread::park();
+            }
+        }
+    };
+    let sig = signals.forever().next().unwrap_or(SIGTERM);
+    log::info!("signal {sig}: shutting down");
+    match core.admin(Admin::Shutdown) {
+        Some(v) if v.get("error").is_none() => {
+            log::info!("storage is complete; exiting");
+            0
+        }
+        other => {
+            log::error!(
+                "shutdown: deferred work not finished: {}",
+                other.map(|v| v.to_string()).unwrap_or_default()
+            );
+            1
+        }
     }
 }

@@ -1148,6 +1148,31 @@ mod tests {
     }
 
     #[test]
+    fn a_clean_shutdown_finishes_a_skipped_flush() {
+        let mut one = One::new(50);
+        fill(&mut one, 30);
+        for p in kv_pages(one.node.storage()) {
+            one.storage().map.remove(&p);
+        }
+        one.ok(
+            Method::Post,
+            "sys/replication/reindex",
+            json!({ "skip_flush": true }),
+        );
+        assert!(!one.node.storage().map.contains_key(merkle::MARKER));
+        one.node.handle(one.now, Input::Admin(Admin::Shutdown));
+        let mut done = Value::Null;
+        while let Some(o) = one.node.poll_output() {
+            if let Output::AdminDone(v) = o {
+                done = v;
+            }
+        }
+        assert_eq!(done["flushed"], true, "{done}");
+        assert!(one.node.storage().map.contains_key(merkle::MARKER));
+        one.assert_exact();
+    }
+
+    #[test]
     fn reindex_needs_post_and_a_sudo_token() {
         let mut one = One::new(8);
         let r = one.call(Method::Get, "sys/replication/reindex", json!({}));
