@@ -6,7 +6,7 @@
 //! corrupted directly in SQLite.
 
 use base64::Engine;
-use cairn_tests::{cairn_bin, free_port_pair, tmpdir, Resp, Server};
+use cairn_tests::{cairn_bin, free_port_pair, note_secret, tmpdir, Resp, Server};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -111,7 +111,10 @@ fn generate(s: &Server, keys: &[String]) -> String {
         last = r.body;
     }
     assert_eq!(last["complete"], json!(true), "{last}");
-    decode(last["encoded_token"].as_str().expect("encoded"), &otp)
+    let token = decode(last["encoded_token"].as_str().expect("encoded"), &otp);
+    note_secret(&otp);
+    note_secret(&token);
+    token
 }
 
 /// The reference's decoding, written out independently of the server's code.
@@ -240,6 +243,8 @@ fn dr_token_cli_full_flow_survives_restart_and_delete() {
     );
     assert_eq!(o.code, 0, "{}", o.stderr);
     let token = o.stdout.trim().to_string();
+    note_secret(&otp);
+    note_secret(&token);
     assert_eq!(token, decode(&enc, &otp));
     assert_eq!(token.len(), otp.len());
     // -decode without -otp is a local usage error.
@@ -688,6 +693,14 @@ fn merkle_check_reports_sqlite_corruption_and_reindex_repairs_it() {
     );
     let st = anon(&d, "GET", "sys/replication/dr/status", None).body;
     assert_eq!(st["data"]["corrupted_merkle_tree"], json!(true), "{st}");
+    // The CLI shows the same finding as a table and exits 2.
+    let o = cli(&d, &["replication", "merkle-check", "-dr-token", &token], None);
+    assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("CORRUPTION FOUND") && o.stdout.contains(&page_sub),
+        "{}",
+        o.stdout
+    );
 
     // Reindex: refused without the token, then repairs; the secondary re-fetches the value.
     let r = anon(
@@ -697,20 +710,26 @@ fn merkle_check_reports_sqlite_corruption_and_reindex_repairs_it() {
         Some(json!({ "force": true })),
     );
     assert_eq!(r.status, 403, "{}", r.body);
-    let r = anon(
+    let o = cli(
         &d,
-        "POST",
-        &format!("{BASE}reindex"),
-        Some(json!({ "dr_operation_token": token, "diff": true })),
+        &["replication", "reindex", "-dr-token", &token, "-diff"],
+        None,
     );
-    assert_eq!(r.status, 200, "reindex: {}", r.body);
-    let w = r.body["warnings"].to_string();
-    assert!(w.contains(&value_key), "diff names the corrupted key: {w}");
+    assert_eq!(o.code, 0, "reindex: {}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("rebuilt the Merkle trees"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains(&value_key),
+        "diff names the corrupted key: {}",
+        o.stdout
+    );
     wait_for("the DR secondary to re-converge", 60, || {
         root(&p) == root(&d)
     });
     let after = check(&d);
     assert_eq!(after["corrupted_root"], json!(false), "{after}");
+    let o = cli(&d, &["replication", "merkle-check", "-dr-token", &token], None);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("clean"), "{}", o.stdout);
     assert_eq!(
         anon(&d, "GET", "sys/replication/dr/status", None).body["data"]["corrupted_merkle_tree"],
         json!(false)

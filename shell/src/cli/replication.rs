@@ -2,6 +2,10 @@
 //! shows each mode's role, state and WAL positions, then one row per peer with its
 //! connection status, heartbeat, `last_remote_wal` and lag. A server without the endpoint is
 //! reported plainly rather than as a crash.
+//!
+//! `replication reindex` and `replication merkle-check` run those operations (on a DR
+//! secondary with `-dr-token`); while a reindex runs, a progress bar on stderr follows the
+//! status's `reindex_building_progress` / `reindex_building_total`.
 
 use super::output::{cell, table};
 use super::{print_json, CliError, Client, CmdResult, Common, Ctx, Format};
@@ -12,6 +16,40 @@ use serde_json::Value;
 pub enum ReplicationCmd {
     /// Show replication status as tables (role, state, WALs, peers).
     Status(StatusArgs),
+    /// Rebuild the Merkle trees from storage, with a progress bar.
+    Reindex(ReindexArgs),
+    /// Check the persisted Merkle trees against the stored data.
+    MerkleCheck(CheckArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ReindexArgs {
+    /// Key-level diagnosis of what disagrees (slower).
+    #[arg(long)]
+    pub diff: bool,
+    /// Rewrite every tree record, not only those that differ.
+    #[arg(long)]
+    pub force: bool,
+    /// Write the tree records in the background after answering.
+    #[arg(long = "skip-flush")]
+    pub skip_flush: bool,
+    /// DR operation token: run on a DR secondary (sys/replication/dr/secondary/reindex).
+    #[arg(long = "dr-token", env = "CAIRN_DR_OPERATION_TOKEN")]
+    pub dr_token: Option<String>,
+    /// No progress bar.
+    #[arg(long = "no-progress")]
+    pub no_progress: bool,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// DR operation token: run on a DR secondary (sys/replication/dr/secondary/merkle-check).
+    #[arg(long = "dr-token", env = "CAIRN_DR_OPERATION_TOKEN")]
+    pub dr_token: Option<String>,
+    #[command(flatten)]
+    pub common: Common,
 }
 
 #[derive(clap::Args, Debug)]
@@ -26,7 +64,148 @@ pub struct StatusArgs {
 pub fn run(cmd: ReplicationCmd) -> CmdResult {
     match cmd {
         ReplicationCmd::Status(a) => status(a),
+        ReplicationCmd::Reindex(a) => reindex(a),
+        ReplicationCmd::MerkleCheck(a) => merkle_check(a),
     }
+}
+
+/// The path and body of a scan operation (`reindex` or `merkle-check`).
+fn scan_call(op: &str, dr_token: Option<&str>, mut body: Value) -> (String, Value) {
+    match dr_token {
+        Some(t) => {
+            body["dr_operation_token"] = Value::String(t.to_string());
+            (format!("sys/replication/dr/secondary/{op}"), body)
+        }
+        None => (format!("sys/replication/{op}"), body),
+    }
+}
+
+fn reindex(a: ReindexArgs) -> CmdResult {
+    let (path, body) = scan_call(
+        "reindex",
+        a.dr_token.as_deref(),
+        serde_json::json!({ "diff": a.diff, "force": a.force, "skip_flush": a.skip_flush }),
+    );
+    // The call answers when the reindex is done: no client timeout shorter than an hour.
+    let mut long = a.common.clone();
+    long.timeout = long.timeout.max(3600);
+    let worker = Client::new(&long)?;
+    let watcher = Client::new(&a.common)?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(worker.send("POST", &path, Some(&body)));
+    });
+    let show = !a.no_progress && a.common.format != Format::Json;
+    let mut bar = Progress::default();
+    let result = loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(250)) {
+            Ok(r) => break r,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if show {
+                    if let Ok(st) = watcher.send("GET", "sys/replication/status", None) {
+                        bar.draw(&st.body);
+                    }
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(CliError::Local("the reindex call ended without an answer".into()))
+            }
+        }
+    };
+    bar.finish();
+    let r = result.ctx(|| "running the reindex".into())?;
+    if r.status >= 400 {
+        return Err(watcher.api_error("POST", "sys/replication/reindex", &r))
+            .ctx(|| "running the reindex".into());
+    }
+    if a.common.format == Format::Json {
+        print_json(&r.body);
+        return Ok(0);
+    }
+    for w in r.body["warnings"].as_array().into_iter().flatten() {
+        println!("{}", w.as_str().unwrap_or_default());
+    }
+    Ok(0)
+}
+
+/// A one-line progress bar on stderr (redrawn in place).
+#[derive(Default)]
+struct Progress {
+    drawn: bool,
+}
+
+impl Progress {
+    fn draw(&mut self, status: &Value) {
+        let Some(m) = ["dr", "performance"]
+            .iter()
+            .map(|k| &status["data"][*k])
+            .find(|m| m["reindex_stage"].is_string())
+        else {
+            return;
+        };
+        let done = m["reindex_building_progress"].as_u64().unwrap_or(0);
+        let total = m["reindex_building_total"].as_u64().unwrap_or(0).max(1);
+        let stage = m["reindex_stage"].as_str().unwrap_or("");
+        let frac = (done as f64 / total as f64).clamp(0.0, 1.0);
+        let width = 30;
+        let full = (frac * width as f64).round() as usize;
+        eprint!(
+            "\r{stage:>9} [{}{}] {:>3}% {done}/{total} keys",
+            "#".repeat(full),
+            "-".repeat(width - full),
+            (frac * 100.0).round() as u32
+        );
+        self.drawn = true;
+    }
+    fn finish(&self) {
+        if self.drawn {
+            eprintln!();
+        }
+    }
+}
+
+fn merkle_check(a: CheckArgs) -> CmdResult {
+    let (path, body) = scan_call("merkle-check", a.dr_token.as_deref(), serde_json::json!({}));
+    let mut long = a.common.clone();
+    long.timeout = long.timeout.max(3600);
+    let c = Client::new(&long)?;
+    let r = c
+        .call("POST", &path, Some(&body))
+        .ctx(|| "running the Merkle check".into())?;
+    if a.common.format == Format::Json {
+        print_json(&r.body);
+        return Ok(0);
+    }
+    let rep = &r.body["data"]["merkle_corruption_report"];
+    let corrupted = rep["corrupted_root"].as_bool().unwrap_or(false);
+    println!(
+        "Merkle check at {}: {}",
+        rep["last_corruption_check_epoch"].as_str().unwrap_or(""),
+        if corrupted { "CORRUPTION FOUND" } else { "clean" }
+    );
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for (_, e) in rep["corrupted_tree_map"].as_object().into_iter().flatten() {
+        let pages: Vec<String> = e["corrupted_index_tuples_map"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(p, f)| format!("{p} {}", f["subpages"]))
+            .collect();
+        rows.push(vec![
+            cell(&e["tree_type"]),
+            cell(&e["subtree"]),
+            cell(&e["corrupted_subtree_root"]),
+            pages.join(", "),
+        ]);
+    }
+    if !rows.is_empty() {
+        print!(
+            "{}",
+            table(&["tree", "subtree", "root corrupt", "pages (subpages)"], &rows)
+        );
+        println!("Run `cairn replication reindex` to rebuild the trees.");
+    }
+    Ok(if corrupted { 2 } else { 0 })
 }
 
 fn status(a: StatusArgs) -> CmdResult {
