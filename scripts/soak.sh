@@ -12,7 +12,8 @@
 # and open file descriptors after setup, after the warm-up (SOAK_WARMUP seconds, default
 # 10) and at the end (target: flat), and whether the secondaries converged afterwards.
 # It exits non-zero on any error. The servers' logs are then checked for the secrets the
-# driver handled (scripts/check-secrets.sh). SOAK_KEEP=1 keeps the temp dir.
+# driver handled (scripts/check-secrets.sh). SOAK_KEEP=1 keeps the temp dir; SOAK_NO_BUILD=1
+# uses the release binaries already built.
 #
 # The simulator soak is scripts/sim-soak.sh.
 set -euo pipefail
@@ -29,7 +30,10 @@ case "$duration" in
   *) secs=$(( duration * 60 )) ;;
 esac
 
-cargo build --release --quiet -p cairn -p cairn-tests --bin cairn --bin soak
+if [[ -z "${SOAK_NO_BUILD:-}" ]]; then
+  echo "soak: building release binaries (SOAK_NO_BUILD=1 skips this)"
+  cargo build --release --quiet -p cairn -p cairn-tests --bin cairn --bin soak
+fi
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cairn-soak.XXXXXX")
 cleanup() {

@@ -15,6 +15,11 @@ scripts/check-secrets.sh target/debug/e2e-logs
 SIM=target/release/cairn-sim
 "$SIM" --regressions
 "$SIM" --seeds "${SIM_SEEDS:-300}"
+# The turmoil tier (real async sockets: connection breaks, backpressure, partitions during a
+# Merkle sync), then one seed twice: the same trace hash.
+"$SIM" --tier turmoil --seeds "${SIM_TURMOIL_SEEDS:-20}"
+a=$("$SIM" --tier turmoil --seed 7 | tail -1); b=$("$SIM" --tier turmoil --seed 7 | tail -1)
+[ "$a" = "$b" ] || { echo "turmoil seed 7 did not replay: $a vs $b" >&2; exit 1; }
 # Every fuzz target briefly (cargo-fuzz, installed if missing); FUZZ_SECONDS=0 skips.
 if [ "${FUZZ_SECONDS:-10}" != 0 ]; then
     scripts/fuzz.sh all "${FUZZ_SECONDS:-10}"

@@ -248,6 +248,13 @@ impl<S: Storage> Node<S> {
         replication::commit(&mut self.env(), writes, replication::Origin::Client)
     }
 
+    /// The shell rolled back the storage transaction of a batch this node handled (an
+    /// audit device failed, or a commit failed): in-memory state derived from those writes
+    /// (Merkle trees, WAL position, roles) is reloaded from storage before the next input.
+    pub fn storage_rolled_back(&mut self) {
+        self.st.repl.forget_uncommitted();
+    }
+
     /// Read-only view of replication state (status, tests, the simulator's checkers).
     pub fn replication(&self) -> &replication::Replication {
         &self.st.repl

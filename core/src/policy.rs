@@ -104,9 +104,77 @@ impl std::fmt::Display for PolicyError {
 /// Most capabilities a single policy may name; larger documents are refused.
 pub const MAX_RULES: usize = 4096;
 
+/// Deepest nesting of brackets, braces and parentheses a policy may have, and the most
+/// operators and template interpolations: the HCL parser recurses per level and per
+/// operator, so more would exhaust the stack. Policies need no operators at all.
+pub const MAX_DEPTH: usize = 64;
+
+/// Why `text` is too deep for the HCL parser, if it is: `[`, `{`, `(` nesting outside
+/// strings and comments, operators outside strings and comments, or template
+/// interpolations (`${`, `%{`) anywhere.
+fn too_deep(text: &str) -> Option<String> {
+    let b = text.as_bytes();
+    let (mut depth, mut ops, mut templates) = (0usize, 0usize, 0usize);
+    let mut in_str = false;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let next = b.get(i + 1).copied().unwrap_or(0);
+        if (c == b'$' || c == b'%') && next == b'{' {
+            templates += 1;
+        }
+        if in_str {
+            match c {
+                b'\\' => i += 1,
+                b'"' => in_str = false,
+                _ => {}
+            }
+        } else {
+            match (c, next) {
+                (b'"', _) => in_str = true,
+                (b'#', _) | (b'/', b'/') => {
+                    while i < b.len() && b[i] != b'\n' {
+                        i += 1;
+                    }
+                }
+                (b'/', b'*') => {
+                    i += 2;
+                    while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                (b'[' | b'{' | b'(', _) => depth += 1,
+                (b']' | b'}' | b')', _) => depth = depth.saturating_sub(1),
+                (b'+' | b'-' | b'*' | b'/' | b'%' | b'!' | b'<' | b'>' | b'&' | b'|' | b'?', _)
+                | (b'=', b'=') => ops += 1,
+                _ => {}
+            }
+        }
+        if depth > MAX_DEPTH {
+            return Some(format!("the policy nests deeper than {MAX_DEPTH} levels"));
+        }
+        if ops > MAX_DEPTH {
+            return Some(format!(
+                "the policy has more than {MAX_DEPTH} operators (a policy needs none)"
+            ));
+        }
+        if templates > MAX_DEPTH {
+            return Some(format!(
+                "the policy has more than {MAX_DEPTH} template interpolations"
+            ));
+        }
+        i += 1;
+    }
+    None
+}
+
 impl Policy {
     /// Parses a policy in HCL or in its JSON form.
     pub fn parse(text: &str) -> Result<Policy, PolicyError> {
+        if let Some(why) = too_deep(text) {
+            return Err(PolicyError(why));
+        }
         let value: Value = if text.trim_start().starts_with('{') {
             serde_json::from_str(text).map_err(|e| PolicyError(e.to_string()))?
         } else {
@@ -334,6 +402,23 @@ mod tests {
         assert!(acl.allows("secret/a/bcd", DELETE));
         assert!(!acl.allows("other/foo", READ));
         assert!(Acl::new([], true).allows("anything", SUDO));
+    }
+
+    /// Regression (fuzzing): deep HCL overflowed the parser's stack and aborted the process.
+    #[test]
+    fn deep_or_operator_heavy_hcl_is_refused_not_a_crash() {
+        for text in [
+            format!("x = {}1{}", "[".repeat(100_000), "]".repeat(100_000)),
+            format!("x = {}1", "!".repeat(100_000)),
+            format!("x = {}1", "1 + ".repeat(100_000)),
+            format!("x = {}", "\"${".repeat(100_000)),
+        ] {
+            let e = Policy::parse(&text).unwrap_err().to_string();
+            assert!(
+                e.contains("more than 64") || e.contains("deeper than 64"),
+                "{e}"
+            );
+        }
     }
 
     quickcheck! {

@@ -622,9 +622,14 @@ fn search(c: &mut Conn, spec: &SearchSpec) -> Result<LdapDone, LdapFailure> {
         Deref::Always => DerefAliases::Always,
     };
     let attrs: Vec<String> = spec.attrs.clone();
-    let ldap = c
-        .ldap
-        .with_search_options(SearchOptions::new().deref(deref));
+    // Read at most one entry past the core's limit: enough for it to refuse the search with
+    // a clear error, without holding an unbounded result in memory.
+    let cap = cairn_core::auth::ldap::login::MAX_SEARCH_ENTRIES + 1;
+    let ldap = c.ldap.with_search_options(
+        SearchOptions::new()
+            .deref(deref)
+            .sizelimit(i32::try_from(cap).unwrap_or(i32::MAX)),
+    );
     let ldap = match c.timeout {
         Some(t) => ldap.with_timeout(t),
         None => ldap,
@@ -641,17 +646,33 @@ fn search(c: &mut Conn, spec: &SearchSpec) -> Result<LdapDone, LdapFailure> {
             .map_err(|e| classify(&e))?;
         loop {
             match stream.next() {
-                Ok(Some(e)) => out.push(entry(SearchEntry::construct(e))),
+                Ok(Some(e)) => {
+                    out.push(entry(SearchEntry::construct(e)));
+                    if out.len() >= cap {
+                        // Stop reading: finish the stream handle, then abandon the search
+                        // on the server.
+                        let id = stream.last_id();
+                        let _ = stream.result();
+                        let _ = c.ldap.abandon(id);
+                        return Ok(LdapDone::Entries(out));
+                    }
+                }
                 Ok(None) => break,
                 Err(e) => return Err(classify(&e)),
             }
         }
         stream.result().success().map_err(|e| classify(&e))?;
     } else {
-        let (entries, _) = ldap
+        let res = ldap
             .search(&spec.base, scope, &spec.filter, attrs)
-            .and_then(|r| r.success())
             .map_err(|e| classify(&e))?;
+        // sizeLimitExceeded (4) with the cap reached: hand the capped entries to the core,
+        // which refuses the search; any other non-success code is an error.
+        let entries = if res.1.rc == 4 && res.0.len() >= cap {
+            res.0
+        } else {
+            res.success().map_err(|e| classify(&e))?.0
+        };
         out.extend(
             entries
                 .into_iter()

@@ -176,10 +176,12 @@ fn run(
             }
         }
         // Audit lines reach their files before the commit; if they cannot, nothing of the
-        // batch is committed (fail closed). The node's in-memory state is not rolled back.
+        // batch is committed (fail closed), and the node reloads what it derived from the
+        // batch's writes (Merkle trees, WAL position) from storage.
         let committed: Result<(), String> = match crate::audit_file::append(&audit_lines) {
             Err(e) => {
                 node.storage_mut().rollback();
+                node.storage_rolled_back();
                 Err(format!("audit device failed: {e}"))
             }
             Ok(()) => node.storage_mut().commit().map_err(|e| e.to_string()),

@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 /// requests that fail with it into 507 answers).
 pub const DISK_FULL: &str = "disk full";
 
-/// Default size of the reserve file: room for one more batch when the disk fills up.
-pub const RESERVE_BYTES: u64 = 8 << 20;
+/// Default size of the reserve file: room for one more batch when the disk fills up (a batch
+/// larger than this that meets a full disk makes the runtime drop the node's memory).
+pub const RESERVE_BYTES: u64 = 2 << 20;
 
 /// How often a storage in "disk full" mode checks whether space came back.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
@@ -434,5 +435,6 @@ mod tests {
         s.rollback();
         assert!(s.get("a/1").unwrap().is_some());
         let _ = std::fs::remove_file(&dir);
+        let _ = std::fs::remove_file(format!("{}-reserve", dir.display()));
     }
 }

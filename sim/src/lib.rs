@@ -7,9 +7,10 @@
 //! nothing reaches the trace in hash-map order. Replaying a seed reproduces the run byte
 //! for byte, which the trace hash ([`trace`]) proves.
 //!
-//! Tiers: [`Tier::Fast`] drives bare `cairn_core::Node`s from one thread ([`world`]); a
-//! turmoil tier (sockets, connection breaks) can be added as another [`Tier`] that reuses
-//! the operator, model and checkers.
+//! Tiers: [`Tier::Fast`] drives bare `cairn_core::Node`s from one thread ([`world`],
+//! [`repl`]); [`Tier::Turmoil`] ([`tcp`]) runs nodes as turmoil hosts with the peer
+//! messages over turmoil TCP (connection breaks mid-stream, held links, partitions during
+//! a Merkle sync).
 //!
 //! Module map: [`storage`] (group commit, crashes, planted faults), [`net`] (seeded
 //! network), [`operator`] (clients and their ops), [`model`] (expected state, ACL
@@ -19,12 +20,14 @@
 //! seeds, see [`repl::wants_replication`]), [`trace`] (event log).
 
 pub mod check;
+pub mod ldap;
 pub mod model;
 pub mod net;
 pub mod operator;
 pub mod repl;
 pub mod rng;
 pub mod storage;
+pub mod tcp;
 pub mod trace;
 pub mod world;
 
@@ -47,6 +50,8 @@ pub const KNOWN_CORE_BUGS: &[(&str, &str)] = &[];
 pub enum Tier {
     /// Bare nodes, one thread, an in-memory network: most seeds run here.
     Fast,
+    /// Nodes as turmoil hosts, peer messages over turmoil TCP ([`tcp`]).
+    Turmoil,
 }
 
 impl std::str::FromStr for Tier {
@@ -54,7 +59,8 @@ impl std::str::FromStr for Tier {
     fn from_str(s: &str) -> Result<Tier, String> {
         match s {
             "fast" => Ok(Tier::Fast),
-            other => Err(format!("unknown tier {other:?} (available: fast)")),
+            "turmoil" => Ok(Tier::Turmoil),
+            other => Err(format!("unknown tier {other:?} (available: fast, turmoil)")),
         }
     }
 }
@@ -63,6 +69,7 @@ impl std::fmt::Display for Tier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Tier::Fast => write!(f, "fast"),
+            Tier::Turmoil => write!(f, "turmoil"),
         }
     }
 }
@@ -169,7 +176,7 @@ impl Outcome {
     }
 }
 
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         s.to_string()
     } else if let Some(s) = p.downcast_ref::<String>() {
@@ -183,6 +190,7 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 pub fn run(cfg: &RunConfig) -> Outcome {
     match cfg.tier {
         Tier::Fast => run_fast(cfg),
+        Tier::Turmoil => tcp::run(cfg),
     }
 }
 

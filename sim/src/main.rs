@@ -33,7 +33,7 @@ usage: cairn-sim [options] (--seed N | --seeds K [--start S] | --regressions [FI
   --regressions [F] run every seed listed in F (default: sim/regressions)
   --steps M         events in the chaos phase of each seed (default 3000); a bounded
                     final phase (crash every node, unseal, read everything back) follows
-  --tier fast       simulator tier (only `fast` for now)
+  --tier T          simulator tier: fast (default) or turmoil (sockets)
   --trace           print the event log
   --plant-fault drop-committed-write
                     plant a storage bug the durability checker must catch

@@ -20,7 +20,23 @@
 //! every host and waits (bounded) for convergence, then reads every acknowledged write back
 //! from the primary.
 //!
-//! Invariants: `filters` (no KV data of the denied mount, no primary token on a performance
+//! Failover drill (seeds with a DR secondary, ~70% of them): the primary is lost (crashed and
+//! held down, or partitioned from every host); the operator generates a DR operation token
+//! on the DR secondary (`generate-operation-token/attempt` + `update` with the primary's key
+//! share; a share of another keyring first, which must be refused), probes promote without
+//! a valid token (`gates`), promotes (with or without `force`), re-points every other
+//! secondary (`update-primary` by a new activation token — with the paths filter set again
+//! for filtered ones — or by `update_primary_addrs`; DR ones with their own operation
+//! token), then brings the old primary back, disables its performance primary, demotes its
+//! DR primary and re-joins it as a DR secondary of the new primary with `update-primary`.
+//! Also: secondaries disabled and re-enabled; LDAP logins ([`crate::ldap`]) on the primary
+//! and performance secondaries; token creation on performance secondaries.
+//!
+//! Invariants: `failover` (after the promote, each key on the new primary holds a value the
+//! old primary's history allows at the WAL index the DR secondary had replicated — checked
+//! by the final read-back), `wal-continues` (the primary's WAL index never goes back, and
+//! continues from the promoted secondary's), `gates`, `login` (see [`crate::ldap`]),
+//! `filters` (no KV data of the denied mount, no primary token on a performance
 //! secondary; a primary token gets 403 there), `revocation` (no key written after the revoke
 //! was acknowledged reaches the revoked secondary), `convergence` + `liveness` (every active
 //! secondary matches the primary — equal Merkle roots, or equal replicated KV for filtered
@@ -204,6 +220,11 @@ enum Ev {
     Crash(HostId),
     Restart(HostId),
     Wake,
+    LdapRep {
+        host: HostId,
+        boot: u64,
+        reply: cairn_core::auth::ldap::LdapReply,
+    },
     NextCrash,
     NextPartition,
     Heal(HostId, HostId),
@@ -258,9 +279,9 @@ enum Op {
     ReadBack(u64),
     /// DR operation token generation on a host: start, cancel, give a share (`wrong`: a
     /// share of another keyring, which must be refused).
-    OpTokAttempt(HostId),
-    OpTokCancel(HostId),
-    OpTokUpdate(HostId, bool),
+    TokAttempt(HostId),
+    TokCancel(HostId),
+    TokUpdate(HostId, bool),
     /// DR promote of the drill's secondary (`with_token: false` is the gate probe).
     Promote {
         h: HostId,
@@ -278,6 +299,11 @@ enum Op {
     },
     /// `secondary/disable` then the setup loop re-enables it with a fresh token.
     SecDisable(usize),
+    LdapMount,
+    LdapConfig,
+    LdapMap,
+    Login(crate::ldap::Attempt),
+    SecTokenCreate(HostId),
 }
 
 /// The DR operation token state of one host.
@@ -349,6 +375,8 @@ struct Sec {
     synced_once: bool,
     /// Disable-and-re-enable drill pending.
     disable: bool,
+    /// Holds the LDAP mount and config (it matched the primary since they were written).
+    ldap_ready: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -424,7 +452,7 @@ pub struct ReplWorld {
     optok: Vec<OpTok>,
     /// Acknowledged (and uncertain) writes of each key on the primary, in order: (upper
     /// bound of the WAL index it got, value); `u64::MAX` when unknown.
-    hist: BTreeMap<(bool, u64), Vec<(u64, Option<u64>)>>,
+    hist: BTreeMap<(bool, u64), Vec<WalWrite>>,
     /// After a failover: the values each key may hold on the new primary.
     failover_allowed: BTreeMap<(bool, u64), BTreeSet<Option<u64>>>,
     /// The primary's `wal.last` when the outstanding operator request's answer was released.
@@ -433,7 +461,17 @@ pub struct ReplWorld {
     wal_floor: u64,
     /// `wal.last` of a host just before it handled a DR promote.
     pre_promote_wal: BTreeMap<HostId, u64>,
+    failed_over: bool,
+    ldap: crate::ldap::Ldap,
+    ldap_rng: SimRng,
+    ldap_mounted: bool,
+    ldap_configured: bool,
+    /// When each host last handled a directory answer.
+    ldap_at: BTreeMap<HostId, u64>,
 }
+
+/// A write of a key: (upper bound of its WAL index, value or delete).
+type WalWrite = (u64, Option<u64>);
 
 fn fail<T>(invariant: &'static str, detail: impl Into<String>) -> Result<T, Violation> {
     Err(Violation {
@@ -513,6 +551,7 @@ impl ReplWorld {
                 gone: false,
                 synced_once: false,
                 disable: false,
+                ldap_ready: false,
             })
             .collect();
         let mut net = Network::new(SimRng::derive(seed, "network"), params.client_link);
@@ -559,6 +598,12 @@ impl ReplWorld {
             out_wal: None,
             wal_floor: 0,
             pre_promote_wal: BTreeMap::new(),
+            failed_over: false,
+            ldap: crate::ldap::Ldap::new(),
+            ldap_rng: SimRng::derive(seed, "ldap"),
+            ldap_mounted: false,
+            ldap_configured: false,
+            ldap_at: BTreeMap::new(),
             params,
         };
         {
@@ -643,6 +688,7 @@ impl ReplWorld {
         host.node = Some(Node::new(storage, seed, config));
         host.needs_unseal = host.boot > 1;
         let boot = host.boot;
+        self.ldap.on_boot(h);
         let kind = host.kind;
         self.log(&format!("n{h} ({kind:?}) start boot={boot}"));
     }
@@ -757,9 +803,17 @@ impl ReplWorld {
         match ev {
             Ev::ApiReq { to, from, req } => {
                 let id = req.id;
-                let Some(node) = self.hosts[to].node.as_mut() else {
+                if self.hosts[to].node.is_none() {
                     self.log(&format!("n{to} is down: #{id} refused"));
                     self.reply_api(to, from, id, Err("connection refused".into()));
+                    return Ok(());
+                }
+                if req.path.starts_with("auth/ldap/login/") {
+                    if let Some((_, _, Op::Login(a))) = self.outstanding.as_mut() {
+                        a.t0 = self.now;
+                    }
+                }
+                let Some(node) = self.hosts[to].node.as_mut() else {
                     return Ok(());
                 };
                 if req.path == "sys/replication/dr/secondary/promote" {
@@ -879,6 +933,18 @@ impl ReplWorld {
                 Ok(())
             }
             Ev::Wake => self.wake(),
+            Ev::LdapRep { host, boot, reply } => {
+                if self.hosts[host].boot != boot || self.hosts[host].node.is_none() {
+                    return Ok(());
+                }
+                let now = self.now;
+                self.ldap_at.insert(host, now);
+                if let Some(n) = self.hosts[host].node.as_mut() {
+                    n.handle(now, Input::Ldap(reply));
+                }
+                self.drain(host);
+                self.schedule_commit(host)
+            }
             Ev::NextCrash => {
                 if self.phase == Phase::Chaos {
                     let h = self.faults.below(self.hosts.len() as u64) as usize;
@@ -977,11 +1043,27 @@ impl ReplWorld {
         let Some(node) = host.node.as_mut() else {
             return;
         };
+        let mut calls = Vec::new();
         while let Some(o) = node.poll_output() {
             match o {
-                Output::Audit { .. } | Output::ClusterTls(_) | Output::Ldap(_) => {}
+                Output::Audit { .. } | Output::ClusterTls(_) => {}
+                // The shell hands LDAP calls to its pool at once, before the batch commits.
+                Output::Ldap(c) => calls.push(c),
                 other => host.held.push(other),
             }
+        }
+        let boot = host.boot;
+        for c in calls {
+            let reply = self.ldap.dir.answer(&c);
+            let d = 1 + self.faults.delay(2);
+            self.schedule(
+                d,
+                Ev::LdapRep {
+                    host: h,
+                    boot,
+                    reply,
+                },
+            );
         }
     }
 
@@ -1047,6 +1129,16 @@ impl ReplWorld {
                 );
             }
             self.wal_floor = last;
+        }
+        if self.ldap_configured {
+            if let Some(i) = self.secs.iter().position(|s| {
+                s.host == h && s.mode == Mode::Performance && s.enabled && !s.ldap_ready
+            }) {
+                let s = self.secs[i].clone();
+                if self.converged(&s).is_ok() {
+                    self.secs[i].ldap_ready = true;
+                }
+            }
         }
         if self.drill_at.is_some() && self.drill.is_none() {
             if let Some(i) = self
@@ -1323,6 +1415,18 @@ impl ReplWorld {
             _ => return None,
         }
         let r0 = self.root(0);
+        if self.mounted && !self.ldap_mounted {
+            let req = Request::new(id, Method::Post, "sys/auth/ldap")
+                .with_token(&r0)
+                .with_json(json!({"type": "ldap"}));
+            return Some((self.primary, Op::LdapMount, req));
+        }
+        if self.mounted && !self.ldap_configured {
+            let req = Request::new(id, Method::Post, "auth/ldap/config")
+                .with_token(&r0)
+                .with_json(crate::ldap::Ldap::config());
+            return Some((self.primary, Op::LdapConfig, req));
+        }
         if !self.mounted {
             let req = Request::new(id, Method::Post, "sys/mounts/other")
                 .with_token(&r0)
@@ -1436,7 +1540,9 @@ impl ReplWorld {
                 return Some((s.host, Op::SecDisable(i), req));
             }
         }
-        let pick = self.oprng.weighted(&[35, 15, 8, 5, 4, 6, 15, 2, 1]);
+        let pick = self
+            .oprng
+            .weighted(&[35, 15, 8, 5, 4, 6, 15, 2, 1, 10, 3, 2, 2]);
         let existing = |r: &mut SimRng, next: u64| if next == 0 { 0 } else { r.below(next) };
         match pick {
             0 | 1 => {
@@ -1491,6 +1597,42 @@ impl ReplWorld {
                     .unwrap_or_default();
                 let req = Request::new(id, Method::Get, &key_name(other, n)).with_token(&t);
                 Some((h, Op::Read(h, other, n), req))
+            }
+            9 => {
+                let mut hosts = vec![self.primary];
+                hosts.extend(
+                    self.secs
+                        .iter()
+                        .filter(|s| s.enabled && !s.gone && s.mode == Mode::Performance)
+                        .map(|s| s.host),
+                );
+                let h = *self.oprng.pick(&hosts)?;
+                let (a, path, body) = self.ldap.attempt(&mut self.ldap_rng, h);
+                let req = Request::new(id, Method::Post, &path).with_json(body);
+                Some((h, Op::Login(a), req))
+            }
+            10 => {
+                let (path, body) = self.ldap.mapping_write(&mut self.ldap_rng);
+                let req = Request::new(id, Method::Post, &path)
+                    .with_token(&r0)
+                    .with_json(body);
+                Some((self.primary, Op::LdapMap, req))
+            }
+            11 => {
+                let what = self.ldap.mutate(&mut self.ldap_rng);
+                self.log(&what);
+                None
+            }
+            12 if !perf_secs.is_empty() => {
+                let h = *self.oprng.pick(&perf_secs)?;
+                let t = self
+                    .sec_of(h)
+                    .and_then(|s| s.local_root.clone())
+                    .unwrap_or_default();
+                let req = Request::new(id, Method::Post, "auth/token/create")
+                    .with_token(&t)
+                    .with_json(json!({"policies": ["default"], "ttl": "1h"}));
+                Some((h, Op::SecTokenCreate(h), req))
             }
             8 if self.oprng.chance(self.params.revoke_permille * 20) => {
                 let cands: Vec<usize> = (0..self.secs.len())
@@ -1558,16 +1700,12 @@ impl ReplWorld {
         let t = &self.optok[h];
         let base = "sys/replication/dr/secondary/generate-operation-token/attempt";
         if t.cancel {
-            return (
-                h,
-                Op::OpTokCancel(h),
-                Request::new(id, Method::Delete, base),
-            );
+            return (h, Op::TokCancel(h), Request::new(id, Method::Delete, base));
         }
         match &t.gen {
             None => (
                 h,
-                Op::OpTokAttempt(h),
+                Op::TokAttempt(h),
                 Request::new(id, Method::Post, base).with_json(json!({})),
             ),
             Some((_, nonce)) => {
@@ -1579,7 +1717,7 @@ impl ReplWorld {
                 };
                 (
                     h,
-                    Op::OpTokUpdate(h, wrong),
+                    Op::TokUpdate(h, wrong),
                     Request::new(
                         id,
                         Method::Post,
@@ -1854,6 +1992,7 @@ impl ReplWorld {
                             gone: false,
                             synced_once: false,
                             disable: false,
+                            ldap_ready: false,
                         });
                         if let Some(dr) = self.drill.as_mut() {
                             dr.rejoin = Some(i);
@@ -1901,6 +2040,8 @@ impl ReplWorld {
         };
         let l = self.pre_promote_wal.get(&h).copied().unwrap_or(0);
         self.primary = h;
+        self.failed_over = true;
+        self.ldap.forget(h);
         self.secs[d.dr].gone = true;
         self.secs[d.dr].enabled = false;
         self.wal_floor = l;
@@ -2093,6 +2234,9 @@ impl ReplWorld {
             Op::SecEnable(i) => {
                 if ok || text.contains("already a") {
                     self.secs[i].enabled = true;
+                    self.secs[i].ldap_ready = false;
+                    let h = self.secs[i].host;
+                    self.ldap.forget(h);
                     self.log(&format!(
                         "n{} is a {} secondary",
                         self.secs[i].host,
@@ -2237,7 +2381,7 @@ impl ReplWorld {
                     _ => {}
                 }
             }
-            Op::OpTokAttempt(h) => {
+            Op::TokAttempt(h) => {
                 let otp = body["otp"]
                     .as_str()
                     .or_else(|| body["data"]["otp"].as_str());
@@ -2255,13 +2399,13 @@ impl ReplWorld {
                     _ => {}
                 }
             }
-            Op::OpTokCancel(h) => {
+            Op::TokCancel(h) => {
                 if resp.is_ok() {
                     self.optok[h].cancel = false;
                     self.optok[h].gen = None;
                 }
             }
-            Op::OpTokUpdate(h, wrong) => {
+            Op::TokUpdate(h, wrong) => {
                 let enc = body["encoded_token"]
                     .as_str()
                     .or_else(|| body["data"]["encoded_token"].as_str());
@@ -2389,11 +2533,51 @@ impl ReplWorld {
                     s.gen = None;
                     s.gen_tries = 0;
                     s.synced_once = false;
+                    s.ldap_ready = false;
                     let h = s.host;
+                    self.ldap.forget(h);
                     self.new_attempt(i);
                     self.log(&format!(
                         "n{h} secondary disabled; it will be enabled again"
                     ));
+                }
+            }
+            Op::LdapMount => {
+                if ok || text.contains("already") || text.contains("in use") {
+                    self.ldap_mounted = true;
+                }
+            }
+            Op::LdapConfig => {
+                if ok {
+                    self.ldap_configured = true;
+                }
+            }
+            Op::LdapMap => self
+                .ldap
+                .mapping_answer(if resp.is_err() { None } else { Some(ok) }),
+            Op::Login(a) => {
+                let t1 = self.ldap_at.get(&a.host).copied().filter(|t| *t >= a.t0);
+                let primary = a.host == self.primary && !self.failed_over;
+                let ready = if a.host == self.primary {
+                    self.ldap_configured
+                } else {
+                    self.sec_of(a.host).is_some_and(|s| s.ldap_ready)
+                };
+                let st = resp.as_ref().ok().map(|r| r.status);
+                self.bump("login");
+                let what = self.ldap.observe(&a, t1, st, &body, primary, ready)?;
+                self.bump(match what {
+                    "ok" => "login:ok",
+                    "refused" => "login:refused",
+                    "refused-locked" => "login:locked",
+                    _ => "login:undecided",
+                });
+            }
+            Op::SecTokenCreate(h) => {
+                if ok {
+                    self.bump("perf-secondary-token");
+                } else if resp.is_ok() && status != 503 && status != 403 {
+                    self.log(&format!("note: token creation on n{h}: {text}"));
                 }
             }
             Op::ReadBack(n) => {

@@ -694,7 +694,11 @@ fn merkle_check_reports_sqlite_corruption_and_reindex_repairs_it() {
     let st = anon(&d, "GET", "sys/replication/dr/status", None).body;
     assert_eq!(st["data"]["corrupted_merkle_tree"], json!(true), "{st}");
     // The CLI shows the same finding as a table and exits 2.
-    let o = cli(&d, &["replication", "merkle-check", "-dr-token", &token], None);
+    let o = cli(
+        &d,
+        &["replication", "merkle-check", "-dr-token", &token],
+        None,
+    );
     assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
     assert!(
         o.stdout.contains("CORRUPTION FOUND") && o.stdout.contains(&page_sub),
@@ -716,7 +720,11 @@ fn merkle_check_reports_sqlite_corruption_and_reindex_repairs_it() {
         None,
     );
     assert_eq!(o.code, 0, "reindex: {}{}", o.stdout, o.stderr);
-    assert!(o.stdout.contains("rebuilt the Merkle trees"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("rebuilt the Merkle trees"),
+        "{}",
+        o.stdout
+    );
     assert!(
         o.stdout.contains(&value_key),
         "diff names the corrupted key: {}",
@@ -727,7 +735,11 @@ fn merkle_check_reports_sqlite_corruption_and_reindex_repairs_it() {
     });
     let after = check(&d);
     assert_eq!(after["corrupted_root"], json!(false), "{after}");
-    let o = cli(&d, &["replication", "merkle-check", "-dr-token", &token], None);
+    let o = cli(
+        &d,
+        &["replication", "merkle-check", "-dr-token", &token],
+        None,
+    );
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     assert!(o.stdout.contains("clean"), "{}", o.stdout);
     assert_eq!(

@@ -270,7 +270,14 @@ fn expired_secondary_tokens_are_refused_and_change_nothing() {
         assert_eq!(status(&s, "performance")["mode"], "disabled");
         assert_eq!(ok(s.get("sys/mounts"), "mounts")["data"], before_keys);
     }
-    assert_eq!(status(&p, "performance")["secondaries"], json!([]));
+    // The primary never heard from it.
+    let ps = status(&p, "performance");
+    let secs = ps["secondaries"].as_array().expect("secondaries").clone();
+    assert!(
+        secs.iter()
+            .all(|x| x["connection_status"] == "disconnected" && x["cluster_id"] == ""),
+        "{ps}"
+    );
 }
 
 #[test]
@@ -371,4 +378,99 @@ fn disable_and_reenable_on_the_primary_and_on_a_secondary() {
     s.root_token = generate(&s, "sys/generate-root", &p.unseal_keys);
     assert_eq!(s.get("secret/after-disable").body["data"]["v"], "y");
     assert_eq!(s.get("secret/new4").body["data"]["v"], 4);
+}
+
+/// A request in a namespace given by the `X-Vault-Namespace` header.
+fn in_ns(s: &Server, ns: &str, method: &str, path: &str, body: Option<Value>) -> Resp {
+    let b = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+    s.raw(
+        method,
+        &format!("/v1/{path}"),
+        &[
+            ("X-Vault-Token", s.root_token.as_str()),
+            ("X-Vault-Namespace", ns),
+        ],
+        b,
+    )
+}
+
+#[test]
+fn namespaces_route_replicate_and_are_path_filtered() {
+    let p = licensed("nprim");
+    let mut s = licensed("nsec");
+    for ns in ["ns1", "ns2"] {
+        let c = ok(
+            p.post(&format!("sys/namespaces/{ns}"), json!({})),
+            "create ns",
+        );
+        assert_eq!(c["data"]["path"], format!("{ns}/"));
+        // Header form for the mount, path-prefix form for the data.
+        ok(
+            in_ns(
+                &p,
+                ns,
+                "POST",
+                "sys/mounts/app",
+                Some(json!({"type": "kv"})),
+            ),
+            "mount in ns",
+        );
+        ok(
+            p.put(&format!("{ns}/app/x"), json!({ "v": ns })),
+            "write in ns",
+        );
+    }
+    ok(
+        in_ns(&p, "ns1", "POST", "sys/namespaces/kid", None),
+        "nested ns",
+    );
+    assert_eq!(
+        in_ns(&p, "ns1", "GET", "app/x", None).body["data"]["v"],
+        "ns1"
+    );
+    // Invisible from the root and from a sibling.
+    assert_eq!(p.get("app/x").status, 404);
+    assert!(ok(p.get("sys/mounts"), "mounts")["data"]["ns1/app/"].is_null());
+    assert_eq!(
+        in_ns(&p, "ns2", "GET", "sys/mounts", None).body["data"]["app/"]["type"],
+        "kv"
+    );
+    let l = ok(p.list("sys/namespaces"), "list");
+    assert_eq!(l["data"]["keys"], json!(["ns1/", "ns2/"]));
+
+    ok(
+        p.post("sys/replication/performance/primary/enable", json!({})),
+        "perf enable",
+    );
+    let t = token(&p, "performance", "ns-s");
+    ok(
+        p.post(
+            "sys/replication/performance/primary/paths-filter/ns-s",
+            json!({"mode": "deny", "paths": ["ns1/"]}),
+        ),
+        "paths filter",
+    );
+    enable_secondary(&s, "performance", &t);
+    wait_caught_up("namespaced data", 30, &p, &s, "performance", "ns-s");
+    let d = ok(
+        p.get("sys/replication/performance/primary/dynamic-filter/ns-s"),
+        "dynamic filter",
+    );
+    assert_eq!(
+        d["data"]["dynamic_filtered_namespaces"],
+        json!(["ns1/", "ns1/kid/"])
+    );
+    assert_eq!(d["data"]["dynamic_filtered_mounts"], json!(["ns1/app/"]));
+    // The secondary has the namespaces (system data) and ns2's data, not ns1's.
+    s.root_token = generate(&s, "sys/generate-root", &p.unseal_keys);
+    assert_eq!(
+        ok(s.list("sys/namespaces"), "list on secondary")["data"]["keys"],
+        json!(["ns1/", "ns2/"])
+    );
+    assert_eq!(s.get("ns2/app/x").body["data"]["v"], "ns2");
+    assert_eq!(
+        in_ns(&s, "ns2", "GET", "app/x", None).body["data"]["v"],
+        "ns2"
+    );
+    assert_eq!(s.get("ns1/app/x").status, 404);
 }

@@ -336,6 +336,15 @@ impl Replication {
         reindex::on_seal(&mut self.jobs);
     }
 
+    /// The storage dropped write sets this state already counted (a batch was rolled
+    /// back): reload trees, WAL position and roles from storage on the next input, and start
+    /// a running scan over.
+    pub fn forget_uncommitted(&mut self) {
+        self.loaded = false;
+        self.roles_loaded = false;
+        self.jobs.epoch += 1;
+    }
+
     /// Progress of a running reindex or Merkle check: (keys done, keys total).
     pub fn scan_progress(&self) -> Option<(u64, u64)> {
         reindex::progress(&self.jobs)

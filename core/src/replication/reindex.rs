@@ -1173,6 +1173,28 @@ mod tests {
     }
 
     #[test]
+    fn a_rolled_back_batch_is_forgotten_by_the_trees_and_the_wal() {
+        let mut one = One::new(8);
+        one.ok(
+            Method::Post,
+            "sys/replication/performance/primary/enable",
+            json!({}),
+        );
+        fill(&mut one, 5);
+        let before = one.node.storage().clone();
+        let wal_before = one.node.replication().wal;
+        one.ok(Method::Put, "secret/lost", json!({ "v": 1 }));
+        assert!(one.node.replication().wal.last > wal_before.last);
+        // The shell's transaction is rolled back: storage is as before the write.
+        *one.node.storage_mut() = before;
+        one.node.storage_rolled_back();
+        one.tick();
+        assert_eq!(one.node.replication().wal, wal_before);
+        one.assert_exact();
+        assert!(clean(&one.report()));
+    }
+
+    #[test]
     fn reindex_needs_post_and_a_sudo_token() {
         let mut one = One::new(8);
         let r = one.call(Method::Get, "sys/replication/reindex", json!({}));

@@ -108,7 +108,9 @@ fn reindex(a: ReindexArgs) -> CmdResult {
                 }
             }
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(CliError::Local("the reindex call ended without an answer".into()))
+                return Err(CliError::Local(
+                    "the reindex call ended without an answer".into(),
+                ))
             }
         }
     };
@@ -181,7 +183,11 @@ fn merkle_check(a: CheckArgs) -> CmdResult {
     println!(
         "Merkle check at {}: {}",
         rep["last_corruption_check_epoch"].as_str().unwrap_or(""),
-        if corrupted { "CORRUPTION FOUND" } else { "clean" }
+        if corrupted {
+            "CORRUPTION FOUND"
+        } else {
+            "clean"
+        }
     );
     let mut rows: Vec<Vec<String>> = Vec::new();
     for (_, e) in rep["corrupted_tree_map"].as_object().into_iter().flatten() {
@@ -201,7 +207,10 @@ fn merkle_check(a: CheckArgs) -> CmdResult {
     if !rows.is_empty() {
         print!(
             "{}",
-            table(&["tree", "subtree", "root corrupt", "pages (subpages)"], &rows)
+            table(
+                &["tree", "subtree", "root corrupt", "pages (subpages)"],
+                &rows
+            )
         );
         println!("Run `cairn replication reindex` to rebuild the trees.");
     }

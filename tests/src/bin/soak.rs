@@ -300,6 +300,10 @@ fn main() {
     }
     ok(p.post("sys/mounts/secret", json!({"type": "kv"})), "mount");
     ok(
+        p.post("sys/auth/ldap", json!({"type": "ldap"})),
+        "enable ldap",
+    );
+    ok(
         p.post(
             "auth/ldap/config",
             json!({
