@@ -766,7 +766,20 @@ fn promote(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiR
     if mode == Mode::Dr {
         super::dr_token::check_body(ctx, &body)?;
     }
-    let _force = f.bool("force")?.unwrap_or(false);
+    let force = f.bool("force")?.unwrap_or(false);
+    // The safety check `force` skips: a secondary that has not finished its Merkle sync
+    // holds an incomplete copy, and promoting it would lose what it has not fetched yet.
+    let rt = st.repl.mode(mode);
+    let syncing = rt.role.needs_sync || matches!(rt.sec.phase, Phase::MerkleDiff | Phase::MerkleSync);
+    if syncing && !force {
+        return Err(ApiError::bad(format!(
+            "this {} secondary has not finished synchronising with its primary (state {}, {} of {} keys fetched): promoting it now may lose data; wait until its state is stream-wals, or promote with force=true",
+            mode.name(),
+            secondary::state_name(rt),
+            rt.sec.sync_done,
+            rt.sec.sync_total
+        )));
+    }
     let addr = f
         .str("primary_cluster_addr")?
         .filter(|a| !a.is_empty())

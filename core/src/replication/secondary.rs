@@ -210,7 +210,15 @@ fn advance(env: &mut Env, mode: Mode, a: PeerAnswer) -> ApiResult<()> {
             pull(env, mode);
         }
         PeerAnswer::Gone { info } => {
-            env.st.repl.mode_mut(mode).sec.info = info;
+            // Behind the primary's WAL: remember it durably until a Merkle sync completes, so
+            // a restart resumes the sync and promote knows the copy is incomplete.
+            let rt = env.st.repl.mode_mut(mode);
+            rt.sec.info = info;
+            if !rt.role.needs_sync {
+                rt.role.needs_sync = true;
+                let w = env.role_write(mode)?;
+                commit_changes(env, vec![w], Origin::Replication)?;
+            }
             start_diff(env, mode);
         }
         PeerAnswer::Roots { info, index, roots } => on_roots(env, mode, info, index, roots)?,

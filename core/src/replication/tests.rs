@@ -863,3 +863,38 @@ fn dr_secondary_reindex_and_merkle_check_need_the_dr_token_and_heal_corruption()
     );
     assert_eq!(net.status(1, "dr")["corrupted_merkle_tree"], false);
 }
+
+#[test]
+fn promote_refuses_an_unsynced_secondary_unless_forced() {
+    let (mut net, roots) = Net::new(2);
+    let r0 = roots[0].clone();
+    net.ok(0, &r0, Method::Put, "secret/a", json!({ "v": 1 }));
+    net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/enable", json!({}));
+    // The cluster channel to the primary is cut (its API still answers the unwrap): the
+    // secondary activates but never finishes its first Merkle sync, so its copy is incomplete.
+    net.down.insert(0);
+    net.activate(0, &r0, 1, &roots[1], "performance", "p1");
+    net.run_for(500);
+    let t1 = generate_root(&mut net, 1, 0);
+    let r = net.call(
+        1,
+        &t1,
+        Method::Post,
+        "sys/replication/performance/secondary/promote",
+        json!({}),
+    );
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert!(
+        r.body.unwrap().to_string().contains("force=true"),
+        "the error says how to override"
+    );
+    assert_eq!(net.status(1, "performance")["mode"], "secondary");
+    net.ok(
+        1,
+        &t1,
+        Method::Post,
+        "sys/replication/performance/secondary/promote",
+        json!({ "force": true }),
+    );
+    assert_eq!(net.status(1, "performance")["mode"], "primary");
+}
