@@ -562,17 +562,23 @@ impl<S: Storage> Node<S> {
     fn health(&self, req: &Request) -> ApiResult {
         let init = self.seal_config()?.is_some();
         let sealed = self.barrier.sealed();
-        let code = |name: &str, default: u16| {
-            req.query(name)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(default)
+        let code = |name: &str, default: u16| -> ApiResult<u16> {
+            match req.query(name) {
+                None => Ok(default),
+                Some(v) => match v.parse::<u16>() {
+                    Ok(c) if (100..=599).contains(&c) => Ok(c),
+                    _ => Err(ApiError::bad(format!(
+                        "{name}: expected an HTTP status code between 100 and 599, got {v:?}"
+                    ))),
+                },
+            }
         };
         let status = if !init {
-            code("uninitcode", 501)
+            code("uninitcode", 501)?
         } else if sealed {
-            code("sealedcode", 503)
+            code("sealedcode", 503)?
         } else {
-            code("activecode", 200)
+            code("activecode", 200)?
         };
         Ok(Reply::Raw(
             status,
