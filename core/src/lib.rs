@@ -11,6 +11,8 @@ pub mod fuzzing;
 pub mod kv;
 pub mod license;
 pub mod metrics;
+#[cfg(test)]
+mod model_tests;
 pub mod mounts;
 pub mod namespace;
 pub mod node;

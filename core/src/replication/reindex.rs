@@ -762,6 +762,15 @@ pub(crate) fn progress(jobs: &Jobs) -> Option<(u64, u64)> {
     jobs.job.as_ref().map(|j| (j.done, j.total))
 }
 
+/// [`rebuild`] with the node's local mount set (model tests).
+#[cfg(test)]
+pub(crate) fn rebuild_for_tests(
+    storage: &dyn crate::storage::Storage,
+    repl: &super::Replication,
+) -> Trees {
+    rebuild(storage, &repl.local_uuids).unwrap_or_default()
+}
+
 /// Recomputes both trees from storage in one go (loading trees that were never persisted or
 /// were left incomplete), reading a bounded number of keys at a time.
 pub(crate) fn rebuild(
