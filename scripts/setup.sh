@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for building and testing Cairn:
-# OpenLDAP (slapd, ldap-utils) and openssl for the LDAP tests, python3-venv for the hvac test.
+# OpenLDAP (slapd, ldap-utils) and openssl for the LDAP tests, python3-venv for the hvac test,
+# tmux for the terminal tests, curl and python3 for the README walkthrough tests.
 set -euo pipefail
 need=()
 command -v slapd >/dev/null 2>&1 || [ -x /usr/sbin/slapd ] || need+=(slapd)
@@ -8,6 +9,7 @@ command -v ldapadd >/dev/null 2>&1 || need+=(ldap-utils)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v curl >/dev/null 2>&1 || need+=(curl ca-certificates)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -18,6 +18,7 @@ use cairn_core::replication::{HttpCall, HttpReply, PeerAnswer, PeerMsg, PeerRepl
 use cairn_core::Input;
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -135,7 +136,27 @@ pub fn use_tls(t: cairn_core::replication::tls::ClusterTls) {
     }
 }
 
+/// Body bytes this process sent / received on the cluster channel (peer-call request and
+/// answer bodies, as the client and as the server; TLS and HTTP framing not included).
+static BYTES_SENT: AtomicU64 = AtomicU64::new(0);
+static BYTES_RECEIVED: AtomicU64 = AtomicU64::new(0);
+
+/// The cluster channel byte counters in Prometheus text format (appended to
+/// `sys/metrics?format=prometheus` with the listener's latency histograms).
+pub fn render_bytes() -> String {
+    let name = "cairn_cluster_bytes_total";
+    format!(
+        "# HELP {name} Body bytes of peer calls on the cluster channel (client and server side).\n\
+         # TYPE {name} counter\n\
+         {name}{{direction=\"sent\"}} {}\n\
+         {name}{{direction=\"received\"}} {}\n",
+        BYTES_SENT.load(Ordering::Relaxed),
+        BYTES_RECEIVED.load(Ordering::Relaxed)
+    )
+}
+
 fn reply(rq: tiny_http::Request, status: u16, body: Vec<u8>) {
+    BYTES_SENT.fetch_add(body.len() as u64, Ordering::Relaxed);
     let h =
         Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).expect("static header");
     if let Err(e) = rq.respond(
@@ -160,6 +181,7 @@ fn handle(mut rq: tiny_http::Request, core: &Core) {
         log::debug!("cannot read peer request: {e}");
         return;
     }
+    BYTES_RECEIVED.fetch_add(body.len() as u64, Ordering::Relaxed);
     let msg: PeerMsg = match serde_json::from_slice(&body) {
         Ok(m) => m,
         Err(e) => {
@@ -234,6 +256,7 @@ fn post_peer(s: &PeerSend) -> Result<PeerAnswer, String> {
     } else {
         agent().clone()
     };
+    BYTES_SENT.fetch_add(body.len() as u64, Ordering::Relaxed);
     let mut resp = agent
         .post(&peer_url(&s.to, tls))
         .header("Content-Type", "application/json")
@@ -246,6 +269,7 @@ fn post_peer(s: &PeerSend) -> Result<PeerAnswer, String> {
         .limit(MAX_BODY)
         .read_to_vec()
         .map_err(|e| e.to_string())?;
+    BYTES_RECEIVED.fetch_add(text.len() as u64, Ordering::Relaxed);
     serde_json::from_slice(&text).map_err(|e| format!("answer {status} is not a peer message: {e}"))
 }
 

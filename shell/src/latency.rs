@@ -47,7 +47,7 @@ fn esc(s: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// The histograms in Prometheus text format.
+/// The histograms (and the cluster channel byte counters) in Prometheus text format.
 pub fn render() -> String {
     let snapshot = match HISTS.lock() {
         Ok(h) => h.clone(),
@@ -69,5 +69,6 @@ pub fn render() -> String {
         let _ = writeln!(out, "{name}_sum{{{l}}} {}", h.sum);
         let _ = writeln!(out, "{name}_count{{{l}}} {}", h.count);
     }
+    out.push_str(&crate::cluster::render_bytes());
     out
 }

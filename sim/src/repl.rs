@@ -49,6 +49,9 @@ use crate::rng::SimRng;
 use crate::storage::SimStorage;
 use crate::trace::{shorten, Trace};
 use cairn_core::api::RequestId;
+use cairn_core::replication::class::{self as rclass, Class};
+use cairn_core::replication::merkle::{self, Record, TreeKind, Trees};
+use cairn_core::replication::reindex::report_json as reindex_report;
 use cairn_core::replication::{
     HttpReply, Mode, PeerAnswer, PeerMsg, PeerReply, PeerRequest, ReplicationConfig,
 };
@@ -95,6 +98,11 @@ pub struct Params {
     pub partition_len_ms: u64,
     pub think_ms: u64,
     pub revoke_permille: u64,
+    /// Mean time between planted corruptions (a Merkle record anywhere, a replicated value
+    /// on a secondary); 0: none.
+    pub corrupt_mean_ms: u64,
+    /// Chance (‰) per operator step of a reindex or Merkle check.
+    pub scan_permille: u64,
 }
 
 impl Params {
@@ -136,6 +144,8 @@ impl Params {
             partition_len_ms: *r.pick(&[500, 5_000, 20_000]).unwrap_or(&5_000),
             think_ms: *r.pick(&[5, 30, 200]).unwrap_or(&30),
             revoke_permille: *r.pick(&[0, 5, 20]).unwrap_or(&5),
+            corrupt_mean_ms: *r.pick(&[0, 8_000, 30_000]).unwrap_or(&0),
+            scan_permille: *r.pick(&[4, 12, 30]).unwrap_or(&12),
         }
     }
 
@@ -153,7 +163,7 @@ impl Params {
         format!(
             "topology=[{}] peer-delay={}ms peer-loss={}‰ peer-fifo={} commit-window={}ms tick={}ms \
              wal-max={} pull-wait={}ms fetch-batch={} batch-entries={} crash-every~{}ms downtime~{}ms \
-             partition-every~{}ms partition-len~{}ms think={}ms revoke={}‰",
+             partition-every~{}ms partition-len~{}ms think={}ms revoke={}‰ corrupt-every~{}ms scans={}‰",
             kinds.join(","),
             self.peer_link.delay_mean,
             self.peer_link.loss_permille,
@@ -170,6 +180,8 @@ impl Params {
             self.partition_len_ms,
             self.think_ms,
             self.revoke_permille,
+            self.corrupt_mean_ms,
+            self.scan_permille,
         )
     }
 }
@@ -228,6 +240,7 @@ enum Ev {
     NextCrash,
     NextPartition,
     Heal(HostId, HostId),
+    NextCorrupt,
 }
 
 struct Host {
@@ -249,6 +262,38 @@ struct Host {
     root: String,
     key: String,
     needs_unseal: bool,
+    /// Planted corruption (see [`Rot`]).
+    rot: Rot,
+}
+
+/// Corruption planted in one host's storage and what repairs it.
+#[derive(Debug, Clone, Default)]
+struct Rot {
+    /// Bumped by every planting; `values` by value plantings only.
+    gen: u64,
+    values_gen: u64,
+    /// Something was planted since the start of the last reindex whose answer arrived:
+    /// a Merkle check must then be clean, and the final phase reindexes the host.
+    dirty: bool,
+    /// Every planted Merkle record: key → the corrupted bytes (while storage still holds
+    /// exactly them, a Merkle check must report that record). A key is planted once.
+    records: BTreeMap<String, Vec<u8>>,
+    /// Replicated values planted (storage keys): after the final repair they must equal
+    /// the primary's.
+    values: BTreeSet<String>,
+    /// Failed final-phase repair attempts.
+    repair_tries: u32,
+}
+
+/// A reindex or Merkle check the operator has in flight, as the node took it.
+#[derive(Debug, Clone, Copy)]
+struct ScanStart {
+    id: RequestId,
+    h: HostId,
+    gen: u64,
+    values_gen: u64,
+    /// A scan was already running on the node (the request must be refused).
+    busy: bool,
 }
 
 /// What the operator's outstanding request is.
@@ -304,6 +349,13 @@ enum Op {
     LdapMap,
     Login(crate::ldap::Attempt),
     SecTokenCreate(HostId),
+    /// `reindex` (with flags diff, force, skip_flush) or `merkle-check` on host `h`;
+    /// `repair`: the final phase's repair of planted corruption.
+    Scan {
+        h: HostId,
+        reindex: Option<[bool; 3]>,
+        repair: bool,
+    },
 }
 
 /// The DR operation token state of one host.
@@ -332,6 +384,9 @@ struct Drill {
     dr: usize,
     old: HostId,
     force: bool,
+    /// The unforced promote was refused because the secondary had not finished its Merkle
+    /// sync; the forced one accepts losing what it had not fetched.
+    lossy: bool,
     step: DStep,
     gate_probed: bool,
     perf_off: bool,
@@ -468,6 +523,11 @@ pub struct ReplWorld {
     ldap_configured: bool,
     /// When each host last handled a directory answer.
     ldap_at: BTreeMap<HostId, u64>,
+    corrupt_rng: SimRng,
+    scan_rng: SimRng,
+    scan: Option<ScanStart>,
+    /// A violation found while draining a node's outputs (returned by the next step).
+    pending: Option<Violation>,
 }
 
 /// A write of a key: (upper bound of its WAL index, value or delete).
@@ -517,6 +577,7 @@ impl ReplWorld {
                 root: format!("root-n{h}"),
                 key: String::new(),
                 needs_unseal: false,
+                rot: Rot::default(),
             })
             .collect();
         let secs = params
@@ -604,6 +665,10 @@ impl ReplWorld {
             ldap_mounted: false,
             ldap_configured: false,
             ldap_at: BTreeMap::new(),
+            corrupt_rng: SimRng::derive(seed, "repl-corrupt"),
+            scan_rng: SimRng::derive(seed, "repl-scan"),
+            scan: None,
+            pending: None,
             params,
         };
         {
@@ -631,6 +696,10 @@ impl ReplWorld {
         w.schedule(d, Ev::NextCrash);
         let d = w.faults.delay(w.params.partition_mean_ms);
         w.schedule(d, Ev::NextPartition);
+        if w.params.corrupt_mean_ms > 0 {
+            let d = w.corrupt_rng.delay(w.params.corrupt_mean_ms).max(1);
+            w.schedule(d, Ev::NextCorrupt);
+        }
         w
     }
 
@@ -763,6 +832,9 @@ impl ReplWorld {
         } else {
             return fail("liveness", "nothing left to happen");
         }
+        if let Some(v) = self.pending.take() {
+            return Err(v);
+        }
         Ok(true)
     }
 
@@ -813,12 +885,34 @@ impl ReplWorld {
                         a.t0 = self.now;
                     }
                 }
+                if from == Caller::Operator
+                    && matches!(&self.outstanding, Some((o, _, Op::Scan { .. })) if *o == id)
+                {
+                    let x = &self.hosts[to];
+                    self.scan = Some(ScanStart {
+                        id,
+                        h: to,
+                        gen: x.rot.gen,
+                        values_gen: x.rot.values_gen,
+                        busy: x
+                            .node
+                            .as_ref()
+                            .is_some_and(|n| n.replication().scan_progress().is_some()),
+                    });
+                }
                 let Some(node) = self.hosts[to].node.as_mut() else {
                     return Ok(());
                 };
                 if req.path == "sys/replication/dr/secondary/promote" {
                     let last = node.replication().wal.last;
                     self.pre_promote_wal.insert(to, last);
+                    // A promote of a copy that has not finished its Merkle sync can only
+                    // succeed forced, and then loses what was not fetched yet.
+                    if node.replication().syncing(Mode::Dr) {
+                        if let Some(d) = self.drill.as_mut() {
+                            d.lossy = true;
+                        }
+                    }
                 }
                 node.handle(self.now, Input::Request(req));
                 match from {
@@ -980,6 +1074,14 @@ impl ReplWorld {
                 self.heal(a, b);
                 Ok(())
             }
+            Ev::NextCorrupt => {
+                if self.phase == Phase::Chaos {
+                    self.plant_corruption();
+                    let d = self.corrupt_rng.delay(self.params.corrupt_mean_ms).max(1);
+                    self.schedule(d, Ev::NextCorrupt);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -1044,7 +1146,14 @@ impl ReplWorld {
             return;
         };
         let mut calls = Vec::new();
+        let scan_id = self.scan.filter(|s| s.h == h).map(|s| s.id);
+        let mut scan_answer = None;
         while let Some(o) = node.poll_output() {
+            if let Output::Response(r) = &o {
+                if Some(r.id) == scan_id {
+                    scan_answer = Some(r.clone());
+                }
+            }
             match o {
                 Output::Audit { .. } | Output::ClusterTls(_) => {}
                 // The shell hands LDAP calls to its pool at once, before the batch commits.
@@ -1053,6 +1162,13 @@ impl ReplWorld {
             }
         }
         let boot = host.boot;
+        if let Some(r) = scan_answer {
+            if self.pending.is_none() {
+                if let Err(v) = self.on_scan_answer(h, &r) {
+                    self.pending = Some(v);
+                }
+            }
+        }
         for c in calls {
             let reply = self.ldap.dir.answer(&c);
             let d = 1 + self.faults.delay(2);
@@ -1404,6 +1520,11 @@ impl ReplWorld {
                 return r;
             }
         }
+        if self.phase == Phase::Final {
+            if let Some(r) = self.choose_repair(id) {
+                return Some(r);
+            }
+        }
         match self.phase {
             Phase::Chaos => {}
             Phase::ReadBack => {
@@ -1538,6 +1659,11 @@ impl ReplWorld {
                 .with_token(&tok)
                 .with_json(Value::Object(body));
                 return Some((s.host, Op::SecDisable(i), req));
+            }
+        }
+        if self.scan_rng.chance(self.params.scan_permille) {
+            if let Some(r) = self.choose_scan(id) {
+                return Some(r);
             }
         }
         let pick = self
@@ -1806,6 +1932,7 @@ impl ReplWorld {
                 dr: i,
                 old,
                 force,
+                lossy: false,
                 step: DStep::Promote,
                 gate_probed: false,
                 perf_off: false,
@@ -2076,8 +2203,12 @@ impl ReplWorld {
             let j = h.iter().rposition(|(u, _)| *u <= l);
             let mut allowed: BTreeSet<Option<u64>> =
                 h[j.unwrap_or(0)..].iter().map(|(_, v)| *v).collect();
-            if j.is_none() {
+            if j.is_none() || d.lossy {
                 allowed.insert(None);
+            }
+            if d.lossy {
+                // A forced promote of an unsynced copy: any value the key ever had, or none.
+                allowed.extend(h.iter().map(|(_, v)| *v));
             }
             if allowed.len() == 1 {
                 exact += 1;
@@ -2464,6 +2595,15 @@ impl ReplWorld {
                         self.on_promoted(h)?;
                     } else if status == 403 {
                         self.optok[h].token = None;
+                    } else if status == 400 && text.contains("force=true") {
+                        // The secondary had not finished its Merkle sync when its primary was
+                        // lost: like an operator, accept the possible loss and force it (the
+                        // failover checker bounds what may be lost).
+                        self.bump("promote-needs-force");
+                        if let Some(d) = self.drill.as_mut() {
+                            d.force = true;
+                            d.lossy = true;
+                        }
                     }
                 }
             }
@@ -2572,6 +2712,30 @@ impl ReplWorld {
                     "refused-locked" => "login:locked",
                     _ => "login:undecided",
                 });
+            }
+            Op::Scan { h, reindex, repair } => {
+                let start = self.scan.take().filter(|s| s.id == id);
+                let busy = text.contains("already running") || text.contains("still flushing");
+                if ok && reindex.is_some() {
+                    let rot = &mut self.hosts[h].rot;
+                    if start.is_some_and(|s| s.gen == rot.gen) && rot.dirty {
+                        rot.dirty = false;
+                        rot.repair_tries = 0;
+                        self.log(&format!("n{h}: planted corruption repaired by this reindex"));
+                    }
+                } else if !ok {
+                    if repair && !busy {
+                        self.hosts[h].rot.repair_tries += 1;
+                    }
+                    if status == 403 {
+                        if let Some(i) = self.active_sec(h) {
+                            match self.secs[i].mode {
+                                Mode::Dr => self.optok[h].token = None,
+                                Mode::Performance => self.secs[i].local_root = None,
+                            }
+                        }
+                    }
+                }
             }
             Op::SecTokenCreate(h) => {
                 if ok {
@@ -2763,6 +2927,29 @@ impl ReplWorld {
             }
             if let Err(e) = self.converged(s) {
                 bad.push(format!("n{}: {e}", s.host));
+            } else if !self.hosts[s.host].rot.dirty {
+                // Repaired values (reindex, then the Merkle diff with the primary).
+                let (p, x) = (&self.hosts[self.primary], &self.hosts[s.host]);
+                if let (Some(p), Some(n)) = (p.node.as_ref(), x.node.as_ref()) {
+                    for k in &x.rot.values {
+                        if s.filtered && key_number(k).is_some_and(|(o, _)| o) {
+                            continue;
+                        }
+                        let (a, b) = (p.storage().get(k).ok(), n.storage().get(k).ok());
+                        if a != b {
+                            bad.push(format!(
+                                "n{}: {k}, corrupted and then reindexed, still differs from the primary's",
+                                s.host
+                            ));
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        for h in 0..self.hosts.len() {
+            if self.hosts[h].rot.dirty && self.repair_wanted(h) {
+                bad.push(format!("n{h}: planted corruption not yet repaired by a reindex"));
             }
         }
         for h in 0..self.hosts.len() {
@@ -2812,6 +2999,362 @@ impl ReplWorld {
             );
         }
         Ok(())
+    }
+}
+
+/// Failed (not "busy") final-phase repair reindexes after which a host is left out of the
+/// convergence check.
+const REPAIR_TRIES: u32 = 40;
+
+/// The trees recomputed from a node's storage, and its stored Merkle records. Local mounts
+/// are those the node's served local tree has subtrees for (their UUIDs are in the
+/// encrypted local mount tables).
+fn recompute(node: &Node<SimStorage>) -> (Trees, Vec<(String, Vec<u8>)>) {
+    let served = &node.replication().trees;
+    let uuids: BTreeSet<String> = served
+        .subtrees
+        .keys()
+        .filter(|(k, _)| *k == TreeKind::Local)
+        .filter_map(|(_, id)| id.split_once('/').map(|(_, u)| u.to_string()))
+        .collect();
+    let mut t = Trees::default();
+    for (k, v) in node.storage().scan("").unwrap_or_default() {
+        let kind = match rclass::classify(&k, &uuids) {
+            Class::NodeLocal => continue,
+            Class::Replicated => TreeKind::Replicated,
+            Class::ClusterLocal => TreeKind::Local,
+        };
+        t.add_bulk(kind, &rclass::subtree(&k), &k, &v);
+    }
+    t.finish();
+    let stored = node.storage().scan(merkle::PREFIX).unwrap_or_default();
+    (t, stored)
+}
+
+fn sample<T: std::fmt::Debug>(v: &[T]) -> String {
+    let first: Vec<String> = v.iter().take(3).map(|x| format!("{x:?}")).collect();
+    format!("{} (e.g. {})", v.len(), first.join(", "))
+}
+
+impl ReplWorld {
+    fn storage_of(&mut self, h: HostId) -> Option<&mut SimStorage> {
+        let x = &mut self.hosts[h];
+        match x.node.as_mut() {
+            Some(n) => Some(n.storage_mut()),
+            None => x.parked.as_mut(),
+        }
+    }
+
+    /// Plants bit rot: a byte of a stored Merkle record (any host), or of a replicated KV
+    /// value on a secondary that can never become a primary (a performance secondary, or
+    /// a DR one once no failover drill is pending) — on a primary it would destroy
+    /// acknowledged data. The final phase repairs it with a reindex.
+    fn plant_corruption(&mut self) {
+        let h = self.corrupt_rng.below(self.hosts.len() as u64) as usize;
+        let value = self.corrupt_rng.chance(400);
+        let at = self.corrupt_rng.below(1 << 16) as usize;
+        let xor = 1 + self.corrupt_rng.below(255) as u8;
+        if value {
+            let drill_pending = self.drill_at.is_some()
+                || self.drill.as_ref().is_some_and(|d| d.step != DStep::Done);
+            let ok = h != self.primary
+                && self.secs.iter().any(|s| {
+                    s.host == h
+                        && s.enabled
+                        && !s.gone
+                        && (s.mode == Mode::Performance || !drill_pending)
+                });
+            if !ok {
+                return;
+            }
+        }
+        let planted: BTreeSet<String> = self.hosts[h].rot.records.keys().cloned().collect();
+        let Some(st) = self.storage_of(h) else {
+            return;
+        };
+        let cands: Vec<String> = if value {
+            st.committed_keys(crate::storage::KV_DATA_PREFIX)
+                .into_iter()
+                .filter(|k| key_number(k).is_some())
+                .collect()
+        } else {
+            st.committed_keys(merkle::PREFIX)
+                .into_iter()
+                .filter(|k| merkle::parse_key(k).is_some() && !planted.contains(k))
+                .collect()
+        };
+        let Some(k) = self.corrupt_rng.pick(&cands).cloned() else {
+            return;
+        };
+        let Some(bytes) = self.storage_of(h).and_then(|st| st.corrupt(&k, at, xor)) else {
+            return;
+        };
+        let rot = &mut self.hosts[h].rot;
+        rot.gen += 1;
+        rot.dirty = true;
+        if value {
+            rot.values_gen += 1;
+            rot.values.insert(k.clone());
+        } else {
+            rot.records.insert(k.clone(), bytes);
+        }
+        self.bump(if value { "rot:value" } else { "rot:record" });
+        self.log(&format!("n{h} ROT: flipped a stored byte of {k}"));
+    }
+
+    /// Whether the final phase repairs host `h`'s planted corruption (it is the primary
+    /// or an active secondary, and repairs have not kept failing).
+    fn repair_wanted(&self, h: HostId) -> bool {
+        self.hosts[h].rot.repair_tries < REPAIR_TRIES
+            && (h == self.primary
+                || self.secs.iter().any(|s| {
+                    s.host == h
+                        && s.enabled
+                        && !s.gone
+                        && s.revoked_from.is_none()
+                        && !s.revoke_sent
+                }))
+    }
+
+    fn active_sec(&self, h: HostId) -> Option<usize> {
+        self.secs
+            .iter()
+            .position(|s| s.host == h && s.enabled && !s.gone)
+    }
+
+    /// A reindex (random flags) or Merkle check on host `h`, if its credentials are known.
+    fn scan_req(
+        &mut self,
+        h: HostId,
+        id: RequestId,
+        reindex: bool,
+        repair: bool,
+    ) -> Option<(HostId, Op, Request)> {
+        let (tok, mut body, dr) = if h == self.primary {
+            (self.root(0), serde_json::Map::new(), false)
+        } else {
+            let i = self.active_sec(h)?;
+            if self.sec_auth_req(i, id).is_some() {
+                return None;
+            }
+            let (t, b) = self.sec_auth(i);
+            (t, b, self.secs[i].mode == Mode::Dr)
+        };
+        let flags = reindex.then(|| {
+            [
+                self.scan_rng.chance(300),
+                self.scan_rng.chance(300),
+                self.scan_rng.chance(300),
+            ]
+        });
+        if let Some(f) = flags {
+            for (name, on) in ["diff", "force", "skip_flush"].iter().zip(f) {
+                if on {
+                    body.insert((*name).into(), json!(true));
+                }
+            }
+        }
+        let path = format!(
+            "sys/replication/{}{}",
+            if dr { "dr/secondary/" } else { "" },
+            if reindex { "reindex" } else { "merkle-check" }
+        );
+        let req = Request::new(id, Method::Post, &path)
+            .with_token(&tok)
+            .with_json(Value::Object(body));
+        Some((
+            h,
+            Op::Scan {
+                h,
+                reindex: flags,
+                repair,
+            },
+            req,
+        ))
+    }
+
+    /// Chaos: a reindex or Merkle check on a random host whose credentials are known.
+    fn choose_scan(&mut self, id: RequestId) -> Option<(HostId, Op, Request)> {
+        let mut hosts = vec![self.primary];
+        for s in &self.secs {
+            if s.enabled && !s.gone && !hosts.contains(&s.host) {
+                hosts.push(s.host);
+            }
+        }
+        let h = *self.scan_rng.pick(&hosts)?;
+        if !self.up(h) {
+            return None;
+        }
+        let reindex = self.scan_rng.chance(500);
+        self.scan_req(h, id, reindex, false)
+    }
+
+    /// Final phase: a reindex on every host with planted corruption (getting its
+    /// credentials first when needed).
+    fn choose_repair(&mut self, id: RequestId) -> Option<(HostId, Op, Request)> {
+        for h in 0..self.hosts.len() {
+            if !self.hosts[h].rot.dirty || !self.repair_wanted(h) || !self.up(h) {
+                continue;
+            }
+            if h != self.primary {
+                let i = self.active_sec(h)?;
+                if let Some(r) = self.sec_auth_req(i, id) {
+                    return Some(r);
+                }
+            }
+            return self.scan_req(h, id, true, true);
+        }
+        None
+    }
+
+    /// Checks a reindex or Merkle check answer the moment the node produced it (its
+    /// storage and trees are as the scan left them).
+    ///
+    /// * `scan-busy`: a scan requested while another ran is refused.
+    /// * `reindex`: afterwards the served trees equal a recomputation from storage, and
+    ///   (without `skip_flush`) so do the stored records.
+    /// * `merkle-check`: a record still holding planted bytes is reported; a host with
+    ///   nothing planted since its last reindex is clean; and, when no value was planted
+    ///   while it ran, the report equals the one computed from the node's storage.
+    fn on_scan_answer(&mut self, h: HostId, r: &Response) -> Result<(), Violation> {
+        let Some(ss) = self.scan else {
+            return Ok(());
+        };
+        let Some((_, _, Op::Scan { reindex, .. })) = self.outstanding.clone() else {
+            return Ok(());
+        };
+        let ok = r.status < 300;
+        let text = r.body.as_ref().map(|b| b.to_string()).unwrap_or_default();
+        if ss.busy {
+            self.bump("scan-busy");
+            if ok {
+                return fail(
+                    "scan-busy",
+                    format!("n{h} accepted a scan while another ran: {}", shorten(&text, 200)),
+                );
+            }
+        }
+        if !ok {
+            return Ok(());
+        }
+        let x = &self.hosts[h];
+        let Some(node) = x.node.as_ref() else {
+            return Ok(());
+        };
+        let rot = &x.rot;
+        let quiet = rot.values_gen == ss.values_gen;
+        let (fresh, stored) = recompute(node);
+        let served = &node.replication().trees;
+        let mut bumps: Vec<&'static str> = Vec::new();
+        let res = match reindex {
+            Some(f) if quiet => {
+                bumps.push("reindex");
+                if *served != fresh {
+                    let b = served.differing_buckets(&fresh);
+                    fail(
+                        "reindex",
+                        format!(
+                            "after a reindex (diff/force/skip_flush={f:?}) n{h} serves trees that differ from a recomputation over its storage in buckets {}",
+                            sample(&b)
+                        ),
+                    )
+                } else if !f[2] && !merkle::check(&fresh, served, &stored).is_clean() {
+                    let rep = merkle::check(&fresh, served, &stored);
+                    let bad: Vec<(String, Vec<usize>, bool)> = rep
+                        .subtrees
+                        .iter()
+                        .map(|s| (s.id.1.clone(), s.pages.keys().copied().collect(), s.corrupted_root))
+                        .collect();
+                    fail(
+                        "reindex",
+                        format!(
+                            "after a reindex without skip_flush n{h}'s stored Merkle records differ from its trees: {}",
+                            sample(&bad)
+                        ),
+                    )
+                } else {
+                    Ok(())
+                }
+            }
+            Some(_) => Ok(()),
+            None => {
+                let body = r.body.clone().unwrap_or(Value::Null);
+                let rep = &body["data"]["merkle_corruption_report"];
+                let corrupted = rep["corrupted_root"].as_bool();
+                let map = rep["corrupted_tree_map"].as_object();
+                bumps.push("merkle-check");
+                let (Some(corrupted), Some(map)) = (corrupted, map) else {
+                    return fail(
+                        "merkle-check",
+                        format!("n{h}: malformed Merkle check answer {}", shorten(&text, 200)),
+                    );
+                };
+                let mut res = Ok(());
+                for (k, bytes) in &rot.records {
+                    if node.storage().get(k).ok().flatten().as_ref() != Some(bytes) {
+                        continue;
+                    }
+                    let Some(rec) = merkle::parse_key(k) else {
+                        continue;
+                    };
+                    bumps.push("merkle-check:planted");
+                    let is = |e: &Value, id: &merkle::SubtreeId| {
+                        e["subtree"].as_str() == Some(id.1.as_str())
+                            && e["tree_type"].as_str() == Some(id.0.name())
+                    };
+                    let found = match &rec {
+                        Record::Page(id, p) => map.values().any(|e| {
+                            is(e, id)
+                                && e["corrupted_index_tuples_map"][p.to_string()]["corrupted"]
+                                    == json!(true)
+                        }),
+                        Record::Root(id) => map
+                            .values()
+                            .any(|e| is(e, id) && e["corrupted_subtree_root"] == json!(true)),
+                    };
+                    if !found || !corrupted {
+                        res = fail(
+                            "merkle-check",
+                            format!(
+                                "n{h} still stores the planted corruption of {k}, but its Merkle check does not report it: {}",
+                                shorten(&rep.to_string(), 300)
+                            ),
+                        );
+                        break;
+                    }
+                }
+                if res.is_ok() && !rot.dirty && (corrupted || !map.is_empty()) {
+                    res = fail(
+                        "merkle-check",
+                        format!(
+                            "nothing was planted on n{h} since its last reindex, yet its Merkle check reports corruption: {}",
+                            shorten(&rep.to_string(), 300)
+                        ),
+                    );
+                }
+                if res.is_ok() && quiet {
+                    bumps.push("merkle-check:exact");
+                    let mine = reindex_report(&merkle::check(&fresh, served, &stored), self.now);
+                    if mine["corrupted_root"] != rep["corrupted_root"]
+                        || mine["corrupted_tree_map"] != rep["corrupted_tree_map"]
+                    {
+                        res = fail(
+                            "merkle-check",
+                            format!(
+                                "n{h}'s Merkle check answered {} but its storage and trees give {}",
+                                shorten(&rep.to_string(), 300),
+                                shorten(&mine.to_string(), 300)
+                            ),
+                        );
+                    }
+                }
+                res
+            }
+        };
+        for b in bumps {
+            self.bump(b);
+        }
+        res
     }
 }
 

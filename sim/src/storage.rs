@@ -134,6 +134,34 @@ impl SimStorage {
         info
     }
 
+    /// Durable keys under `prefix` that no uncommitted write touches (candidates for
+    /// [`SimStorage::corrupt`]).
+    pub fn committed_keys(&self, prefix: &str) -> Vec<String> {
+        self.committed
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .filter(|(k, _)| !self.uncommitted.contains_key(*k))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Bit rot planted by the simulator: XORs byte `at` (modulo the length) of the durable
+    /// value of `key` with `xor` (non-zero), behind the node's back. Refused (`None`) when
+    /// the key is absent or empty, or an uncommitted write would hide the change. Returns
+    /// the corrupted bytes.
+    pub fn corrupt(&mut self, key: &str, at: usize, xor: u8) -> Option<Vec<u8>> {
+        if xor == 0 || self.uncommitted.contains_key(key) {
+            return None;
+        }
+        let v = self.committed.get_mut(key)?;
+        if v.is_empty() {
+            return None;
+        }
+        let i = at % v.len();
+        v[i] ^= xor;
+        Some(v.clone())
+    }
+
     /// A power loss: uncommitted writes vanish.
     pub fn crash(&mut self) -> CrashInfo {
         let mut info = CrashInfo {
@@ -229,6 +257,21 @@ mod tests {
         assert_eq!(s.get("a").unwrap(), Some(b"1".to_vec()));
         assert_eq!(s.get("b").unwrap(), Some(b"1".to_vec()));
         assert_eq!(s.get("c").unwrap(), None);
+    }
+
+    #[test]
+    fn corrupt_flips_a_durable_byte_only() {
+        let mut s = SimStorage::new();
+        s.apply(&[put("a", "xy"), put("b", "1")]).unwrap();
+        s.commit();
+        s.apply(&[put("b", "2")]).unwrap();
+        assert_eq!(s.committed_keys(""), vec!["a".to_string()]);
+        assert_eq!(s.corrupt("a", 3, 0x01), Some(b"xx".to_vec()));
+        assert_eq!(s.get("a").unwrap(), Some(b"xx".to_vec()));
+        assert_eq!(s.corrupt("b", 0, 0x01), None);
+        assert_eq!(s.corrupt("c", 0, 0x01), None);
+        s.crash();
+        assert_eq!(s.get("a").unwrap(), Some(b"xx".to_vec()));
     }
 
     #[test]

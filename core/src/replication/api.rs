@@ -770,7 +770,8 @@ fn promote(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiR
     // The safety check `force` skips: a secondary that has not finished its Merkle sync
     // holds an incomplete copy, and promoting it would lose what it has not fetched yet.
     let rt = st.repl.mode(mode);
-    let syncing = rt.role.needs_sync || matches!(rt.sec.phase, Phase::MerkleDiff | Phase::MerkleSync);
+    let syncing =
+        rt.role.needs_sync || matches!(rt.sec.phase, Phase::MerkleDiff | Phase::MerkleSync);
     if syncing && !force {
         return Err(ApiError::bad(format!(
             "this {} secondary has not finished synchronising with its primary (state {}, {} of {} keys fetched): promoting it now may lose data; wait until its state is stream-wals, or promote with force=true",

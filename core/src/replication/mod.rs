@@ -345,6 +345,14 @@ impl Replication {
         self.jobs.epoch += 1;
     }
 
+    /// Whether this node's copy in mode `m` is incomplete: it is a secondary that has not
+    /// finished a Merkle sync it needs (promote refuses it without `force`).
+    pub fn syncing(&self, m: Mode) -> bool {
+        let rt = self.mode(m);
+        rt.role.role == Role::Secondary
+            && (rt.role.needs_sync || matches!(rt.sec.phase, Phase::MerkleDiff | Phase::MerkleSync))
+    }
+
     /// Progress of a running reindex or Merkle check: (keys done, keys total).
     pub fn scan_progress(&self) -> Option<(u64, u64)> {
         reindex::progress(&self.jobs)

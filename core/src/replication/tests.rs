@@ -869,7 +869,13 @@ fn promote_refuses_an_unsynced_secondary_unless_forced() {
     let (mut net, roots) = Net::new(2);
     let r0 = roots[0].clone();
     net.ok(0, &r0, Method::Put, "secret/a", json!({ "v": 1 }));
-    net.ok(0, &r0, Method::Post, "sys/replication/performance/primary/enable", json!({}));
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/enable",
+        json!({}),
+    );
     // The cluster channel to the primary is cut (its API still answers the unwrap): the
     // secondary activates but never finishes its first Merkle sync, so its copy is incomplete.
     net.down.insert(0);

@@ -1,5 +1,5 @@
-//! `bench-replication [SECONDS] [CLIENTS] [LAG_SAMPLES]`: performance replication on loopback
-//! between two real `cairn` processes (SQLite, release build). Run through
+//! `bench-replication [SECONDS] [CLIENTS] [LAG_SAMPLES] [RATE] [RESYNC_KEYS]`: replication on
+//! loopback between real `cairn` processes (SQLite, release build). Run through
 //! `scripts/bench.sh replication`.
 //!
 //! * Baseline: the same KV writes on the primary with no secondary attached (replication
@@ -11,11 +11,21 @@
 //!   attached; entries/s = WAL entries written / time until the secondary's
 //!   `last_remote_wal` reaches the primary's `last_wal` (and the write rate next to the
 //!   baseline's).
+//! * Lag at a steady write rate: paced writers targeting `RATE` writes/s in total for
+//!   2 × `SECONDS`, with a performance and a DR secondary attached; every 10th write is
+//!   sampled: ack → readable on the perf secondary, and ack → the DR secondary's
+//!   `last_remote_wal` ≥ the primary's `last_wal` read right after the ack (an upper bound of
+//!   the write's index, so the DR lag is, if anything, overstated).
+//! * Merkle resync: a separate primary/perf-secondary pair with `wal_max_entries = 100`;
+//!   `RESYNC_KEYS` keys written and replicated, the secondary killed (-9), `RESYNC_KEYS` more
+//!   keys written (well past the retention), the secondary restarted and unsealed; time until
+//!   it is streaming again with equal Merkle roots, and cluster channel body bytes counted by
+//!   the primary (`cairn_cluster_bytes_total`) during that time vs the changed data.
 
 use cairn_tests::{free_port_pair, tmpdir, Server};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The test license of `tests/tests/replication.rs` (signed by the test issuer key).
@@ -34,21 +44,27 @@ const LICENSE: &str = r#"{
 }"#;
 const ISSUER_KEY: &str = "GX9rI+FshTLGq8g4+s1ep4m+DHaykgM0A5v6iz02jWE=";
 
-fn licensed(tag: &str, avoid: u16) -> Server {
+/// A licensed server (1 key share) on a port pair away from `avoid`; `tuning` is appended
+/// to its configuration. Returns the server and its extra configuration (for restarts).
+fn licensed_with(tag: &str, avoid: &[u16], tuning: &str) -> (Server, String) {
     let dir = tmpdir(tag);
     let lic = dir.join("license.json");
     std::fs::write(&lic, LICENSE).expect("write license");
     let extra = format!(
-        "license_path = \"{}\"\nlicense_trusted_key = \"{ISSUER_KEY}\"\n",
+        "license_path = \"{}\"\nlicense_trusted_key = \"{ISSUER_KEY}\"\n{tuning}",
         lic.display()
     );
     let mut port = free_port_pair();
-    while port.abs_diff(avoid) <= 1 {
+    while avoid.iter().any(|a| port.abs_diff(*a) <= 1) {
         port = free_port_pair();
     }
     let mut s = Server::with_config(&dir, port, &extra);
     s.init_unseal(1, 1);
-    s
+    (s, extra)
+}
+
+fn licensed(tag: &str, avoid: &[u16]) -> Server {
+    licensed_with(tag, avoid, "").0
 }
 
 fn agent() -> ureq::Agent {
@@ -68,9 +84,289 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
 }
 
 fn status(s: &Server) -> Value {
-    s.call_as(None, "GET", "sys/replication/performance/status", None)
+    status_of(s, "performance")
+}
+
+fn status_of(s: &Server, mode: &str) -> Value {
+    s.call_as(None, "GET", &format!("sys/replication/{mode}/status"), None)
         .body["data"]
         .clone()
+}
+
+/// `last_wal` (primary) / `last_remote_wal` (secondary) from a status call with `a`.
+fn wal_index(a: &ureq::Agent, addr: &str, mode: &str, field: &str) -> Option<u64> {
+    let mut r = a
+        .get(&format!("{addr}/v1/sys/replication/{mode}/status"))
+        .call()
+        .ok()?;
+    let v: Value = r.body_mut().read_json().ok()?;
+    v["data"][field].as_u64()
+}
+
+/// The primary's cluster channel body bytes (sent, received) from its Prometheus metrics.
+fn cluster_bytes(s: &Server) -> (u64, u64) {
+    let text = agent()
+        .get(&format!("{}/v1/sys/metrics?format=prometheus", s.addr))
+        .header("X-Vault-Token", &s.root_token)
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_to_string().ok())
+        .unwrap_or_default();
+    let read = |dir: &str| {
+        let key = format!("cairn_cluster_bytes_total{{direction=\"{dir}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("cairn_cluster_bytes_total in sys/metrics")
+    };
+    (read("sent"), read("received"))
+}
+
+/// `n` writes of `value` under `secret/{prefix}/` by `threads` concurrent writers.
+fn fill(s: &Server, prefix: &str, n: usize, threads: usize, value: &str) {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hs: Vec<_> = (0..threads)
+        .map(|_| {
+            let next = next.clone();
+            let (addr, token) = (s.addr.clone(), s.root_token.clone());
+            let (prefix, value) = (prefix.to_string(), value.to_string());
+            std::thread::spawn(move || {
+                let a = agent();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let ok = a
+                        .put(&format!("{addr}/v1/secret/{prefix}/{i}"))
+                        .header("X-Vault-Token", &token)
+                        .send_json(json!({ "value": value }))
+                        .map(|r| r.status().as_u16() == 204)
+                        .unwrap_or(false);
+                    assert!(ok, "write {prefix}/{i}");
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().expect("fill writer");
+    }
+}
+
+/// A sampled write: its path, when it was acknowledged, and the primary's `last_wal` right
+/// after the acknowledgement.
+type Sample = (String, Instant, u64);
+
+/// Result of the steady-rate phase.
+struct Steady {
+    rate: f64,
+    errors: u64,
+    ack: Vec<f64>,
+    perf_lag: Vec<f64>,
+    dr_lag: Vec<f64>,
+}
+
+/// Checker threads: each takes samples from `rx` and waits until `visible` says the sample
+/// arrived; lags in ms.
+fn checkers(
+    n: usize,
+    rx: mpsc::Receiver<Sample>,
+    visible: impl Fn(&ureq::Agent, &Sample) -> bool + Send + Sync + 'static,
+) -> Vec<std::thread::JoinHandle<Vec<f64>>> {
+    let rx = Arc::new(Mutex::new(rx));
+    let visible = Arc::new(visible);
+    (0..n)
+        .map(|_| {
+            let (rx, visible) = (rx.clone(), visible.clone());
+            std::thread::spawn(move || {
+                let a = agent();
+                let mut lags = Vec::new();
+                loop {
+                    let next = rx.lock().expect("sample queue").recv();
+                    let Ok(sample) = next else { break };
+                    while !visible(&a, &sample) {
+                        assert!(
+                            sample.1.elapsed() < Duration::from_secs(30),
+                            "lag over 30 s"
+                        );
+                        // Do not hammer the secondary (that would be the lag measured).
+                        std::thread::sleep(Duration::from_micros(500));
+                    }
+                    lags.push(sample.1.elapsed().as_secs_f64() * 1000.0);
+                }
+                lags
+            })
+        })
+        .collect()
+}
+
+/// Paced writers (`rate` writes/s in total, 8 threads, fixed schedule) on `p` for `secs`;
+/// every `every`-th write is sampled for lag on the perf secondary `s` (readable) and the
+/// DR secondary `d` (`last_remote_wal`).
+fn steady(p: &Server, s: &Server, d: &Server, rate: f64, secs: f64, every: u64) -> Steady {
+    const WRITERS: u64 = 8;
+    let (ptx, prx) = mpsc::channel::<Sample>();
+    let (dtx, drx) = mpsc::channel::<Sample>();
+    let (saddr, stoken) = (s.addr.clone(), s.root_token.clone());
+    let perf = checkers(8, prx, move |a, (path, _, _)| {
+        a.get(&format!("{saddr}/v1/{path}"))
+            .header("X-Vault-Token", &stoken)
+            .call()
+            .map(|r| r.status().as_u16() == 200)
+            .unwrap_or(false)
+    });
+    let daddr = d.addr.clone();
+    let dr = checkers(8, drx, move |a, (_, _, idx)| {
+        wal_index(a, &daddr, "dr", "last_remote_wal").unwrap_or(0) >= *idx
+    });
+    let start = Instant::now();
+    let per_writer = Duration::from_secs_f64(WRITERS as f64 / rate);
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|t| {
+            let (ptx, dtx) = (ptx.clone(), dtx.clone());
+            let (addr, token) = (p.addr.clone(), p.root_token.clone());
+            std::thread::spawn(move || {
+                let a = agent();
+                let offset = per_writer.mul_f64(t as f64 / WRITERS as f64);
+                let (mut ack, mut errs, mut i) = (Vec::new(), 0u64, 0u64);
+                loop {
+                    let due = start + offset + per_writer.mul_f64(i as f64);
+                    if due.duration_since(start).as_secs_f64() >= secs {
+                        break;
+                    }
+                    if let Some(w) = due.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(w);
+                    }
+                    let path = format!("secret/steady/{t}/{i}");
+                    let t0 = Instant::now();
+                    let ok = a
+                        .put(&format!("{addr}/v1/{path}"))
+                        .header("X-Vault-Token", &token)
+                        .send_json(json!({"value": "x".repeat(64)}))
+                        .map(|r| r.status().as_u16() == 204)
+                        .unwrap_or(false);
+                    let acked = Instant::now();
+                    if ok {
+                        ack.push((acked - t0).as_secs_f64() * 1000.0);
+                        if i % every == 0 {
+                            let idx = wal_index(&a, &addr, "performance", "last_wal")
+                                .expect("primary last_wal");
+                            let _ = ptx.send((path.clone(), acked, idx));
+                            let _ = dtx.send((path, acked, idx));
+                        }
+                    } else {
+                        errs += 1;
+                    }
+                    i += 1;
+                }
+                (ack, errs)
+            })
+        })
+        .collect();
+    drop((ptx, dtx));
+    let (mut ack, mut errors) = (Vec::new(), 0);
+    for h in writers {
+        let (a, e) = h.join().expect("writer");
+        ack.extend(a);
+        errors += e;
+    }
+    let rate = ack.len() as f64 / start.elapsed().as_secs_f64();
+    let join = |hs: Vec<std::thread::JoinHandle<Vec<f64>>>| {
+        hs.into_iter()
+            .flat_map(|h| h.join().expect("checker"))
+            .collect::<Vec<_>>()
+    };
+    Steady {
+        rate,
+        errors,
+        ack,
+        perf_lag: join(perf),
+        dr_lag: join(dr),
+    }
+}
+
+/// Result of the Merkle resync phase.
+struct Resync {
+    keys: usize,
+    changed_bytes: u64,
+    secs: f64,
+    sent: u64,
+    received: u64,
+    /// Secondary states in order, with the primary's cluster bytes (sent + received since
+    /// the restart) when each was first seen.
+    states: Vec<(String, u64)>,
+}
+
+/// Merkle resync of a perf secondary kept away while `keys` keys changed (see the module
+/// doc).
+fn resync(keys: usize, clients: usize) -> Resync {
+    const TUNING: &str = "replication {\n wal_max_entries = 100\n pull_wait_ms = 500\n}\n";
+    let value = "v".repeat(100);
+    let (p, _) = licensed_with("bench-resync-p", &[], TUNING);
+    let (mut s, extra) = licensed_with("bench-resync-s", &[p.port], TUNING);
+    assert_eq!(
+        p.post("sys/mounts/secret", json!({"type": "kv"})).status,
+        204
+    );
+    let r = p.post("sys/replication/performance/primary/enable", json!({}));
+    assert!(r.status < 300, "enable: {:?}", r.body);
+    let t = p.post(
+        "sys/replication/performance/primary/secondary-token",
+        json!({"id": "resync"}),
+    );
+    let tok = t.body["wrap_info"]["token"].as_str().expect("token");
+    let r = s.post(
+        "sys/replication/performance/secondary/enable",
+        json!({ "token": tok }),
+    );
+    assert!(r.status < 300, "secondary enable: {:?}", r.body);
+    let synced = |s: &Server| {
+        let (ps, ss) = (status(&p), status(s));
+        ss["state"] == "stream-wals"
+            && ss["last_remote_wal"] == ps["last_wal"]
+            && ss["merkle_root"] == ps["merkle_root"]
+    };
+    fill(&p, "base", keys, clients, &value);
+    wait("initial sync", 300, || synced(&s));
+    s.kill9();
+    let (dir, port) = (s.dir.clone(), s.port);
+    fill(&p, "changed", keys, clients, &value);
+    let changed_bytes = (0..keys)
+        .map(|i| {
+            (format!("secret/changed/{i}").len() + json!({ "value": value }).to_string().len())
+                as u64
+        })
+        .sum();
+    let (sent0, recv0) = cluster_bytes(&p);
+    let mut s2 = Server::with_config(&dir, port, &extra);
+    s2.unseal_keys = p.unseal_keys.clone();
+    let t0 = Instant::now();
+    s2.unseal();
+    let mut states: Vec<(String, u64)> = Vec::new();
+    wait("resync", 600, || {
+        let st = status(&s2)["state"].as_str().unwrap_or("").to_string();
+        if states.last().map(|l| &l.0) != Some(&st) {
+            let (sent, recv) = cluster_bytes(&p);
+            states.push((st, sent + recv - sent0 - recv0));
+        }
+        synced(&s2)
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    let (sent1, recv1) = cluster_bytes(&p);
+    let (pdir, sdir) = (p.dir.clone(), s2.dir.clone());
+    drop(p);
+    drop(s2);
+    drop(s);
+    let _ = std::fs::remove_dir_all(pdir);
+    let _ = std::fs::remove_dir_all(sdir);
+    Resync {
+        keys,
+        changed_bytes,
+        secs,
+        sent: sent1 - sent0,
+        received: recv1 - recv0,
+        states,
+    }
 }
 
 fn put(a: &ureq::Agent, s: &Server, path: &str) -> bool {
@@ -212,9 +508,11 @@ fn main() {
     let secs: f64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(5.0);
     let clients: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(16);
     let samples: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(300);
+    let rate: f64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1000.0);
+    let resync_keys: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(2000);
 
-    let p = licensed("bench-repl-p", 0);
-    let mut s = licensed("bench-repl-s", p.port);
+    let p = licensed("bench-repl-p", &[]);
+    let mut s = licensed("bench-repl-s", &[p.port]);
     assert_eq!(
         p.post("sys/mounts/secret", json!({"type": "kv"})).status,
         204
@@ -291,6 +589,37 @@ fn main() {
     let ss = status(&s);
     assert_eq!(ps["merkle_root"], ss["merkle_root"], "roots differ");
 
+    // Attach a DR secondary too, then lag at a steady write rate on both.
+    eprintln!("attaching a DR secondary");
+    let mut d = licensed("bench-repl-d", &[p.port, s.port]);
+    let r = p.post("sys/replication/dr/primary/enable", json!({}));
+    assert!(r.status < 300, "dr enable: {:?}", r.body);
+    let t = p.post(
+        "sys/replication/dr/primary/secondary-token",
+        json!({"id": "bench-dr"}),
+    );
+    let tok = t.body["wrap_info"]["token"]
+        .as_str()
+        .expect("dr token")
+        .to_string();
+    let r = d.post(
+        "sys/replication/dr/secondary/enable",
+        json!({ "token": tok }),
+    );
+    assert!(r.status < 300, "dr secondary enable: {:?}", r.body);
+    d.unseal_keys = p.unseal_keys.clone();
+    wait("DR initial sync", 300, || {
+        let (ps, ds) = (status_of(&p, "dr"), status_of(&d, "dr"));
+        ds["state"] == "stream-wals" && ds["last_remote_wal"] == ps["last_wal"]
+    });
+    let steady_secs = secs * 2.0;
+    eprintln!("steady: {rate} writes/s for {steady_secs} s, perf + DR secondaries");
+    let mut st = steady(&p, &s, &d, rate, steady_secs, 10);
+
+    eprintln!("Merkle resync: {resync_keys} keys changed while the secondary was away");
+    drop(d);
+    let rs = resync(resync_keys, clients);
+
     println!("| measurement | rate (/s) | p50 (ms) | p99 (ms) | errors |");
     println!("|---|---:|---:|---:|---:|");
     println!(
@@ -322,11 +651,75 @@ fn main() {
         "| WAL streaming to the secondary ({entries} entries in {elapsed:.2} s, until caught up) | {:.0} | | | |",
         entries as f64 / elapsed
     );
+    println!(
+        "| steady paced writes, perf + DR secondaries attached (target {rate:.0}/s, {} writes) | {:.0} | {:.2} | {:.2} | {} |",
+        st.ack.len(),
+        st.rate,
+        percentile(&mut st.ack, 0.5),
+        percentile(&mut st.ack, 0.99),
+        st.errors
+    );
+    println!(
+        "| lag at {:.0} writes/s: ack on primary → readable on perf secondary ({} sampled) | | {:.2} | {:.2} | |",
+        st.rate,
+        st.perf_lag.len(),
+        percentile(&mut st.perf_lag, 0.5),
+        percentile(&mut st.perf_lag, 0.99)
+    );
+    println!(
+        "| lag at {:.0} writes/s: ack on primary → DR secondary's last_remote_wal ≥ index ({} sampled) | | {:.2} | {:.2} | |",
+        st.rate,
+        st.dr_lag.len(),
+        percentile(&mut st.dr_lag, 0.5),
+        percentile(&mut st.dr_lag, 0.99)
+    );
     println!();
+    let apply = entries as f64 / elapsed;
     println!(
         "write rate with a secondary / without = {:.2}x; streaming keeps up with writes: {:.2}x",
         repl_conc.0 / base_conc.0,
-        (entries as f64 / elapsed) / repl_conc.0.max(1.0)
+        apply / repl_conc.0.max(1.0)
+    );
+    println!(
+        "max durable write rate: {:.0}/s without a secondary, {:.0}/s with one; secondary applies {apply:.0} entries/s = {:.2}x the primary's rate with it attached, {:.2}x its rate without",
+        base_conc.0,
+        repl_conc.0,
+        apply / repl_conc.0.max(1.0),
+        apply / base_conc.0.max(1.0)
+    );
+    println!();
+    let total = rs.sent + rs.received;
+    println!(
+        "| Merkle resync ({} changed keys, {} unchanged) | value |",
+        rs.keys, rs.keys
+    );
+    println!("|---|---:|");
+    println!(
+        "| time: unseal → streaming, roots equal | {:.2} s |",
+        rs.secs
+    );
+    println!(
+        "| cluster channel bytes (primary: sent {} + received {}) | {total} |",
+        rs.sent, rs.received
+    );
+    println!(
+        "| changed data (key path + JSON value, {} × {}) | {} |",
+        rs.keys,
+        rs.changed_bytes / rs.keys.max(1) as u64,
+        rs.changed_bytes
+    );
+    println!(
+        "| bytes / changed data | {:.2}x |",
+        total as f64 / rs.changed_bytes.max(1) as f64
+    );
+    println!();
+    println!(
+        "secondary states seen during the resync (cluster bytes so far when first seen): {}",
+        rs.states
+            .iter()
+            .map(|(s, b)| format!("{s} ({b})"))
+            .collect::<Vec<_>>()
+            .join(" → ")
     );
     let (pdir, sdir) = (p.dir.clone(), s.dir.clone());
     drop(p);
