@@ -785,6 +785,20 @@ fn promote(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiR
         .str("primary_cluster_addr")?
         .filter(|a| !a.is_empty())
         .unwrap_or_else(|| st.config.replication.cluster_addr.clone());
+    // A DR secondary holds its former primary's records of its secondaries, its own among
+    // them: it is not its own secondary.
+    if let Some(own) = st
+        .repl
+        .mode(mode)
+        .role
+        .creds
+        .as_ref()
+        .map(|c| c.secondary_id.clone())
+    {
+        if mode == Mode::Dr && load_record(ctx, mode, &own)?.is_some() {
+            ctx.delete(&record_key(mode, &own));
+        }
+    }
     {
         let rt = st.repl.mode_mut(mode);
         rt.role.role = Role::Primary;

@@ -590,7 +590,13 @@ fn dr_failover_update_primary_and_old_primary_rejoins() {
         "sys/replication/dr/secondary/promote",
         json!({"dr_operation_token": t}),
     );
-    assert_eq!(net.status(2, "dr")["mode"], "primary");
+    let d2 = net.status(2, "dr");
+    assert_eq!(d2["mode"], "primary");
+    // Its own record (it was a secondary of the old primary) is not one of its secondaries.
+    assert!(
+        !d2["known_secondaries"].to_string().contains("\"dr1\""),
+        "{d2}"
+    );
     // It took over the performance set of its former primary.
     let p2 = net.status(2, "performance");
     assert_eq!(p2["mode"], "primary");
