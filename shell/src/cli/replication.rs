@@ -5,7 +5,9 @@
 //!
 //! `replication reindex` and `replication merkle-check` run those operations (on a DR
 //! secondary with `-dr-token`); while a reindex runs, a progress bar on stderr follows the
-//! status's `reindex_building_progress` / `reindex_building_total`.
+//! status's `reindex_building_progress` / `reindex_building_total`. `replication wait` waits
+//! on a secondary until it streams WALs, with a progress bar from `sync_progress` /
+//! `sync_total_keys` during a Merkle sync.
 
 use super::output::{cell, table};
 use super::{print_json, CliError, Client, CmdResult, Common, Ctx, Format};
@@ -20,6 +22,23 @@ pub enum ReplicationCmd {
     Reindex(ReindexArgs),
     /// Check the persisted Merkle trees against the stored data.
     MerkleCheck(CheckArgs),
+    /// On a secondary: wait until it streams WALs, with a progress bar during a Merkle sync.
+    Wait(WaitArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct WaitArgs {
+    /// Which replication: dr or performance.
+    #[arg(long, default_value = "performance")]
+    pub mode: String,
+    /// Give up after this many seconds (exit 2).
+    #[arg(long = "wait-timeout", default_value_t = 600)]
+    pub wait_timeout: u64,
+    /// No progress bar.
+    #[arg(long = "no-progress")]
+    pub no_progress: bool,
+    #[command(flatten)]
+    pub common: Common,
 }
 
 #[derive(clap::Args, Debug)]
@@ -66,7 +85,92 @@ pub fn run(cmd: ReplicationCmd) -> CmdResult {
         ReplicationCmd::Status(a) => status(a),
         ReplicationCmd::Reindex(a) => reindex(a),
         ReplicationCmd::MerkleCheck(a) => merkle_check(a),
+        ReplicationCmd::Wait(a) => wait(a),
     }
+}
+
+fn wait(a: WaitArgs) -> CmdResult {
+    let mode = match a.mode.as_str() {
+        "dr" => "dr",
+        "performance" | "perf" => "performance",
+        m => {
+            return Err(CliError::Local(format!(
+                "-mode={m:?}: expected dr or performance"
+            )))
+        }
+    };
+    let c = Client::new(&a.common)?;
+    let path = format!("sys/replication/{mode}/status");
+    let show = !a.no_progress;
+    let start = std::time::Instant::now();
+    let mut drawn = false;
+    loop {
+        let r = c
+            .call("GET", &path, None)
+            .ctx(|| "reading replication status".into())?;
+        let d = &r.body["data"];
+        if d["mode"] != "secondary" {
+            if drawn {
+                eprintln!();
+            }
+            eprintln!(
+                "This cluster is not a {mode} secondary (mode {}).",
+                cell(&d["mode"])
+            );
+            return Ok(2);
+        }
+        let state = d["state"].as_str().unwrap_or("");
+        if state == "stream-wals" {
+            if drawn {
+                eprintln!();
+            }
+            println!(
+                "{mode} secondary is streaming WALs (last_remote_wal {}).",
+                cell(&d["last_remote_wal"])
+            );
+            return Ok(0);
+        }
+        if show {
+            let done = d["sync_progress"].as_u64().unwrap_or(0);
+            let total = d["sync_total_keys"].as_u64().unwrap_or(0);
+            let line = if total > 0 {
+                bar_line(state, done, total)
+            } else {
+                format!("{state:>12} ...")
+            };
+            eprint!("\r{line}");
+            drawn = true;
+        }
+        if start.elapsed().as_secs() >= a.wait_timeout {
+            if drawn {
+                eprintln!();
+            }
+            eprintln!(
+                "Timed out after {} s; the secondary is in state {state:?}{}.",
+                a.wait_timeout,
+                d["last_error"]
+                    .as_str()
+                    .map(|e| format!(" (last error: {e})"))
+                    .unwrap_or_default()
+            );
+            return Ok(2);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+/// `stage [#####-----]  42% done/total keys`.
+fn bar_line(stage: &str, done: u64, total: u64) -> String {
+    let total = total.max(1);
+    let frac = (done as f64 / total as f64).clamp(0.0, 1.0);
+    let width = 30;
+    let full = (frac * width as f64).round() as usize;
+    format!(
+        "{stage:>12} [{}{}] {:>3}% {done}/{total} keys",
+        "#".repeat(full),
+        "-".repeat(width - full),
+        (frac * 100.0).round() as u32
+    )
 }
 
 /// The path and body of a scan operation (`reindex` or `merkle-check`).
@@ -146,17 +250,9 @@ impl Progress {
             return;
         };
         let done = m["reindex_building_progress"].as_u64().unwrap_or(0);
-        let total = m["reindex_building_total"].as_u64().unwrap_or(0).max(1);
+        let total = m["reindex_building_total"].as_u64().unwrap_or(0);
         let stage = m["reindex_stage"].as_str().unwrap_or("");
-        let frac = (done as f64 / total as f64).clamp(0.0, 1.0);
-        let width = 30;
-        let full = (frac * width as f64).round() as usize;
-        eprint!(
-            "\r{stage:>9} [{}{}] {:>3}% {done}/{total} keys",
-            "#".repeat(full),
-            "-".repeat(width - full),
-            (frac * 100.0).round() as u32
-        );
+        eprint!("\r{}", bar_line(stage, done, total));
         self.drawn = true;
     }
     fn finish(&self) {
