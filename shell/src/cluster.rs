@@ -52,7 +52,8 @@ static LISTENER: OnceLock<Arc<Listener>> = OnceLock::new();
 
 /// Binds the cluster listener and serves it on worker threads.
 pub fn serve(addr: &str, core: Core, threads: usize) -> Result<std::net::SocketAddr, String> {
-    let server = Server::http(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let server = Server::from_listener(crate::http::nodelay_listener(addr)?, None)
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = server
         .server_addr()
         .to_ip()
@@ -106,13 +107,17 @@ pub fn use_tls(t: cairn_core::replication::tls::ClusterTls) {
             let old = l.current.lock().ok().and_then(|mut g| g.take());
             drop(old);
             for _ in 0..200 {
-                match Server::https(
-                    l.addr.as_str(),
-                    tiny_http::SslConfig {
-                        certificate: cert.clone(),
-                        private_key: t.key_pem.clone().into_bytes(),
-                    },
-                ) {
+                let bound = crate::http::nodelay_listener(l.addr.as_str()).and_then(|sock| {
+                    Server::from_listener(
+                        sock,
+                        Some(tiny_http::SslConfig {
+                            certificate: cert.clone(),
+                            private_key: t.key_pem.clone().into_bytes(),
+                        }),
+                    )
+                    .map_err(|e| e.to_string())
+                });
+                match bound {
                     Ok(s) => {
                         if let Ok(mut g) = l.current.lock() {
                             *g = Some(Arc::new(s));

@@ -20,6 +20,18 @@ pub struct TlsFiles {
     pub key_pem: Vec<u8>,
 }
 
+/// Binds a TCP listener with `TCP_NODELAY` set; the sockets it accepts inherit it, so a
+/// response written in more than one segment is not held back waiting for the client's
+/// delayed ACK.
+pub fn nodelay_listener(addr: &str) -> Result<std::net::TcpListener, String> {
+    let l =
+        std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    if let Err(e) = socket2::SockRef::from(&l).set_tcp_nodelay(true) {
+        log::warn!("TCP_NODELAY not set on {addr}: {e}");
+    }
+    Ok(l)
+}
+
 /// Binds the listener (TLS when `tls` is given) and serves it on worker threads.
 pub fn serve(
     addr: &str,
@@ -27,17 +39,13 @@ pub fn serve(
     core: Core,
     opts: ApiOptions,
 ) -> Result<std::net::SocketAddr, String> {
-    let server = match tls {
-        None => Server::http(addr),
-        Some(t) => Server::https(
-            addr,
-            tiny_http::SslConfig {
-                certificate: t.cert_pem,
-                private_key: t.key_pem,
-            },
-        ),
-    }
-    .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let listener = nodelay_listener(addr)?;
+    let ssl = tls.map(|t| tiny_http::SslConfig {
+        certificate: t.cert_pem,
+        private_key: t.key_pem,
+    });
+    let server = Server::from_listener(listener, ssl)
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = server
         .server_addr()
         .to_ip()

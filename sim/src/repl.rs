@@ -2721,7 +2721,9 @@ impl ReplWorld {
                     if start.is_some_and(|s| s.gen == rot.gen) && rot.dirty {
                         rot.dirty = false;
                         rot.repair_tries = 0;
-                        self.log(&format!("n{h}: planted corruption repaired by this reindex"));
+                        self.log(&format!(
+                            "n{h}: planted corruption repaired by this reindex"
+                        ));
                     }
                 } else if !ok {
                     if repair && !busy {
@@ -2949,7 +2951,9 @@ impl ReplWorld {
         }
         for h in 0..self.hosts.len() {
             if self.hosts[h].rot.dirty && self.repair_wanted(h) {
-                bad.push(format!("n{h}: planted corruption not yet repaired by a reindex"));
+                bad.push(format!(
+                    "n{h}: planted corruption not yet repaired by a reindex"
+                ));
             }
         }
         for h in 0..self.hosts.len() {
@@ -3230,7 +3234,10 @@ impl ReplWorld {
             if ok {
                 return fail(
                     "scan-busy",
-                    format!("n{h} accepted a scan while another ran: {}", shorten(&text, 200)),
+                    format!(
+                        "n{h} accepted a scan while another ran: {}",
+                        shorten(&text, 200)
+                    ),
                 );
             }
         }
@@ -3263,7 +3270,13 @@ impl ReplWorld {
                     let bad: Vec<(String, Vec<usize>, bool)> = rep
                         .subtrees
                         .iter()
-                        .map(|s| (s.id.1.clone(), s.pages.keys().copied().collect(), s.corrupted_root))
+                        .map(|s| {
+                            (
+                                s.id.1.clone(),
+                                s.pages.keys().copied().collect(),
+                                s.corrupted_root,
+                            )
+                        })
                         .collect();
                     fail(
                         "reindex",
@@ -3286,7 +3299,10 @@ impl ReplWorld {
                 let (Some(corrupted), Some(map)) = (corrupted, map) else {
                     return fail(
                         "merkle-check",
-                        format!("n{h}: malformed Merkle check answer {}", shorten(&text, 200)),
+                        format!(
+                            "n{h}: malformed Merkle check answer {}",
+                            shorten(&text, 200)
+                        ),
                     );
                 };
                 let mut res = Ok(());

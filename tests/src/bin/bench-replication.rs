@@ -160,6 +160,7 @@ type Sample = (String, Instant, u64);
 /// Result of the steady-rate phase.
 struct Steady {
     rate: f64,
+    elapsed: f64,
     errors: u64,
     ack: Vec<f64>,
     perf_lag: Vec<f64>,
@@ -200,11 +201,11 @@ fn checkers(
         .collect()
 }
 
-/// Paced writers (`rate` writes/s in total, 8 threads, fixed schedule) on `p` for `secs`;
+/// Paced writers (`rate` writes/s in total, 16 threads, fixed schedule) on `p` for `secs`;
 /// every `every`-th write is sampled for lag on the perf secondary `s` (readable) and the
 /// DR secondary `d` (`last_remote_wal`).
 fn steady(p: &Server, s: &Server, d: &Server, rate: f64, secs: f64, every: u64) -> Steady {
-    const WRITERS: u64 = 8;
+    const WRITERS: u64 = 16;
     let (ptx, prx) = mpsc::channel::<Sample>();
     let (dtx, drx) = mpsc::channel::<Sample>();
     let (saddr, stoken) = (s.addr.clone(), s.root_token.clone());
@@ -270,7 +271,8 @@ fn steady(p: &Server, s: &Server, d: &Server, rate: f64, secs: f64, every: u64) 
         ack.extend(a);
         errors += e;
     }
-    let rate = ack.len() as f64 / start.elapsed().as_secs_f64();
+    let elapsed = start.elapsed().as_secs_f64();
+    let rate = ack.len() as f64 / elapsed;
     let join = |hs: Vec<std::thread::JoinHandle<Vec<f64>>>| {
         hs.into_iter()
             .flat_map(|h| h.join().expect("checker"))
@@ -278,6 +280,7 @@ fn steady(p: &Server, s: &Server, d: &Server, rate: f64, secs: f64, every: u64) 
     };
     Steady {
         rate,
+        elapsed,
         errors,
         ack,
         perf_lag: join(perf),
@@ -652,8 +655,9 @@ fn main() {
         entries as f64 / elapsed
     );
     println!(
-        "| steady paced writes, perf + DR secondaries attached (target {rate:.0}/s, {} writes) | {:.0} | {:.2} | {:.2} | {} |",
+        "| steady paced writes, perf + DR secondaries attached (target {rate:.0}/s; {} writes in {:.1} s) | {:.0} | {:.2} | {:.2} | {} |",
         st.ack.len(),
+        st.elapsed,
         st.rate,
         percentile(&mut st.ack, 0.5),
         percentile(&mut st.ack, 0.99),
