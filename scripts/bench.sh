@@ -9,8 +9,10 @@ cargo build --release -q -p cairn -p cairn-tests
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr)"
 case "$what" in
     login) exec target/release/bench-login "$@" ;;
-    # `scripts/bench.sh replication [SECONDS] [CLIENTS] [LAG_SAMPLES]`: perf replication lag
-    # (p50/p99) and WAL streaming entries/s vs the same writes with no secondary attached.
+    # `scripts/bench.sh replication [SECONDS] [CLIENTS] [LAG_SAMPLES] [RATE] [RESYNC_KEYS]`:
+    # replication lag (p50/p99) for perf and DR secondaries, sequential and at a paced RATE,
+    # WAL streaming vs the primary's maximum write rate, and Merkle resync time and bytes for
+    # RESYNC_KEYS changed keys, each next to a no-secondary baseline.
     replication) exec target/release/bench-replication "$@" ;;
     # `scripts/bench.sh reindex [KEYS] [READERS]`: reindex time and keys/s for KEYS stored
     # keys vs a raw SQLite scan, and API p99 during the reindex vs idle.
