@@ -1,6 +1,8 @@
 //! End-to-end test harness: starts real `cairn` processes on free loopback ports, talks to
 //! them over HTTP, and stops them (gracefully or with `kill -9`).
 
+pub mod cluster;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;

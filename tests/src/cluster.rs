@@ -1,0 +1,131 @@
+//! Helpers shared by the replication end-to-end tests: licensed servers on fresh port pairs,
+//! activation, status reads and waiting until a secondary caught up with its primary.
+
+use crate::{free_port_pair, tmpdir, Resp, Server, TEST_ISSUER_KEY, TEST_LICENSE};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// Small WAL retention so a secondary kept away must resync through Merkle diff/sync.
+pub const TUNING: &str = "replication {\n wal_max_entries = 50\n pull_wait_ms = 500\n}\n";
+
+/// A free API/cluster port pair not handed out before in this process (tests run in
+/// parallel threads, and `free_port_pair` alone can give two of them overlapping pairs).
+pub fn port() -> u16 {
+    static USED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut used = USED.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let p = free_port_pair();
+        if !used.iter().any(|u| u.abs_diff(p) <= 1) {
+            used.push(p);
+            return p;
+        }
+    }
+}
+
+/// A server with the signed test license, initialised and unsealed.
+pub fn licensed(tag: &str) -> Server {
+    let dir = tmpdir(tag);
+    let lic = dir.join("license.json");
+    std::fs::write(&lic, TEST_LICENSE).expect("write license");
+    let extra = format!(
+        "license_path = \"{}\"\nlicense_trusted_key = \"{TEST_ISSUER_KEY}\"\n{TUNING}",
+        lic.display()
+    );
+    let mut s = start(&dir, &extra);
+    s.init_unseal(3, 2);
+    s
+}
+
+/// Starts a server on a fresh port pair, retrying when a port was taken meanwhile (outgoing
+/// connections of other tests draw local ports from the same ephemeral range).
+pub fn start(dir: &std::path::Path, extra: &str) -> Server {
+    for attempt in 0..4 {
+        let p = port();
+        let r = std::panic::catch_unwind(|| Server::with_config(dir, p, extra));
+        match r {
+            Ok(s) => return s,
+            Err(e) if attempt == 3 => std::panic::resume_unwind(e),
+            Err(_) => eprintln!("server on port {p} did not start; retrying on another port"),
+        }
+    }
+    unreachable!()
+}
+
+pub fn ok(r: Resp, what: &str) -> Value {
+    assert!(r.status < 300, "{what}: {} {}", r.status, r.body);
+    r.body
+}
+
+pub fn status(s: &Server, mode: &str) -> Value {
+    let r = s.call_as(None, "GET", &format!("sys/replication/{mode}/status"), None);
+    assert_eq!(r.status, 200, "status: {}", r.body);
+    r.body["data"].clone()
+}
+
+pub fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+pub fn token(p: &Server, mode: &str, id: &str) -> String {
+    let b = ok(
+        p.post(
+            &format!("sys/replication/{mode}/primary/secondary-token"),
+            json!({ "id": id }),
+        ),
+        "secondary-token",
+    );
+    assert_eq!(b["data"], Value::Null);
+    assert!(b["wrap_info"]["ttl"].as_u64() == Some(1800), "{b}");
+    b["wrap_info"]["token"].as_str().expect("token").to_string()
+}
+
+pub fn enable_secondary(s: &Server, mode: &str, tok: &str) {
+    ok(
+        s.post(
+            &format!("sys/replication/{mode}/secondary/enable"),
+            json!({ "token": tok }),
+        ),
+        "secondary enable",
+    );
+}
+
+/// The root the primary expects this secondary to reach (its filtered view).
+pub fn expected_root(p: &Server, mode: &str, id: &str) -> String {
+    let st = status(p, mode);
+    st["secondaries"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["node_id"] == id))
+        .map(|s| s["merkle_root"].as_str().unwrap_or_default().to_string())
+        .unwrap_or_default()
+}
+
+pub fn caught_up(p: &Server, s: &Server, mode: &str, id: &str) -> bool {
+    let ps = status(p, mode);
+    let ss = status(s, mode);
+    ss["state"] == "stream-wals"
+        && ss["last_remote_wal"] == ps["last_wal"]
+        && ss["merkle_root"].as_str() == Some(expected_root(p, mode, id).as_str())
+}
+
+/// Waits until `s` caught up with `p`; on timeout shows both statuses.
+pub fn wait_caught_up(what: &str, secs: u64, p: &Server, s: &Server, mode: &str, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if caught_up(p, s, mode, id) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "timed out waiting for {what}:\nprimary {}\nsecondary {}",
+        status(p, mode),
+        status(s, mode)
+    );
+}
