@@ -45,7 +45,9 @@ fi
 if [ "${FUZZ_TOOLCHAIN:-}" != stable ] && rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
     toolchain=+nightly
 else
-    toolchain=+stable
+    # The machine's default toolchain (on a fresh machine the only one), made to accept
+    # the nightly flags cargo-fuzz passes.
+    toolchain=
     export RUSTC_BOOTSTRAP=1
 fi
 san=${FUZZ_SANITIZER:-none}
@@ -55,7 +57,7 @@ flags=(-s "$san" --debug-assertions)
 cd "$FUZZ_DIR"
 echo "fuzz: building targets (cargo $toolchain fuzz build ${flags[*]})" >&2
 start=$SECONDS
-cargo "$toolchain" fuzz build "${flags[@]}" >&2
+cargo ${toolchain:+"$toolchain"} fuzz build "${flags[@]}" >&2
 echo "fuzz: built in $((SECONDS - start)) s" >&2
 
 mkdir -p "$ROOT/target/fuzz-logs"
@@ -70,7 +72,7 @@ for t in "${run[@]}"; do
     [ -d "$FUZZ_DIR/corpus/$t" ] && dirs+=("$FUZZ_DIR/corpus/$t")
     echo "fuzz: $t for ${secs}s" >&2
     set +e
-    cargo "$toolchain" fuzz run "${flags[@]}" "$t" "${dirs[@]}" -- \
+    cargo ${toolchain:+"$toolchain"} fuzz run "${flags[@]}" "$t" "${dirs[@]}" -- \
         -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$artifacts/" \
         -timeout="${FUZZ_TIMEOUT:-20}" -rss_limit_mb="${FUZZ_RSS_MB:-2048}" >"$log" 2>&1
     rc=$?
