@@ -129,3 +129,61 @@ pub fn wait_caught_up(what: &str, secs: u64, p: &Server, s: &Server, mode: &str,
         status(s, mode)
     );
 }
+
+/// Runs an OTP-encoded token generation on `s` with `keys` — `sys/generate-root`, or the DR
+/// operation token's `sys/replication/dr/secondary/generate-operation-token` — and returns the
+/// decoded token. `note` receives the OTP and the token (secrets the log scan looks for).
+pub fn generate_noting(s: &Server, base: &str, keys: &[String], note: impl Fn(&str)) -> String {
+    use base64::Engine;
+    let data = |b: Value| {
+        if b["data"].is_object() {
+            b["data"].clone()
+        } else {
+            b
+        }
+    };
+    let a = data(ok(
+        s.call_as(None, "POST", &format!("{base}/attempt"), Some(json!({}))),
+        "token generation attempt",
+    ));
+    let otp = a["otp"].as_str().expect("otp").to_string();
+    note(&otp);
+    let nonce = a["nonce"].as_str().expect("nonce").to_string();
+    let mut last = Value::Null;
+    for k in keys {
+        last = data(ok(
+            s.call_as(
+                None,
+                "POST",
+                &format!("{base}/update"),
+                Some(json!({"key": k, "nonce": nonce})),
+            ),
+            "token generation update",
+        ));
+        if last["complete"] == true {
+            break;
+        }
+    }
+    let enc = last["encoded_token"].as_str().expect("encoded token");
+    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(enc.trim_end_matches('='))
+        .expect("base64");
+    let token: String = bytes
+        .iter()
+        .zip(otp.bytes())
+        .map(|(a, b)| (a ^ b) as char)
+        .collect();
+    note(&token);
+    token
+}
+
+/// [`generate_noting`] recording the secrets for `scripts/check-secrets.sh`.
+pub fn generate(s: &Server, base: &str, keys: &[String]) -> String {
+    generate_noting(s, base, keys, crate::note_secret)
+}
+
+/// A root token on `s` (e.g. a secondary, whose own tokens were wiped at activation) from the
+/// primary's key shares.
+pub fn generate_root(s: &Server, keys: &[String]) -> String {
+    generate(s, "sys/generate-root", keys)
+}

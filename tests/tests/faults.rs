@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cairn_tests::cluster::generate_root;
 use cairn_tests::{TEST_ISSUER_KEY as ISSUER_KEY, TEST_LICENSE as LICENSE};
 
 /// WAL retention in entries: a secondary kept away for more writes than this resyncs by
@@ -137,55 +138,6 @@ fn secondary_token(p: &Server, mode: &str, id: &str) -> String {
     let t = b["wrap_info"]["token"].as_str().expect("token").to_string();
     note_secret(&t);
     t
-}
-
-/// Standard base64 to bytes.
-fn b64decode(s: &str) -> Vec<u8> {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD_NO_PAD
-        .decode(s.trim_end_matches('='))
-        .expect("base64")
-}
-
-/// A root token for `s` made with `sys/generate-root` and the primary's key shares.
-fn generate_root(s: &Server, keys: &[String]) -> String {
-    let data = |b: Value| {
-        if b["data"].is_object() {
-            b["data"].clone()
-        } else {
-            b
-        }
-    };
-    let a = data(ok(
-        s.call_as(None, "POST", "sys/generate-root/attempt", Some(json!({}))),
-        "generate-root attempt",
-    ));
-    let otp = a["otp"].as_str().expect("otp").to_string();
-    note_secret(&otp);
-    let nonce = a["nonce"].as_str().expect("nonce").to_string();
-    let mut last = Value::Null;
-    for k in keys {
-        last = data(ok(
-            s.call_as(
-                None,
-                "POST",
-                "sys/generate-root/update",
-                Some(json!({"key": k, "nonce": nonce})),
-            ),
-            "generate-root update",
-        ));
-        if last["complete"] == true {
-            break;
-        }
-    }
-    let enc = last["encoded_token"].as_str().expect("encoded token");
-    let tok: String = b64decode(enc)
-        .iter()
-        .zip(otp.bytes())
-        .map(|(a, b)| (a ^ b) as char)
-        .collect();
-    note_secret(&tok);
-    tok
 }
 
 /// Threads writing unique keys to the primary, remembering every acknowledged write.

@@ -2,7 +2,7 @@
 //! cluster listeners.
 
 use cairn_tests::{tmpdir, Server};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::Duration;
 
 use cairn_tests::cluster::*;
@@ -268,69 +268,6 @@ fn wait_cluster_tls(s: &Server) {
         let n = c.read(&mut buf).unwrap_or(0);
         !buf[..n].starts_with(b"HTTP/1.1")
     });
-}
-
-/// Standard base64 (padded or not) to bytes.
-fn b64decode(s: &str) -> Vec<u8> {
-    let val = |c: u8| -> u32 {
-        match c {
-            b'A'..=b'Z' => (c - b'A') as u32,
-            b'a'..=b'z' => (c - b'a') as u32 + 26,
-            b'0'..=b'9' => (c - b'0') as u32 + 52,
-            b'+' | b'-' => 62,
-            _ => 63,
-        }
-    };
-    let s: Vec<u8> = s.bytes().filter(|c| *c != b'=').collect();
-    let mut out = Vec::new();
-    for chunk in s.chunks(4) {
-        let mut n = 0u32;
-        for (i, c) in chunk.iter().enumerate() {
-            n |= val(*c) << (18 - 6 * i);
-        }
-        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        out.extend_from_slice(&bytes[..chunk.len().saturating_sub(1)]);
-    }
-    out
-}
-
-/// Runs an OTP-encoded token generation (`sys/generate-root` or the DR operation token) with
-/// `keys` and returns the decoded token.
-fn generate(s: &Server, base: &str, keys: &[String]) -> String {
-    let a = s.call_as(None, "POST", &format!("{base}/attempt"), Some(json!({})));
-    assert_eq!(a.status, 200, "{}", a.body);
-    let a = if a.body["data"].is_object() {
-        a.body["data"].clone()
-    } else {
-        a.body
-    };
-    let otp = a["otp"].as_str().expect("otp").to_string();
-    let nonce = a["nonce"].as_str().expect("nonce").to_string();
-    let mut last = Value::Null;
-    for k in keys {
-        let u = s.call_as(
-            None,
-            "POST",
-            &format!("{base}/update"),
-            Some(json!({"key": k, "nonce": nonce})),
-        );
-        assert_eq!(u.status, 200, "{}", u.body);
-        last = if u.body["data"].is_object() {
-            u.body["data"].clone()
-        } else {
-            u.body
-        };
-        if last["complete"] == true {
-            break;
-        }
-    }
-    let enc = last["encoded_token"].as_str().expect("encoded token");
-    let bytes = b64decode(enc);
-    bytes
-        .iter()
-        .zip(otp.bytes())
-        .map(|(a, b)| (a ^ b) as char)
-        .collect()
 }
 
 fn cluster_addr(s: &Server) -> String {

@@ -22,27 +22,14 @@
 //!   it is streaming again with equal Merkle roots, and cluster channel body bytes counted by
 //!   the primary (`cairn_cluster_bytes_total`) during that time vs the changed data.
 
+use cairn_tests::cluster::generate_root;
 use cairn_tests::{free_port_pair, tmpdir, Server};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The test license of `tests/tests/replication.rs` (signed by the test issuer key).
-const LICENSE: &str = r#"{
-  "license": {
-    "license_id": "e2e-test-license",
-    "customer": "cairn tests",
-    "features": [
-      "replication"
-    ],
-    "issue_time": 1700000000000,
-    "expiration_time": 4102444800000,
-    "dev": false
-  },
-  "signature": "jUA3uMpan95C0G4l0W/NFxRHWiEUOq2rN3/lin/wBxebzDq/bLWsYedgO5u1tcyt1/4CTaiRWBBsON1l7Jp/Cg=="
-}"#;
-const ISSUER_KEY: &str = "GX9rI+FshTLGq8g4+s1ep4m+DHaykgM0A5v6iz02jWE=";
+use cairn_tests::{TEST_ISSUER_KEY as ISSUER_KEY, TEST_LICENSE as LICENSE};
 
 /// A licensed server (1 key share) on a port pair away from `avoid`; `tuning` is appended
 /// to its configuration. Returns the server and its extra configuration (for restarts).
@@ -434,65 +421,6 @@ fn concurrent_writes(s: &Server, prefix: &str, clients: usize, secs: f64) -> (f6
     let p50 = percentile(&mut all, 0.5);
     let p99 = percentile(&mut all, 0.99);
     (rate, p50, p99, errs)
-}
-
-/// Standard base64 (padded or not) to bytes.
-fn b64decode(s: &str) -> Vec<u8> {
-    let val = |c: u8| -> u32 {
-        match c {
-            b'A'..=b'Z' => (c - b'A') as u32,
-            b'a'..=b'z' => (c - b'a') as u32 + 26,
-            b'0'..=b'9' => (c - b'0') as u32 + 52,
-            b'+' | b'-' => 62,
-            _ => 63,
-        }
-    };
-    let s: Vec<u8> = s.bytes().filter(|c| *c != b'=').collect();
-    let mut out = Vec::new();
-    for chunk in s.chunks(4) {
-        let mut n = 0u32;
-        for (i, c) in chunk.iter().enumerate() {
-            n |= val(*c) << (18 - 6 * i);
-        }
-        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        out.extend_from_slice(&bytes[..chunk.len().saturating_sub(1)]);
-    }
-    out
-}
-
-/// A root token on the (performance secondary) `s` from the primary's key shares.
-fn generate_root(s: &Server, keys: &[String]) -> String {
-    let a = s.call_as(None, "POST", "sys/generate-root/attempt", Some(json!({})));
-    let a = if a.body["data"].is_object() {
-        a.body["data"].clone()
-    } else {
-        a.body
-    };
-    let otp = a["otp"].as_str().expect("otp").to_string();
-    let nonce = a["nonce"].as_str().expect("nonce").to_string();
-    let mut last = Value::Null;
-    for k in keys {
-        let u = s.call_as(
-            None,
-            "POST",
-            "sys/generate-root/update",
-            Some(json!({"key": k, "nonce": nonce})),
-        );
-        last = if u.body["data"].is_object() {
-            u.body["data"].clone()
-        } else {
-            u.body
-        };
-        if last["complete"] == true {
-            break;
-        }
-    }
-    let enc = last["encoded_token"].as_str().expect("encoded token");
-    b64decode(enc)
-        .iter()
-        .zip(otp.bytes())
-        .map(|(a, b)| (a ^ b) as char)
-        .collect()
 }
 
 fn wait(what: &str, secs: u64, mut f: impl FnMut() -> bool) {

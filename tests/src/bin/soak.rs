@@ -148,50 +148,6 @@ fn wait_caught_up(p: &Server, s: &Server, mode: &str, secs: u64) -> bool {
     false
 }
 
-fn generate_root(s: &Server, keys: &[String], secrets: &Secrets) -> String {
-    use base64::Engine;
-    let data = |b: Value| {
-        if b["data"].is_object() {
-            b["data"].clone()
-        } else {
-            b
-        }
-    };
-    let a = data(ok(
-        s.call_as(None, "POST", "sys/generate-root/attempt", Some(json!({}))),
-        "generate-root",
-    ));
-    let otp = a["otp"].as_str().expect("otp").to_string();
-    secrets.note(&otp);
-    let nonce = a["nonce"].as_str().expect("nonce").to_string();
-    let mut last = Value::Null;
-    for k in keys {
-        last = data(ok(
-            s.call_as(
-                None,
-                "POST",
-                "sys/generate-root/update",
-                Some(json!({"key": k, "nonce": nonce})),
-            ),
-            "generate-root update",
-        ));
-        if last["complete"] == true {
-            break;
-        }
-    }
-    let enc = last["encoded_token"].as_str().expect("encoded token");
-    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
-        .decode(enc.trim_end_matches('='))
-        .expect("base64");
-    let tok: String = bytes
-        .iter()
-        .zip(otp.bytes())
-        .map(|(a, b)| (a ^ b) as char)
-        .collect();
-    secrets.note(&tok);
-    tok
-}
-
 /// VmRSS in KiB and the number of open file descriptors of `pid`.
 fn usage(pid: u32) -> (u64, usize) {
     let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -365,7 +321,10 @@ fn main() {
         wait_caught_up(&p, &dr, "dr", 120),
         "DR secondary did not catch up"
     );
-    perf.root_token = generate_root(&perf, &p.unseal_keys.clone(), &secrets);
+    perf.root_token =
+        cairn_tests::cluster::generate_noting(&perf, "sys/generate-root", &p.unseal_keys, |x| {
+            secrets.note(x)
+        });
     println!(
         "soak: cluster up and replicating in {:.1}s",
         t0.elapsed().as_secs_f64()
