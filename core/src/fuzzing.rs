@@ -685,7 +685,7 @@ pub fn ldap_filter(data: &[u8]) {
         LdapOp::Connect(_) | LdapOp::ConnectBound { .. } => Ok(LdapDone::Connected {
             url: "ldap://fake".into(),
         }),
-        LdapOp::Bind { .. } => Ok(LdapDone::Bound),
+        LdapOp::Bind { .. } | LdapOp::CheckBind { .. } => Ok(LdapDone::Bound),
         LdapOp::Search(s) => {
             filters.push((s.base.clone(), s.filter.clone()));
             Ok(LdapDone::Entries(if s.base.starts_with("ou=people") {

@@ -85,6 +85,9 @@ struct Shared {
     tls: Mutex<HashMap<TlsKey, Arc<ClientConfig>>>,
     /// Connections left bound as a service identity by finished logins.
     bound: BoundPool,
+    /// Connections kept for checking users' passwords ([`LdapOp::CheckBind`]), by
+    /// settings; whatever identity the last check left them bound as is never used.
+    check: BoundPool,
     deliver: Deliver,
     /// Workers running, how many of them wait for a call, and calls not yet taken.
     threads: AtomicUsize,
@@ -104,6 +107,7 @@ impl LdapPool {
             conns: Mutex::new(HashMap::new()),
             tls: Mutex::new(HashMap::new()),
             bound: BoundPool::default(),
+            check: BoundPool::default(),
             deliver,
             threads: AtomicUsize::new(0),
             idle: AtomicUsize::new(0),
@@ -209,6 +213,7 @@ fn kind_of(op: &LdapOp) -> &'static str {
         LdapOp::Connect(_) => "connect",
         LdapOp::ConnectBound { .. } => "connect and bind",
         LdapOp::Bind { .. } => "bind",
+        LdapOp::CheckBind { .. } => "check bind",
         LdapOp::Search(_) => "search",
         LdapOp::Close => "close",
         LdapOp::Run(_) => "run",
@@ -262,6 +267,9 @@ fn execute(s: &Shared, call: LdapCall) -> LdapReply {
                 let _ = c.ldap.unbind();
             }
             Ok(LdapDone::Closed)
+        }
+        LdapOp::CheckBind { spec, dn, password } => {
+            check_bind(s, spec, dn, password.expose(), true)
         }
         op => {
             let taken = lock(&s.conns).remove(&conn_id);
@@ -368,6 +376,9 @@ fn run_job_once(s: &Shared, job: &mut Job, use_pool: bool) -> bool {
                 Some(c) => search(c, spec),
                 None => Err(not_open()),
             },
+            LdapOp::CheckBind { spec, dn, password } => {
+                check_bind(s, spec, dn, password.expose(), use_pool)
+            }
             LdapOp::Close => {
                 if let Some(mut c) = conn.take() {
                     let _ = c.ldap.unbind();
@@ -422,6 +433,49 @@ fn run_job_once(s: &Shared, job: &mut Job, use_pool: bool) -> bool {
         }
     }
     retry
+}
+
+/// Checks credentials with a bind on a check connection: an idle one kept for `spec`'s
+/// settings (a dead one is dropped and a fresh one opened), else a new one. The
+/// connection goes back to the pool unless the connection itself failed.
+fn check_bind(
+    s: &Shared,
+    spec: &ConnectSpec,
+    dn: &str,
+    password: &str,
+    use_pool: bool,
+) -> Result<LdapDone, LdapFailure> {
+    let k = PoolKey::new(spec, "", "");
+    let usable = |r: &Result<LdapDone, LdapFailure>| match r {
+        Ok(_) => true,
+        Err(f) => matches!(
+            f.kind,
+            FailKind::InvalidCredentials | FailKind::Ldap | FailKind::SizeLimit
+        ),
+    };
+    let idle = if use_pool { s.check.take(&k) } else { None };
+    if let Some(mut c) = idle {
+        let r = bind(&mut c, dn, password);
+        if usable(&r) {
+            c.last_used = Instant::now();
+            s.check.put(k, c);
+            return r;
+        }
+        let _ = c.ldap.unbind();
+        if !matches!(&r, Err(f) if matches!(f.kind, FailKind::Connect | FailKind::NoConnection)) {
+            return r;
+        }
+        // The idle connection was dead: check on a fresh one.
+    }
+    let (ldap, url) = connect(s, spec)?;
+    let mut c = new_conn(ldap, spec, &url);
+    let r = bind(&mut c, dn, password);
+    if usable(&r) {
+        s.check.put(k, c);
+    } else {
+        let _ = c.ldap.unbind();
+    }
+    r
 }
 
 fn new_conn(ldap: LdapConn, spec: &ConnectSpec, url: &str) -> Conn {

@@ -22,12 +22,16 @@ impl log::Log for Stderr {
                 Level::Debug => "DEBUG",
                 Level::Trace => "TRACE",
             };
-            eprintln!(
-                "{} [{lvl}] {}: {}",
+            // One write per line: stderr is unbuffered, and formatting straight into it
+            // would cost a system call per formatted piece (and interleave threads' lines).
+            let line = format!(
+                "{} [{lvl}] {}: {}\n",
                 cairn_core::time::rfc3339(ts),
                 r.target(),
                 r.args()
             );
+            use std::io::Write;
+            let _ = std::io::stderr().lock().write_all(line.as_bytes());
         }
     }
     fn flush(&self) {}

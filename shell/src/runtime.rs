@@ -107,6 +107,7 @@ fn run(
     tx: Sender<Msg>,
     pool: crate::ldap::LdapPool,
 ) {
+    let syncer = Syncer::start(node.storage_mut().wal_sync(), tx.clone());
     let mut waiting: BTreeMap<u64, SyncSender<Response>> = BTreeMap::new();
     let mut peers: BTreeMap<u64, SyncSender<cairn_core::replication::PeerAnswer>> = BTreeMap::new();
     let mut next_peer: u64 = 0;
@@ -178,13 +179,16 @@ fn run(
         // Audit lines reach their files before the commit; if they cannot, nothing of the
         // batch is committed (fail closed), and the node reloads what it derived from the
         // batch's writes (Merkle trees, WAL position) from storage.
-        let committed: Result<(), String> = match crate::audit_file::append(&audit_lines) {
+        let committed: Result<bool, String> = match crate::audit_file::append(&audit_lines) {
             Err(e) => {
                 node.storage_mut().rollback();
                 node.storage_rolled_back();
                 Err(format!("audit device failed: {e}"))
             }
-            Ok(()) => node.storage_mut().commit().map_err(|e| e.to_string()),
+            Ok(()) => node
+                .storage_mut()
+                .commit_unsynced()
+                .map_err(|e| e.to_string()),
         };
         if let Err(e) = &committed {
             log::error!(
@@ -192,48 +196,43 @@ fn run(
                 ids_in_batch.len()
             );
         }
+        let mut out = Vec::new();
         let released = held
             .into_iter()
             .chain(std::iter::from_fn(|| node.poll_output()));
-        for out in released {
-            match out {
+        for o in released {
+            match o {
                 Output::Response(mut r) => {
                     if let Err(e) = &committed {
                         r = Response::error(r.id, &ApiError::Internal(e.to_string()));
                     }
                     disk_full_status(&mut r);
                     if let Some(tx) = waiting.remove(&r.id) {
-                        let _ = tx.send(r);
+                        out.push(Delivery::Response(tx, r));
                     }
                 }
                 Output::Ldap(call) => pool.submit(call),
                 Output::AdminDone(v) => {
                     if !admin.is_empty() {
-                        let _ = admin.remove(0).send(v);
+                        out.push(Delivery::Admin(admin.remove(0), v));
                     }
                 }
                 Output::PeerResponse(r) => {
                     if let Some(ptx) = peers.remove(&r.id) {
                         let msg = match &committed {
-                            Ok(()) => r.msg,
+                            Ok(_) => r.msg,
                             Err(e) => cairn_core::replication::PeerAnswer::Error {
                                 code: "internal".into(),
                                 message: e.to_string(),
                             },
                         };
-                        let _ = ptx.send(msg);
+                        out.push(Delivery::Peer(ptx, msg));
                     }
                 }
-                Output::PeerSend(s) => crate::cluster::send_peer(s, tx.clone()),
-                Output::HttpCall(c) => crate::cluster::http_call(c, tx.clone()),
-                Output::ClusterTls(t) => crate::cluster::use_tls(t),
-                Output::Audit { file_path, line } => {
-                    if let Err(e) = crate::audit_file::append(&[(file_path, line)]) {
-                        log::error!("{e}");
-                    }
-                }
+                other => out.push(Delivery::Effect(other)),
             }
         }
+        syncer.release(committed.unwrap_or(false), out);
         if node.storage_mut().take_lost_batch() {
             // The node's memory (Merkle trees, WAL position) holds a batch that is not on
             // disk: carrying on would persist Merkle pages that disagree with the data.
@@ -259,6 +258,154 @@ fn run(
                 });
             }
             admin.clear();
+        }
+    }
+}
+
+/// What a batch lets out once it is durable: answers and side effects, in output order.
+enum Delivery {
+    Response(SyncSender<Response>, Response),
+    Admin(SyncSender<Value>, Value),
+    Peer(
+        SyncSender<cairn_core::replication::PeerAnswer>,
+        cairn_core::replication::PeerAnswer,
+    ),
+    /// Cluster calls, TLS material, audit lines of late outputs.
+    Effect(Output),
+}
+
+impl Delivery {
+    fn deliver(self, tx: &Sender<Msg>) {
+        match self {
+            Delivery::Response(s, r) => {
+                let _ = s.send(r);
+            }
+            Delivery::Admin(s, v) => {
+                let _ = s.send(v);
+            }
+            Delivery::Peer(s, a) => {
+                let _ = s.send(a);
+            }
+            Delivery::Effect(o) => match o {
+                Output::PeerSend(s) => crate::cluster::send_peer(s, tx.clone()),
+                Output::HttpCall(c) => crate::cluster::http_call(c, tx.clone()),
+                Output::ClusterTls(t) => crate::cluster::use_tls(t),
+                Output::Audit { file_path, line } => {
+                    if let Err(e) = crate::audit_file::append(&[(file_path, line)]) {
+                        log::error!("{e}");
+                    }
+                }
+                // Answers and LDAP calls are not effects (see `run`).
+                Output::Response(_)
+                | Output::Ldap(_)
+                | Output::AdminDone(_)
+                | Output::PeerResponse(_) => {}
+            },
+        }
+    }
+}
+
+/// The sync thread of the pipelined group commit: takes each committed batch's deliveries,
+/// syncs the database once for all batches waiting (when any of them wrote), then delivers
+/// them in commit order. The core thread meanwhile runs the next batch; a later batch may
+/// read what an earlier one wrote before it is durable, but its answers leave after the
+/// sync that covers both.
+struct Syncer {
+    tx: SyncSender<(bool, Vec<Delivery>)>,
+    /// Batches handed over and not yet delivered.
+    pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    core_tx: Sender<Msg>,
+}
+
+impl Syncer {
+    fn start(wal: Option<crate::sqlite::WalSync>, core_tx: Sender<Msg>) -> Syncer {
+        use std::sync::atomic::Ordering;
+        let pending = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (tx, rx) = mpsc::sync_channel::<(bool, Vec<Delivery>)>(MAX_BATCH);
+        std::thread::Builder::new()
+            .name("cairn-sync".into())
+            .spawn({
+                let (pending, core_tx) = (pending.clone(), core_tx.clone());
+                let mut wal = wal;
+                move || {
+                    while let Ok(first) = rx.recv() {
+                        let mut group = vec![first];
+                        while let Ok(more) = rx.try_recv() {
+                            group.push(more);
+                        }
+                        if group.iter().any(|(wrote, _)| *wrote) {
+                            if let Some(w) = wal.as_mut() {
+                                if let Err(e) = w.sync() {
+                                    // Whether the batches reached the disk is unknown: answering
+                                    // would risk acknowledging lost writes, and retrying the sync
+                                    // cannot be trusted. Stop; a restart recovers from the disk.
+                                    log::error!(
+                                        "cannot sync the database ({e}); stopping the server so \
+                                     that no write is acknowledged that may not be on disk"
+                                    );
+                                    std::process::abort();
+                                }
+                            }
+                        }
+                        let n = group.len();
+                        for (_, out) in group {
+                            for d in out {
+                                d.deliver(&core_tx);
+                            }
+                        }
+                        pending.fetch_sub(n, Ordering::AcqRel);
+                    }
+                }
+            })
+            .expect("spawn sync thread");
+        Syncer {
+            tx,
+            pending,
+            core_tx,
+        }
+    }
+
+    /// Hands a committed batch over; a batch that wrote nothing, with nothing before it
+    /// still waiting, is delivered at once.
+    fn release(&self, wrote: bool, out: Vec<Delivery>) {
+        use std::sync::atomic::Ordering;
+        if out.is_empty() && !wrote {
+            return;
+        }
+        let out = if wrote || self.pending.load(Ordering::Acquire) > 0 {
+            self.pending.fetch_add(1, Ordering::AcqRel);
+            match self.tx.send((wrote, out)) {
+                Ok(()) => return,
+                // The sync thread is gone (it stops the process when a sync fails): the
+                // answers can only report failure.
+                Err(mpsc::SendError((_, out))) => {
+                    self.pending.fetch_sub(1, Ordering::AcqRel);
+                    log::error!(
+                        "the sync thread is gone; the batch's writes are not known durable"
+                    );
+                    let e = ApiError::Internal("the storage sync thread stopped".into());
+                    out.into_iter()
+                        .map(|d| match d {
+                            Delivery::Response(s, r) => {
+                                Delivery::Response(s, Response::error(r.id, &e))
+                            }
+                            Delivery::Peer(s, _) => Delivery::Peer(
+                                s,
+                                cairn_core::replication::PeerAnswer::Error {
+                                    code: "internal".into(),
+                                    message: e.to_string(),
+                                },
+                            ),
+                            other => other,
+                        })
+                        .collect()
+                }
+            }
+        } else {
+            out
+        };
+        for d in out {
+            d.deliver(&self.core_tx);
         }
     }
 }

@@ -1,6 +1,17 @@
-//! SQLite storage for the core: one table of binary keys and values, WAL journal,
-//! `synchronous=FULL`, and explicit batch transactions so the runtime can group many inputs
-//! into one durable commit and release their responses only after it.
+//! SQLite storage for the core: one table of binary keys and values, WAL journal, and
+//! explicit batch transactions so the runtime can group many inputs into one durable commit
+//! and release their responses only after it.
+//!
+//! ## Durability
+//!
+//! The database runs with `synchronous=NORMAL`: a `COMMIT` writes the transaction's frames to
+//! the `-wal` file without waiting for the disk, and [`WalSync::sync`] (an `fdatasync` of that
+//! file) makes every transaction committed before it durable. SQLite itself syncs the WAL
+//! before each checkpoint and the database after it, so a checkpoint never loses a committed
+//! frame. [`SqliteStorage::commit`] commits and syncs at once; the runtime instead uses
+//! [`SqliteStorage::commit_unsynced`] and has a separate thread sync and then release the
+//! batch's answers, so the core thread runs the next batch while the disk works (pipelined
+//! group commit; nothing is answered before the sync that covers it).
 //!
 //! ## A full disk
 //!
@@ -19,11 +30,22 @@
 //!   [`DISK_FULL`] error (the API answers 507) and reads keep working, until the reserve can
 //!   be written again (tried at most once a second), which means space came back.
 //!
+//! ## Read cache
+//!
+//! Reads go through a small cache of recently read keys (negative answers included): the
+//! node reads the same few keys (mount table, salt, policies, auth config) on every request.
+//! Writes keep cached keys exact; a dropped transaction evicts the keys it wrote, a lost
+//! batch empties the cache. Only this connection writes the database while the server runs.
+//!
 //! If even the replay fails, [`SqliteStorage::take_lost_batch`] tells the runtime, which
 //! drops the node's in-memory state (it comes back sealed, from what is on disk).
 
 use cairn_core::storage::{Storage, StorageError, Write};
 use rusqlite::{params, Connection, OptionalExtension};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -50,6 +72,101 @@ pub struct SqliteStorage {
     last_probe: Option<Instant>,
     /// A batch the node already holds in memory could not be made durable.
     lost_batch: bool,
+    /// Syncs committed transactions (none for an in-memory database).
+    wal_sync: Option<WalSync>,
+    cache: RefCell<ReadCache>,
+}
+
+/// Values of recently read keys (`None`: read and absent).
+#[derive(Default)]
+struct ReadCache {
+    map: HashMap<String, Option<Vec<u8>>>,
+    bytes: usize,
+}
+
+impl ReadCache {
+    /// Most keys and bytes held; past either, the cache starts over.
+    const MAX_KEYS: usize = 16_384;
+    const MAX_BYTES: usize = 32 << 20;
+    /// Larger values are not cached.
+    const MAX_VALUE: usize = 64 << 10;
+
+    fn get(&self, key: &str) -> Option<Option<Vec<u8>>> {
+        self.map.get(key).cloned()
+    }
+
+    fn fill(&mut self, key: &str, value: &Option<Vec<u8>>) {
+        let size = value.as_ref().map_or(0, Vec::len);
+        if size > Self::MAX_VALUE {
+            return;
+        }
+        if self.map.len() >= Self::MAX_KEYS || self.bytes + size > Self::MAX_BYTES {
+            self.clear();
+        }
+        self.bytes += size + key.len();
+        if let Some(old) = self.map.insert(key.to_string(), value.clone()) {
+            self.bytes -= old.map_or(0, |v| v.len()) + key.len();
+        }
+    }
+
+    /// A write: a cached key takes the new value (keys not cached stay out).
+    fn wrote(&mut self, key: &str, value: &Option<Vec<u8>>) {
+        if self.map.contains_key(key) {
+            self.evict(key);
+            self.fill(key, value);
+        }
+    }
+
+    fn evict(&mut self, key: &str) {
+        if let Some(old) = self.map.remove(key) {
+            self.bytes -= old.map_or(0, |v| v.len()) + key.len();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.bytes = 0;
+    }
+}
+
+/// Makes committed transactions durable: `fdatasync` of the database's `-wal` file (of the
+/// database file when there is no WAL file). Keeps the WAL file open between syncs (so a
+/// write-back error is reported to this descriptor), reopening it when the file was
+/// replaced.
+pub struct WalSync {
+    wal: PathBuf,
+    db: PathBuf,
+    open: Option<(File, u64)>,
+}
+
+impl WalSync {
+    fn new(db: &Path) -> WalSync {
+        WalSync {
+            wal: PathBuf::from(format!("{}-wal", db.display())),
+            db: db.to_path_buf(),
+            open: None,
+        }
+    }
+
+    /// Waits until every transaction committed so far is on disk.
+    pub fn sync(&mut self) -> std::io::Result<()> {
+        match std::fs::metadata(&self.wal) {
+            Ok(m) => {
+                if self.open.as_ref().map(|(_, ino)| *ino) != Some(m.ino()) {
+                    self.open = Some((File::open(&self.wal)?, m.ino()));
+                }
+                match &self.open {
+                    Some((f, _)) => f.sync_data(),
+                    None => Ok(()),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.open = None;
+                File::open(&self.db)?.sync_data()
+            }
+            Err(e) => Err(e),
+        }
+    }
 }
 
 fn is_full(e: &rusqlite::Error) -> bool {
@@ -102,7 +219,8 @@ impl SqliteStorage {
         let conn = Connection::open(path).map_err(err)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(err)?;
-        conn.pragma_update(None, "synchronous", "FULL")
+        // Commits do not wait for the disk; `WalSync` does (see the module documentation).
+        conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(err)?;
         // Savepoint journals stay in memory: a full disk must not fail them.
         conn.pragma_update(None, "temp_store", "MEMORY")
@@ -118,8 +236,10 @@ impl SqliteStorage {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or(RESERVE_BYTES);
         let file = path.as_os_str().to_string_lossy().into_owned();
-        let reserve = (size > 0 && !file.is_empty() && file != ":memory:")
-            .then(|| (PathBuf::from(format!("{file}-reserve")), size));
+        let on_disk = !file.is_empty() && file != ":memory:";
+        let reserve =
+            (size > 0 && on_disk).then(|| (PathBuf::from(format!("{file}-reserve")), size));
+        let wal_sync = on_disk.then(|| WalSync::new(path));
         let mut s = SqliteStorage {
             conn,
             in_txn: false,
@@ -128,6 +248,8 @@ impl SqliteStorage {
             full: false,
             last_probe: None,
             lost_batch: false,
+            wal_sync,
+            cache: RefCell::new(ReadCache::default()),
         };
         if let Some((p, size)) = &s.reserve {
             let have = std::fs::metadata(p)
@@ -199,17 +321,37 @@ impl SqliteStorage {
         Ok(())
     }
 
-    /// Commits the batch durably. When the disk is full, the batch is written again with the
-    /// reserve's space (see the module documentation).
+    /// Commits the batch durably (commit, then sync).
     pub fn commit(&mut self) -> Result<(), StorageError> {
+        if self.commit_unsynced()? {
+            if let Some(w) = self.wal_sync.as_mut() {
+                w.sync()
+                    .map_err(|e| StorageError(format!("cannot sync the database: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A syncer (its own descriptor) for [`SqliteStorage::commit_unsynced`] commits, to run
+    /// on another thread (none for an in-memory database).
+    pub fn wal_sync(&self) -> Option<WalSync> {
+        self.wal_sync.as_ref().map(|w| WalSync::new(&w.db))
+    }
+
+    /// Commits the batch without waiting for the disk; true when it wrote anything (the
+    /// caller must then sync with [`WalSync::sync`] before answering anyone). When the disk
+    /// is full, the batch is written again with the reserve's space (see the module
+    /// documentation).
+    pub fn commit_unsynced(&mut self) -> Result<bool, StorageError> {
         if !self.in_txn {
-            return Ok(());
+            return Ok(false);
         }
         self.in_txn = false;
+        let wrote = !self.log.is_empty();
         match self.conn.execute_batch("COMMIT") {
             Ok(()) => {
                 self.log.clear();
-                Ok(())
+                Ok(wrote)
             }
             Err(e) => {
                 if !self.conn.is_autocommit() {
@@ -218,7 +360,10 @@ impl SqliteStorage {
                 if is_full(&e) {
                     self.enter_full();
                 }
-                self.replay().inspect_err(|_| self.lost_batch = true)
+                self.replay().map(|()| wrote).inspect_err(|_| {
+                    self.lost_batch = true;
+                    self.cache.get_mut().clear();
+                })
             }
         }
     }
@@ -257,6 +402,10 @@ impl SqliteStorage {
     pub fn rollback(&mut self) {
         if self.in_txn {
             self.in_txn = false;
+            let cache = self.cache.get_mut();
+            for (k, _) in &self.log {
+                cache.evict(k);
+            }
             self.log.clear();
             let _ = self.conn.execute_batch("ROLLBACK");
         }
@@ -300,7 +449,16 @@ impl SqliteStorage {
         self.exec_cached("SAVEPOINT apply")?;
         match self.write_all(writes) {
             Ok(()) => {
-                self.exec_cached("RELEASE apply")?;
+                let released = self.exec_cached("RELEASE apply");
+                let cache = self.cache.get_mut();
+                for (k, v) in writes {
+                    // Evicted if the release failed: the write set's fate is unknown here.
+                    match &released {
+                        Ok(()) => cache.wrote(k, v),
+                        Err(_) => cache.evict(k),
+                    }
+                }
+                released?;
                 self.log.extend(writes.iter().cloned());
                 Ok(())
             }
@@ -336,13 +494,19 @@ impl SqliteStorage {
 
 impl Storage for SqliteStorage {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        if let Some(v) = self.cache.borrow().get(key) {
+            return Ok(v);
+        }
         let mut st = self
             .conn
             .prepare_cached("SELECT value FROM kv WHERE key = ?1")
             .map_err(err)?;
-        st.query_row(params![key.as_bytes()], |r| r.get::<_, Vec<u8>>(0))
+        let v = st
+            .query_row(params![key.as_bytes()], |r| r.get::<_, Vec<u8>>(0))
             .optional()
-            .map_err(err)
+            .map_err(err)?;
+        self.cache.borrow_mut().fill(key, &v);
+        Ok(v)
     }
 
     fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
@@ -436,5 +600,41 @@ mod tests {
         assert!(s.get("a/1").unwrap().is_some());
         let _ = std::fs::remove_file(&dir);
         let _ = std::fs::remove_file(format!("{}-reserve", dir.display()));
+    }
+    #[test]
+    fn the_read_cache_follows_writes_and_dropped_transactions() {
+        let dir = std::env::temp_dir().join(format!("cairn-sqlite-cache-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let mut s = SqliteStorage::open(&dir).unwrap();
+        assert_eq!(s.get("k").unwrap(), None); // cached as absent
+        s.apply(&[("k".into(), Some(b"1".to_vec()))]).unwrap();
+        assert_eq!(s.get("k").unwrap(), Some(b"1".to_vec()));
+        // A write in a transaction that is dropped: the cache forgets it.
+        s.begin().unwrap();
+        s.apply(&[("k".into(), Some(b"2".to_vec()))]).unwrap();
+        s.apply(&[("j".into(), Some(b"x".to_vec()))]).unwrap();
+        assert_eq!(s.get("k").unwrap(), Some(b"2".to_vec()));
+        assert_eq!(s.get("j").unwrap(), Some(b"x".to_vec()));
+        s.rollback();
+        assert_eq!(s.get("k").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(s.get("j").unwrap(), None);
+        // Committed, without and with a sync.
+        s.begin().unwrap();
+        s.apply(&[("k".into(), None)]).unwrap();
+        assert!(s.commit_unsynced().unwrap());
+        assert_eq!(s.get("k").unwrap(), None);
+        s.wal_sync().unwrap().sync().unwrap();
+        s.begin().unwrap();
+        assert!(
+            !s.commit_unsynced().unwrap(),
+            "a read-only batch wrote nothing"
+        );
+        // What another reader of the file sees agrees.
+        let other = SqliteStorage::open(&dir).unwrap();
+        assert_eq!(other.get("k").unwrap(), None);
+        drop((s, other));
+        for suffix in ["", "-wal", "-shm", "-reserve"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", dir.display()));
+        }
     }
 }

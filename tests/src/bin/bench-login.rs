@@ -157,6 +157,42 @@ struct Run {
     errors: u64,
     stalls: u64,
     secs: f64,
+    /// CPU seconds used while the phase ran (warm-up included), by process.
+    cpu: [f64; 3],
+    /// Wall seconds of the phase, warm-up included.
+    wall: f64,
+}
+
+/// CPU seconds (user + system) a process has used so far, from `/proc/<pid>/stat`.
+fn cpu_secs(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15, i.e. 11 and 12 here; 100 ticks per second.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The processes whose CPU a phase is charged: the client (this process), Cairn, slapd.
+struct Pids([u32; 3]);
+
+impl Pids {
+    fn now(&self) -> [f64; 3] {
+        self.0.map(cpu_secs)
+    }
+}
+
+/// Runs a phase and records the CPU each process used during it.
+fn measured(pids: &Pids, clients: usize, secs: f64, make: MakeOp) -> Run {
+    let (c0, t0) = (pids.now(), Instant::now());
+    let mut r = drive(clients, secs, make);
+    let c1 = pids.now();
+    r.wall = t0.elapsed().as_secs_f64();
+    r.cpu = [c1[0] - c0[0], c1[1] - c0[1], c1[2] - c0[2]];
+    r
 }
 
 impl Run {
@@ -166,6 +202,16 @@ impl Run {
         self.errors += o.errors;
         self.stalls += o.stalls;
         self.secs += o.secs;
+        self.wall += o.wall;
+        for (a, b) in self.cpu.iter_mut().zip(o.cpu) {
+            *a += b;
+        }
+    }
+    /// CPU milliseconds per operation for each process (client, Cairn, slapd), taking the
+    /// phase's rate as holding through its warm-up.
+    fn cpu_per_op(&self) -> [f64; 3] {
+        let ops = self.rate() * self.wall;
+        self.cpu.map(|c| c * 1000.0 / ops.max(1.0))
     }
     fn rate(&self) -> f64 {
         self.completed as f64 / self.secs.max(1e-9)
@@ -416,13 +462,33 @@ fn main() {
         })
     };
 
+    let slapd = std::fs::read_to_string(d.dir.join("main/slapd.pid"))
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or(0);
+    let cairn_pid = s.child.as_ref().map(|c| c.id()).unwrap_or(0);
+    let pids = Pids([std::process::id(), cairn_pid, slapd]);
     let (mut direct, mut cairn) = (Run::default(), Run::default());
+    // BENCH_ONLY=cairn runs only Cairn's login phases (for profiling Cairn).
+    let only_cairn = std::env::var("BENCH_ONLY").is_ok_and(|v| v == "cairn");
     for _ in 0..rounds {
-        direct.add(drive(clients, secs / rounds as f64, direct_op.clone()));
-        cairn.add(drive(clients, secs / rounds as f64, cairn_op.clone()));
+        if !only_cairn {
+            direct.add(measured(
+                &pids,
+                clients,
+                secs / rounds as f64,
+                direct_op.clone(),
+            ));
+        }
+        cairn.add(measured(
+            &pids,
+            clients,
+            secs / rounds as f64,
+            cairn_op.clone(),
+        ));
     }
     let (direct, cairn) = (direct.sorted(), cairn.sorted());
-    let floor = drive(clients, secs / rounds as f64, floor_op).sorted();
+    let floor = measured(&pids, clients, secs / rounds as f64, floor_op).sorted();
 
     println!("| measurement ({clients} clients, {secs} s each) | logins/s | p50 (ms) | p99 (ms) | mean (ms) | max (ms) | over 1 s | errors |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
@@ -435,6 +501,23 @@ fn main() {
         "(for reference) Cairn `GET auth/token/lookup-self` over HTTP, no LDAP",
         &floor,
     );
+    println!();
+    println!("| CPU ms per operation | client | Cairn | slapd | total |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, r) in [
+        ("direct ldap3", &direct),
+        ("Cairn login", &cairn),
+        ("Cairn lookup-self", &floor),
+    ] {
+        let c = r.cpu_per_op();
+        println!(
+            "| {name} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            c[0],
+            c[1],
+            c[2],
+            c.iter().sum::<f64>()
+        );
+    }
     println!();
     let tput = cairn.rate() / direct.rate().max(1e-9);
     let p99 = percentile(&cairn.lat, 0.99) / percentile(&direct.lat, 0.99).max(1e-9);

@@ -8,6 +8,7 @@ use super::dn;
 use super::filter;
 use super::ops::{
     ConnId, Deref, FailKind, LdapCall, LdapDone, LdapEntry, LdapFailure, LdapOp, LdapReply, Scope,
+    Secret,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -144,6 +145,44 @@ impl FakeDirectory {
         }
     }
 
+    /// Checks a simple bind's credentials: the bound entry's normalized DN (none for an
+    /// anonymous bind) or the refusal.
+    fn credentials(&self, who: &str, password: &Secret) -> Result<Option<String>, LdapFailure> {
+        if who.is_empty() && password.is_empty() {
+            return Ok(None);
+        }
+        if password.is_empty() {
+            return Err(fail(
+                FailKind::Ldap,
+                Some(53),
+                "unwilling to perform: unauthenticated bind (DN with no password) disallowed",
+            ));
+        }
+        let entry = if who.contains('@') && !who.contains('=') {
+            self.entries.iter().find(|e| {
+                e.values("userPrincipalName")
+                    .iter()
+                    .any(|u| u.eq_ignore_ascii_case(who))
+            })
+        } else {
+            self.find(who)
+        };
+        let ok = entry.is_some_and(|e| {
+            e.values("userPassword")
+                .iter()
+                .any(|p| p == password.expose())
+        });
+        if ok {
+            Ok(entry.map(|e| e.norm.clone()))
+        } else {
+            Err(fail(
+                FailKind::InvalidCredentials,
+                Some(49),
+                "invalid credentials",
+            ))
+        }
+    }
+
     fn perform(&mut self, call: &LdapCall) -> Result<LdapDone, LdapFailure> {
         if !matches!(call.op, LdapOp::Connect(_)) && !self.conns.contains_key(&call.conn) {
             return Err(fail(FailKind::NoConnection, None, "no such connection"));
@@ -179,43 +218,18 @@ impl FakeDirectory {
             LdapOp::Run(_) | LdapOp::ConnectBound { .. } => {
                 Err(fail(FailKind::Ldap, None, "not a single operation"))
             }
+            LdapOp::CheckBind { spec, dn, password } => {
+                // A connection of its own: reachable like a connect, checked like a bind,
+                // and the call's connection keeps its identity.
+                if spec.urls.iter().all(|u| self.dead_urls.contains(u)) {
+                    return Err(fail(FailKind::Connect, None, "connection refused"));
+                }
+                self.credentials(dn, password).map(|_| LdapDone::Bound)
+            }
             LdapOp::Bind { dn: who, password } => {
-                if who.is_empty() && password.is_empty() {
-                    self.conns.insert(call.conn, None);
-                    return Ok(LdapDone::Bound);
-                }
-                if password.is_empty() {
-                    return Err(fail(
-                        FailKind::Ldap,
-                        Some(53),
-                        "unwilling to perform: unauthenticated bind (DN with no password) disallowed",
-                    ));
-                }
-                let entry = if who.contains('@') && !who.contains('=') {
-                    self.entries.iter().find(|e| {
-                        e.values("userPrincipalName")
-                            .iter()
-                            .any(|u| u.eq_ignore_ascii_case(who))
-                    })
-                } else {
-                    self.find(who)
-                };
-                let ok = entry.is_some_and(|e| {
-                    e.values("userPassword")
-                        .iter()
-                        .any(|p| p == password.expose())
-                });
-                if ok {
-                    let norm = entry.map(|e| e.norm.clone());
-                    self.conns.insert(call.conn, norm);
-                    Ok(LdapDone::Bound)
-                } else {
-                    Err(fail(
-                        FailKind::InvalidCredentials,
-                        Some(49),
-                        "invalid credentials",
-                    ))
-                }
+                let norm = self.credentials(who, password)?;
+                self.conns.insert(call.conn, norm);
+                Ok(LdapDone::Bound)
             }
             LdapOp::Search(s) => {
                 let bound = self.conns.get(&call.conn).cloned().flatten();

@@ -8,8 +8,10 @@
 //! 3. find the user's bind DN: search `userdn` with the rendered `userfilter` (when
 //!    `discoverdn`, or `binddn`+`bindpass`), else `username@upndomain`, else
 //!    `userattr=<escaped username>,userdn`;
-//! 4. bind as the user with the password (the actual authentication);
-//! 5. re-bind as `binddn` so the service identity searches groups;
+//! 4. bind as the user with the password (the actual authentication); on a connection
+//!    bound as `binddn`, this bind is a [`LdapOp::CheckBind`] on a connection of its own,
+//!    so the service connection keeps its identity;
+//! 5. otherwise re-bind as `binddn` so the service identity searches groups;
 //! 6. with `upndomain`, search the user's DN by `userPrincipalName`;
 //! 7. bind anonymously when `anonymous_group_search`;
 //! 8. search `groupdn` with the rendered `groupfilter`, reading `groupattr`.
@@ -109,6 +111,9 @@ pub struct Login {
     service_bound: bool,
     /// An operation failed in a way that leaves the connection unusable or unknown.
     broken: bool,
+    /// The user's bind was checked on a connection of its own (the service connection
+    /// stayed bound as `binddn`, so no re-bind follows).
+    bind_aside: bool,
 }
 
 /// A machine sent to the executor to run to the end, and its outcome when it comes back.
@@ -178,6 +183,7 @@ impl Login {
                 bad_credentials: false,
                 service_bound: false,
                 broken: false,
+                bind_aside: false,
             },
             op,
         )
@@ -252,11 +258,14 @@ impl Login {
         if self.close_pending {
             self.closed = true;
         }
+        let aside = self.step == Step::UserBind && self.bind_aside;
         if let Err(f) = &result {
-            if matches!(
-                f.kind,
-                FailKind::Connect | FailKind::Tls | FailKind::Timeout | FailKind::NoConnection
-            ) {
+            if !aside
+                && matches!(
+                    f.kind,
+                    FailKind::Connect | FailKind::Tls | FailKind::Timeout | FailKind::NoConnection
+                )
+            {
                 self.broken = true;
             }
         }
@@ -264,6 +273,7 @@ impl Login {
             Step::ConnectBound | Step::ServiceBind | Step::Rebind => {
                 self.service_bound = result.is_ok();
             }
+            Step::UserBind if aside => {}
             Step::UserBind | Step::AnonBind => self.service_bound = false,
             _ => {}
         }
@@ -308,7 +318,9 @@ impl Login {
                 &f,
             ))),
             (Step::UserBind, Ok(LdapDone::Bound)) => {
-                if self.cfg.has_service_bind() {
+                if aside {
+                    self.after_rebind()
+                } else if self.cfg.has_service_bind() {
                     let op = LdapOp::Bind {
                         dn: self.cfg.binddn.clone(),
                         password: self.cfg.bindpass.clone(),
@@ -495,9 +507,20 @@ impl Login {
     }
 
     fn user_bind(&mut self) -> Next {
-        let op = LdapOp::Bind {
-            dn: self.bind_dn.clone(),
-            password: self.password.clone(),
+        // On a service connection, check the password aside: the connection stays bound
+        // as `binddn` for the group search and the next login, with no re-bind.
+        self.bind_aside = self.service_bound && self.cfg.has_service_bind();
+        let op = if self.bind_aside {
+            LdapOp::CheckBind {
+                spec: self.cfg.connect_spec(),
+                dn: self.bind_dn.clone(),
+                password: self.password.clone(),
+            }
+        } else {
+            LdapOp::Bind {
+                dn: self.bind_dn.clone(),
+                password: self.password.clone(),
+            }
         };
         self.call(Step::UserBind, op)
     }
@@ -640,7 +663,7 @@ mod tests {
         let (mut l, first) = Login::start(1, mount(), cfg, "bob", "pw", 1, "");
         l.run(first, |op, _| match op {
             LdapOp::ConnectBound { .. } => Ok(LdapDone::Connected { url: "u".into() }),
-            LdapOp::Bind { .. } => Ok(LdapDone::Bound),
+            LdapOp::Bind { .. } | LdapOp::CheckBind { .. } => Ok(LdapDone::Bound),
             LdapOp::Search(s) if s.base.starts_with("ou=people") => {
                 Ok(LdapDone::Entries(vec![LdapEntry {
                     dn: "uid=bob,ou=people,dc=x".into(),

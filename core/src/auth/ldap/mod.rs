@@ -509,7 +509,7 @@ fn finish_login(ctx: &mut Ctx, login: &Login, found: Found) -> ApiResult<Reply> 
             ..Default::default()
         },
     )?;
-    log::info!(
+    log::debug!(
         "ldap login of {:?} on auth/{}: groups {:?}, policies {:?}",
         login.username,
         m.path,

@@ -156,6 +156,15 @@ pub enum LdapOp {
         password: Secret,
     },
     Search(SearchSpec),
+    /// Check credentials with a simple bind on a connection of its own opened with `spec`,
+    /// leaving the call's connection, and the identity it is bound as, as they are. The
+    /// executor may keep connections for such checks between logins (their identity is
+    /// never used for anything else). Answered like `Bind`.
+    CheckBind {
+        spec: ConnectSpec,
+        dn: String,
+        password: Secret,
+    },
     /// Unbind and drop the connection.
     Close,
     /// Run a whole login (or look-up) on a connection of its own, opened and closed by

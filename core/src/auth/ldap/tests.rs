@@ -248,7 +248,8 @@ fn authenticated_search_login_with_group_objects() {
     let me = w.call(Method::Get, "auth/token/lookup-self", json!({}), Some(&t));
     assert_eq!(me.status, 200);
     assert_eq!(me.body.unwrap()["data"]["meta"]["username"], "alice");
-    // Order of operations: connect, service bind, search, user bind, rebind, group search.
+    // Order of operations: connect, service bind, search, the user's password checked on
+    // a connection of its own (no re-bind of the service connection), group search.
     let kinds: Vec<&str> = w
         .dir
         .log
@@ -256,15 +257,13 @@ fn authenticated_search_login_with_group_objects() {
         .map(|c| match &c.op {
             LdapOp::Connect(_) => "connect",
             LdapOp::Bind { .. } => "bind",
+            LdapOp::CheckBind { .. } => "check bind",
             LdapOp::Search(_) => "search",
             LdapOp::Close => "close",
             LdapOp::Run(_) | LdapOp::ConnectBound { .. } => "not logged",
         })
         .collect();
-    assert_eq!(
-        kinds,
-        ["connect", "bind", "search", "bind", "bind", "search"]
-    );
+    assert_eq!(kinds, ["connect", "bind", "search", "check bind", "search"]);
     assert!(w.dir.log.last().unwrap().close_after);
     assert_eq!(w.dir.open_connections(), 0);
 }
@@ -991,15 +990,24 @@ fn run_directly(dir: &mut FakeDirectory, cfg: Value, user: &str, pw: &str) -> Lo
 #[test]
 fn a_connection_is_reusable_only_when_left_bound_as_the_service_identity() {
     let mut d = directory();
-    // Authenticated search: starts bound as binddn, ends re-bound as binddn.
+    // Authenticated search: starts bound as binddn and stays so (the user's password is
+    // checked on a connection of its own).
     let l = run_directly(&mut d, authenticated_search(), "alice", "alicepw");
     assert!(l.reusable());
+    assert!(d
+        .log
+        .iter()
+        .any(|c| matches!(&c.op, LdapOp::CheckBind { dn, .. } if dn.starts_with("uid=alice"))));
+    assert!(!d
+        .log
+        .iter()
+        .any(|c| matches!(&c.op, LdapOp::Bind { dn, .. } if dn.starts_with("uid=alice"))));
     // Unknown user: still bound as binddn.
     let l = run_directly(&mut d, authenticated_search(), "nobody", "x");
     assert!(l.reusable());
-    // A refused user bind leaves the connection anonymous.
+    // A refused password does not touch the service connection either.
     let l = run_directly(&mut d, authenticated_search(), "alice", "wrong");
-    assert!(!l.reusable());
+    assert!(l.reusable());
     // Anonymous group search ends bound anonymously.
     let mut c = authenticated_search();
     c["anonymous_group_search"] = json!(true);
