@@ -260,6 +260,20 @@ impl<S: Storage> Node<S> {
         &self.st.repl
     }
 
+    /// Batched mode: the driver hands inputs over in batches (one storage transaction each)
+    /// and calls [`Node::end_batch`] after each; held pulls are then answered once per batch
+    /// with all of its WAL entries rather than after each write.
+    pub fn set_batched(&mut self, on: bool) {
+        self.st.repl.batched = on;
+    }
+
+    /// The end of a batch of inputs (batched mode): answers the held pulls that the batch's
+    /// writes can serve. Outputs as from `handle`.
+    pub fn end_batch(&mut self, now: Millis) {
+        self.now = self.now.max(now);
+        replication::end_batch(&mut self.env());
+    }
+
     /// Handles one input at time `now`.
     pub fn handle(&mut self, now: Millis, input: Input) {
         self.now = self.now.max(now);

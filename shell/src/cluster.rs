@@ -1,7 +1,8 @@
 //! The cluster channel on real I/O.
 //!
 //! * Inbound: a second tiny_http listener on the cluster address. `POST /v1/cluster/replication`
-//!   carries one JSON [`PeerMsg`]; it becomes an `Input::PeerRequest` for the core, and the
+//!   carries one [`PeerMsg`] frame (JSON, perhaps with a binary attachment: see
+//!   `cairn_core::replication::msg`); it becomes an `Input::PeerRequest` for the core, and the
 //!   core's `Output::PeerResponse` (perhaps held a while: long poll) is the HTTP answer.
 //! * Outbound: `Output::PeerSend` (a secondary asking its primary) and `Output::HttpCall`
 //!   (unwrapping an activation token at the primary's API) run on short-lived threads with a
@@ -160,10 +161,12 @@ pub fn render_bytes() -> String {
     )
 }
 
+/// Content type of peer message frames.
+const FRAME_TYPE: &str = "application/octet-stream";
+
 fn reply(rq: tiny_http::Request, status: u16, body: Vec<u8>) {
     BYTES_SENT.fetch_add(body.len() as u64, Ordering::Relaxed);
-    let h =
-        Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).expect("static header");
+    let h = Header::from_bytes(&b"Content-Type"[..], FRAME_TYPE.as_bytes()).expect("static header");
     if let Err(e) = rq.respond(
         tiny_http::Response::from_data(body)
             .with_status_code(status)
@@ -187,18 +190,18 @@ fn handle(mut rq: tiny_http::Request, core: &Core) {
         return;
     }
     BYTES_RECEIVED.fetch_add(body.len() as u64, Ordering::Relaxed);
-    let msg: PeerMsg = match serde_json::from_slice(&body) {
+    let msg = match PeerMsg::from_wire(&body) {
         Ok(m) => m,
         Err(e) => {
             let a = PeerAnswer::Error {
                 code: "bad-request".into(),
                 message: format!("malformed peer message: {e}"),
             };
-            return reply(rq, 400, serde_json::to_vec(&a).unwrap_or_default());
+            return reply(rq, 400, a.into_wire().unwrap_or_default());
         }
     };
     let answer = core.peer(msg);
-    reply(rq, 200, serde_json::to_vec(&answer).unwrap_or_default());
+    reply(rq, 200, answer.into_wire().unwrap_or_default());
 }
 
 fn agent() -> &'static ureq::Agent {
@@ -254,7 +257,7 @@ fn peer_url(to: &str, tls: bool) -> String {
 }
 
 fn post_peer(s: &PeerSend) -> Result<PeerAnswer, String> {
-    let body = serde_json::to_vec(&s.msg).map_err(|e| e.to_string())?;
+    let body = s.msg.clone().into_wire().map_err(|e| e.to_string())?;
     let tls = !s.ca_pem.is_empty();
     let agent = if tls {
         pinned_agent(&s.ca_pem)?
@@ -264,7 +267,7 @@ fn post_peer(s: &PeerSend) -> Result<PeerAnswer, String> {
     BYTES_SENT.fetch_add(body.len() as u64, Ordering::Relaxed);
     let mut resp = agent
         .post(&peer_url(&s.to, tls))
-        .header("Content-Type", "application/json")
+        .header("Content-Type", FRAME_TYPE)
         .send(&body[..])
         .map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
@@ -275,23 +278,101 @@ fn post_peer(s: &PeerSend) -> Result<PeerAnswer, String> {
         .read_to_vec()
         .map_err(|e| e.to_string())?;
     BYTES_RECEIVED.fetch_add(text.len() as u64, Ordering::Relaxed);
-    serde_json::from_slice(&text).map_err(|e| format!("answer {status} is not a peer message: {e}"))
+    PeerAnswer::from_wire(&text).map_err(|e| format!("answer {status} is not a peer message: {e}"))
 }
 
-/// Performs a `PeerSend` on its own thread; the answer goes back to the core.
-pub fn send_peer(s: PeerSend, tx: Sender<Msg>) {
-    let spawned = std::thread::Builder::new()
-        .name("cairn-peer".into())
-        .spawn(move || {
-            let result = post_peer(&s);
-            let _ = tx.send(Msg::Input(Input::PeerReply(PeerReply {
-                call_id: s.call_id,
-                result,
-            })));
-        });
-    if let Err(e) = spawned {
-        log::error!("cannot start a peer call thread: {e}");
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Threads for outbound peer calls, kept between calls (a secondary makes one call per batch
+/// of WAL entries; a thread per call cost more than the call). A call never waits for a
+/// thread: one is started when none is free, since a long poll holds its thread for up to
+/// `pull_wait_ms`. Threads beyond [`PeerPool::KEEP`] leave after a minute without work.
+struct PeerPool {
+    tx: Mutex<Sender<Job>>,
+    rx: Arc<Mutex<std::sync::mpsc::Receiver<Job>>>,
+    /// Threads alive, and calls handed over and not yet taken by a thread.
+    threads: AtomicU64,
+    waiting_threads: AtomicU64,
+    queued: AtomicU64,
+}
+
+impl PeerPool {
+    const KEEP: u64 = 4;
+    const IDLE: Duration = Duration::from_secs(60);
+
+    fn get() -> &'static PeerPool {
+        static POOL: OnceLock<PeerPool> = OnceLock::new();
+        POOL.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<Job>();
+            PeerPool {
+                tx: Mutex::new(tx),
+                rx: Arc::new(Mutex::new(rx)),
+                threads: AtomicU64::new(0),
+                waiting_threads: AtomicU64::new(0),
+                queued: AtomicU64::new(0),
+            }
+        })
     }
+
+    fn submit(&'static self, job: Job) {
+        let queued = self.queued.fetch_add(1, Ordering::SeqCst) + 1;
+        if queued > self.waiting_threads.load(Ordering::SeqCst) {
+            self.spawn();
+        }
+        let sent = match self.tx.lock() {
+            Ok(tx) => tx.send(job).is_ok(),
+            Err(_) => false,
+        };
+        if !sent {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            log::error!("the peer call pool is gone; a cluster call was dropped");
+        }
+    }
+
+    fn spawn(&'static self) {
+        self.threads.fetch_add(1, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new()
+            .name("cairn-peer".into())
+            .spawn(move || self.work());
+        if let Err(e) = spawned {
+            self.threads.fetch_sub(1, Ordering::SeqCst);
+            log::error!("cannot start a peer call thread: {e}");
+        }
+    }
+
+    fn work(&'static self) {
+        loop {
+            self.waiting_threads.fetch_add(1, Ordering::SeqCst);
+            let next = match self.rx.lock() {
+                Ok(rx) => rx.recv_timeout(Self::IDLE),
+                Err(_) => Err(std::sync::mpsc::RecvTimeoutError::Disconnected),
+            };
+            self.waiting_threads.fetch_sub(1, Ordering::SeqCst);
+            match next {
+                Ok(job) => {
+                    self.queued.fetch_sub(1, Ordering::SeqCst);
+                    job();
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                    if self.threads.load(Ordering::SeqCst) <= Self::KEEP => {}
+                Err(_) => {
+                    self.threads.fetch_sub(1, Ordering::SeqCst);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Performs a `PeerSend` on a pool thread; the answer goes back to the core.
+pub fn send_peer(s: PeerSend, tx: Sender<Msg>) {
+    PeerPool::get().submit(Box::new(move || {
+        let result = post_peer(&s);
+        let _ = tx.send(Msg::Input(Input::PeerReply(PeerReply {
+            call_id: s.call_id,
+            result,
+        })));
+    }));
 }
 
 fn tls_agent(call: &HttpCall) -> Result<ureq::Agent, String> {

@@ -54,7 +54,8 @@ impl Core {
         );
         let mut seed = [0u8; 32];
         rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut seed);
-        let node = Node::new(storage, seed, config);
+        let mut node = Node::new(storage, seed, config);
+        node.set_batched(true);
         std::thread::Builder::new()
             .name("cairn-core".into())
             .spawn({
@@ -176,6 +177,8 @@ fn run(
                 }
             }
         }
+        // Held pulls get the whole batch's WAL entries in one answer.
+        node.end_batch(now);
         // Audit lines reach their files before the commit; if they cannot, nothing of the
         // batch is committed (fail closed), and the node reloads what it derived from the
         // batch's writes (Merkle trees, WAL position) from storage.
@@ -212,6 +215,11 @@ fn run(
                     }
                 }
                 Output::Ldap(call) => pool.submit(call),
+                // A call to the primary leaves at once, without waiting for the sync: what
+                // it tells (a secondary's WAL position, a Merkle question) only repeats
+                // after a crash, from the position on disk, which is at or before it. So a
+                // secondary asks for the next entries while the last ones reach its disk.
+                Output::PeerSend(s) => crate::cluster::send_peer(s, tx.clone()),
                 Output::AdminDone(v) => {
                     if !admin.is_empty() {
                         out.push(Delivery::Admin(admin.remove(0), v));
@@ -246,6 +254,7 @@ fn run(
             let mut seed = [0u8; 32];
             rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut seed);
             node = Node::new(storage, seed, config);
+            node.set_batched(true);
             let gone =
                 || ApiError::Unavailable("the server was reset after a storage failure".into());
             for (id, tx) in std::mem::take(&mut waiting) {

@@ -754,7 +754,10 @@ impl ReplWorld {
         host.boot += 1;
         host.batch += 1;
         host.commit_scheduled = false;
-        host.node = Some(Node::new(storage, seed, config));
+        let mut node = Node::new(storage, seed, config);
+        // Batched like the shell: held pulls are answered at the batch's commit.
+        node.set_batched(true);
+        host.node = Some(node);
         host.needs_unseal = host.boot > 1;
         let boot = host.boot;
         self.ldap.on_boot(h);
@@ -1146,6 +1149,7 @@ impl ReplWorld {
             return;
         };
         let mut calls = Vec::new();
+        let mut early = Vec::new();
         let scan_id = self.scan.filter(|s| s.h == h).map(|s| s.id);
         let mut scan_answer = None;
         while let Some(o) = node.poll_output() {
@@ -1158,6 +1162,10 @@ impl ReplWorld {
                 Output::Audit { .. } | Output::ClusterTls(_) => {}
                 // The shell hands LDAP calls to its pool at once, before the batch commits.
                 Output::Ldap(c) => calls.push(c),
+                // Calls to the primary leave before the batch is durable (the shell sends
+                // them at the end of the batch, before the sync); here even earlier, so a
+                // crash in the commit window loses what a pull already told the primary.
+                o @ Output::PeerSend(_) => early.push(o),
                 other => host.held.push(other),
             }
         }
@@ -1168,6 +1176,9 @@ impl ReplWorld {
                     self.pending = Some(v);
                 }
             }
+        }
+        for o in early {
+            self.release(h, o);
         }
         for c in calls {
             let reply = self.ldap.dir.answer(&c);
@@ -1204,6 +1215,12 @@ impl ReplWorld {
     }
 
     fn commit(&mut self, h: HostId) -> Result<(), Violation> {
+        // The end of the batch: held pulls get the batch's WAL entries.
+        let now = self.now;
+        if let Some(n) = self.hosts[h].node.as_mut() {
+            n.end_batch(now);
+        }
+        self.drain(h);
         let host = &mut self.hosts[h];
         let Some(node) = host.node.as_mut() else {
             return Ok(());

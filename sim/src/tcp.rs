@@ -167,7 +167,7 @@ async fn call_peer(
         s.to.trim_start_matches("https://")
             .trim_start_matches("http://")
             .to_string();
-    let body = serde_json::to_vec(&s.msg).unwrap_or_default();
+    let body = s.msg.clone().into_wire().unwrap_or_default();
     let op = serde_json::to_value(&s.msg.body)
         .ok()
         .and_then(|v| v["op"].as_str().map(str::to_string))
@@ -180,7 +180,7 @@ async fn call_peer(
         let mut st = TcpStream::connect(to.as_str()).await?;
         write_frame(&mut st, &body).await?;
         let a = read_frame(&mut st).await?;
-        serde_json::from_slice::<PeerAnswer>(&a).map_err(std::io::Error::other)
+        PeerAnswer::from_wire(&a).map_err(std::io::Error::other)
     };
     let result = match tokio::time::timeout(Duration::from_millis(IO_TIMEOUT_MS), io).await {
         Ok(Ok(a)) => Ok(a),
@@ -220,7 +220,7 @@ async fn serve(
         let Ok(buf) = read_frame(&mut st).await else {
             return;
         };
-        let Ok(msg) = serde_json::from_slice::<PeerMsg>(&buf) else {
+        let Ok(msg) = PeerMsg::from_wire(&buf) else {
             return;
         };
         let pid = {
@@ -240,7 +240,7 @@ async fn serve(
             }
             tokio::time::sleep(Duration::from_millis(TICK_MS)).await;
         };
-        let bytes = serde_json::to_vec(&answer).unwrap_or_default();
+        let bytes = answer.into_wire().unwrap_or_default();
         if rng.chance(break_permille) {
             // A connection broken mid-stream: half an answer, then nothing.
             let half = bytes.len() / 2;

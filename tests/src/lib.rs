@@ -44,6 +44,12 @@ pub fn cairn_bin() -> PathBuf {
 /// Where every server started by the harness writes its log (stderr), and where the
 /// secrets the tests handle are recorded, so `scripts/check-secrets.sh` can prove that no
 /// log line contains one.
+/// The servers' log level: `CAIRN_E2E_LOG_LEVEL`, default `debug` (benchmarks set `info`:
+/// a debug log measures the logger).
+pub fn log_level() -> String {
+    std::env::var("CAIRN_E2E_LOG_LEVEL").unwrap_or_else(|_| "debug".into())
+}
+
 pub fn log_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let mut dir = exe.parent().expect("exe dir").to_path_buf();
@@ -193,7 +199,7 @@ impl Server {
                 "--dev-root-token-id",
                 "root-e2e",
                 "--log-level",
-                "debug",
+                &log_level(),
             ])
             .stdout(Stdio::piped())
             .stderr(log_file(&format!("dev-{port}")))
@@ -250,7 +256,7 @@ impl Server {
         let child = Command::new(cairn_bin())
             .args(["server", "--config"])
             .arg(&cfg_path)
-            .args(["--log-level", "debug"])
+            .args(["--log-level", &log_level()])
             .stdout(Stdio::null())
             .stderr(log_file(&format!("cfg-{port}")))
             .spawn()

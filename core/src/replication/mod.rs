@@ -180,9 +180,13 @@ pub(crate) struct SecRt {
     pub info: msg::PrimaryInfo,
     /// Merkle diff/sync in progress: the primary's WAL index of the diff.
     pub base: u64,
-    pub fetch: Vec<(String, Class)>,
-    /// Buckets asked about in the current Merkle sync.
+    /// Buckets still to synchronise in the current Merkle sync, per subtree.
     pub asked: BTreeMap<msg::SubtreeRef, BTreeSet<u32>>,
+    /// Merkle sync of the first subtree of `asked`: only keys after this one (relative to
+    /// the subtree's prefix) are left.
+    pub after: Option<String>,
+    /// Our keys whose short leaves the Merkle sync request in flight carries, in its order.
+    pub sent: Vec<String>,
     pub sync_total: u64,
     pub sync_done: u64,
     /// Index in `creds.primary_cluster_addrs` currently used.
@@ -256,6 +260,11 @@ pub struct Replication {
     pub(crate) root_gen: Option<generate_root::Attempt>,
     /// Reindex and Merkle check.
     pub(crate) jobs: reindex::Jobs,
+    /// Held pulls are answered at the end of the driver's batch ([`crate::Node::end_batch`])
+    /// instead of after each write, so one answer carries the whole batch's entries.
+    pub(crate) batched: bool,
+    /// A write happened since the held pulls were last looked at (batched mode).
+    pub(crate) serve_due: bool,
 }
 
 impl Replication {
@@ -596,6 +605,13 @@ pub fn commit(env: &mut Env, writes: Vec<Write>, origin: Origin) -> ApiResult<()
     commit_changes(env, changes, origin)
 }
 
+/// The end of a driver's batch (batched mode): answers held pulls if anything was written.
+pub fn end_batch(env: &mut Env) {
+    if std::mem::take(&mut env.st.repl.serve_due) {
+        primary::serve_waiters(env);
+    }
+}
+
 pub fn commit_changes(env: &mut Env, changes: Vec<Change>, origin: Origin) -> ApiResult<()> {
     if changes.is_empty() {
         return Ok(());
@@ -607,7 +623,11 @@ pub fn commit_changes(env: &mut Env, changes: Vec<Change>, origin: Origin) -> Ap
         .stage(&*env.storage, env.barrier, limits, changes, origin)?;
     env.storage.apply(&staged.writes)?;
     if env.st.repl.install(staged) {
-        primary::serve_waiters(env);
+        if env.st.repl.batched {
+            env.st.repl.serve_due = true;
+        } else {
+            primary::serve_waiters(env);
+        }
     }
     Ok(())
 }

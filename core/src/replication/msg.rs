@@ -8,12 +8,18 @@
 //!   answers with a [`PeerResponse`] output with the same `id` (perhaps later: long poll).
 //! * [`HttpCall`] (output) / [`HttpReply`] (input): an outbound API call (the secondary
 //!   unwrapping its activation token at the primary's API address).
+//!
+//! On the wire ([`PeerMsg::into_wire`], [`PeerAnswer::into_wire`]) a message is its JSON
+//! text, followed, when it carries a bulk payload ([`Holdings`], [`SyncBatch`]), by a zero
+//! byte and the payload's compact binary form (see [`Packed`]). Plain JSON is a valid frame
+//! too: there a bulk payload is the base64 of its binary form.
 
-use super::class::Class;
-use super::merkle::TreeKind;
+use super::merkle::{self, Hash, TreeKind};
 use super::wal::WalEntry;
 use super::Mode;
-use serde::{Deserialize, Serialize};
+use base64::Engine;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::BTreeSet;
 
 /// Who is asking: the secondary's credential and what it reports about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,10 +55,16 @@ pub enum PeerBody {
     MerklePages { subtrees: Vec<SubtreeRef> },
     /// Subpage sums of pages.
     MerkleSubpages { want: Vec<(SubtreeRef, Vec<u16>)> },
-    /// Keys and leaf hashes in buckets (`page * SUBPAGES + subpage`).
-    MerkleKeys { want: Vec<(SubtreeRef, Vec<u32>)> },
-    /// Stored values of keys.
-    Fetch { keys: Vec<String> },
+    /// What the secondary holds in some buckets of one subtree (its keys after `after`, a
+    /// key relative to the subtree's storage prefix); answered with [`PeerAnswer::Synced`]:
+    /// at most `max_values` of the primary's keys there that the secondary lacks, and which
+    /// of the secondary's keys the primary does not hold.
+    MerkleSync {
+        subtree: SubtreeRef,
+        after: Option<String>,
+        max_values: u32,
+        holdings: Holdings,
+    },
 }
 
 /// One request on the cluster channel.
@@ -83,15 +95,6 @@ pub struct PrimaryInfo {
     pub filter: Option<FilterView>,
 }
 
-/// A stored value sent during Merkle sync.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SyncValue {
-    pub key: String,
-    pub class: Class,
-    #[serde(with = "b64opt")]
-    pub value: Option<Vec<u8>>,
-}
-
 /// What the primary answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "kebab-case")]
@@ -115,17 +118,19 @@ pub enum PeerAnswer {
         index: u64,
         roots: Vec<(SubtreeRef, String)>,
     },
+    /// The page hashes of each subtree asked about.
     Pages {
-        pages: Vec<(SubtreeRef, Vec<String>)>,
+        pages: Vec<(SubtreeRef, Hashes)>,
     },
+    /// The subpage sums of each page asked about.
     Subpages {
-        subpages: Vec<(SubtreeRef, u16, Vec<String>)>,
+        subpages: Vec<(SubtreeRef, u16, Hashes)>,
     },
-    Keys {
-        keys: Vec<(SubtreeRef, Vec<(String, String)>)>,
-    },
-    Values {
-        values: Vec<SyncValue>,
+    /// The answer to [`PeerBody::MerkleSync`]; with `more`, the values stopped at a limit:
+    /// ask again after the last one.
+    Synced {
+        batch: SyncBatch,
+        more: bool,
     },
     /// Refused: `code` is `unknown-secondary`, `not-primary`, `wrong-cluster`, `bad-request`.
     Error {
@@ -185,23 +190,529 @@ pub struct HttpReply {
     pub result: Result<(u16, Vec<u8>), String>,
 }
 
-mod b64opt {
-    use base64::Engine;
-    use serde::{Deserialize, Deserializer, Serializer};
-    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            None => s.serialize_none(),
-            Some(b) => s.serialize_some(&base64::engine::general_purpose::STANDARD.encode(b)),
+/// Why a frame or a bulk payload could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WireError {
+    /// The JSON part is not a message of the expected kind.
+    Json(String),
+    /// A binary payload ends early.
+    Truncated,
+    /// A binary payload is malformed.
+    Malformed(&'static str),
+    /// A binary attachment follows a message that carries no bulk payload.
+    UnexpectedAttachment,
+}
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WireError::Json(e) => write!(f, "malformed JSON: {e}"),
+            WireError::Truncated => write!(f, "binary payload truncated"),
+            WireError::Malformed(what) => write!(f, "malformed binary payload: {what}"),
+            WireError::UnexpectedAttachment => {
+                write!(f, "binary attachment to a message without a bulk payload")
+            }
         }
     }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
-        let o: Option<String> = Option::deserialize(d)?;
-        match o {
-            None => Ok(None),
-            Some(t) => base64::engine::general_purpose::STANDARD
-                .decode(t)
-                .map(Some)
-                .map_err(serde::de::Error::custom),
+}
+
+impl std::error::Error for WireError {}
+
+/// Leaf hashes in a Merkle sync are cut to their first `SHORT_LEAF` bytes: a secondary's
+/// key is taken as held by the primary when their short leaves are equal, which two
+/// different (key, value) pairs are by chance with probability 2^-64.
+pub const SHORT_LEAF: usize = 8;
+pub type ShortLeaf = [u8; SHORT_LEAF];
+
+pub fn short_leaf(h: &Hash) -> ShortLeaf {
+    let mut s = [0u8; SHORT_LEAF];
+    s.copy_from_slice(&h[..SHORT_LEAF]);
+    s
+}
+
+/// Buckets of one subtree (`page * SUBPAGES + subpage`).
+const BUCKETS: usize = merkle::PAGES * merkle::SUBPAGES;
+
+/// A list of hashes; in JSON, one base64 string of their concatenation.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Hashes(pub Vec<Hash>);
+
+impl Serialize for Hashes {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let flat: Vec<u8> = self.0.iter().flatten().copied().collect();
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(flat))
+    }
+}
+
+impl<'de> Deserialize<'de> for Hashes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let t = String::deserialize(d)?;
+        let flat = base64::engine::general_purpose::STANDARD
+            .decode(t)
+            .map_err(serde::de::Error::custom)?;
+        if flat.len() % 32 != 0 {
+            return Err(serde::de::Error::custom(
+                "hash list length not a multiple of 32",
+            ));
         }
+        Ok(Hashes(
+            flat.chunks_exact(32)
+                .map(|c| {
+                    let mut h = merkle::ZERO;
+                    h.copy_from_slice(c);
+                    h
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// What a secondary holds in some buckets of one subtree (a [`PeerBody::MerkleSync`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Holdings {
+    /// The buckets covered (each below `PAGES * SUBPAGES`).
+    pub buckets: BTreeSet<u32>,
+    /// The short leaves of the secondary's keys there, in key order.
+    pub leaves: Vec<ShortLeaf>,
+}
+
+/// The primary's answer to a [`PeerBody::MerkleSync`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SyncBatch {
+    /// Positions in the request's `leaves` that the primary does not hold: the secondary
+    /// deletes those keys (unless `values` holds a new value for one).
+    pub stale: Vec<u32>,
+    /// The primary's keys (relative to the subtree's storage prefix) whose leaves the
+    /// secondary lacks, with their stored bytes, in key order.
+    pub values: Vec<(String, Vec<u8>)>,
+}
+
+/// A bulk payload's compact binary form: lengths and counts are LEB128 varints.
+///
+/// * [`Holdings`]: a bitmap of the `PAGES * SUBPAGES` buckets (bit `b % 8` of byte `b / 8`),
+///   the number of leaves, then the leaves (`SHORT_LEAF` bytes each).
+/// * [`SyncBatch`]: the number of stale positions and the positions; the number of values,
+///   then each value as its key front-coded against the previous key (length of the shared
+///   prefix, length and bytes of the rest) and the length and bytes of the stored value.
+pub trait Packed: Sized + Default + PartialEq {
+    fn pack(&self, out: &mut Vec<u8>);
+    fn unpack(r: &mut Reader<'_>) -> Result<Self, WireError>;
+
+    /// Decodes a whole payload (trailing bytes are an error).
+    fn from_packed(b: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader { b };
+        let v = Self::unpack(&mut r)?;
+        if !r.b.is_empty() {
+            return Err(WireError::Malformed("trailing bytes"));
+        }
+        Ok(v)
+    }
+    fn to_packed(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.pack(&mut out);
+        out
+    }
+}
+
+/// Reads a binary payload.
+pub struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        if n > self.b.len() {
+            return Err(WireError::Truncated);
+        }
+        let (head, rest) = self.b.split_at(n);
+        self.b = rest;
+        Ok(head)
+    }
+    fn varint(&mut self) -> Result<u64, WireError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = self.take(1)?[0];
+            let bits = u64::from(byte & 0x7f);
+            if shift == 63 && bits > 1 {
+                return Err(WireError::Malformed("varint overflow"));
+            }
+            v |= bits << shift;
+            if byte & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(WireError::Malformed("varint too long"))
+    }
+    /// A length or count of items of at least `unit` bytes each, checked against what is
+    /// left (so a forged count cannot make the decoder allocate more than the input).
+    fn count(&mut self, unit: usize) -> Result<usize, WireError> {
+        let n = usize::try_from(self.varint()?).map_err(|_| WireError::Truncated)?;
+        if n.saturating_mul(unit.max(1)) > self.b.len() {
+            return Err(WireError::Truncated);
+        }
+        Ok(n)
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], WireError> {
+        let n = self.count(1)?;
+        self.take(n)
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+impl Packed for Holdings {
+    fn pack(&self, out: &mut Vec<u8>) {
+        let mut bitmap = [0u8; BUCKETS / 8];
+        for &b in self.buckets.iter().filter(|b| (**b as usize) < BUCKETS) {
+            bitmap[b as usize / 8] |= 1 << (b % 8);
+        }
+        out.extend_from_slice(&bitmap);
+        put_varint(out, self.leaves.len() as u64);
+        for l in &self.leaves {
+            out.extend_from_slice(l);
+        }
+    }
+    fn unpack(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        let bitmap = r.take(BUCKETS / 8)?;
+        let buckets = (0..BUCKETS as u32)
+            .filter(|b| bitmap[*b as usize / 8] & (1 << (b % 8)) != 0)
+            .collect();
+        let n = r.count(SHORT_LEAF)?;
+        let mut leaves = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut l = [0u8; SHORT_LEAF];
+            l.copy_from_slice(r.take(SHORT_LEAF)?);
+            leaves.push(l);
+        }
+        Ok(Holdings { buckets, leaves })
+    }
+}
+
+impl Packed for SyncBatch {
+    fn pack(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.stale.len() as u64);
+        for &i in &self.stale {
+            put_varint(out, u64::from(i));
+        }
+        put_varint(out, self.values.len() as u64);
+        let mut prev: &[u8] = &[];
+        for (k, v) in &self.values {
+            let k = k.as_bytes();
+            let shared = prev.iter().zip(k).take_while(|(a, b)| a == b).count();
+            put_varint(out, shared as u64);
+            put_bytes(out, &k[shared..]);
+            put_bytes(out, v);
+            prev = k;
+        }
+    }
+    fn unpack(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        let n = r.count(1)?;
+        let mut stale = Vec::with_capacity(n);
+        for _ in 0..n {
+            let i = u32::try_from(r.varint()?)
+                .map_err(|_| WireError::Malformed("stale position out of range"))?;
+            stale.push(i);
+        }
+        // Each value takes at least three bytes (shared length, key rest, value length).
+        let n = r.count(3)?;
+        let mut values = Vec::with_capacity(n);
+        let mut prev: Vec<u8> = Vec::new();
+        for _ in 0..n {
+            let shared = usize::try_from(r.varint()?).unwrap_or(usize::MAX);
+            if shared > prev.len() {
+                return Err(WireError::Malformed(
+                    "shared key prefix longer than the last key",
+                ));
+            }
+            let mut k = prev[..shared].to_vec();
+            k.extend_from_slice(r.bytes()?);
+            let v = r.bytes()?.to_vec();
+            let key = String::from_utf8(k.clone())
+                .map_err(|_| WireError::Malformed("key is not UTF-8"))?;
+            values.push((key, v));
+            prev = k;
+        }
+        Ok(SyncBatch { stale, values })
+    }
+}
+
+/// Serde for a [`Packed`] payload: the base64 of its binary form, `""` for an empty one.
+macro_rules! packed_serde {
+    ($t:ty) => {
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                if *self == <$t>::default() {
+                    return s.serialize_str("");
+                }
+                s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(self.to_packed()))
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let t = String::deserialize(d)?;
+                if t.is_empty() {
+                    return Ok(<$t>::default());
+                }
+                let b = base64::engine::general_purpose::STANDARD
+                    .decode(t)
+                    .map_err(serde::de::Error::custom)?;
+                <$t>::from_packed(&b).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+packed_serde!(Holdings);
+packed_serde!(SyncBatch);
+
+/// A message's bulk payload moved to and from a frame's binary attachment.
+trait Bulk {
+    /// The payload's binary form; the payload is left empty.
+    fn take_packed(&mut self) -> Vec<u8>;
+    fn put_packed(&mut self, b: &[u8]) -> Result<(), WireError>;
+}
+
+impl<T: Packed> Bulk for T {
+    fn take_packed(&mut self) -> Vec<u8> {
+        std::mem::take(self).to_packed()
+    }
+    fn put_packed(&mut self, b: &[u8]) -> Result<(), WireError> {
+        *self = T::from_packed(b)?;
+        Ok(())
+    }
+}
+
+/// Encodes a frame: the JSON of `m` with its bulk payload (if any) taken out and attached.
+fn into_frame<M: Serialize>(
+    mut m: M,
+    bulk: impl FnOnce(&mut M) -> Option<&mut dyn Bulk>,
+) -> Result<Vec<u8>, WireError> {
+    let attachment = bulk(&mut m).map(|b| b.take_packed());
+    let mut out = serde_json::to_vec(&m).map_err(|e| WireError::Json(e.to_string()))?;
+    if let Some(a) = attachment {
+        out.push(0);
+        out.extend_from_slice(&a);
+    }
+    Ok(out)
+}
+
+/// Decodes a frame (see [`into_frame`]).
+fn from_frame<M: for<'de> Deserialize<'de>>(
+    b: &[u8],
+    bulk: impl FnOnce(&mut M) -> Option<&mut dyn Bulk>,
+) -> Result<M, WireError> {
+    let (json, attachment) = match b.iter().position(|c| *c == 0) {
+        Some(i) => (&b[..i], Some(&b[i + 1..])),
+        None => (b, None),
+    };
+    let mut m: M = serde_json::from_slice(json).map_err(|e| WireError::Json(e.to_string()))?;
+    if let Some(a) = attachment {
+        bulk(&mut m)
+            .ok_or(WireError::UnexpectedAttachment)?
+            .put_packed(a)?;
+    }
+    Ok(m)
+}
+
+impl PeerMsg {
+    fn bulk(&mut self) -> Option<&mut dyn Bulk> {
+        match &mut self.body {
+            PeerBody::MerkleSync { holdings, .. } => Some(holdings),
+            _ => None,
+        }
+    }
+    /// The message as a cluster channel frame (see the module doc).
+    pub fn into_wire(self) -> Result<Vec<u8>, WireError> {
+        into_frame(self, PeerMsg::bulk)
+    }
+    pub fn from_wire(b: &[u8]) -> Result<PeerMsg, WireError> {
+        from_frame(b, PeerMsg::bulk)
+    }
+}
+
+impl PeerAnswer {
+    fn bulk(&mut self) -> Option<&mut dyn Bulk> {
+        match self {
+            PeerAnswer::Synced { batch, .. } => Some(batch),
+            _ => None,
+        }
+    }
+    /// The answer as a cluster channel frame (see the module doc).
+    pub fn into_wire(self) -> Result<Vec<u8>, WireError> {
+        into_frame(self, PeerAnswer::bulk)
+    }
+    pub fn from_wire(b: &[u8]) -> Result<PeerAnswer, WireError> {
+        from_frame(b, PeerAnswer::bulk)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quickcheck::{quickcheck, TestResult};
+
+    fn holdings(buckets: Vec<u16>, leaves: Vec<u64>) -> Holdings {
+        Holdings {
+            buckets: buckets
+                .into_iter()
+                .map(|b| u32::from(b) % BUCKETS as u32)
+                .collect(),
+            leaves: leaves.into_iter().map(u64::to_be_bytes).collect(),
+        }
+    }
+
+    fn batch(stale: Vec<u32>, values: Vec<(String, Vec<u8>)>) -> SyncBatch {
+        let mut values = values;
+        values.sort();
+        SyncBatch { stale, values }
+    }
+
+    fn auth() -> PeerAuth {
+        PeerAuth {
+            secondary_id: "s".into(),
+            secret: "x".into(),
+            primary_cluster_id: "p".into(),
+            cluster_id: "c".into(),
+            node_id: "n".into(),
+            api_addr: "http://a".into(),
+            cluster_addr: "b:1".into(),
+        }
+    }
+
+    quickcheck! {
+        fn holdings_round_trip(buckets: Vec<u16>, leaves: Vec<u64>) -> bool {
+            let h = holdings(buckets, leaves);
+            Holdings::from_packed(&h.to_packed()) == Ok(h)
+        }
+
+        fn sync_batch_round_trip(stale: Vec<u32>, values: Vec<(String, Vec<u8>)>) -> bool {
+            let b = batch(stale, values);
+            SyncBatch::from_packed(&b.to_packed()).as_ref() == Ok(&b)
+        }
+
+        /// Frames round-trip, through the binary attachment and as plain JSON.
+        fn frames_round_trip(
+            buckets: Vec<u16>,
+            leaves: Vec<u64>,
+            stale: Vec<u32>,
+            values: Vec<(String, Vec<u8>)>,
+            more: bool
+        ) -> bool {
+            let m = PeerMsg {
+                mode: Mode::Dr,
+                auth: auth(),
+                body: PeerBody::MerkleSync {
+                    subtree: (TreeKind::Local, "logical/u".into()),
+                    after: values.first().map(|v| v.0.clone()),
+                    max_values: 7,
+                    holdings: holdings(buckets, leaves),
+                },
+            };
+            let a = PeerAnswer::Synced { batch: batch(stale, values), more };
+            let m_json = serde_json::to_vec(&m).unwrap();
+            let a_json = serde_json::to_vec(&a).unwrap();
+            PeerMsg::from_wire(&m.clone().into_wire().unwrap()).as_ref() == Ok(&m)
+                && PeerAnswer::from_wire(&a.clone().into_wire().unwrap()).as_ref() == Ok(&a)
+                && PeerMsg::from_wire(&m_json).as_ref() == Ok(&m)
+                && PeerAnswer::from_wire(&a_json).as_ref() == Ok(&a)
+        }
+
+        /// Arbitrary payloads decode to an error or to something that re-encodes to itself.
+        fn garbage_never_panics(b: Vec<u8>) -> TestResult {
+            if let Ok(x) = SyncBatch::from_packed(&b) {
+                assert_eq!(SyncBatch::from_packed(&x.to_packed()), Ok(x));
+            }
+            if let Ok(x) = Holdings::from_packed(&b) {
+                assert_eq!(Holdings::from_packed(&x.to_packed()), Ok(x));
+            }
+            let mut frame = br#"{"op":"synced","batch":"","more":true}"#.to_vec();
+            frame.push(0);
+            frame.extend_from_slice(&b);
+            if let Ok(x) = PeerAnswer::from_wire(&frame) {
+                let again = PeerAnswer::from_wire(&x.clone().into_wire().unwrap());
+                assert_eq!(again, Ok(x));
+            }
+            TestResult::passed()
+        }
+    }
+
+    #[test]
+    fn attachment_only_where_a_payload_is() {
+        let pong = PeerAnswer::Pong {
+            info: PrimaryInfo::default(),
+        };
+        let mut w = pong.clone().into_wire().unwrap();
+        assert_eq!(PeerAnswer::from_wire(&w), Ok(pong));
+        assert!(!w.contains(&0));
+        w.push(0);
+        assert_eq!(
+            PeerAnswer::from_wire(&w),
+            Err(WireError::UnexpectedAttachment)
+        );
+        let a = PeerAnswer::Synced {
+            batch: SyncBatch::default(),
+            more: false,
+        };
+        let w = a.clone().into_wire().unwrap();
+        let json = br#"{"op":"synced","batch":"","more":false}"#;
+        assert_eq!(&w[..json.len()], json);
+        assert_eq!(w[json.len()], 0);
+        assert_eq!(w[json.len() + 1..], SyncBatch::default().to_packed());
+        assert_eq!(PeerAnswer::from_wire(&w), Ok(a));
+    }
+
+    #[test]
+    fn sync_batch_is_compact() {
+        // Keys sharing a prefix cost their differing tail; a value costs its length and bytes.
+        let values: Vec<(String, Vec<u8>)> = (0..100)
+            .map(|i| (format!("changed/{i:03}"), vec![7u8; 141]))
+            .collect();
+        let b = SyncBatch {
+            stale: vec![1, 300],
+            values,
+        };
+        let n = b.to_packed().len();
+        assert!(n < 100 * (141 + 2 + 3 + 2) + 20, "{n}");
+        let h = Holdings {
+            buckets: (0..BUCKETS as u32).collect(),
+            leaves: vec![[1; SHORT_LEAF]; 10],
+        };
+        assert_eq!(h.to_packed().len(), BUCKETS / 8 + 1 + 10 * SHORT_LEAF);
+    }
+
+    #[test]
+    fn malformed_payloads_are_errors() {
+        assert_eq!(SyncBatch::from_packed(&[]), Err(WireError::Truncated));
+        // A count larger than the input.
+        assert_eq!(
+            SyncBatch::from_packed(&[0, 0x7f]),
+            Err(WireError::Truncated)
+        );
+        // Shared prefix longer than the previous key.
+        assert!(matches!(
+            SyncBatch::from_packed(&[0, 1, 2, 0, 0]),
+            Err(WireError::Malformed(_))
+        ));
+        // Not UTF-8.
+        assert!(matches!(
+            SyncBatch::from_packed(&[0, 1, 0, 1, 0xff, 0]),
+            Err(WireError::Malformed(_))
+        ));
+        // Varint overflow.
+        assert!(SyncBatch::from_packed(&[0xff; 12]).is_err());
+        assert_eq!(
+            SyncBatch::from_packed(&[0, 0, 9]),
+            Err(WireError::Malformed("trailing bytes"))
+        );
     }
 }

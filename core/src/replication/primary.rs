@@ -6,7 +6,8 @@ use super::class::{self, Class};
 use super::filter::{self, MountMap};
 use super::merkle::{self, TreeKind};
 use super::msg::{
-    PeerAnswer, PeerBody, PeerMsg, PeerRequest, PeerResponse, PrimaryInfo, SyncValue,
+    self, Hashes, Holdings, PeerAnswer, PeerBody, PeerMsg, PeerRequest, PeerResponse, PrimaryInfo,
+    SyncBatch,
 };
 use super::state::{Role, SecondaryRecord};
 use super::wal::{self, WalEntry};
@@ -225,8 +226,7 @@ fn answer(env: &mut Env, id: u64, msg: PeerMsg) -> ApiResult<Option<PeerAnswer>>
                     continue;
                 }
                 let st = env.st.repl.trees.get(k, &sid).cloned().unwrap_or_default();
-                let hs = st.page_hashes().iter().map(hex::encode).collect();
-                pages.push(((k, sid), hs));
+                pages.push(((k, sid), Hashes(st.page_hashes().to_vec())));
             }
             PeerAnswer::Pages { pages }
         }
@@ -242,43 +242,97 @@ fn answer(env: &mut Env, id: u64, msg: PeerMsg) -> ApiResult<Option<PeerAnswer>>
                     if p >= merkle::PAGES {
                         continue;
                     }
-                    let sums = st.subpages(p).iter().map(hex::encode).collect();
+                    let sums = Hashes(st.subpages(p).to_vec());
                     subpages.push(((k, sid.clone()), p as u16, sums));
                 }
             }
             PeerAnswer::Subpages { subpages }
         }
-        PeerBody::MerkleKeys { want } => {
-            let uuids = env.st.repl.local_uuids.clone();
-            let mut keys = Vec::new();
-            for ((k, sid), buckets) in want {
-                if !view.subtree_ok(k, &sid) {
-                    continue;
-                }
-                let b: BTreeSet<u32> = buckets.into_iter().collect();
-                let list = subtree_keys(&*env.storage, &uuids, k, &sid, Some(&b))?
-                    .into_iter()
-                    .map(|(key, h)| (key, hex::encode(h)))
-                    .collect();
-                keys.push(((k, sid), list));
+        PeerBody::MerkleSync {
+            subtree: (k, sid),
+            after,
+            max_values,
+            holdings,
+        } => {
+            if view.subtree_ok(k, &sid) {
+                sync_batch(env, k, &sid, after.as_deref(), max_values, &holdings)?
+            } else {
+                error(
+                    "bad-request",
+                    format!("subtree {sid:?} is not replicated to this secondary"),
+                )
             }
-            PeerAnswer::Keys { keys }
-        }
-        PeerBody::Fetch { keys } => {
-            let uuids = env.st.repl.local_uuids.clone();
-            let mut values = Vec::new();
-            for key in keys {
-                let class = class::classify(&key, &uuids);
-                if !view.key_ok(&key, class) {
-                    continue;
-                }
-                let value = env.storage.get(&key)?;
-                values.push(SyncValue { key, class, value });
-            }
-            PeerAnswer::Values { values }
         }
     };
     Ok(Some(a))
+}
+
+/// Most values in one [`PeerAnswer::Synced`], whatever the secondary asks for.
+const SYNC_MAX_VALUES: u32 = 1 << 16;
+/// A [`PeerAnswer::Synced`] stops adding values past this many key and value bytes.
+const SYNC_MAX_BYTES: usize = 4 << 20;
+
+/// Answers a [`PeerBody::MerkleSync`]: compares the secondary's short leaves with this
+/// primary's keys in the same buckets (after `after`) and returns, in key order, the values
+/// the secondary lacks (up to the limits: `more` then says to ask again after the last one)
+/// and which of its leaves this primary does not hold.
+fn sync_batch(
+    env: &mut Env,
+    kind: TreeKind,
+    sid: &str,
+    after: Option<&str>,
+    max_values: u32,
+    holdings: &Holdings,
+) -> ApiResult<PeerAnswer> {
+    let uuids = env.st.repl.local_uuids.clone();
+    let prefix = class::subtree_prefix(sid).unwrap_or_default();
+    // (relative key, short leaf, stored bytes), in key order.
+    let mut ours: Vec<(String, msg::ShortLeaf, Vec<u8>)> =
+        subtree_entries(&*env.storage, &uuids, kind, sid, Some(&holdings.buckets))?
+            .into_iter()
+            .map(|(k, v)| {
+                let l = msg::short_leaf(&merkle::leaf(&k, &v));
+                (relative(&prefix, k), l, v)
+            })
+            .filter(|(k, _, _)| after.is_none_or(|a| k.as_str() > a))
+            .collect();
+    ours.sort();
+    let held: BTreeSet<&msg::ShortLeaf> = ours.iter().map(|(_, l, _)| l).collect();
+    let stale = holdings
+        .leaves
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !held.contains(l))
+        .map(|(i, _)| i as u32)
+        .collect();
+    let theirs: BTreeSet<&msg::ShortLeaf> = holdings.leaves.iter().collect();
+    let max = max_values.clamp(1, SYNC_MAX_VALUES) as usize;
+    let mut values = Vec::new();
+    let mut bytes = 0usize;
+    let mut more = false;
+    for (k, l, v) in ours {
+        if theirs.contains(&l) {
+            continue;
+        }
+        if values.len() >= max || bytes >= SYNC_MAX_BYTES {
+            more = true;
+            break;
+        }
+        bytes += k.len() + v.len();
+        values.push((k, v));
+    }
+    Ok(PeerAnswer::Synced {
+        batch: SyncBatch { stale, values },
+        more,
+    })
+}
+
+/// A key of a subtree relative to the subtree's storage prefix.
+pub(crate) fn relative(prefix: &str, key: String) -> String {
+    match key.strip_prefix(prefix) {
+        Some(r) => r.to_string(),
+        None => key,
+    }
 }
 
 /// The keys of one subtree of one tree (optionally only in some buckets) with leaf hashes.
@@ -289,6 +343,24 @@ pub(crate) fn subtree_keys(
     sid: &str,
     buckets: Option<&BTreeSet<u32>>,
 ) -> ApiResult<Vec<(String, merkle::Hash)>> {
+    Ok(subtree_entries(s, uuids, kind, sid, buckets)?
+        .into_iter()
+        .map(|(k, v)| {
+            let h = merkle::leaf(&k, &v);
+            (k, h)
+        })
+        .collect())
+}
+
+/// The keys of one subtree of one tree (optionally only in some buckets) with their stored
+/// bytes.
+pub(crate) fn subtree_entries(
+    s: &dyn Storage,
+    uuids: &BTreeSet<String>,
+    kind: TreeKind,
+    sid: &str,
+    buckets: Option<&BTreeSet<u32>>,
+) -> ApiResult<Vec<(String, Vec<u8>)>> {
     let prefix = class::subtree_prefix(sid).unwrap_or_default();
     let mut out = Vec::new();
     for (k, v) in s.scan(&prefix)? {
@@ -304,7 +376,7 @@ pub(crate) fn subtree_keys(
         if buckets.is_some_and(|b| !b.contains(&merkle::bucket_index(&k))) {
             continue;
         }
-        out.push((k.clone(), merkle::leaf(&k, &v)));
+        out.push((k, v));
     }
     Ok(out)
 }

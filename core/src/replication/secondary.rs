@@ -4,19 +4,25 @@
 //!   batch atomically with the new `last_remote_wal`; ask again at once (the primary holds
 //!   the request until it has entries: long poll).
 //! * `merkle-diff`: when the primary no longer retains the entries needed (or after
-//!   update-primary or a filter change): compare subtree roots, then page hashes, then
-//!   subpage sums, top-down.
-//! * `merkle-sync`: compare key hashes in the differing subpages only, delete keys the
-//!   primary does not have, fetch the values that differ, then stream again from the WAL
-//!   index the diff started at (replaying what changed meanwhile).
+//!   update-primary or a filter change): compare subtree roots, then page hashes; a
+//!   differing page that holds many of our keys is narrowed down to its differing subpages
+//!   (subpage sums), a smaller one is taken whole.
+//! * `merkle-sync`: per subtree, send the short leaf hashes of our keys in the differing
+//!   buckets; the primary answers with the values we lack or hold differently and which of
+//!   our keys it does not hold (deleted here), in batches (continuing after the last key
+//!   received); then stream again from the WAL index the diff started at (replaying what
+//!   changed meanwhile).
 //! * `idle`: no working connection; retried with backoff.
 //!
 //! Also here: activation (after the token was unwrapped at the primary), update-primary.
 
-use super::class::Class;
+use super::class::{self, Class};
 use super::merkle::{self, TreeKind};
-use super::msg::{PeerAnswer, PeerAuth, PeerBody, PeerMsg, PeerSend, SubtreeRef, SyncValue};
-use super::primary::{kinds, subtree_keys};
+use super::msg::{
+    self, Hashes, Holdings, PeerAnswer, PeerAuth, PeerBody, PeerMsg, PeerSend, SubtreeRef,
+    SyncBatch,
+};
+use super::primary::{kinds, subtree_entries, subtree_keys};
 use super::state::{Bundle, Creds, Role, RoleState};
 use super::wal::{self, WalEntry};
 use super::{commit_changes, Call, Change, Env, Mode, Origin, Phase, SecRt};
@@ -25,7 +31,7 @@ use crate::node::Output;
 use crate::seal::Barrier;
 use crate::storage::Write;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 fn tree_class(k: TreeKind) -> Class {
     match k {
@@ -94,7 +100,9 @@ fn pull(env: &mut Env, mode: Mode) {
 fn start_diff(env: &mut Env, mode: Mode) {
     let rt = env.st.repl.mode_mut(mode);
     rt.sec.phase = Phase::MerkleDiff;
-    rt.sec.fetch.clear();
+    rt.sec.asked.clear();
+    rt.sec.sent.clear();
+    rt.sec.after = None;
     rt.sec.sync_total = 0;
     rt.sec.sync_done = 0;
     send(env, mode, PeerBody::MerkleRoots);
@@ -222,16 +230,16 @@ fn advance(env: &mut Env, mode: Mode, a: PeerAnswer) -> ApiResult<()> {
             start_diff(env, mode);
         }
         PeerAnswer::Roots { info, index, roots } => on_roots(env, mode, info, index, roots)?,
-        PeerAnswer::Pages { pages } => on_pages(env, mode, pages),
-        PeerAnswer::Subpages { subpages } => on_subpages(env, mode, subpages),
-        PeerAnswer::Keys { keys } => on_keys(env, mode, keys)?,
-        PeerAnswer::Values { values } => on_values(env, mode, values)?,
+        PeerAnswer::Pages { pages } => on_pages(env, mode, pages)?,
+        PeerAnswer::Subpages { subpages } => on_subpages(env, mode, subpages)?,
+        PeerAnswer::Synced { batch, more } => on_synced(env, mode, batch, more)?,
         PeerAnswer::Error { .. } => {}
     }
     Ok(())
 }
 
 fn apply_entries(env: &mut Env, mode: Mode, entries: Vec<WalEntry>, last: u64) -> ApiResult<()> {
+    log::trace!("{mode:?} secondary: {} entries up to {last}", entries.len());
     let mut changes: Vec<Change> = Vec::with_capacity(entries.len() + 1);
     for e in entries {
         if mode == Mode::Performance && e.class != Class::Replicated {
@@ -321,30 +329,65 @@ fn my_subtree(env: &Env, r: &SubtreeRef) -> merkle::Subtree {
         .unwrap_or_default()
 }
 
-fn on_pages(env: &mut Env, mode: Mode, pages: Vec<(SubtreeRef, Vec<String>)>) {
-    let mut want = Vec::new();
-    for (r, hs) in pages {
-        let mine = my_subtree(env, &r);
-        let ps: Vec<u16> = hs
-            .iter()
-            .enumerate()
-            .filter(|(i, h)| mine.page_hashes().get(*i).map(hex::encode).as_ref() != Some(*h))
-            .map(|(i, _)| i as u16)
-            .collect();
-        if !ps.is_empty() {
-            want.push((r, ps));
-        }
-    }
-    if want.is_empty() {
-        // Changed while we looked: start over.
-        start_diff(env, mode);
-    } else {
-        send(env, mode, PeerBody::MerkleSubpages { want });
-    }
+/// A differing page holding more of our keys than this is narrowed down to its differing
+/// subpages first (its subpage sums cost about as much as 256 short leaves); a page with
+/// fewer is synchronised whole, without that round trip.
+const DIRECT_PAGE_KEYS: usize = 256;
+
+/// All buckets of page `p`.
+fn page_buckets(p: usize) -> impl Iterator<Item = u32> {
+    (p * merkle::SUBPAGES..(p + 1) * merkle::SUBPAGES).map(|b| b as u32)
 }
 
-fn on_subpages(env: &mut Env, mode: Mode, subpages: Vec<(SubtreeRef, u16, Vec<String>)>) {
-    let mut want: BTreeMap<SubtreeRef, Vec<u32>> = BTreeMap::new();
+fn on_pages(env: &mut Env, mode: Mode, pages: Vec<(SubtreeRef, Hashes)>) -> ApiResult<()> {
+    let uuids = env.st.repl.local_uuids.clone();
+    let mut sync: BTreeMap<SubtreeRef, BTreeSet<u32>> = BTreeMap::new();
+    let mut narrow = Vec::new();
+    for (r, hs) in pages {
+        let mine = my_subtree(env, &r);
+        let differ: Vec<usize> =
+            hs.0.iter()
+                .take(merkle::PAGES)
+                .enumerate()
+                .filter(|(i, h)| mine.page_hashes().get(*i) != Some(*h))
+                .map(|(i, _)| i)
+                .collect();
+        if differ.is_empty() {
+            continue;
+        }
+        let mut per_page = [0usize; merkle::PAGES];
+        for (k, _) in subtree_entries(&*env.storage, &uuids, r.0, &r.1, None)? {
+            per_page[merkle::bucket(&k).0] += 1;
+        }
+        let (crowded, small): (Vec<usize>, Vec<usize>) = differ
+            .into_iter()
+            .partition(|p| per_page[*p] > DIRECT_PAGE_KEYS);
+        if !small.is_empty() {
+            sync.entry(r.clone())
+                .or_default()
+                .extend(small.into_iter().flat_map(page_buckets));
+        }
+        if !crowded.is_empty() {
+            narrow.push((r, crowded.into_iter().map(|p| p as u16).collect()));
+        }
+    }
+    let rt = env.st.repl.mode_mut(mode);
+    rt.sec.asked = sync;
+    rt.sec.after = None;
+    if !narrow.is_empty() {
+        send(env, mode, PeerBody::MerkleSubpages { want: narrow });
+        return Ok(());
+    }
+    start_sync(env, mode)
+}
+
+fn on_subpages(
+    env: &mut Env,
+    mode: Mode,
+    subpages: Vec<(SubtreeRef, u16, Hashes)>,
+) -> ApiResult<()> {
+    let rt = env.st.repl.mode_mut(mode);
+    let mut asked = std::mem::take(&mut rt.sec.asked);
     for (r, p, sums) in subpages {
         let mine = my_subtree(env, &r);
         let p = p as usize;
@@ -352,105 +395,136 @@ fn on_subpages(env: &mut Env, mode: Mode, subpages: Vec<(SubtreeRef, u16, Vec<St
             continue;
         }
         let my = mine.subpages(p);
-        for (s, h) in sums.iter().enumerate() {
-            if my.get(s).map(hex::encode).as_ref() != Some(h) {
-                want.entry(r.clone())
+        for (s, h) in sums.0.iter().take(merkle::SUBPAGES).enumerate() {
+            if my.get(s) != Some(h) {
+                asked
+                    .entry(r.clone())
                     .or_default()
-                    .push((p * merkle::SUBPAGES + s) as u32);
+                    .insert((p * merkle::SUBPAGES + s) as u32);
             }
         }
     }
-    if want.is_empty() {
-        start_diff(env, mode);
-        return;
-    }
+    env.st.repl.mode_mut(mode).sec.asked = asked;
+    start_sync(env, mode)
+}
+
+/// The differing buckets are known (`sec.asked`): synchronise them subtree by subtree.
+fn start_sync(env: &mut Env, mode: Mode) -> ApiResult<()> {
     let rt = env.st.repl.mode_mut(mode);
+    if rt.sec.asked.is_empty() {
+        // Changed while we looked: start over.
+        start_diff(env, mode);
+        return Ok(());
+    }
     rt.sec.phase = Phase::MerkleSync;
-    rt.sec.asked = want
-        .iter()
-        .map(|(r, b)| (r.clone(), b.iter().copied().collect()))
-        .collect();
+    rt.sec.after = None;
+    sync_next(env, mode)
+}
+
+/// Sends what we hold in the buckets of the first subtree still to synchronise (after the
+/// cursor), or finishes when none is left.
+fn sync_next(env: &mut Env, mode: Mode) -> ApiResult<()> {
+    let rt = env.st.repl.mode(mode);
+    let Some((r, buckets)) = rt
+        .sec
+        .asked
+        .first_key_value()
+        .map(|(r, b)| (r.clone(), b.clone()))
+    else {
+        return finish_sync(env, mode);
+    };
+    let after = rt.sec.after.clone();
+    let uuids = env.st.repl.local_uuids.clone();
+    let prefix = class::subtree_prefix(&r.1).unwrap_or_default();
+    let mut mine: Vec<(String, msg::ShortLeaf)> =
+        subtree_keys(&*env.storage, &uuids, r.0, &r.1, Some(&buckets))?
+            .into_iter()
+            .map(|(k, h)| (k, msg::short_leaf(&h)))
+            .filter(|(k, _)| {
+                after
+                    .as_deref()
+                    .is_none_or(|a| k.strip_prefix(&prefix).is_none_or(|rel| rel > a))
+            })
+            .collect();
+    mine.sort();
+    let (sent, leaves): (Vec<String>, Vec<msg::ShortLeaf>) = mine.into_iter().unzip();
+    let max_values = env.cfg().fetch_batch.clamp(1, u32::MAX as usize) as u32;
+    env.st.repl.mode_mut(mode).sec.sent = sent;
     send(
         env,
         mode,
-        PeerBody::MerkleKeys {
-            want: want.into_iter().collect(),
+        PeerBody::MerkleSync {
+            subtree: r,
+            after,
+            max_values,
+            holdings: Holdings { buckets, leaves },
         },
     );
-}
-
-fn on_keys(
-    env: &mut Env,
-    mode: Mode,
-    keys: Vec<(SubtreeRef, Vec<(String, String)>)>,
-) -> ApiResult<()> {
-    let uuids = env.st.repl.local_uuids.clone();
-    let asked = std::mem::take(&mut env.st.repl.mode_mut(mode).sec.asked);
-    let mut deletes = Vec::new();
-    let mut fetch = Vec::new();
-    for ((kind, sid), list) in keys {
-        let Some(buckets) = asked.get(&(kind, sid.clone())) else {
-            continue;
-        };
-        let theirs: BTreeMap<String, String> = list.into_iter().collect();
-        let mine: BTreeMap<String, String> =
-            subtree_keys(&*env.storage, &uuids, kind, &sid, Some(buckets))?
-                .into_iter()
-                .map(|(k, h)| (k, hex::encode(h)))
-                .collect();
-        for k in mine.keys().filter(|k| !theirs.contains_key(*k)) {
-            deletes.push(Change {
-                key: k.clone(),
-                value: None,
-                class: Some(tree_class(kind)),
-                index: None,
-                end: false,
-            });
-        }
-        for (k, h) in &theirs {
-            if mine.get(k) != Some(h) {
-                fetch.push((k.clone(), tree_class(kind)));
-            }
-        }
-    }
-    commit_changes(env, deletes, Origin::Replication)?;
-    let rt = env.st.repl.mode_mut(mode);
-    rt.sec.sync_total = fetch.len() as u64;
-    rt.sec.sync_done = 0;
-    rt.sec.fetch = fetch;
-    rt.sec.phase = Phase::MerkleSync;
-    fetch_next(env, mode)
-}
-
-fn fetch_next(env: &mut Env, mode: Mode) -> ApiResult<()> {
-    let n = env.cfg().fetch_batch.max(1);
-    let rt = env.st.repl.mode_mut(mode);
-    if rt.sec.fetch.is_empty() {
-        return finish_sync(env, mode);
-    }
-    let take = rt.sec.fetch.len().min(n);
-    let keys: Vec<String> = rt.sec.fetch.drain(..take).map(|(k, _)| k).collect();
-    send(env, mode, PeerBody::Fetch { keys });
     Ok(())
 }
 
-fn on_values(env: &mut Env, mode: Mode, values: Vec<SyncValue>) -> ApiResult<()> {
-    let n = values.len() as u64;
-    let changes: Vec<Change> = values
+/// The primary's answer for the first subtree still to synchronise: delete what it does not
+/// hold, write what it sent, then continue after the last value (`more`) or with the next
+/// subtree.
+fn on_synced(env: &mut Env, mode: Mode, batch: SyncBatch, more: bool) -> ApiResult<()> {
+    let uuids = env.st.repl.local_uuids.clone();
+    let rt = env.st.repl.mode_mut(mode);
+    let sent = std::mem::take(&mut rt.sec.sent);
+    let Some(r) = rt.sec.asked.keys().next().cloned() else {
+        start_diff(env, mode);
+        return Ok(());
+    };
+    let (kind, sid) = &r;
+    let prefix = class::subtree_prefix(sid).unwrap_or_default();
+    let mut writes: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
+    for i in batch.stale {
+        let key = sent
+            .get(i as usize)
+            .ok_or_else(|| ApiError::bad(format!("merkle sync: no key at position {i}")))?;
+        writes.insert(key.clone(), None);
+    }
+    let last = batch.values.last().map(|(k, _)| k.clone());
+    for (rel, v) in batch.values {
+        let key = format!("{prefix}{rel}");
+        if class::subtree(&key) != *sid || class::classify(&key, &uuids) == Class::NodeLocal {
+            return Err(ApiError::bad(format!(
+                "merkle sync: {key:?} is not a key of subtree {sid:?}"
+            )));
+        }
+        writes.insert(key, Some(v));
+    }
+    let n = writes.len() as u64;
+    let changes = writes
         .into_iter()
-        .filter(|v| v.class != Class::NodeLocal)
-        .filter(|v| mode == Mode::Dr || v.class == Class::Replicated)
-        .map(|v| Change {
-            key: v.key,
-            value: v.value,
-            class: Some(v.class),
+        .map(|(key, value)| Change {
+            key,
+            value,
+            class: Some(tree_class(*kind)),
             index: None,
             end: false,
         })
         .collect();
     commit_changes(env, changes, Origin::Replication)?;
-    env.st.repl.mode_mut(mode).sec.sync_done += n;
-    fetch_next(env, mode)
+    let batch_size = env.cfg().fetch_batch as u64;
+    let rt = env.st.repl.mode_mut(mode);
+    rt.sec.sync_done += n;
+    rt.sec.sync_total = rt.sec.sync_done;
+    match (more, last) {
+        (true, Some(k)) => {
+            rt.sec.after = Some(k);
+            rt.sec.sync_total += batch_size;
+        }
+        (true, None) => {
+            return Err(ApiError::bad(
+                "merkle sync: the primary announced more values but sent none",
+            ))
+        }
+        (false, _) => {
+            rt.sec.asked.remove(&r);
+            rt.sec.after = None;
+        }
+    }
+    sync_next(env, mode)
 }
 
 /// The diff/sync is done: stream from the index the diff started at.
