@@ -77,11 +77,13 @@ pub struct SqliteStorage {
     cache: RefCell<ReadCache>,
 }
 
-/// Values of recently read keys (`None`: read and absent).
+/// Values of recently read keys (`None`: read and absent), and the results of recent small
+/// prefix scans (audit devices, mounts: read on every request).
 #[derive(Default)]
 struct ReadCache {
     map: HashMap<String, Option<Vec<u8>>>,
     bytes: usize,
+    scans: HashMap<String, Vec<(String, Vec<u8>)>>,
 }
 
 impl ReadCache {
@@ -91,8 +93,35 @@ impl ReadCache {
     /// Larger values are not cached.
     const MAX_VALUE: usize = 64 << 10;
 
+    /// Most prefixes, entries per scan and bytes per scan kept.
+    const MAX_SCANS: usize = 256;
+    const MAX_SCAN_ENTRIES: usize = 64;
+    const MAX_SCAN_BYTES: usize = 64 << 10;
+
     fn get(&self, key: &str) -> Option<Option<Vec<u8>>> {
         self.map.get(key).cloned()
+    }
+
+    fn scanned(&self, prefix: &str) -> Option<Vec<(String, Vec<u8>)>> {
+        self.scans.get(prefix).cloned()
+    }
+
+    fn fill_scan(&mut self, prefix: &str, rows: &[(String, Vec<u8>)]) {
+        let bytes: usize = rows.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if rows.len() > Self::MAX_SCAN_ENTRIES || bytes > Self::MAX_SCAN_BYTES {
+            return;
+        }
+        if self.scans.len() >= Self::MAX_SCANS {
+            self.scans.clear();
+        }
+        self.scans.insert(prefix.to_string(), rows.to_vec());
+    }
+
+    /// Scans whose prefix covers `key` are out of date.
+    fn wrote_in_scans(&mut self, key: &str) {
+        if !self.scans.is_empty() {
+            self.scans.retain(|p, _| !key.starts_with(p.as_str()));
+        }
     }
 
     fn fill(&mut self, key: &str, value: &Option<Vec<u8>>) {
@@ -111,6 +140,7 @@ impl ReadCache {
 
     /// A write: a cached key takes the new value (keys not cached stay out).
     fn wrote(&mut self, key: &str, value: &Option<Vec<u8>>) {
+        self.wrote_in_scans(key);
         if self.map.contains_key(key) {
             self.evict(key);
             self.fill(key, value);
@@ -118,6 +148,7 @@ impl ReadCache {
     }
 
     fn evict(&mut self, key: &str) {
+        self.wrote_in_scans(key);
         if let Some(old) = self.map.remove(key) {
             self.bytes -= old.map_or(0, |v| v.len()) + key.len();
         }
@@ -126,6 +157,7 @@ impl ReadCache {
     fn clear(&mut self) {
         self.map.clear();
         self.bytes = 0;
+        self.scans.clear();
     }
 }
 
@@ -411,6 +443,26 @@ impl SqliteStorage {
         }
     }
 
+    /// A prefix scan straight from SQLite.
+    fn scan_uncached(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key")
+            .map_err(err)?;
+        let rows = st
+            .query_map(
+                params![prefix.as_bytes(), upper_bound(prefix.as_bytes())],
+                |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?)),
+            )
+            .map_err(err)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (k, v) = row.map_err(err)?;
+            out.push((String::from_utf8_lossy(&k).into_owned(), v));
+        }
+        Ok(out)
+    }
+
     fn write_all(&self, writes: &[Write]) -> Result<(), StorageError> {
         for (k, v) in writes {
             match v {
@@ -510,22 +562,12 @@ impl Storage for SqliteStorage {
     }
 
     fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key")
-            .map_err(err)?;
-        let rows = st
-            .query_map(
-                params![prefix.as_bytes(), upper_bound(prefix.as_bytes())],
-                |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?)),
-            )
-            .map_err(err)?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (k, v) = row.map_err(err)?;
-            out.push((String::from_utf8_lossy(&k).into_owned(), v));
+        if let Some(rows) = self.cache.borrow().scanned(prefix) {
+            return Ok(rows);
         }
-        Ok(out)
+        let rows = self.scan_uncached(prefix)?;
+        self.cache.borrow_mut().fill_scan(prefix, &rows);
+        Ok(rows)
     }
 
     fn scan_after(
@@ -629,6 +671,16 @@ mod tests {
             !s.commit_unsynced().unwrap(),
             "a read-only batch wrote nothing"
         );
+        // Scans: cached, kept exact by writes under the prefix, forgotten by a rollback.
+        s.apply(&[("p/a".into(), Some(b"1".to_vec()))]).unwrap();
+        assert_eq!(s.scan("p/").unwrap().len(), 1);
+        s.apply(&[("p/b".into(), Some(b"2".to_vec()))]).unwrap();
+        assert_eq!(s.scan("p/").unwrap().len(), 2);
+        s.begin().unwrap();
+        s.apply(&[("p/c".into(), Some(b"3".to_vec()))]).unwrap();
+        assert_eq!(s.scan("p/").unwrap().len(), 3);
+        s.rollback();
+        assert_eq!(s.scan("p/").unwrap().len(), 2);
         // What another reader of the file sees agrees.
         let other = SqliteStorage::open(&dir).unwrap();
         assert_eq!(other.get("k").unwrap(), None);
