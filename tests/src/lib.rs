@@ -121,8 +121,32 @@ pub fn start_dev_ldap(tag: &str) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
-/// A free loopback port whose successor is also free (API + cluster).
+/// A free loopback port whose successor is also free (API + cluster). Tried first below the
+/// kernel's ephemeral range, where no outgoing connection (nor its TIME_WAIT, of which a
+/// benchmark leaves tens of thousands) holds the port.
 pub fn free_port_pair() -> u16 {
+    let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    if low > 12_000 {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let span = u32::from(low) - 10_000;
+        let seed = std::process::id().wrapping_mul(7919)
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+        for _ in 0..400 {
+            let n = NEXT.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+            let p = (10_000 + (seed.wrapping_add(n) % (span - 2))) as u16;
+            if TcpListener::bind(("127.0.0.1", p)).is_ok()
+                && TcpListener::bind(("127.0.0.1", p + 1)).is_ok()
+            {
+                return p;
+            }
+        }
+    }
     for _ in 0..200 {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         let p = l.local_addr().expect("addr").port();
