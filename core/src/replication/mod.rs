@@ -95,6 +95,9 @@ pub struct ReplicationConfig {
     /// Keys read per step of a reindex or Merkle check (one step per millisecond at most,
     /// between requests).
     pub scan_chunk: usize,
+    /// Longest a changed Merkle record waits to be written ([`DEFER_MERKLE_MS`]; 0: at the
+    /// end of the input that changed it).
+    pub defer_merkle_ms: Millis,
 }
 
 impl Default for ReplicationConfig {
@@ -108,6 +111,7 @@ impl Default for ReplicationConfig {
             fetch_batch: 512,
             heartbeat_timeout_ms: 10_000,
             scan_chunk: 512,
+            defer_merkle_ms: DEFER_MERKLE_MS,
         }
     }
 }
@@ -191,6 +195,11 @@ pub(crate) struct SecRt {
     pub sync_done: u64,
     /// Index in `creds.primary_cluster_addrs` currently used.
     pub addr_idx: usize,
+    /// Compare Merkle roots with the primary (diff and sync) before streaming: the trees
+    /// were rebuilt from the stored data at start (after a stop with Merkle records not yet
+    /// written), so a value that changed on disk behind the node's back is in them and only
+    /// the primary's roots can show it. Cleared when a Merkle sync completes.
+    pub verify: bool,
 }
 
 #[derive(Debug, Default)]
@@ -265,7 +274,27 @@ pub struct Replication {
     pub(crate) batched: bool,
     /// A write happened since the held pulls were last looked at (batched mode).
     pub(crate) serve_due: bool,
+    /// Merkle records changed in memory and not yet written (see [`DEFER_MERKLE_MS`]), and
+    /// since when.
+    pub(crate) deferred: BTreeSet<merkle::Record>,
+    deferred_since: Option<Millis>,
+    /// The completeness marker may be missing from storage (deleted by a deferring batch and
+    /// not written back yet). Wrong either way is safe: an extra marker write when it is
+    /// there, or a rebuild at the next start when it is not.
+    marker_absent: bool,
+    /// The trees were rebuilt from the data when they were loaded (not a fresh node).
+    rebuilt: bool,
 }
+
+/// Merkle page records are written at most this long after the writes that change them,
+/// instead of with each write: a page record is 2 KiB and every written key changes one, so
+/// writing them with each batch made up nine tenths of the bytes a login wrote. The
+/// completeness marker is deleted in the batch that defers records and written back with
+/// them, so a node that stops in between rebuilds its trees from the data when it starts
+/// (and, as a secondary, then compares its roots with its primary's before streaming).
+/// Reindex and Merkle check runs see records written as before (nothing is deferred while
+/// one runs, and what was deferred is written before it starts).
+pub const DEFER_MERKLE_MS: Millis = 1_000;
 
 impl Replication {
     pub(crate) fn mode(&self, m: Mode) -> &ModeRt {
@@ -349,6 +378,9 @@ impl Replication {
     /// back): reload trees, WAL position and roles from storage on the next input, and start
     /// a running scan over.
     pub fn forget_uncommitted(&mut self) {
+        // The trees are reloaded (or rebuilt and written whole) from storage.
+        self.deferred.clear();
+        self.deferred_since = None;
         self.loaded = false;
         self.roles_loaded = false;
         self.jobs.epoch += 1;
@@ -495,7 +527,20 @@ impl Replication {
                 last.end = true;
             }
         }
-        writes.extend(Trees::persist(&mut ms));
+        let records = Trees::persist(&mut ms);
+        let defer = self.jobs.job.is_none()
+            && self.jobs.flush.is_empty()
+            && self.jobs.flush_stray.is_empty();
+        let mut deferred = Vec::new();
+        if defer && !records.is_empty() {
+            deferred = records
+                .iter()
+                .filter_map(|(k, _)| merkle::parse_key(k))
+                .collect();
+            writes.push((merkle::MARKER.to_string(), None));
+        } else {
+            writes.extend(records);
+        }
         let wal_meta = if entries.is_empty() {
             None
         } else {
@@ -503,6 +548,7 @@ impl Replication {
         };
         Ok(Staged {
             writes,
+            deferred,
             job: js,
             merkle: ms,
             wal: wal_meta,
@@ -513,6 +559,10 @@ impl Replication {
     /// Installs a staged write set after it was applied; true when the WAL grew.
     fn install(&mut self, st: Staged) -> bool {
         self.trees.install(st.merkle);
+        if !st.deferred.is_empty() {
+            self.marker_absent = true;
+        }
+        self.deferred.extend(st.deferred);
         if let (Some(job), Some(mut js)) = (self.jobs.job.as_mut(), st.job) {
             Trees::persist(&mut js);
             job.fresh_mut().install(js);
@@ -533,6 +583,8 @@ impl Replication {
 
 struct Staged {
     writes: Vec<Write>,
+    /// Merkle records left to [`flush_deferred`].
+    deferred: Vec<merkle::Record>,
     job: Option<merkle::Staged>,
     merkle: merkle::Staged,
     wal: Option<wal::Meta>,
@@ -659,6 +711,7 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
             w.push((merkle::MARKER.to_string(), Some(merkle::VERSION.to_vec())));
             env.storage.apply(&w)?;
             r.trees = trees;
+            r.rebuilt = !fresh;
         } else {
             r.trees = Trees::load(&env.storage.scan(merkle::PREFIX)?);
         }
@@ -679,12 +732,14 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
                     .and_then(|p| serde_json::from_slice(&p).ok())
                     .unwrap_or_default(),
             };
+            let rebuilt = r.rebuilt;
             let rt = r.mode_mut(m);
             rt.role = role;
             rt.sec = SecRt::default();
             if rt.role.role == Role::Secondary && rt.role.creds.is_some() {
                 rt.sec.phase = Phase::Connecting;
                 rt.sec.next_at = Some(env.now);
+                rt.sec.verify = rebuilt;
             }
         }
         r.roles_loaded = true;
@@ -775,6 +830,9 @@ pub fn poll(env: &mut Env) {
 /// Runs due background scan work (reindex, Merkle check, skipped flush); returns a request
 /// it finished.
 pub fn poll_jobs(env: &mut Env) -> Option<(RequestId, ApiResult)> {
+    if let Err(e) = flush_deferred_if_due(env) {
+        log::error!("writing the Merkle records failed (retried later): {e}");
+    }
     if env.st.repl.jobs.interrupted.is_none() && (env.barrier.sealed() || !env.st.repl.roles_loaded)
     {
         return None;
@@ -782,8 +840,55 @@ pub fn poll_jobs(env: &mut Env) -> Option<(RequestId, ApiResult)> {
     reindex::step(env)
 }
 
-/// Finishes a skipped reindex flush before the process exits.
+/// Writes the deferred Merkle records once they are `defer_merkle_ms` old, or at once when
+/// a reindex or Merkle check is running (it reads the stored records).
+fn flush_deferred_if_due(env: &mut Env) -> ApiResult<()> {
+    let r = &mut env.st.repl;
+    let idle = r.jobs.job.is_none() && r.jobs.flush.is_empty() && r.jobs.flush_stray.is_empty();
+    if r.deferred.is_empty() {
+        // Records written during a scan left the marker out: put it back once it is over.
+        if r.marker_absent && idle {
+            return flush_deferred(env);
+        }
+        return Ok(());
+    }
+    let since = *r.deferred_since.get_or_insert(env.now);
+    if r.jobs.job.is_some() || env.now >= since + env.st.config.replication.defer_merkle_ms {
+        flush_deferred(env)?;
+    }
+    Ok(())
+}
+
+/// Writes the deferred Merkle records, and the completeness marker when no reindex is
+/// writing records of its own.
+pub(crate) fn flush_deferred(env: &mut Env) -> ApiResult<()> {
+    let r = &mut env.st.repl;
+    let idle = r.jobs.job.is_none() && r.jobs.flush.is_empty() && r.jobs.flush_stray.is_empty();
+    if r.deferred.is_empty() && !(r.marker_absent && idle) {
+        return Ok(());
+    }
+    let mut writes: Vec<Write> = r
+        .deferred
+        .iter()
+        .map(|rec| (merkle::record_key(rec), r.trees.record(rec)))
+        .collect();
+    if idle {
+        writes.push((merkle::MARKER.to_string(), Some(merkle::VERSION.to_vec())));
+    }
+    env.storage.apply(&writes)?;
+    let r = &mut env.st.repl;
+    r.deferred.clear();
+    r.deferred_since = None;
+    if idle {
+        r.marker_absent = false;
+    }
+    Ok(())
+}
+
+/// Finishes a skipped reindex flush (and writes deferred Merkle records) before the process
+/// exits.
 pub fn flush_before_shutdown(env: &mut Env) -> ApiResult<()> {
+    flush_deferred(env)?;
     reindex::flush_all(env)
 }
 

@@ -823,6 +823,8 @@ mod tests {
         NodeConfig {
             replication: ReplicationConfig {
                 scan_chunk: chunk,
+                // These tests look at the stored records after each request.
+                defer_merkle_ms: 0,
                 ..Default::default()
             },
             license: crate::license::LicenseState::hosted(),
@@ -832,7 +834,11 @@ mod tests {
 
     impl One {
         fn new(chunk: usize) -> One {
-            let mut node = Node::new(MemStorage::new(), [9; 32], config(chunk));
+            One::with_config(config(chunk))
+        }
+
+        fn with_config(cfg: NodeConfig) -> One {
+            let mut node = Node::new(MemStorage::new(), [9; 32], cfg);
             node.handle(
                 1_000,
                 Input::Admin(Admin::DevSetup {
@@ -1119,6 +1125,45 @@ mod tests {
         assert!(!one.node.storage().map.contains_key(REINDEX_KEY));
         assert!(clean(&one.report()));
         one.assert_exact();
+    }
+
+    #[test]
+    fn deferred_merkle_records_are_written_within_a_second_and_a_crash_before_rebuilds() {
+        let mut cfg = config(50);
+        cfg.replication.defer_merkle_ms = 1_000;
+        let mut one = One::with_config(cfg.clone());
+        one.tick();
+        fill(&mut one, 30);
+        // Served at once, written later: the marker is gone and the records are behind.
+        assert!(!one.node.storage().map.contains_key(merkle::MARKER));
+        assert!(!one.node.replication().deferred.is_empty());
+        let served = one.node.replication().trees.clone();
+        let stored = one.node.storage().scan(merkle::PREFIX).unwrap();
+        assert!(!merkle::check(&served, &served, &stored).is_clean());
+        // A crash now: the next start rebuilds the same trees from the data, writes them.
+        let mut crashed = One {
+            node: Node::new(one.node.storage().clone(), [3; 32], cfg.clone()),
+            key: one.key.clone(),
+            now: one.now,
+            next: 100,
+        };
+        crashed.restart(50);
+        assert!(crashed.node.replication().trees == served);
+        assert!(crashed.node.storage().map.contains_key(merkle::MARKER));
+        crashed.assert_exact();
+        // Without a crash they are written a second after the writes.
+        one.now += 1_000;
+        one.tick();
+        assert!(one.node.storage().map.contains_key(merkle::MARKER));
+        assert!(one.node.replication().deferred.is_empty());
+        one.assert_exact();
+        // A Merkle check writes what is deferred before it reads the records.
+        fill(&mut one, 35);
+        assert!(!one.node.storage().map.contains_key(merkle::MARKER));
+        assert!(clean(&one.report()));
+        one.assert_exact();
+        one.tick();
+        assert!(one.node.storage().map.contains_key(merkle::MARKER));
     }
 
     #[test]

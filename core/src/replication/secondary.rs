@@ -118,7 +118,7 @@ pub(crate) fn kick(env: &mut Env, mode: Mode) {
     }
     match rt.sec.phase {
         Phase::MerkleDiff | Phase::MerkleSync => start_diff(env, mode),
-        _ if rt.role.needs_sync => start_diff(env, mode),
+        _ if rt.role.needs_sync || rt.sec.verify => start_diff(env, mode),
         Phase::Idle | Phase::Connecting => {
             rt.sec.phase = Phase::Connecting;
             pull(env, mode)
@@ -533,6 +533,7 @@ fn finish_sync(env: &mut Env, mode: Mode) -> ApiResult<()> {
     let base = rt.sec.base;
     rt.role.last_remote_wal = base;
     rt.role.needs_sync = false;
+    rt.sec.verify = false;
     rt.sec.phase = Phase::StreamWals;
     let w = env.role_write(mode)?;
     commit_changes(env, vec![w], Origin::Replication)?;
@@ -701,6 +702,8 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
     let r = env.repl();
     r.barrier_key = Some(key);
     r.trees = merkle::Trees::default();
+    // The wipe removed every stored record: nothing deferred is left to write.
+    r.deferred.clear();
     r.local_uuids.clear();
     r.wal = meta;
     // The seal configuration and keyring written above are replicated data: record them in
