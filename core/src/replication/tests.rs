@@ -948,15 +948,19 @@ fn merkle_resync_updates_deletes_and_narrows_crowded_pages() {
     for k in &crowd {
         net.ok(0, &r0, Method::Put, &format!("secret/{k}"), json!({"v": 1}));
     }
-    for i in 0..30 {
-        net.ok(
-            0,
-            &r0,
-            Method::Put,
-            &format!("secret/k{i}"),
-            json!({"v": 1}),
-        );
-    }
+    let put = |net: &mut _, keys: &mut dyn Iterator<Item = String>, v: u32| {
+        for k in keys {
+            Net::ok(
+                net,
+                0,
+                &r0,
+                Method::Put,
+                &format!("secret/{k}"),
+                json!({ "v": v }),
+            );
+        }
+    };
+    put(&mut net, &mut (0..30).map(|i| format!("k{i}")), 1);
     net.ok(
         0,
         &r0,
@@ -984,27 +988,11 @@ fn merkle_resync_updates_deletes_and_narrows_crowded_pages() {
         &format!("secret/{}", crowd[3]),
         json!({}),
     );
-    for i in 0..10 {
-        net.ok(
-            0,
-            &r0,
-            Method::Put,
-            &format!("secret/k{i}"),
-            json!({"v": 2}),
-        );
-    }
+    put(&mut net, &mut (0..10).map(|i| format!("k{i}")), 2);
     for i in 10..15 {
         net.ok(0, &r0, Method::Delete, &format!("secret/k{i}"), json!({}));
     }
-    for i in 0..10 {
-        net.ok(
-            0,
-            &r0,
-            Method::Put,
-            &format!("secret/new{i}"),
-            json!({"v": 3}),
-        );
-    }
+    put(&mut net, &mut (0..10).map(|i| format!("new{i}")), 3);
     net.run_for(3_000);
     assert_eq!(net.status(1, "performance")["state"], "idle");
     net.ops.clear();
