@@ -76,6 +76,11 @@ impl<'a> Ctx<'a> {
         Ok(self.txn.scan(prefix)?.into_iter().map(|(k, _)| k).collect())
     }
 
+    /// The first keys under `prefix` (see [`Txn::first_keys`]): for sweeps that stop early.
+    pub fn first_keys(&self, prefix: &str, limit: usize) -> ApiResult<Vec<String>> {
+        Ok(self.txn.first_keys(prefix, limit)?)
+    }
+
     /// Deletes every key under `prefix`.
     pub fn delete_prefix(&mut self, prefix: &str) -> ApiResult<()> {
         for k in self.keys(prefix)? {

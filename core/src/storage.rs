@@ -153,6 +153,35 @@ impl<'a> Txn<'a> {
         }
         Ok(merged.into_iter().collect())
     }
+    /// The first keys under `prefix` in key order, at most `limit` of them read from the
+    /// storage (merged with this set's writes up to the last key read), without reading the
+    /// rest of the prefix: the cursor of periodic sweeps over large prefixes.
+    pub fn first_keys(&self, prefix: &str, limit: usize) -> Result<Vec<String>, StorageError> {
+        let base = self.base.scan_after(Some(prefix), limit)?;
+        let complete = base.len() < limit;
+        let mut merged: BTreeMap<String, ()> = base
+            .into_iter()
+            .map(|(k, _)| k)
+            .take_while(|k| k.starts_with(prefix))
+            .map(|k| (k, ()))
+            .collect();
+        let last = merged.keys().next_back().cloned();
+        let complete = complete || merged.len() < limit;
+        for (k, v) in self
+            .writes
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+        {
+            if !complete && last.as_ref().is_some_and(|l| k > l) {
+                break;
+            }
+            match v {
+                Some(_) => merged.insert(k.clone(), ()),
+                None => merged.remove(k),
+            };
+        }
+        Ok(merged.into_keys().collect())
+    }
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()
     }
@@ -168,6 +197,28 @@ mod tests {
     use quickcheck::quickcheck;
 
     quickcheck! {
+        /// `first_keys` is a prefix of the full merged key list, and all of it when the
+        /// storage holds fewer keys under the prefix than the limit.
+        fn txn_first_keys_is_a_prefix(base: Vec<(u8, u8)>, ops: Vec<(u8, Option<u8>)>, limit: u8) -> bool {
+            let limit = usize::from(limit % 8) + 1;
+            let mut s = MemStorage::new();
+            let mut init: Vec<Write> = base.iter().map(|(k, v)| (format!("p/{k:03}"), Some(vec![*v]))).collect();
+            init.push(("a".into(), Some(vec![1])));
+            init.push(("q".into(), Some(vec![1])));
+            s.apply(&init).unwrap();
+            let mut t = Txn::new(&s);
+            for (k, v) in &ops {
+                match v {
+                    Some(v) => t.put(&format!("p/{k:03}"), vec![*v]),
+                    None => t.delete(&format!("p/{k:03}")),
+                }
+            }
+            let all: Vec<String> = t.scan("p/").unwrap().into_iter().map(|(k, _)| k).collect();
+            let first = t.first_keys("p/", limit).unwrap();
+            let stored = s.scan("p/").unwrap().len();
+            all.starts_with(&first) && (stored >= limit || first == all)
+        }
+
         /// A scan through a write set equals a scan of the storage after applying it.
         fn txn_scan_matches_applied(base: Vec<(u8, u8)>, ops: Vec<(u8, Option<u8>)>) -> bool {
             let mut s = MemStorage::new();

@@ -108,6 +108,15 @@ fn run(
     tx: Sender<Msg>,
     pool: crate::ldap::LdapPool,
 ) {
+    // Held until this function returns: the checkpoint thread stops when it is dropped.
+    let _checkpoints = match node.storage_mut().checkpointer() {
+        Ok(Some(c)) => Some(start_checkpoints(c)),
+        Ok(None) => None,
+        Err(e) => {
+            log::warn!("checkpoints stay on the core thread: {e}");
+            None
+        }
+    };
     let syncer = Syncer::start(node.storage_mut().wal_sync(), tx.clone());
     let mut waiting: BTreeMap<u64, SyncSender<Response>> = BTreeMap::new();
     let mut peers: BTreeMap<u64, SyncSender<cairn_core::replication::PeerAnswer>> = BTreeMap::new();
@@ -313,6 +322,27 @@ impl Delivery {
         }
     }
 }
+
+/// Starts the checkpoint thread: every [`CHECKPOINT_EVERY`] it checkpoints the WAL if it has
+/// grown large; it stops when the returned sender is dropped.
+fn start_checkpoints(mut c: crate::sqlite::Checkpointer) -> mpsc::Sender<()> {
+    let (tx, rx) = mpsc::channel::<()>();
+    let spawned = std::thread::Builder::new()
+        .name("cairn-checkpoint".into())
+        .spawn(move || loop {
+            match rx.recv_timeout(CHECKPOINT_EVERY) {
+                Err(RecvTimeoutError::Timeout) => c.run_if_large(),
+                _ => return,
+            }
+        });
+    if let Err(e) = spawned {
+        log::error!("cannot start the checkpoint thread ({e}); the WAL grows to its backstop");
+    }
+    tx
+}
+
+/// How often the checkpoint thread looks at the WAL's size.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 
 /// The sync thread of the pipelined group commit: takes each committed batch's deliveries,
 /// syncs the database once for all batches waiting (when any of them wrote), then delivers

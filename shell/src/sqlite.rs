@@ -11,7 +11,8 @@
 //! frame. [`SqliteStorage::commit`] commits and syncs at once; the runtime instead uses
 //! [`SqliteStorage::commit_unsynced`] and has a separate thread sync and then release the
 //! batch's answers, so the core thread runs the next batch while the disk works (pipelined
-//! group commit; nothing is answered before the sync that covers it).
+//! group commit; nothing is answered before the sync that covers it). Checkpoints run on a
+//! thread of their own ([`Checkpointer`]), so neither of the two ever waits for one.
 //!
 //! ## A full disk
 //!
@@ -63,6 +64,8 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 pub struct SqliteStorage {
     conn: Connection,
     in_txn: bool,
+    /// A batch is open ([`SqliteStorage::begin`]); its transaction may not have begun yet.
+    batch: bool,
     /// Write sets applied in the open transaction, replayed if its `COMMIT` meets a full disk.
     log: Vec<Write>,
     /// The reserve file and its size (no reserve for in-memory databases or size 0).
@@ -171,6 +174,51 @@ pub struct WalSync {
     open: Option<(File, u64)>,
 }
 
+/// A WAL file past this size is checkpointed (SQLite's own default threshold is 1,000
+/// pages, about 4 MiB).
+const CHECKPOINT_BYTES: u64 = 4 << 20;
+/// The writer's own automatic checkpoint, in pages, once a [`Checkpointer`] runs them: a
+/// backstop only, should the passive checkpoints keep failing to finish.
+const BACKSTOP_CHECKPOINT_PAGES: i64 = 65_536;
+
+/// Checkpoints the database from a connection of its own, on a thread of its own, so that
+/// neither the core thread (which writes) nor the sync thread (which releases answers)
+/// ever waits for a checkpoint's copying and syncs.
+pub struct Checkpointer {
+    wal: PathBuf,
+    db: PathBuf,
+    /// Opened at the first checkpoint.
+    conn: Option<Connection>,
+}
+
+impl Checkpointer {
+    /// Copies the WAL's frames into the database file when the WAL has grown past
+    /// [`CHECKPOINT_BYTES`], without blocking the writer (`PASSIVE`); the writer then
+    /// starts the WAL over at its next transaction. A failure is logged and retried next
+    /// time; a checkpoint never changes what is stored.
+    pub fn run_if_large(&mut self) {
+        let big = std::fs::metadata(&self.wal).is_ok_and(|m| m.len() > CHECKPOINT_BYTES);
+        if !big {
+            return;
+        }
+        if self.conn.is_none() {
+            match Connection::open(&self.db) {
+                Ok(c) => self.conn = Some(c),
+                Err(e) => {
+                    log::warn!("cannot open the database for a checkpoint: {e}");
+                    return;
+                }
+            }
+        }
+        if let Some(c) = &self.conn {
+            let res = c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(0));
+            if let Err(e) = res {
+                log::warn!("WAL checkpoint failed (retried later): {e}");
+            }
+        }
+    }
+}
+
 impl WalSync {
     fn new(db: &Path) -> WalSync {
         WalSync {
@@ -275,6 +323,7 @@ impl SqliteStorage {
         let mut s = SqliteStorage {
             conn,
             in_txn: false,
+            batch: false,
             log: Vec::new(),
             reserve,
             full: false,
@@ -342,14 +391,21 @@ impl SqliteStorage {
         }
     }
 
-    /// Opens a batch transaction.
+    /// Opens a batch: its transaction begins at its first write, so a batch that only reads
+    /// (a login's first step, a token look-up) costs no `BEGIN`/`COMMIT`.
     pub fn begin(&mut self) -> Result<(), StorageError> {
-        if !self.in_txn {
+        if !self.in_txn && !self.batch {
             self.probe_space();
-            self.conn.execute_batch("BEGIN IMMEDIATE").map_err(err)?;
-            self.in_txn = true;
+            self.batch = true;
             self.log.clear();
         }
+        Ok(())
+    }
+
+    /// Begins the open batch's transaction.
+    fn begin_txn(&mut self) -> Result<(), StorageError> {
+        self.conn.execute_batch("BEGIN IMMEDIATE").map_err(err)?;
+        self.in_txn = true;
         Ok(())
     }
 
@@ -364,6 +420,24 @@ impl SqliteStorage {
         Ok(())
     }
 
+    /// Hands checkpoints over to the returned [`Checkpointer`] (none for an in-memory
+    /// database): this connection then only checkpoints by itself past a much larger
+    /// backstop.
+    pub fn checkpointer(&mut self) -> Result<Option<Checkpointer>, StorageError> {
+        let Some(w) = &self.wal_sync else {
+            return Ok(None);
+        };
+        let c = Checkpointer {
+            wal: w.wal.clone(),
+            db: w.db.clone(),
+            conn: None,
+        };
+        self.conn
+            .pragma_update(None, "wal_autocheckpoint", BACKSTOP_CHECKPOINT_PAGES)
+            .map_err(err)?;
+        Ok(Some(c))
+    }
+
     /// A syncer (its own descriptor) for [`SqliteStorage::commit_unsynced`] commits, to run
     /// on another thread (none for an in-memory database).
     pub fn wal_sync(&self) -> Option<WalSync> {
@@ -375,6 +449,7 @@ impl SqliteStorage {
     /// is full, the batch is written again with the reserve's space (see the module
     /// documentation).
     pub fn commit_unsynced(&mut self) -> Result<bool, StorageError> {
+        self.batch = false;
         if !self.in_txn {
             return Ok(false);
         }
@@ -432,6 +507,7 @@ impl SqliteStorage {
 
     /// Drops the batch.
     pub fn rollback(&mut self) {
+        self.batch = false;
         if self.in_txn {
             self.in_txn = false;
             let cache = self.cache.get_mut();
@@ -607,7 +683,16 @@ impl Storage for SqliteStorage {
         if self.in_txn {
             return self.apply_in_txn(writes);
         }
-        self.begin()?;
+        if self.batch {
+            if self.full {
+                return Err(full_error());
+            }
+            self.begin_txn()?;
+            return self.apply_in_txn(writes);
+        }
+        self.probe_space();
+        self.log.clear();
+        self.begin_txn()?;
         match self.apply_in_txn(writes) {
             Ok(()) => self.commit(),
             Err(e) => {
