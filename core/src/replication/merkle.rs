@@ -123,10 +123,9 @@ pub struct Subtree {
 
 impl Default for Subtree {
     fn default() -> Self {
-        let zero_page = crypto::sha256(&[0u8; SUBPAGES * 32]);
         let mut s = Subtree {
             sums: vec![ZERO; PAGES * SUBPAGES],
-            pages: vec![zero_page; PAGES],
+            pages: vec![zero_page(); PAGES],
             root: ZERO,
         };
         s.recompute_root();
@@ -136,18 +135,10 @@ impl Default for Subtree {
 
 impl Subtree {
     fn recompute_page(&mut self, p: usize) {
-        let mut buf = Vec::with_capacity(SUBPAGES * 32);
-        for s in &self.sums[p * SUBPAGES..(p + 1) * SUBPAGES] {
-            buf.extend_from_slice(s);
-        }
-        self.pages[p] = crypto::sha256(&buf);
+        self.pages[p] = page_hash(&self.sums[p * SUBPAGES..(p + 1) * SUBPAGES]);
     }
     fn recompute_root(&mut self) {
-        let mut buf = Vec::with_capacity(PAGES * 32);
-        for p in &self.pages {
-            buf.extend_from_slice(p);
-        }
-        self.root = crypto::sha256(&buf);
+        self.root = root_of(&self.pages);
     }
     pub fn is_empty(&self) -> bool {
         self.sums.iter().all(|s| *s == ZERO)
@@ -207,16 +198,78 @@ pub struct Trees {
     pub subtrees: BTreeMap<SubtreeId, Subtree>,
 }
 
-/// The touched pages of a staged update, to persist and then to install.
+/// The touched pages of a staged update, to persist and then to install. Only the touched
+/// pages' subpage sums are copied (a subtree holds 4,096 sums; copying them all on every
+/// write set was most of the cost of a small write).
 #[derive(Debug, Default)]
 pub struct Staged {
-    scratch: BTreeMap<SubtreeId, Subtree>,
-    touched: BTreeSet<(SubtreeId, usize)>,
+    scratch: BTreeMap<SubtreeId, StagedSubtree>,
+}
+
+#[derive(Debug)]
+struct StagedSubtree {
+    /// Every page hash of the subtree: the base's, with the touched pages' new ones once
+    /// persisted.
+    pages: Vec<Hash>,
+    /// The touched pages' new subpage sums.
+    touched: BTreeMap<usize, Vec<Hash>>,
+    root: Hash,
+    /// No sum of the subtree is left non-zero.
+    empty: bool,
+    /// Page hashes, root and `empty` recomputed ([`Trees::persist`]).
+    done: bool,
+}
+
+impl StagedSubtree {
+    /// Recomputes the touched pages' hashes and the root; `base` is the subtree staged on.
+    fn finish(&mut self, base: Option<&Subtree>) {
+        if self.done {
+            return;
+        }
+        for (p, sums) in &self.touched {
+            self.pages[*p] = page_hash(sums);
+        }
+        self.root = root_of(&self.pages);
+        // The untouched pages are read only when every touched one became empty (rare).
+        // (Their hashes may be stale in a tree under bulk rebuild, their sums never are.)
+        let touched_empty = self.touched.values().flatten().all(|h| *h == ZERO);
+        self.empty = touched_empty
+            && base.is_none_or(|b| {
+                (0..PAGES)
+                    .filter(|p| !self.touched.contains_key(p))
+                    .all(|p| b.subpages(p).iter().all(|h| *h == ZERO))
+            });
+        self.done = true;
+    }
+}
+
+/// The hash of a page from its subpage sums.
+fn page_hash(sums: &[Hash]) -> Hash {
+    let mut buf = Vec::with_capacity(SUBPAGES * 32);
+    for s in sums {
+        buf.extend_from_slice(s);
+    }
+    crypto::sha256(&buf)
+}
+
+/// The root of a subtree from its page hashes.
+fn root_of(pages: &[Hash]) -> Hash {
+    let mut buf = Vec::with_capacity(PAGES * 32);
+    for p in pages {
+        buf.extend_from_slice(p);
+    }
+    crypto::sha256(&buf)
+}
+
+/// The hash of an empty page.
+fn zero_page() -> Hash {
+    static ZERO_PAGE: std::sync::OnceLock<Hash> = std::sync::OnceLock::new();
+    *ZERO_PAGE.get_or_init(|| crypto::sha256(&[0u8; SUBPAGES * 32]))
 }
 
 impl Staged {
     pub fn is_empty(&self) -> bool {
-        self.touched.is_empty()
+        self.scratch.is_empty()
     }
 }
 
@@ -275,51 +328,68 @@ impl Trees {
             return;
         }
         let id = (tree, subtree.to_string());
-        let st = staged
-            .scratch
-            .entry(id.clone())
-            .or_insert_with(|| self.subtrees.get(&id).cloned().unwrap_or_default());
+        let base = self.subtrees.get(&id);
+        let st = staged.scratch.entry(id).or_insert_with(|| StagedSubtree {
+            pages: base.map_or_else(|| vec![zero_page(); PAGES], |b| b.pages.clone()),
+            touched: BTreeMap::new(),
+            root: ZERO,
+            empty: false,
+            done: false,
+        });
+        st.done = false;
         let (p, s) = bucket(key);
-        let i = p * SUBPAGES + s;
+        let sums = st.touched.entry(p).or_insert_with(|| {
+            base.map_or_else(|| vec![ZERO; SUBPAGES], |b| b.subpages(p).to_vec())
+        });
         if let Some(o) = old {
-            sub(&mut st.sums[i], &leaf(key, o));
+            sub(&mut sums[s], &leaf(key, o));
         }
         if let Some(n) = new {
-            add(&mut st.sums[i], &leaf(key, n));
+            add(&mut sums[s], &leaf(key, n));
         }
-        staged.touched.insert((id, p));
     }
 
     /// Finishes a staged update: recomputes touched pages and roots, and returns the storage
     /// writes that persist them.
-    pub fn persist(staged: &mut Staged) -> Vec<Write> {
+    pub fn persist(&self, staged: &mut Staged) -> Vec<Write> {
         let mut out = Vec::new();
-        let mut roots = BTreeSet::new();
-        for (id, p) in &staged.touched {
-            if let Some(st) = staged.scratch.get_mut(id) {
-                st.recompute_page(*p);
-                out.push((page_key(id, *p), st.page_bytes(*p)));
-                roots.insert(id.clone());
+        for (id, st) in staged.scratch.iter_mut() {
+            st.finish(self.subtrees.get(id));
+        }
+        for (id, st) in &staged.scratch {
+            for (p, sums) in &st.touched {
+                let record = sums.iter().any(|h| *h != ZERO).then(|| {
+                    let mut b: Vec<u8> = Vec::with_capacity(PAGE_RECORD);
+                    for h in sums {
+                        b.extend_from_slice(h);
+                    }
+                    b.extend_from_slice(&st.pages[*p]);
+                    b
+                });
+                out.push((page_key(id, *p), record));
             }
         }
-        for id in roots {
-            if let Some(st) = staged.scratch.get_mut(&id) {
-                st.recompute_root();
-                let root = (!st.is_empty()).then(|| st.root.to_vec());
-                out.push((root_key(&id), root));
-            }
+        for (id, st) in &staged.scratch {
+            let root = (!st.empty).then(|| st.root.to_vec());
+            out.push((root_key(id), root));
         }
         out
     }
 
     /// Installs a staged update after its writes were applied.
     pub fn install(&mut self, staged: Staged) {
-        for (id, st) in staged.scratch {
-            if st.is_empty() {
+        for (id, mut st) in staged.scratch {
+            st.finish(self.subtrees.get(&id));
+            if st.empty {
                 self.subtrees.remove(&id);
-            } else {
-                self.subtrees.insert(id, st);
+                continue;
             }
+            let t = self.subtrees.entry(id).or_default();
+            for (p, sums) in st.touched {
+                t.sums[p * SUBPAGES..(p + 1) * SUBPAGES].copy_from_slice(&sums);
+            }
+            t.pages = st.pages;
+            t.root = st.root;
         }
     }
 
@@ -334,7 +404,7 @@ impl Trees {
     ) {
         let mut s = Staged::default();
         self.stage(&mut s, tree, subtree, key, old, new);
-        Trees::persist(&mut s);
+        self.persist(&mut s);
         self.install(s);
     }
 
@@ -610,7 +680,7 @@ mod tests {
                 let new = v.map(|b| vec![b; (b % 7) as usize]);
                 let mut s = Staged::default();
                 inc.stage(&mut s, kind, sub, &name, old.as_deref(), new.as_deref());
-                for (pk, pv) in Trees::persist(&mut s) {
+                for (pk, pv) in inc.persist(&mut s) {
                     match pv { Some(b) => { persisted.insert(pk, b); } None => { persisted.remove(&pk); } }
                 }
                 inc.install(s);

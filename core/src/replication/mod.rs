@@ -527,7 +527,7 @@ impl Replication {
                 last.end = true;
             }
         }
-        let records = Trees::persist(&mut ms);
+        let records = self.trees.persist(&mut ms);
         let defer = self.jobs.job.is_none()
             && self.jobs.flush.is_empty()
             && self.jobs.flush_stray.is_empty();
@@ -564,7 +564,7 @@ impl Replication {
         }
         self.deferred.extend(st.deferred);
         if let (Some(job), Some(mut js)) = (self.jobs.job.as_mut(), st.job) {
-            Trees::persist(&mut js);
+            job.fresh().persist(&mut js);
             job.fresh_mut().install(js);
         }
         if let Some(u) = st.uuids {

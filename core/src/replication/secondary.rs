@@ -726,7 +726,7 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
                 );
             }
         }
-        tree_pages = merkle::Trees::persist(&mut staged);
+        tree_pages = r.trees.persist(&mut staged);
         r.trees.install(staged);
     }
     r.waiters.clear();
