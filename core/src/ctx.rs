@@ -62,6 +62,19 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
+    /// Encrypts and stages a key whose name was drawn at random (see [`Txn::put_new`]).
+    pub fn put_new(&mut self, key: &str, value: &[u8]) -> ApiResult<()> {
+        let enc = if plaintext(key) {
+            value.to_vec()
+        } else {
+            self.barrier
+                .encrypt(key, value, self.rng)
+                .ok_or(ApiError::Sealed)?
+        };
+        self.txn.put_new(key, enc);
+        Ok(())
+    }
+
     pub fn put_json<T: Serialize>(&mut self, key: &str, value: &T) -> ApiResult<()> {
         let b = serde_json::to_vec(value).map_err(|e| ApiError::Internal(e.to_string()))?;
         self.put(key, &b)

@@ -14,7 +14,7 @@ use crate::replication::{
     self, Env, HttpCall, HttpReply, PeerReply, PeerRequest, PeerResponse, PeerSend,
 };
 use crate::seal::{self, Barrier, SealConfig};
-use crate::storage::{Storage, Txn, Write};
+use crate::storage::{Storage, Txn, WriteSet};
 use crate::sys;
 use crate::time::{self, Millis};
 use crate::token::{self, Caller, NewToken};
@@ -244,8 +244,8 @@ impl<S: Storage> Node<S> {
 
     /// The single place where a write set is applied: the replication commit hook (WAL,
     /// Merkle trees, role checks) around the storage write.
-    fn commit(&mut self, writes: Vec<Write>) -> ApiResult<()> {
-        replication::commit(&mut self.env(), writes, replication::Origin::Client)
+    fn commit(&mut self, ws: WriteSet) -> ApiResult<()> {
+        replication::commit(&mut self.env(), ws, replication::Origin::Client)
     }
 
     /// The shell rolled back the storage transaction of a batch this node handled (an
@@ -304,7 +304,7 @@ impl<S: Storage> Node<S> {
                     now,
                 };
                 let done = ldap::on_reply(&mut ctx, &mut self.st, reply);
-                let writes = ctx.txn.into_writes();
+                let writes = ctx.txn.into_write_set();
                 if let Some((id, result)) = done {
                     let result = match result {
                         Ok(r) => self.commit(writes).map(|_| r),
@@ -396,7 +396,7 @@ impl<S: Storage> Node<S> {
             now,
         };
         if token::expire(&mut ctx, 1000).is_ok() {
-            let writes = ctx.txn.into_writes();
+            let writes = ctx.txn.into_write_set();
             if !writes.is_empty() {
                 if let Err(e) = self.commit(writes) {
                     log::error!("token expiry not applied: {e}");
@@ -453,7 +453,7 @@ impl<S: Storage> Node<S> {
             now,
         };
         let info = wrapping::wrap(&mut ctx, 200, Some(env), path, ttl)?;
-        let writes = ctx.txn.into_writes();
+        let writes = ctx.txn.into_write_set();
         self.commit(writes)?;
         let request_id = crypto::uuid(&mut self.rng);
         let mut out = api::envelope(&request_id, Value::Null);
@@ -509,13 +509,13 @@ impl<S: Storage> Node<S> {
                         now,
                     };
                     spend_use(&mut ctx, h)?;
-                    let writes = ctx.txn.into_writes();
+                    let writes = ctx.txn.into_write_set();
                     self.commit(writes)?;
                 }
                 return Err(e);
             }
         };
-        let writes = ctx.txn.into_writes();
+        let writes = ctx.txn.into_write_set();
         if !writes.is_empty() {
             self.commit(writes)?;
         }
@@ -681,7 +681,7 @@ impl<S: Storage> Node<S> {
                 ..Default::default()
             },
         )?;
-        let writes = ctx.txn.into_writes();
+        let writes = ctx.txn.into_write_set();
         self.commit(writes)?;
         use base64::Engine;
         let v = json!({
@@ -776,7 +776,7 @@ impl<S: Storage> Node<S> {
             false,
             Default::default(),
         )?;
-        let writes = ctx.txn.into_writes();
+        let writes = ctx.txn.into_write_set();
         self.commit(writes)?;
         Ok(v)
     }

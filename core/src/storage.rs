@@ -7,7 +7,7 @@
 //! half-applied. The shell groups several inputs into one durable transaction (SQLite); the
 //! in-memory [`MemStorage`] serves unit tests and the simulator.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One change in a write set: `None` deletes the key.
 pub type Write = (String, Option<Vec<u8>>);
@@ -113,6 +113,24 @@ impl Storage for MemStorage {
 pub struct Txn<'a> {
     base: &'a dyn Storage,
     writes: BTreeMap<String, Option<Vec<u8>>>,
+    /// Keys written with [`Txn::put_new`].
+    fresh: BTreeSet<String>,
+}
+
+/// A handler's write set as the node commits it.
+#[derive(Debug, Default)]
+pub struct WriteSet {
+    /// In key order.
+    pub writes: Vec<Write>,
+    /// Keys the handler created under names it drew at random (so no earlier value exists):
+    /// the commit need not read their previous values.
+    pub fresh: BTreeSet<String>,
+}
+
+impl WriteSet {
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
 }
 
 impl<'a> Txn<'a> {
@@ -120,6 +138,7 @@ impl<'a> Txn<'a> {
         Txn {
             base,
             writes: BTreeMap::new(),
+            fresh: BTreeSet::new(),
         }
     }
     pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
@@ -128,10 +147,19 @@ impl<'a> Txn<'a> {
             None => self.base.get(key),
         }
     }
+    /// Writes a key whose name the caller drew at random (a token's hash, an accessor): no
+    /// value can exist under it yet, so the commit skips reading one. Any other write or
+    /// delete of the key in this set makes it an ordinary write again.
+    pub fn put_new(&mut self, key: &str, value: Vec<u8>) {
+        self.writes.insert(key.to_string(), Some(value));
+        self.fresh.insert(key.to_string());
+    }
     pub fn put(&mut self, key: &str, value: Vec<u8>) {
+        self.fresh.remove(key);
         self.writes.insert(key.to_string(), Some(value));
     }
     pub fn delete(&mut self, key: &str) {
+        self.fresh.remove(key);
         self.writes.insert(key.to_string(), None);
     }
     /// Keys and values under `prefix` in key order, merged with this set's writes.
@@ -189,12 +217,36 @@ impl<'a> Txn<'a> {
     pub fn into_writes(self) -> Vec<Write> {
         self.writes.into_iter().collect()
     }
+    /// The write set with its fresh keys.
+    pub fn into_write_set(self) -> WriteSet {
+        WriteSet {
+            writes: self.writes.into_iter().collect(),
+            fresh: self.fresh,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use quickcheck::quickcheck;
+
+    #[test]
+    fn a_later_write_of_a_fresh_key_makes_it_ordinary() {
+        let s = MemStorage::new();
+        let mut t = Txn::new(&s);
+        t.put_new("a", vec![1]);
+        t.put_new("b", vec![2]);
+        t.put_new("c", vec![3]);
+        t.put("b", vec![4]);
+        t.delete("c");
+        let ws = t.into_write_set();
+        assert_eq!(
+            ws.fresh.into_iter().collect::<Vec<_>>(),
+            vec!["a".to_string()]
+        );
+        assert_eq!(ws.writes.len(), 3);
+    }
 
     quickcheck! {
         /// `first_keys` is a prefix of the full merged key list, and all of it when the

@@ -128,12 +128,15 @@ pub fn create(ctx: &mut Ctx, req: NewToken) -> ApiResult<(String, TokenEntry)> {
             "policies: at most {MAX_POLICIES} policies per token"
         )));
     }
+    // A generated id (and so its hash, accessor and expiry key) is new: 24 random base62
+    // characters. A caller's id may not be.
+    let generated = req.id.is_none();
     let id = match req.id {
         Some(id) => id,
         None => format!("cs.{}", crypto::base62(ctx.rng(), 24)),
     };
     let h = hash(ctx, &id)?;
-    if ctx.get(&format!("{ID}{h}"))?.is_some() {
+    if !generated && ctx.get(&format!("{ID}{h}"))?.is_some() {
         return Err(ApiError::bad("id: a token with this id already exists"));
     }
     let accessor = crypto::base62(ctx.rng(), 24);
@@ -198,8 +201,16 @@ pub fn create(ctx: &mut Ctx, req: NewToken) -> ApiResult<(String, TokenEntry)> {
         namespace,
         namespace_id,
     };
-    store(ctx, &h, &entry, None)?;
-    ctx.put(&format!("{ACCESSOR}{accessor}"), h.as_bytes())?;
+    if generated {
+        if let Some(at) = entry.expire_time {
+            ctx.put_new(&expiry_key(at, &h), b"")?;
+        }
+        let b = serde_json::to_vec(&entry).map_err(|e| ApiError::Internal(e.to_string()))?;
+        ctx.put_new(&format!("{ID}{h}"), &b)?;
+    } else {
+        store(ctx, &h, &entry, None)?;
+    }
+    ctx.put_new(&format!("{ACCESSOR}{accessor}"), h.as_bytes())?;
     if let Some(p) = &entry.parent {
         ctx.put(&format!("{PARENT}{p}/{h}"), b"")?;
     }

@@ -37,7 +37,7 @@ use crate::api::{ApiError, ApiResult, Reply, Request, RequestId};
 use crate::ctx::Ctx;
 use crate::node::{NodeState, Output};
 use crate::seal::Barrier;
-use crate::storage::{Storage, Txn, Write};
+use crate::storage::{Storage, Txn, Write, WriteSet};
 use crate::time::Millis;
 use class::Class;
 use merkle::{TreeKind, Trees};
@@ -135,6 +135,9 @@ pub struct Change {
     pub class: Option<Class>,
     pub index: Option<u64>,
     pub end: bool,
+    /// A key created under a name drawn at random ([`crate::storage::Txn::put_new`]): no
+    /// earlier value to read.
+    pub fresh: bool,
 }
 
 impl Change {
@@ -145,6 +148,7 @@ impl Change {
             class: None,
             index: None,
             end: false,
+            fresh: false,
         }
     }
 }
@@ -466,7 +470,18 @@ impl Replication {
             }
             let old = match overlay.get(c.key.as_str()) {
                 Some(v) => v.clone(),
-                None => s.get(&c.key)?,
+                // Debug builds check the claim.
+                None if c.fresh && !cfg!(debug_assertions) => None,
+                None => {
+                    let v = s.get(&c.key)?;
+                    if c.fresh && v.is_some() {
+                        return Err(ApiError::Internal(format!(
+                            "a key written as new already exists: {:?}",
+                            c.key
+                        )));
+                    }
+                    v
+                }
             };
             overlay.insert(c.key.as_str(), c.value.clone());
             if old.is_none() && c.value.is_none() && origin != Origin::DrStream {
@@ -649,10 +664,16 @@ impl Env<'_> {
 }
 
 /// The commit hook: applies a write set of `origin` with WAL and Merkle bookkeeping.
-pub fn commit(env: &mut Env, writes: Vec<Write>, origin: Origin) -> ApiResult<()> {
-    let changes = writes
+pub fn commit(env: &mut Env, ws: WriteSet, origin: Origin) -> ApiResult<()> {
+    let fresh = ws.fresh;
+    let changes = ws
+        .writes
         .into_iter()
-        .map(|(k, v)| Change::write(k, v))
+        .map(|(k, v)| {
+            let mut c = Change::write(k, v);
+            c.fresh = fresh.contains(&c.key);
+            c
+        })
         .collect();
     commit_changes(env, changes, origin)
 }

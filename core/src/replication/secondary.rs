@@ -254,6 +254,7 @@ fn apply_entries(env: &mut Env, mode: Mode, entries: Vec<WalEntry>, last: u64) -
             class: Some(e.class),
             index: Some(e.index),
             end: e.end,
+            fresh: false,
         });
     }
     let rt = env.st.repl.mode_mut(mode);
@@ -288,6 +289,7 @@ fn delete_subtree(env: &mut Env, kind: TreeKind, sid: &str) -> ApiResult<()> {
             class: Some(tree_class(kind)),
             index: None,
             end: false,
+            fresh: false,
         })
         .collect();
     commit_changes(env, changes, Origin::Replication)
@@ -502,6 +504,7 @@ fn on_synced(env: &mut Env, mode: Mode, batch: SyncBatch, more: bool) -> ApiResu
             class: Some(tree_class(*kind)),
             index: None,
             end: false,
+            fresh: false,
         })
         .collect();
     commit_changes(env, changes, Origin::Replication)?;
