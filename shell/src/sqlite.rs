@@ -21,8 +21,9 @@
 //! SQLite writes the pages at `COMMIT`. A `COMMIT` that fails for lack of space would leave
 //! the node's memory ahead of its storage. So:
 //!
-//! - each write set is applied inside a savepoint: one that fails (`SQLITE_FULL` or anything
-//!   else) is undone whole and the node drops it, as it does for any failed input;
+//! - each write set is applied inside a savepoint (the transaction's first one needs none: the
+//!   transaction itself is rolled back): one that fails (`SQLITE_FULL` or anything else) is
+//!   undone whole and the node drops it, as it does for any failed input;
 //! - a reserve file (`<db>-reserve`, [`RESERVE_BYTES`] or `CAIRN_STORAGE_RESERVE_BYTES`)
 //!   holds space back: when `COMMIT` (or a write) meets a full disk, the reserve is deleted
 //!   and the batch's write sets, kept in memory until the commit, are written again in a new
@@ -574,6 +575,31 @@ impl SqliteStorage {
         if self.full {
             return Err(full_error());
         }
+        if self.log.is_empty() {
+            // The transaction's first write set needs no savepoint (which would copy every
+            // page it touches into a sub-journal): if it fails, the whole transaction goes.
+            return match self.write_all(writes) {
+                Ok(()) => {
+                    let cache = self.cache.get_mut();
+                    for (k, v) in writes {
+                        cache.wrote(k, v);
+                    }
+                    self.log.extend(writes.iter().cloned());
+                    Ok(())
+                }
+                Err(e) => {
+                    if !self.conn.is_autocommit() {
+                        let _ = self.conn.execute_batch("ROLLBACK");
+                    }
+                    // The batch stays open; its next write set begins a new transaction.
+                    self.in_txn = false;
+                    if e.0.starts_with(DISK_FULL) {
+                        self.enter_full();
+                    }
+                    Err(e)
+                }
+            };
+        }
         self.exec_cached("SAVEPOINT apply")?;
         match self.write_all(writes) {
             Ok(()) => {
@@ -728,6 +754,52 @@ mod tests {
         let _ = std::fs::remove_file(&dir);
         let _ = std::fs::remove_file(format!("{}-reserve", dir.display()));
     }
+    #[test]
+    fn a_failed_write_set_is_undone_whole_and_its_batch_goes_on() {
+        let dir = std::env::temp_dir().join(format!("cairn-sqlite-fail-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let mut s = SqliteStorage::open(&dir).unwrap();
+        // Any write of the key `bad` fails (after the write set's earlier keys went in).
+        s.conn
+            .execute_batch(
+                "CREATE TEMP TRIGGER refuse BEFORE INSERT ON kv WHEN NEW.key = X'626164' \
+                 BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+            )
+            .unwrap();
+        let put = |k: &str| (k.to_string(), Some(b"v".to_vec()));
+        // A later write set of the batch fails: the earlier one and the next one stay.
+        s.begin().unwrap();
+        s.apply(&[put("a")]).unwrap();
+        assert!(s.apply(&[put("x"), put("bad")]).is_err());
+        s.apply(&[put("c")]).unwrap();
+        assert!(s.commit_unsynced().unwrap());
+        // The first write set of a batch fails (no savepoint: the transaction goes).
+        s.begin().unwrap();
+        assert!(s.apply(&[put("y"), put("bad")]).is_err());
+        s.apply(&[put("d")]).unwrap();
+        assert!(s.commit_unsynced().unwrap());
+        // Only a first write set, failing: nothing to commit.
+        s.begin().unwrap();
+        assert!(s.apply(&[put("z"), put("bad")]).is_err());
+        assert!(!s.commit_unsynced().unwrap());
+        let other = SqliteStorage::open(&dir).unwrap();
+        for (k, want) in [
+            ("a", true),
+            ("x", false),
+            ("c", true),
+            ("y", false),
+            ("d", true),
+            ("z", false),
+        ] {
+            assert_eq!(s.get(k).unwrap().is_some(), want, "{k} (cache)");
+            assert_eq!(other.get(k).unwrap().is_some(), want, "{k} (file)");
+        }
+        drop((s, other));
+        for suffix in ["", "-wal", "-shm", "-reserve"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", dir.display()));
+        }
+    }
+
     #[test]
     fn the_read_cache_follows_writes_and_dropped_transactions() {
         let dir = std::env::temp_dir().join(format!("cairn-sqlite-cache-{}", std::process::id()));
