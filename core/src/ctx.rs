@@ -48,29 +48,26 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The stored form of a value: encrypted, except for the few plaintext keys.
+    fn seal(&mut self, key: &str, value: &[u8]) -> ApiResult<Vec<u8>> {
+        if plaintext(key) {
+            return Ok(value.to_vec());
+        }
+        self.barrier
+            .encrypt(key, value, self.rng)
+            .ok_or(ApiError::Sealed)
+    }
+
     /// Encrypts and stages one value.
     pub fn put(&mut self, key: &str, value: &[u8]) -> ApiResult<()> {
-        if plaintext(key) {
-            self.txn.put(key, value.to_vec());
-            return Ok(());
-        }
-        let enc = self
-            .barrier
-            .encrypt(key, value, self.rng)
-            .ok_or(ApiError::Sealed)?;
+        let enc = self.seal(key, value)?;
         self.txn.put(key, enc);
         Ok(())
     }
 
     /// Encrypts and stages a key whose name was drawn at random (see [`Txn::put_new`]).
     pub fn put_new(&mut self, key: &str, value: &[u8]) -> ApiResult<()> {
-        let enc = if plaintext(key) {
-            value.to_vec()
-        } else {
-            self.barrier
-                .encrypt(key, value, self.rng)
-                .ok_or(ApiError::Sealed)?
-        };
+        let enc = self.seal(key, value)?;
         self.txn.put_new(key, enc);
         Ok(())
     }
@@ -78,6 +75,12 @@ impl<'a> Ctx<'a> {
     pub fn put_json<T: Serialize>(&mut self, key: &str, value: &T) -> ApiResult<()> {
         let b = serde_json::to_vec(value).map_err(|e| ApiError::Internal(e.to_string()))?;
         self.put(key, &b)
+    }
+
+    /// [`Ctx::put_json`] for a key whose name was drawn at random.
+    pub fn put_json_new<T: Serialize>(&mut self, key: &str, value: &T) -> ApiResult<()> {
+        let b = serde_json::to_vec(value).map_err(|e| ApiError::Internal(e.to_string()))?;
+        self.put_new(key, &b)
     }
 
     pub fn delete(&mut self, key: &str) {

@@ -992,6 +992,39 @@ mod tests {
     }
 
     #[test]
+    fn a_write_set_claiming_an_existing_key_is_new_is_refused_whole() {
+        let (mut n, _) = dev();
+        let put = |n: &mut Node<MemStorage>, fresh: &[&str]| {
+            let mut ctx = Ctx {
+                txn: Txn::new(&n.storage),
+                barrier: &n.barrier,
+                rng: &mut n.rng,
+                now: 2_000,
+            };
+            for k in ["sys/test/a", "sys/test/b"] {
+                if fresh.contains(&k) {
+                    ctx.put_new(k, b"v").unwrap();
+                } else {
+                    ctx.put(k, b"v").unwrap();
+                }
+            }
+            let ws = ctx.txn.into_write_set();
+            n.commit(ws)
+        };
+        put(&mut n, &["sys/test/a"]).unwrap();
+        let root = n.replication().trees.clone();
+        // `sys/test/a` exists now: claiming it is new is refused (debug builds check), and
+        // nothing of the set is applied.
+        if cfg!(debug_assertions) {
+            let e = put(&mut n, &["sys/test/a"]).unwrap_err();
+            assert!(e.to_string().contains("already exists"), "{e}");
+            assert!(n.replication().trees == root);
+        }
+        // An honest set goes through.
+        put(&mut n, &[]).unwrap();
+    }
+
+    #[test]
     fn init_unseal_threshold_and_restart_sealed() {
         let mut n = Node::new(MemStorage::new(), [2; 32], NodeConfig::default());
         let r = call(

@@ -185,16 +185,16 @@ impl<'a> Txn<'a> {
     /// storage (merged with this set's writes up to the last key read), without reading the
     /// rest of the prefix: the cursor of periodic sweeps over large prefixes.
     pub fn first_keys(&self, prefix: &str, limit: usize) -> Result<Vec<String>, StorageError> {
-        let base = self.base.scan_after(Some(prefix), limit)?;
-        let complete = base.len() < limit;
-        let mut merged: BTreeMap<String, ()> = base
+        let mut merged: BTreeSet<String> = self
+            .base
+            .scan_after(Some(prefix), limit)?
             .into_iter()
             .map(|(k, _)| k)
             .take_while(|k| k.starts_with(prefix))
-            .map(|k| (k, ()))
             .collect();
-        let last = merged.keys().next_back().cloned();
-        let complete = complete || merged.len() < limit;
+        // Fewer than `limit` under the prefix: the storage has no more of them.
+        let complete = merged.len() < limit;
+        let last = merged.last().cloned();
         for (k, v) in self
             .writes
             .range(prefix.to_string()..)
@@ -204,11 +204,11 @@ impl<'a> Txn<'a> {
                 break;
             }
             match v {
-                Some(_) => merged.insert(k.clone(), ()),
+                Some(_) => merged.insert(k.clone()),
                 None => merged.remove(k),
             };
         }
-        Ok(merged.into_keys().collect())
+        Ok(merged.into_iter().collect())
     }
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()

@@ -201,15 +201,7 @@ pub fn create(ctx: &mut Ctx, req: NewToken) -> ApiResult<(String, TokenEntry)> {
         namespace,
         namespace_id,
     };
-    if generated {
-        if let Some(at) = entry.expire_time {
-            ctx.put_new(&expiry_key(at, &h), b"")?;
-        }
-        let b = serde_json::to_vec(&entry).map_err(|e| ApiError::Internal(e.to_string()))?;
-        ctx.put_new(&format!("{ID}{h}"), &b)?;
-    } else {
-        store(ctx, &h, &entry, None)?;
-    }
+    store(ctx, &h, &entry, None, generated)?;
     ctx.put_new(&format!("{ACCESSOR}{accessor}"), h.as_bytes())?;
     if let Some(p) = &entry.parent {
         ctx.put(&format!("{PARENT}{p}/{h}"), b"")?;
@@ -221,14 +213,30 @@ fn expiry_key(at: Millis, h: &str) -> String {
     format!("{EXPIRY}{at:020}/{h}")
 }
 
-fn store(ctx: &mut Ctx, h: &str, e: &TokenEntry, old_expiry: Option<Millis>) -> ApiResult<()> {
+/// Writes a token's entry and expiry index key; `new`: a token just created under a
+/// generated id, whose keys cannot exist yet (written with [`Ctx::put_new`]).
+fn store(
+    ctx: &mut Ctx,
+    h: &str,
+    e: &TokenEntry,
+    old_expiry: Option<Millis>,
+    new: bool,
+) -> ApiResult<()> {
     if let Some(o) = old_expiry {
         ctx.delete(&expiry_key(o, h));
     }
     if let Some(at) = e.expire_time {
-        ctx.put(&expiry_key(at, h), b"")?;
+        if new {
+            ctx.put_new(&expiry_key(at, h), b"")?;
+        } else {
+            ctx.put(&expiry_key(at, h), b"")?;
+        }
     }
-    ctx.put_json(&format!("{ID}{h}"), e)
+    if new {
+        ctx.put_json_new(&format!("{ID}{h}"), e)
+    } else {
+        ctx.put_json(&format!("{ID}{h}"), e)
+    }
 }
 
 /// Looks a token up by its secret id; expired tokens are treated as absent.
@@ -260,7 +268,7 @@ pub fn use_once(ctx: &mut Ctx, h: &str, e: &mut TokenEntry) -> ApiResult<()> {
     if e.num_uses == 0 {
         revoke_tree(ctx, h)
     } else {
-        store(ctx, h, e, e.expire_time)
+        store(ctx, h, e, e.expire_time, false)
     }
 }
 
@@ -361,7 +369,7 @@ pub fn renew(ctx: &mut Ctx, h: &str, e: &mut TokenEntry, increment: Option<u64>)
     let old = e.expire_time;
     e.expire_time = Some(new_exp);
     e.ttl = (new_exp.saturating_sub(ctx.now)) / 1000;
-    store(ctx, h, e, old)
+    store(ctx, h, e, old, false)
 }
 
 /// The `auth` block of a response for a freshly created token.

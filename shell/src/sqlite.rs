@@ -403,13 +403,6 @@ impl SqliteStorage {
         Ok(())
     }
 
-    /// Begins the open batch's transaction.
-    fn begin_txn(&mut self) -> Result<(), StorageError> {
-        self.conn.execute_batch("BEGIN IMMEDIATE").map_err(err)?;
-        self.in_txn = true;
-        Ok(())
-    }
-
     /// Commits the batch durably (commit, then sync).
     pub fn commit(&mut self) -> Result<(), StorageError> {
         if self.commit_unsynced()? {
@@ -571,6 +564,18 @@ impl SqliteStorage {
     }
 
     /// Applies one write set inside the batch transaction, whole or not at all.
+    /// Applies a write set in the open batch, beginning its transaction at the first one.
+    fn apply_in_batch(&mut self, writes: &[Write]) -> Result<(), StorageError> {
+        if !self.in_txn {
+            if self.full {
+                return Err(full_error());
+            }
+            self.conn.execute_batch("BEGIN IMMEDIATE").map_err(err)?;
+            self.in_txn = true;
+        }
+        self.apply_in_txn(writes)
+    }
+
     fn apply_in_txn(&mut self, writes: &[Write]) -> Result<(), StorageError> {
         if self.full {
             return Err(full_error());
@@ -706,20 +711,12 @@ impl Storage for SqliteStorage {
     }
 
     fn apply(&mut self, writes: &[Write]) -> Result<(), StorageError> {
-        if self.in_txn {
-            return self.apply_in_txn(writes);
+        if self.in_txn || self.batch {
+            return self.apply_in_batch(writes);
         }
-        if self.batch {
-            if self.full {
-                return Err(full_error());
-            }
-            self.begin_txn()?;
-            return self.apply_in_txn(writes);
-        }
-        self.probe_space();
-        self.log.clear();
-        self.begin_txn()?;
-        match self.apply_in_txn(writes) {
+        // Outside a batch: a batch of its own.
+        self.begin()?;
+        match self.apply_in_batch(writes) {
             Ok(()) => self.commit(),
             Err(e) => {
                 self.rollback();

@@ -443,7 +443,6 @@ impl Server {
         Resp { status, body }
     }
 
-    /// `kill -9`.
     /// Stops the server cleanly (SIGTERM: it finishes deferred storage work, such as Merkle
     /// records not yet written, before exiting); kills it after 30 s.
     pub fn terminate(&mut self) {
@@ -463,6 +462,7 @@ impl Server {
         }
     }
 
+    /// `kill -9`.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();

@@ -155,16 +155,7 @@ impl Subtree {
     }
     /// The persisted record of page `p` (`None` when the page is empty).
     pub fn page_bytes(&self, p: usize) -> Option<Vec<u8>> {
-        let s = self.subpages(p);
-        if s.iter().all(|h| *h == ZERO) {
-            return None;
-        }
-        let mut out: Vec<u8> = Vec::with_capacity(PAGE_RECORD);
-        for h in s {
-            out.extend_from_slice(h);
-        }
-        out.extend_from_slice(&self.pages[p]);
-        Some(out)
+        page_record(self.subpages(p), &self.pages[p])
     }
     /// Adds a key's leaf to its subpage without recomputing hashes (bulk rebuilds; call
     /// [`Subtree::finish`] after the last one).
@@ -241,6 +232,20 @@ impl StagedSubtree {
             });
         self.done = true;
     }
+}
+
+/// The persisted record of a page: its subpage sums, then its hash (`None` when the page is
+/// empty).
+fn page_record(sums: &[Hash], hash: &Hash) -> Option<Vec<u8>> {
+    if sums.iter().all(|h| *h == ZERO) {
+        return None;
+    }
+    let mut out: Vec<u8> = Vec::with_capacity(PAGE_RECORD);
+    for h in sums {
+        out.extend_from_slice(h);
+    }
+    out.extend_from_slice(hash);
+    Some(out)
 }
 
 /// The hash of a page from its subpage sums.
@@ -358,15 +363,7 @@ impl Trees {
         }
         for (id, st) in &staged.scratch {
             for (p, sums) in &st.touched {
-                let record = sums.iter().any(|h| *h != ZERO).then(|| {
-                    let mut b: Vec<u8> = Vec::with_capacity(PAGE_RECORD);
-                    for h in sums {
-                        b.extend_from_slice(h);
-                    }
-                    b.extend_from_slice(&st.pages[*p]);
-                    b
-                });
-                out.push((page_key(id, *p), record));
+                out.push((page_key(id, *p), page_record(sums, &st.pages[*p])));
             }
         }
         for (id, st) in &staged.scratch {

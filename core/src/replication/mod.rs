@@ -543,9 +543,7 @@ impl Replication {
             }
         }
         let records = self.trees.persist(&mut ms);
-        let defer = self.jobs.job.is_none()
-            && self.jobs.flush.is_empty()
-            && self.jobs.flush_stray.is_empty();
+        let defer = self.jobs.idle();
         let mut deferred = Vec::new();
         if defer && !records.is_empty() {
             deferred = records
@@ -865,7 +863,7 @@ pub fn poll_jobs(env: &mut Env) -> Option<(RequestId, ApiResult)> {
 /// a reindex or Merkle check is running (it reads the stored records).
 fn flush_deferred_if_due(env: &mut Env) -> ApiResult<()> {
     let r = &mut env.st.repl;
-    let idle = r.jobs.job.is_none() && r.jobs.flush.is_empty() && r.jobs.flush_stray.is_empty();
+    let idle = r.jobs.idle();
     if r.deferred.is_empty() {
         // Records written during a scan left the marker out: put it back once it is over.
         if r.marker_absent && idle {
@@ -884,7 +882,7 @@ fn flush_deferred_if_due(env: &mut Env) -> ApiResult<()> {
 /// writing records of its own.
 pub(crate) fn flush_deferred(env: &mut Env) -> ApiResult<()> {
     let r = &mut env.st.repl;
-    let idle = r.jobs.job.is_none() && r.jobs.flush.is_empty() && r.jobs.flush_stray.is_empty();
+    let idle = r.jobs.idle();
     if r.deferred.is_empty() && !(r.marker_absent && idle) {
         return Ok(());
     }

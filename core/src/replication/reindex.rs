@@ -149,6 +149,12 @@ pub(crate) struct Jobs {
 }
 
 impl Jobs {
+    /// No reindex, Merkle check or skipped flush is running: nothing but the writes
+    /// themselves writes Merkle records.
+    pub(crate) fn idle(&self) -> bool {
+        self.job.is_none() && self.flush.is_empty() && self.flush_stray.is_empty()
+    }
+
     /// When background work next wants to run.
     pub(crate) fn wake(&self) -> Option<Millis> {
         match &self.job {
