@@ -7,8 +7,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export CARGO_TERM_COLOR=never
+# No incremental caches: a one-shot build gains nothing from them and they double the disk
+# the debug target takes.
+export CARGO_INCREMENTAL=0
+df -h . | sed 's/^/disk: /'
 cargo build --workspace --all-targets
 cargo build --release -p cairn-sim
+# The end-to-end tests run the binary built above, not a second build of their own.
+export CAIRN_BIN="$PWD/target/debug/cairn"
 rm -rf target/debug/e2e-logs
 cargo test --workspace --no-fail-fast -- --test-threads=2
 scripts/check-secrets.sh target/debug/e2e-logs
@@ -24,3 +30,4 @@ a=$("$SIM" --tier turmoil --seed 7 | tail -1); b=$("$SIM" --tier turmoil --seed 
 if [ "${FUZZ_SECONDS:-10}" != 0 ]; then
     scripts/fuzz.sh all "${FUZZ_SECONDS:-10}"
 fi
+du -sh target 2>/dev/null | sed 's/^/disk used by target: /' || true
