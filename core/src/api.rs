@@ -49,6 +49,9 @@ pub struct Request {
     pub query: Vec<(String, String)>,
     /// Client address, for audit and metrics.
     pub remote_addr: String,
+    /// Raw `X-Vault-Index` header: the replication state a write left on the primary,
+    /// which this node must have applied before it serves the request.
+    pub index: Option<String>,
 }
 
 impl Request {
@@ -63,6 +66,7 @@ impl Request {
             body: Vec::new(),
             query: Vec::new(),
             remote_addr: String::new(),
+            index: None,
         }
     }
     pub fn with_token(mut self, t: &str) -> Self {
@@ -90,6 +94,8 @@ pub struct Response {
     pub body: Option<Value>,
     /// Content type when the body is not JSON (e.g. Prometheus text), body in `raw`.
     pub raw: Option<(String, Vec<u8>)>,
+    /// `X-Vault-Index` to return: the replication state after this request's writes.
+    pub index: Option<String>,
 }
 
 impl Response {
@@ -99,6 +105,7 @@ impl Response {
             status,
             body: Some(body),
             raw: None,
+            index: None,
         }
     }
     pub fn no_content(id: RequestId) -> Response {
@@ -107,6 +114,7 @@ impl Response {
             status: 204,
             body: None,
             raw: None,
+            index: None,
         }
     }
     pub fn error(id: RequestId, err: &ApiError) -> Response {
@@ -173,6 +181,8 @@ pub enum ApiError {
     Conflict(String),
     /// 413: body too large.
     TooLarge(String),
+    /// 412: the node has not yet applied the replication state the request requires.
+    NotCaughtUp(String),
     /// 429: rate or lockout limits.
     TooMany(String),
     /// 500: a fault inside the service (storage error); nothing was applied.
@@ -192,6 +202,7 @@ impl ApiError {
             ApiError::PermissionDenied | ApiError::Forbidden(_) => 403,
             ApiError::NotFound(_) => 404,
             ApiError::MethodNotAllowed => 405,
+            ApiError::NotCaughtUp(_) => 412,
             ApiError::TooLarge(_) => 413,
             ApiError::TooMany(_) => 429,
             ApiError::Internal(_) => 500,
@@ -211,6 +222,7 @@ impl std::fmt::Display for ApiError {
             | ApiError::Conflict(m)
             | ApiError::TooLarge(m)
             | ApiError::TooMany(m)
+            | ApiError::NotCaughtUp(m)
             | ApiError::Forbidden(m)
             | ApiError::Unavailable(m) => write!(f, "{m}"),
             ApiError::PermissionDenied => write!(f, "permission denied"),

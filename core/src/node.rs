@@ -287,8 +287,10 @@ impl<S: Storage> Node<S> {
                 let id = req.id;
                 let wrap = req.wrap_ttl.clone();
                 let path = req.path.clone();
+                let wal_before = self.st.repl.wal.last;
                 let result = self.request(req);
                 self.finish(id, &path, wrap.as_deref(), result);
+                self.stamp_index(id, wal_before);
                 if !self.st.local_activations.is_empty() {
                     for done in replication::activation::finish_local(&mut self.env()) {
                         self.finish_pending(Some(done));
@@ -306,6 +308,7 @@ impl<S: Storage> Node<S> {
                 let done = ldap::on_reply(&mut ctx, &mut self.st, reply);
                 let writes = ctx.txn.into_write_set();
                 if let Some((id, result)) = done {
+                    let wal_before = self.st.repl.wal.last;
                     let result = match result {
                         Ok(r) => self.commit(writes).map(|_| r),
                         Err(e) => Err(e),
@@ -313,6 +316,7 @@ impl<S: Storage> Node<S> {
                     if let Some(p) = self.st.pending.remove(&id) {
                         let wrap = p.wrap_ttl.map(|t| t.to_string());
                         self.finish(id, &p.path, wrap.as_deref(), result);
+                        self.stamp_index(id, wal_before);
                     }
                 }
             }
@@ -405,6 +409,22 @@ impl<S: Storage> Node<S> {
         }
     }
 
+    /// Puts the replication state (`X-Vault-Index`) into the successful answer to request
+    /// `id` when the request appended to the WAL.
+    fn stamp_index(&mut self, id: RequestId, wal_before: u64) {
+        let Some(state) = replication::index_state::after_request(&self.st.repl, wal_before)
+        else {
+            return;
+        };
+        let answer = self.st.outputs.iter_mut().rev().find_map(|o| match o {
+            Output::Response(r) if r.id == id => Some(r),
+            _ => None,
+        });
+        if let Some(r) = answer.filter(|r| r.status < 400) {
+            r.index = Some(state);
+        }
+    }
+
     /// Puts the envelope (and, when asked, the wrapping) around a handler's reply.
     fn finish(&mut self, id: RequestId, path: &str, wrap_ttl: Option<&str>, result: ApiResult) {
         let request_id = crypto::uuid(&mut self.rng);
@@ -418,6 +438,7 @@ impl<S: Storage> Node<S> {
                 status,
                 body: None,
                 raw: Some((ct, bytes)),
+                index: None,
             },
             Ok(reply) => {
                 let mut env = api::envelope(&request_id, Value::Null);
@@ -481,6 +502,7 @@ impl<S: Storage> Node<S> {
             return Err(ApiError::Sealed);
         }
         replication::gate_request(&self.st, &req)?;
+        replication::index_state::check(&self.st.repl, req.index.as_deref())?;
         let now = self.now;
         let mut ctx = Ctx {
             txn: Txn::new(&self.storage),

@@ -109,6 +109,11 @@ fn respond(rq: tiny_http::Request, resp: Response) {
         Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).expect("static header");
     let nocache =
         Header::from_bytes(&b"Cache-Control"[..], &b"no-store"[..]).expect("static header");
+    // The replication state after a write, for read-after-write on secondaries.
+    let index = resp
+        .index
+        .as_ref()
+        .and_then(|v| Header::from_bytes(&b"X-Vault-Index"[..], v.as_bytes()).ok());
     let result = if let Some((ct, bytes)) = resp.raw {
         let h = Header::from_bytes(&b"Content-Type"[..], ct.as_bytes()).unwrap_or(json);
         rq.respond(
@@ -118,14 +123,20 @@ fn respond(rq: tiny_http::Request, resp: Response) {
         )
     } else if let Some(body) = resp.body {
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
-        rq.respond(
-            tiny_http::Response::from_data(bytes)
-                .with_status_code(resp.status)
-                .with_header(json)
-                .with_header(nocache),
-        )
+        let mut r = tiny_http::Response::from_data(bytes)
+            .with_status_code(resp.status)
+            .with_header(json)
+            .with_header(nocache);
+        if let Some(h) = index {
+            r.add_header(h);
+        }
+        rq.respond(r)
     } else {
-        rq.respond(tiny_http::Response::empty(resp.status).with_header(nocache))
+        let mut r = tiny_http::Response::empty(resp.status).with_header(nocache);
+        if let Some(h) = index {
+            r.add_header(h);
+        }
+        rq.respond(r)
     };
     if let Err(e) = result {
         log::debug!("client went away before the response: {e}");
@@ -190,6 +201,7 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
     req.token = token;
     req.namespace = header(&rq, "X-Service-Namespace").or_else(|| header(&rq, "X-Vault-Namespace"));
     req.wrap_ttl = header(&rq, "X-Service-Wrap-TTL").or_else(|| header(&rq, "X-Vault-Wrap-TTL"));
+    req.index = header(&rq, "X-Service-Index").or_else(|| header(&rq, "X-Vault-Index"));
     req.body = body;
     req.remote_addr = rq.remote_addr().map(|a| a.to_string()).unwrap_or_default();
     req.query = query

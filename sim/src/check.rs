@@ -1316,6 +1316,7 @@ mod tests {
             status,
             body,
             raw: None,
+            index: None,
         }
     }
 

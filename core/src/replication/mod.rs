@@ -19,6 +19,7 @@ pub mod class;
 pub mod dr_token;
 pub mod filter;
 pub mod generate_root;
+pub mod index_state;
 pub mod merkle;
 pub mod msg;
 mod primary;

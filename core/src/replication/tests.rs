@@ -221,6 +221,11 @@ impl Net {
         let req = Request::new(id, method, path)
             .with_token(token)
             .with_json(body);
+        self.send(i, req)
+    }
+
+    fn send(&mut self, i: usize, req: Request) -> Response {
+        let (id, path) = (req.id, req.path.clone());
         self.nodes[i].handle(self.now, Input::Request(req));
         for _ in 0..100 {
             self.settle();
@@ -1015,4 +1020,59 @@ fn merkle_resync_updates_deletes_and_narrows_crowded_pages() {
         net.wire_bytes,
         net.ops
     );
+}
+
+#[test]
+fn a_writes_index_state_gives_read_after_write_on_a_perf_secondary() {
+    use super::index_state::IndexState;
+    let (mut net, roots) = Net::new(2);
+    let r0 = roots[0].clone();
+    let w = net.call(0, &r0, Method::Put, "secret/before", json!({"v": 0}));
+    assert_eq!(w.index, None, "no replication, no state");
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/enable",
+        json!({}),
+    );
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.run_for(2_000);
+    let t1 = generate_root(&mut net, 1, 0);
+    // Cut the secondary off, then write: the answer carries the primary's state.
+    net.down.insert(1);
+    let w = net.call(0, &r0, Method::Put, "secret/x", json!({"v": 1}));
+    let state = w.index.clone().expect("a write on a primary returns X-Vault-Index");
+    let st = IndexState::decode(&state).unwrap();
+    let p = net.status(0, "performance");
+    assert_eq!(st.perf_cluster_id, p["cluster_id"].as_str().unwrap());
+    assert_eq!(st.dr_cluster_id, "");
+    assert_eq!(json!(st.index), p["last_wal"]);
+    // Reads return no state; errors neither.
+    assert_eq!(net.call(0, &r0, Method::Get, "secret/x", json!({})).index, None);
+    let get = |net: &mut Net, header: &str| {
+        net.next_id += 1;
+        let mut req = Request::new(net.next_id, Method::Get, "secret/x").with_token(&t1);
+        req.index = Some(header.to_string());
+        net.send(1, req)
+    };
+    // Not there yet: 412 with a reason; the secondary is unchanged.
+    let r = get(&mut net, &state);
+    assert_eq!(r.status, 412, "{:?}", r.body);
+    let msg = r.body.unwrap().to_string();
+    assert!(msg.contains("not yet") && msg.contains("retry"), "{msg}");
+    // Garbage is a 400; a state of another cluster is not ours to judge.
+    assert_eq!(get(&mut net, "%%%").status, 400);
+    let other = IndexState {
+        perf_cluster_id: "someone-else".into(),
+        dr_cluster_id: String::new(),
+        index: 1 << 40,
+    };
+    assert_eq!(get(&mut net, &other.encode()).status, 404, "read goes through (no key yet)");
+    // Reconnected and caught up: the same state now passes and the value is there.
+    net.down.clear();
+    net.run_for(2_000);
+    let r = get(&mut net, &state);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body.unwrap()["data"]["v"], 1);
 }

@@ -14,8 +14,7 @@
 //! * Lag at a steady write rate: paced writers targeting `RATE` writes/s in total for
 //!   2 × `SECONDS`, with a performance and a DR secondary attached; every 10th write is
 //!   sampled: ack → readable on the perf secondary, and ack → the DR secondary's
-//!   `last_remote_wal` ≥ the primary's `last_wal` read right after the ack (an upper bound of
-//!   the write's index, so the DR lag is, if anything, overstated).
+//!   `last_remote_wal` ≥ the write's own WAL index (the `X-Vault-Index` of its answer).
 //! * Merkle resync: a separate primary/perf-secondary pair with `wal_max_entries = 100`;
 //!   `RESYNC_KEYS` keys written and replicated, the secondary killed (-9), `RESYNC_KEYS` more
 //!   keys written (well past the retention), the secondary restarted and unsealed; time until
@@ -90,6 +89,25 @@ fn wal_index(a: &ureq::Agent, addr: &str, mode: &str, field: &str) -> Option<u64
     v["data"][field].as_u64()
 }
 
+/// The WAL index of a write on the primary, from its `X-Vault-Index` answer header
+/// (base64 of `v1:<perf cluster id>:<DR cluster id>:<index>`).
+fn write_index(r: &ureq::http::Response<ureq::Body>) -> u64 {
+    use base64::Engine;
+    let h = r
+        .headers()
+        .get("X-Vault-Index")
+        .and_then(|v| v.to_str().ok())
+        .expect("a write on a primary answers with X-Vault-Index");
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(h)
+        .expect("X-Vault-Index is base64");
+    let text = String::from_utf8(raw).expect("X-Vault-Index is text");
+    text.rsplit(':')
+        .next()
+        .and_then(|i| i.parse().ok())
+        .unwrap_or_else(|| panic!("X-Vault-Index {text:?} ends in a WAL index"))
+}
+
 /// The primary's cluster channel body bytes (sent, received) from its Prometheus metrics.
 fn cluster_bytes(s: &Server) -> (u64, u64) {
     let text = agent()
@@ -140,8 +158,7 @@ fn fill(s: &Server, prefix: &str, n: usize, threads: usize, value: &str) {
     }
 }
 
-/// A sampled write: its path, when it was acknowledged, and the primary's `last_wal` right
-/// after the acknowledgement.
+/// A sampled write: its path, when it was acknowledged, and its WAL index on the primary.
 type Sample = (String, Instant, u64);
 
 /// Result of the steady-rate phase.
@@ -232,23 +249,21 @@ fn steady(p: &Server, s: &Server, d: &Server, rate: f64, secs: f64, every: u64) 
                     }
                     let path = format!("secret/steady/{t}/{i}");
                     let t0 = Instant::now();
-                    let ok = a
+                    let answer = a
                         .put(&format!("{addr}/v1/{path}"))
                         .header("X-Vault-Token", &token)
-                        .send_json(json!({"value": "x".repeat(64)}))
-                        .map(|r| r.status().as_u16() == 204)
-                        .unwrap_or(false);
+                        .send_json(json!({"value": "x".repeat(64)}));
                     let acked = Instant::now();
-                    if ok {
+                    let index = match &answer {
+                        Ok(r) if r.status().as_u16() == 204 => Some(write_index(r)),
+                        _ => None,
+                    };
+                    if let Some(idx) = index {
                         ack.push((acked - t0).as_secs_f64() * 1000.0);
                         if i % every == 0 {
-                            // The perf checker looks for the path: it starts at once.
+                            // The perf checker looks for the path; the DR checker for the
+                            // write's own WAL index (its X-Vault-Index): both start at once.
                             let _ = ptx.send((path.clone(), acked, 0));
-                            // The DR checker needs an index: the primary's last WAL index
-                            // after the ack is at or after this write's, and the status
-                            // call's time counts as lag (both overstate the DR lag).
-                            let idx = wal_index(&a, &addr, "performance", "last_wal")
-                                .expect("primary last_wal");
                             let _ = dtx.send((path, acked, idx));
                         }
                     } else {
@@ -612,7 +627,7 @@ fn main() {
         percentile(&mut st.perf_lag, 0.99)
     );
     println!(
-        "| lag at {:.0} writes/s: ack on primary → DR secondary's last_remote_wal ≥ index ({} sampled) | | {:.2} | {:.2} | |",
+        "| lag at {:.0} writes/s: ack on primary → DR secondary's last_remote_wal ≥ the write's X-Vault-Index ({} sampled) | | {:.2} | {:.2} | |",
         st.rate,
         st.dr_lag.len(),
         percentile(&mut st.dr_lag, 0.5),
