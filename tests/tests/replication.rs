@@ -112,6 +112,18 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
         ps["primary_cluster_addr"]
     );
 
+    // Read-after-write: a write's X-Vault-Index, sent with a read to a performance
+    // secondary, is served once the secondary has applied it.
+    let s1_token = generate_root(&s1, &p.unseal_keys);
+    let state = put_for_index(&p, "secret/raw", json!({"v": "w"}));
+    wait_for("perf-1 to serve the write's index", 30, || {
+        let (code, body) = get_with_index(&s1, &s1_token, "secret/raw", &state);
+        assert!(code == 200 || code == 412, "{code} {body}");
+        code == 200 && body.contains("\"v\":\"w\"")
+    });
+    let (code, body) = get_with_index(&s1, &s1_token, "secret/raw", "not-a-state");
+    assert_eq!(code, 400, "{body}");
+
     // The DR secondary refuses client requests with a clear error.
     let r = d.call_as(Some(&p.root_token), "GET", "secret/k1", None);
     assert_eq!(r.status, 400, "{}", r.body);
@@ -144,6 +156,11 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
             .contains("revoked")
     });
     assert_eq!(status(&s1, "performance")["last_remote_wal"], before);
+    // A revoked secondary never reaches a later write's state: 412, with a reason.
+    let state = put_for_index(&p, "secret/after-revoke", json!({"v": 1}));
+    let (status412, body) = get_with_index(&s1, &s1_token, "secret/after-revoke", &state);
+    assert_eq!(status412, 412, "{body}");
+    assert!(body.contains("not yet"), "{body}");
     assert_ne!(
         status(&s1, "performance")["merkle_root"],
         status(&p, "performance")["merkle_root"]
@@ -467,4 +484,39 @@ fn secondary_kept_away_past_retention_resyncs_by_merkle() {
     s2.root_token = generate(&s2, "sys/generate-root", &p.unseal_keys);
     assert_eq!(s2.get("secret/k3").status, 404);
     assert_eq!(s2.get("secret/k39").body["data"]["v"], 119);
+}
+
+/// Writes `path` on the primary; returns the answer's `X-Vault-Index`.
+fn put_for_index(p: &Server, path: &str, body: serde_json::Value) -> String {
+    let r = agent()
+        .put(&format!("{}/v1/{path}", p.addr))
+        .header("X-Vault-Token", &p.root_token)
+        .send_json(body)
+        .expect("write");
+    assert_eq!(r.status().as_u16(), 204);
+    r.headers()
+        .get("X-Vault-Index")
+        .and_then(|v| v.to_str().ok())
+        .expect("a write on a primary answers with X-Vault-Index")
+        .to_string()
+}
+
+/// Reads `path` with `X-Vault-Index: state`: (status, body).
+fn get_with_index(s: &Server, token: &str, path: &str, state: &str) -> (u16, String) {
+    let mut r = agent()
+        .get(&format!("{}/v1/{path}", s.addr))
+        .header("X-Vault-Token", token)
+        .header("X-Vault-Index", state)
+        .call()
+        .expect("read");
+    let status = r.status().as_u16();
+    (status, r.body_mut().read_to_string().unwrap_or_default())
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into()
 }
