@@ -412,8 +412,7 @@ impl<S: Storage> Node<S> {
     /// Puts the replication state (`X-Vault-Index`) into the successful answer to request
     /// `id` when the request appended to the WAL.
     fn stamp_index(&mut self, id: RequestId, wal_before: u64) {
-        let Some(state) = replication::index_state::after_request(&self.st.repl, wal_before)
-        else {
+        let Some(state) = replication::index_state::after_request(&self.st.repl, wal_before) else {
             return;
         };
         let answer = self.st.outputs.iter_mut().rev().find_map(|o| match o {

@@ -362,7 +362,9 @@ fn recv_spinning(rx: &Receiver<Msg>, timeout: Duration) -> Result<Msg, RecvTimeo
         loop {
             match rx.try_recv() {
                 Ok(m) => return Ok(m),
-                Err(mpsc::TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    return Err(RecvTimeoutError::Disconnected)
+                }
                 Err(mpsc::TryRecvError::Empty) => {}
             }
             if start.elapsed() >= spin {

@@ -317,6 +317,14 @@ enum Op {
     TokenCreate,
     Probe(HostId),
     Read(HostId, bool, u64),
+    /// A read on a performance secondary carrying the `X-Vault-Index` of the last
+    /// acknowledged write (its key, and its position in that key's history).
+    ReadAt {
+        h: HostId,
+        other: bool,
+        key: u64,
+        pos: usize,
+    },
     Revoke(usize),
     GenAttempt(usize),
     GenCancel(usize),
@@ -408,6 +416,11 @@ struct Sec {
     revoke_left: Vec<String>,
     token: Option<String>,
     filter_set: bool,
+    /// Upper bound of the WAL index of the acknowledged paths-filter write.
+    filter_wal: u64,
+    /// A failover may have lost the filter (its write was not known to be replicated to the
+    /// promoted DR secondary): filtered or not, both are right until it is set again.
+    filter_unsure: bool,
     enabled: bool,
     /// Key number from which writes must not reach it (revoke acknowledged).
     revoked_from: Option<u64>,
@@ -508,6 +521,9 @@ pub struct ReplWorld {
     /// Acknowledged (and uncertain) writes of each key on the primary, in order: (upper
     /// bound of the WAL index it got, value); `u64::MAX` when unknown.
     hist: BTreeMap<(bool, u64), Vec<WalWrite>>,
+    /// The last acknowledged write on the primary with its `X-Vault-Index`: (other, key,
+    /// position in `hist`, state). Cleared by a failover (a new primary, new cluster ids).
+    last_put: Option<(bool, u64, usize, String)>,
     /// After a failover: the values each key may hold on the new primary.
     failover_allowed: BTreeMap<(bool, u64), BTreeSet<Option<u64>>>,
     /// The primary's `wal.last` when the outstanding operator request's answer was released.
@@ -599,6 +615,8 @@ impl ReplWorld {
                 revoke_left: Vec::new(),
                 token: None,
                 filter_set: false,
+                filter_wal: u64::MAX,
+                filter_unsure: false,
                 enabled: false,
                 revoked_from: None,
                 revoke_sent: false,
@@ -655,6 +673,7 @@ impl ReplWorld {
             isolated: None,
             optok: vec![OpTok::default(); n],
             hist: BTreeMap::new(),
+            last_put: None,
             failover_allowed: BTreeMap::new(),
             out_wal: None,
             wal_floor: 0,
@@ -1732,6 +1751,21 @@ impl ReplWorld {
             }
             6 if !perf_secs.is_empty() => {
                 let h = *self.oprng.pick(&perf_secs)?;
+                let filtered = self.sec_of(h).is_some_and(|s| s.filtered);
+                let at = self
+                    .last_put
+                    .clone()
+                    .filter(|(other, ..)| !(self.failed_over || filtered && *other));
+                if let Some((other, key, pos, state)) = at.filter(|_| self.oprng.chance(500)) {
+                    let t = self
+                        .sec_of(h)
+                        .and_then(|s| s.local_root.clone())
+                        .unwrap_or_default();
+                    let mut req =
+                        Request::new(id, Method::Get, &key_name(other, key)).with_token(&t);
+                    req.index = Some(state);
+                    return Some((h, Op::ReadAt { h, other, key, pos }, req));
+                }
                 let other = self.oprng.chance(300);
                 let n = existing(&mut self.oprng, self.next_key);
                 let t = self
@@ -2123,6 +2157,8 @@ impl ReplWorld {
                             revoke_left: Vec::new(),
                             token: None,
                             filter_set: false,
+                            filter_wal: u64::MAX,
+                            filter_unsure: false,
                             enabled: false,
                             revoked_from: None,
                             revoke_sent: false,
@@ -2204,6 +2240,12 @@ impl ReplWorld {
             let by_token = self.oprng.chance(500);
             if by_token {
                 self.new_attempt(j);
+            }
+            let s = &mut self.secs[j];
+            if s.filtered && s.mode == Mode::Performance && s.filter_wal > l {
+                // The filter's write may be past what the DR secondary had replicated: the
+                // new primary may not know it (as the reference would not).
+                s.filter_unsure = true;
             }
             self.secs[j].repoint = Some(by_token);
             repointed.push(format!(
@@ -2375,6 +2417,8 @@ impl ReplWorld {
             Op::Filter(i) => {
                 if ok {
                     self.secs[i].filter_set = true;
+                    self.secs[i].filter_wal = wal_at;
+                    self.secs[i].filter_unsure = false;
                 } else if status == 400 || status == 404 {
                     self.new_attempt(i);
                 }
@@ -2400,7 +2444,22 @@ impl ReplWorld {
             Op::Put { n, other } => {
                 let k = (other, n % 1_000_000);
                 let u = if ok { wal_at } else { u64::MAX };
-                self.hist.entry(k).or_default().push((u, Some(n)));
+                let hist = self.hist.entry(k).or_default();
+                hist.push((u, Some(n)));
+                let pos = hist.len() - 1;
+                let state = resp.as_ref().ok().and_then(|r| r.index.clone());
+                match state {
+                    Some(state) if ok && !self.failed_over => {
+                        self.last_put = Some((other, k.1, pos, state));
+                    }
+                    _ if ok && !self.failed_over => {
+                        return fail(
+                            "read-your-writes",
+                            format!("a write on primary n{h} answered without X-Vault-Index"),
+                        );
+                    }
+                    _ => {}
+                }
                 self.failover_allowed.remove(&k);
                 if ok {
                     self.model.insert(k, Some(n));
@@ -2445,10 +2504,39 @@ impl ReplWorld {
                     ));
                 }
             }
+            Op::ReadAt { h, other, key, pos } => {
+                // Served at all: the secondary applied the write, so it holds that value or
+                // a later one of the key's history (a later delete: not found).
+                let later: Vec<Option<u64>> = self
+                    .hist
+                    .get(&(other, key))
+                    .map(|v| v.iter().skip(pos).map(|(_, val)| *val).collect())
+                    .unwrap_or_default();
+                let served = match status {
+                    200 => Some(body["data"]["v"].as_u64()),
+                    404 => Some(None),
+                    _ => None,
+                };
+                if let Some(got) = served {
+                    self.bump("read-your-writes");
+                    if !later.contains(&got) {
+                        return fail(
+                            "read-your-writes",
+                            format!(
+                                "n{h} served {} = {got:?} for a request carrying the \
+                                 X-Vault-Index of a later write (values since: {later:?})",
+                                key_name(other, key)
+                            ),
+                        );
+                    }
+                }
+            }
             Op::Read(h, other, n) => {
                 if ok {
                     self.bump("prefix");
-                    let filtered = self.sec_of(h).is_some_and(|s| s.filtered);
+                    let filtered = self
+                        .sec_of(h)
+                        .is_some_and(|s| s.filtered && !s.filter_unsure);
                     if other && filtered {
                         return fail(
                             "filters",
@@ -2851,7 +2939,7 @@ impl ReplWorld {
                     format!("performance secondary n{h} holds the primary's token entry {k}"),
                 );
             }
-            if s.filtered {
+            if s.filtered && !s.filter_unsure {
                 if let Some((k, _)) = logical
                     .iter()
                     .find(|(k, _)| key_number(k).is_some_and(|(o, _)| o))
@@ -2885,6 +2973,7 @@ impl ReplWorld {
         ) else {
             return Err("down".into());
         };
+        let unsure = s.filter_unsure;
         match (s.mode, s.filtered) {
             (Mode::Dr, _) | (Mode::Performance, false) => {
                 let (a, b) = (
@@ -2914,7 +3003,11 @@ impl ReplWorld {
                     .into_iter()
                     .filter(|(k, _)| key_number(k).is_some())
                     .collect();
-                if want == got {
+                let whole = || {
+                    p.replication().merkle_root(Mode::Performance)
+                        == n.replication().merkle_root(Mode::Performance)
+                };
+                if want == got || (unsure && whole()) {
                     Ok(())
                 } else {
                     Err(format!(

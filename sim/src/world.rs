@@ -168,7 +168,7 @@ enum Event {
     Deliver {
         from: Addr,
         to: Addr,
-        payload: Payload,
+        payload: Box<Payload>,
     },
     Commit {
         host: HostId,
@@ -338,7 +338,14 @@ impl World {
     /// Sends a message over the network.
     fn send(&mut self, from: Addr, to: Addr, payload: Payload) {
         match self.net.route(self.now, from, to) {
-            Route::Deliver(d) => self.schedule(d, Event::Deliver { from, to, payload }),
+            Route::Deliver(d) => self.schedule(
+                d,
+                Event::Deliver {
+                    from,
+                    to,
+                    payload: Box::new(payload),
+                },
+            ),
             Route::Lost(why) => {
                 self.log(&format!("net {from}->{to} dropped a message ({why})"));
             }
@@ -467,7 +474,7 @@ impl World {
 
     fn event(&mut self, ev: Event) -> Result<(), Violation> {
         match ev {
-            Event::Deliver { from, to, payload } => self.deliver(from, to, payload),
+            Event::Deliver { from, to, payload } => self.deliver(from, to, *payload),
             Event::Commit { host, batch } => {
                 if self.hosts[host].is_up() && self.hosts[host].batch == batch {
                     self.commit(host)

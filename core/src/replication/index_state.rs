@@ -48,7 +48,9 @@ impl IndexState {
             parts.next(),
             parts.next(),
         ) else {
-            return Err("X-Vault-Index is not a state this server issued (v1:perf:dr:index)".into());
+            return Err(
+                "X-Vault-Index is not a state this server issued (v1:perf:dr:index)".into(),
+            );
         };
         let index = index
             .parse()
@@ -105,8 +107,7 @@ pub fn check(r: &Replication, header: Option<&str>) -> ApiResult<()> {
     let Some(creds) = &perf.role.creds else {
         return Ok(());
     };
-    if creds.primary_cluster_id != want.perf_cluster_id || perf.role.last_remote_wal >= want.index
-    {
+    if creds.primary_cluster_id != want.perf_cluster_id || perf.role.last_remote_wal >= want.index {
         return Ok(());
     }
     Err(ApiError::NotCaughtUp(format!(
@@ -123,7 +124,12 @@ mod tests {
 
     #[test]
     fn garbage_is_refused_with_a_reason() {
-        for bad in ["%%%", "djE6YTpi", &B64.encode("v2:a:b:1"), &B64.encode("v1:a:b:x")] {
+        for bad in [
+            "%%%",
+            "djE6YTpi",
+            &B64.encode("v2:a:b:1"),
+            &B64.encode("v1:a:b:x"),
+        ] {
             assert!(IndexState::decode(bad).is_err(), "{bad}");
         }
     }

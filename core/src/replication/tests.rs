@@ -1042,14 +1042,20 @@ fn a_writes_index_state_gives_read_after_write_on_a_perf_secondary() {
     // Cut the secondary off, then write: the answer carries the primary's state.
     net.down.insert(1);
     let w = net.call(0, &r0, Method::Put, "secret/x", json!({"v": 1}));
-    let state = w.index.clone().expect("a write on a primary returns X-Vault-Index");
+    let state = w
+        .index
+        .clone()
+        .expect("a write on a primary returns X-Vault-Index");
     let st = IndexState::decode(&state).unwrap();
     let p = net.status(0, "performance");
     assert_eq!(st.perf_cluster_id, p["cluster_id"].as_str().unwrap());
     assert_eq!(st.dr_cluster_id, "");
     assert_eq!(json!(st.index), p["last_wal"]);
     // Reads return no state; errors neither.
-    assert_eq!(net.call(0, &r0, Method::Get, "secret/x", json!({})).index, None);
+    assert_eq!(
+        net.call(0, &r0, Method::Get, "secret/x", json!({})).index,
+        None
+    );
     let get = |net: &mut Net, header: &str| {
         net.next_id += 1;
         let mut req = Request::new(net.next_id, Method::Get, "secret/x").with_token(&t1);
@@ -1068,7 +1074,11 @@ fn a_writes_index_state_gives_read_after_write_on_a_perf_secondary() {
         dr_cluster_id: String::new(),
         index: 1 << 40,
     };
-    assert_eq!(get(&mut net, &other.encode()).status, 404, "read goes through (no key yet)");
+    assert_eq!(
+        get(&mut net, &other.encode()).status,
+        404,
+        "read goes through (no key yet)"
+    );
     // Reconnected and caught up: the same state now passes and the value is there.
     net.down.clear();
     net.run_for(2_000);
