@@ -205,6 +205,9 @@ pub(crate) struct SecRt {
     /// written), so a value that changed on disk behind the node's back is in them and only
     /// the primary's roots can show it. Cleared when a Merkle sync completes.
     pub verify: bool,
+    /// The trees changed under a diff or sync in progress (a reindex finished meanwhile):
+    /// what it compared is stale, so when it completes another one starts.
+    pub rediff: bool,
 }
 
 #[derive(Debug, Default)]

@@ -23,7 +23,7 @@ use super::class::{self, Class};
 use super::merkle::{self, Record, TreeKind, Trees};
 use super::state::Role;
 use super::wal::{self, WalEntry};
-use super::{Env, Mode};
+use super::{Env, Mode, Phase};
 use crate::api::{body_object, ApiError, ApiResult, Fields, Reply, Request, RequestId};
 use crate::ctx::Ctx;
 use crate::node::NodeState;
@@ -669,7 +669,9 @@ fn finish_reindex(env: &mut Env, flags: Flags, diff_lines: Vec<String>) -> ApiRe
         let mut resync = Vec::new();
         for m in [Mode::Performance, Mode::Dr] {
             if env.st.repl.role(m) == Role::Secondary {
-                env.st.repl.mode_mut(m).role.needs_sync = true;
+                let rt = env.st.repl.mode_mut(m);
+                rt.role.needs_sync = true;
+                rt.sec.rediff = matches!(rt.sec.phase, Phase::MerkleDiff | Phase::MerkleSync);
                 resync.push(env.role_write(m)?);
             }
         }

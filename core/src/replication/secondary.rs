@@ -100,6 +100,7 @@ fn pull(env: &mut Env, mode: Mode) {
 fn start_diff(env: &mut Env, mode: Mode) {
     let rt = env.st.repl.mode_mut(mode);
     rt.sec.phase = Phase::MerkleDiff;
+    rt.sec.rediff = false;
     rt.sec.asked.clear();
     rt.sec.sent.clear();
     rt.sec.after = None;
@@ -118,7 +119,21 @@ pub(crate) fn kick(env: &mut Env, mode: Mode) {
     }
     match rt.sec.phase {
         Phase::MerkleDiff | Phase::MerkleSync => start_diff(env, mode),
-        _ if rt.role.needs_sync || rt.sec.verify => start_diff(env, mode),
+        _ if rt.role.needs_sync => start_diff(env, mode),
+        _ if rt.sec.verify => {
+            // The trees were rebuilt from the stored data: until the comparison with the
+            // primary (and the sync it leads to) is done, the copy is not known to be
+            // complete — recorded durably, so a promote meanwhile needs `force` and a
+            // restart resumes the comparison.
+            rt.role.needs_sync = true;
+            let written = env
+                .role_write(mode)
+                .and_then(|w| commit_changes(env, vec![w], Origin::Replication));
+            match written {
+                Ok(()) => start_diff(env, mode),
+                Err(e) => fail(env, mode, true, format!("cannot record the resync: {e}")),
+            }
+        }
         Phase::Idle | Phase::Connecting => {
             rt.sec.phase = Phase::Connecting;
             pull(env, mode)
@@ -533,6 +548,12 @@ fn on_synced(env: &mut Env, mode: Mode, batch: SyncBatch, more: bool) -> ApiResu
 /// The diff/sync is done: stream from the index the diff started at.
 fn finish_sync(env: &mut Env, mode: Mode) -> ApiResult<()> {
     let rt = env.st.repl.mode_mut(mode);
+    if rt.sec.rediff {
+        // A reindex replaced the trees while this diff ran: compare again (the request for
+        // it, `needs_sync`, stays set on disk until a diff that saw the new trees is done).
+        start_diff(env, mode);
+        return Ok(());
+    }
     let base = rt.sec.base;
     rt.role.last_remote_wal = base;
     rt.role.needs_sync = false;
