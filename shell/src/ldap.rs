@@ -30,10 +30,10 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use std::collections::VecDeque;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Connections idle longer than this are dropped (a login that was abandoned).
@@ -55,8 +55,62 @@ type Deliver = Box<dyn Fn(LdapReply) + Send + Sync>;
 
 /// A pool of threads executing LDAP calls.
 pub struct LdapPool {
-    tx: Mutex<Sender<LdapCall>>,
     shared: Arc<Shared>,
+}
+
+/// Calls waiting for a worker. A condition variable wakes exactly one idle worker per call
+/// (a shared `Mutex<Receiver>` woke a second one each time: the lock's next waiter).
+#[derive(Default)]
+struct Queue {
+    calls: Mutex<(VecDeque<LdapCall>, bool)>,
+    ready: Condvar,
+}
+
+impl Queue {
+    /// Adds a call; false when the pool is closed.
+    fn push(&self, call: LdapCall) -> bool {
+        let mut q = lock(&self.calls);
+        if q.1 {
+            return false;
+        }
+        q.0.push_back(call);
+        drop(q);
+        self.ready.notify_one();
+        true
+    }
+
+    /// The next call, waiting up to `wait`; `Err(true)` when the pool is closed.
+    fn pop(&self, wait: Duration) -> Result<LdapCall, bool> {
+        let deadline = Instant::now() + wait;
+        let mut q = lock(&self.calls);
+        loop {
+            if let Some(c) = q.0.pop_front() {
+                return Ok(c);
+            }
+            if q.1 {
+                return Err(true);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(false);
+            }
+            q = match self.ready.wait_timeout(q, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+
+    fn close(&self) {
+        lock(&self.calls).1 = true;
+        self.ready.notify_all();
+    }
+}
+
+impl Drop for LdapPool {
+    fn drop(&mut self) {
+        self.shared.queue.close();
+    }
 }
 
 struct Conn {
@@ -80,7 +134,7 @@ struct TlsKey {
 }
 
 struct Shared {
-    rx: Mutex<Receiver<LdapCall>>,
+    queue: Queue,
     conns: Mutex<HashMap<ConnId, Conn>>,
     tls: Mutex<HashMap<TlsKey, Arc<ClientConfig>>>,
     /// Connections left bound as a service identity by finished logins.
@@ -100,10 +154,9 @@ struct Shared {
 impl LdapPool {
     /// Starts `threads` workers (at least one); `deliver` receives every reply.
     pub fn new(threads: usize, deliver: Box<dyn Fn(LdapReply) + Send + Sync>) -> LdapPool {
-        let (tx, rx) = mpsc::channel();
         let base = threads.clamp(1, MAX_THREADS);
         let shared = Arc::new(Shared {
-            rx: Mutex::new(rx),
+            queue: Queue::default(),
             conns: Mutex::new(HashMap::new()),
             tls: Mutex::new(HashMap::new()),
             bound: BoundPool::default(),
@@ -117,10 +170,7 @@ impl LdapPool {
         for _ in 0..base {
             spawn_worker(&shared);
         }
-        LdapPool {
-            tx: Mutex::new(tx),
-            shared,
-        }
+        LdapPool { shared }
     }
 
     /// Queues a call; its reply goes to the delivery callback. Starts another worker when
@@ -128,13 +178,11 @@ impl LdapPool {
     pub fn submit(&self, call: LdapCall) {
         let s = &self.shared;
         let queued = s.queued.fetch_add(1, Ordering::SeqCst) + 1;
-        {
-            let tx = lock(&self.tx);
-            if let Err(e) = tx.send(call) {
-                s.queued.fetch_sub(1, Ordering::SeqCst);
-                log::error!("LDAP pool is gone; dropping op {}", e.0.op_id);
-                return;
-            }
+        let op_id = call.op_id;
+        if !s.queue.push(call) {
+            s.queued.fetch_sub(1, Ordering::SeqCst);
+            log::error!("LDAP pool is gone; dropping op {op_id}");
+            return;
         }
         if queued > s.idle.load(Ordering::SeqCst) && s.threads.load(Ordering::SeqCst) < MAX_THREADS
         {
@@ -174,13 +222,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn worker(s: Arc<Shared>) {
     loop {
-        let got = {
-            let rx = lock(&s.rx);
-            rx.recv_timeout(SPARE_IDLE)
-        };
-        let call = match got {
+        let call = match s.queue.pop(SPARE_IDLE) {
             Ok(c) => c,
-            Err(RecvTimeoutError::Timeout) => {
+            Err(false) => {
                 // Exit when beyond the initial count (a compare-and-swap, so two idle
                 // workers never both leave the pool below it).
                 let n = s.threads.load(Ordering::SeqCst);
@@ -194,7 +238,7 @@ fn worker(s: Arc<Shared>) {
                 }
                 continue;
             }
-            Err(RecvTimeoutError::Disconnected) => {
+            Err(true) => {
                 s.threads.fetch_sub(1, Ordering::SeqCst);
                 s.idle.fetch_sub(1, Ordering::SeqCst);
                 return;
@@ -959,6 +1003,7 @@ impl ServerCertVerifier for NoVerify {
 mod tests {
     use super::*;
     use cairn_core::auth::ldap::Secret;
+    use std::sync::mpsc;
 
     fn spec(urls: &[&str]) -> ConnectSpec {
         ConnectSpec {
