@@ -9,7 +9,6 @@ use cairn_core::{Input, Node, NodeConfig, Output};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
-use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Largest number of inputs grouped into one commit.
@@ -129,7 +128,7 @@ fn run(
         let first = if deadline <= now {
             None
         } else {
-            match recv_spinning(&rx, Duration::from_millis(deadline - now)) {
+            match rx.recv_timeout(Duration::from_millis(deadline - now)) {
                 Ok(m) => Some(m),
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => return,
@@ -340,40 +339,6 @@ fn start_checkpoints(mut c: crate::sqlite::Checkpointer) -> mpsc::Sender<()> {
         log::error!("cannot start the checkpoint thread ({e}); the WAL grows to its backstop");
     }
     tx
-}
-
-/// How long the core thread polls its queue before it sleeps (`CAIRN_CORE_SPIN_US`).
-fn core_spin() -> Duration {
-    static SPIN: OnceLock<Duration> = OnceLock::new();
-    *SPIN.get_or_init(|| {
-        let us = std::env::var("CAIRN_CORE_SPIN_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0u64);
-        Duration::from_micros(us)
-    })
-}
-
-/// Receives the next message, polling for a short while before sleeping.
-fn recv_spinning(rx: &Receiver<Msg>, timeout: Duration) -> Result<Msg, RecvTimeoutError> {
-    let spin = core_spin().min(timeout);
-    if !spin.is_zero() {
-        let start = std::time::Instant::now();
-        loop {
-            match rx.try_recv() {
-                Ok(m) => return Ok(m),
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    return Err(RecvTimeoutError::Disconnected)
-                }
-                Err(mpsc::TryRecvError::Empty) => {}
-            }
-            if start.elapsed() >= spin {
-                break;
-            }
-            std::hint::spin_loop();
-        }
-    }
-    rx.recv_timeout(timeout.saturating_sub(spin))
 }
 
 /// How often the checkpoint thread looks at the WAL's size.
