@@ -104,6 +104,17 @@ fn percent_decode(s: &str, plus_is_space: bool) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Adds the `X-Vault-Index` header when there is one.
+fn with_index<R: std::io::Read>(
+    mut r: tiny_http::Response<R>,
+    index: Option<Header>,
+) -> tiny_http::Response<R> {
+    if let Some(h) = index {
+        r.add_header(h);
+    }
+    r
+}
+
 fn respond(rq: tiny_http::Request, resp: Response) {
     let json =
         Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).expect("static header");
@@ -123,20 +134,18 @@ fn respond(rq: tiny_http::Request, resp: Response) {
         )
     } else if let Some(body) = resp.body {
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
-        let mut r = tiny_http::Response::from_data(bytes)
-            .with_status_code(resp.status)
-            .with_header(json)
-            .with_header(nocache);
-        if let Some(h) = index {
-            r.add_header(h);
-        }
-        rq.respond(r)
+        rq.respond(with_index(
+            tiny_http::Response::from_data(bytes)
+                .with_status_code(resp.status)
+                .with_header(json)
+                .with_header(nocache),
+            index,
+        ))
     } else {
-        let mut r = tiny_http::Response::empty(resp.status).with_header(nocache);
-        if let Some(h) = index {
-            r.add_header(h);
-        }
-        rq.respond(r)
+        rq.respond(with_index(
+            tiny_http::Response::empty(resp.status).with_header(nocache),
+            index,
+        ))
     };
     if let Err(e) = result {
         log::debug!("client went away before the response: {e}");

@@ -66,6 +66,12 @@ struct Queue {
     ready: Condvar,
 }
 
+/// Why [`Queue::pop`] returned no call.
+enum NoCall {
+    TimedOut,
+    Closed,
+}
+
 impl Queue {
     /// Adds a call; false when the pool is closed.
     fn push(&self, call: LdapCall) -> bool {
@@ -79,8 +85,8 @@ impl Queue {
         true
     }
 
-    /// The next call, waiting up to `wait`; `Err(true)` when the pool is closed.
-    fn pop(&self, wait: Duration) -> Result<LdapCall, bool> {
+    /// The next call, waiting up to `wait`.
+    fn pop(&self, wait: Duration) -> Result<LdapCall, NoCall> {
         let deadline = Instant::now() + wait;
         let mut q = lock(&self.calls);
         loop {
@@ -88,11 +94,11 @@ impl Queue {
                 return Ok(c);
             }
             if q.1 {
-                return Err(true);
+                return Err(NoCall::Closed);
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(false);
+                return Err(NoCall::TimedOut);
             }
             q = match self.ready.wait_timeout(q, deadline - now) {
                 Ok((g, _)) => g,
@@ -224,7 +230,7 @@ fn worker(s: Arc<Shared>) {
     loop {
         let call = match s.queue.pop(SPARE_IDLE) {
             Ok(c) => c,
-            Err(false) => {
+            Err(NoCall::TimedOut) => {
                 // Exit when beyond the initial count (a compare-and-swap, so two idle
                 // workers never both leave the pool below it).
                 let n = s.threads.load(Ordering::SeqCst);
@@ -238,7 +244,7 @@ fn worker(s: Arc<Shared>) {
                 }
                 continue;
             }
-            Err(true) => {
+            Err(NoCall::Closed) => {
                 s.threads.fetch_sub(1, Ordering::SeqCst);
                 s.idle.fetch_sub(1, Ordering::SeqCst);
                 return;

@@ -1752,15 +1752,15 @@ impl ReplWorld {
             6 if !perf_secs.is_empty() => {
                 let h = *self.oprng.pick(&perf_secs)?;
                 let filtered = self.sec_of(h).is_some_and(|s| s.filtered);
+                let t = self
+                    .sec_of(h)
+                    .and_then(|s| s.local_root.clone())
+                    .unwrap_or_default();
                 let at = self
                     .last_put
                     .clone()
                     .filter(|(other, ..)| !(self.failed_over || filtered && *other));
                 if let Some((other, key, pos, state)) = at.filter(|_| self.oprng.chance(500)) {
-                    let t = self
-                        .sec_of(h)
-                        .and_then(|s| s.local_root.clone())
-                        .unwrap_or_default();
                     let mut req =
                         Request::new(id, Method::Get, &key_name(other, key)).with_token(&t);
                     req.index = Some(state);
@@ -1768,10 +1768,6 @@ impl ReplWorld {
                 }
                 let other = self.oprng.chance(300);
                 let n = existing(&mut self.oprng, self.next_key);
-                let t = self
-                    .sec_of(h)
-                    .and_then(|s| s.local_root.clone())
-                    .unwrap_or_default();
                 let req = Request::new(id, Method::Get, &key_name(other, n)).with_token(&t);
                 Some((h, Op::Read(h, other, n), req))
             }
@@ -2447,18 +2443,14 @@ impl ReplWorld {
                 let hist = self.hist.entry(k).or_default();
                 hist.push((u, Some(n)));
                 let pos = hist.len() - 1;
-                let state = resp.as_ref().ok().and_then(|r| r.index.clone());
-                match state {
-                    Some(state) if ok && !self.failed_over => {
-                        self.last_put = Some((other, k.1, pos, state));
-                    }
-                    _ if ok && !self.failed_over => {
+                if ok && !self.failed_over {
+                    let Some(state) = resp.as_ref().ok().and_then(|r| r.index.clone()) else {
                         return fail(
                             "read-your-writes",
                             format!("a write on primary n{h} answered without X-Vault-Index"),
                         );
-                    }
-                    _ => {}
+                    };
+                    self.last_put = Some((other, k.1, pos, state));
                 }
                 self.failover_allowed.remove(&k);
                 if ok {

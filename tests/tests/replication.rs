@@ -488,7 +488,7 @@ fn secondary_kept_away_past_retention_resyncs_by_merkle() {
 
 /// Writes `path` on the primary; returns the answer's `X-Vault-Index`.
 fn put_for_index(p: &Server, path: &str, body: serde_json::Value) -> String {
-    let r = agent()
+    let r = cairn_tests::agent(Duration::from_secs(10))
         .put(&format!("{}/v1/{path}", p.addr))
         .header("X-Vault-Token", &p.root_token)
         .send_json(body)
@@ -503,7 +503,7 @@ fn put_for_index(p: &Server, path: &str, body: serde_json::Value) -> String {
 
 /// Reads `path` with `X-Vault-Index: state`: (status, body).
 fn get_with_index(s: &Server, token: &str, path: &str, state: &str) -> (u16, String) {
-    let mut r = agent()
+    let mut r = cairn_tests::agent(Duration::from_secs(10))
         .get(&format!("{}/v1/{path}", s.addr))
         .header("X-Vault-Token", token)
         .header("X-Vault-Index", state)
@@ -511,12 +511,4 @@ fn get_with_index(s: &Server, token: &str, path: &str, state: &str) -> (u16, Str
         .expect("read");
     let status = r.status().as_u16();
     (status, r.body_mut().read_to_string().unwrap_or_default())
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .into()
 }

@@ -10,7 +10,7 @@
 //! requests anyway: a client compares the index with their status' `last_remote_wal`.
 
 use super::state::Role;
-use super::Replication;
+use super::{Mode, Replication};
 use crate::api::{ApiError, ApiResult};
 use base64::Engine;
 
@@ -63,7 +63,7 @@ impl IndexState {
     }
 }
 
-fn primary_id(r: &Replication, m: super::Mode) -> String {
+fn primary_id(r: &Replication, m: Mode) -> String {
     let rt = r.mode(m);
     if rt.role.role == Role::Primary {
         rt.role.cluster_id.clone()
@@ -78,8 +78,8 @@ pub fn after_request(r: &Replication, wal_before: u64) -> Option<String> {
     if r.wal.last <= wal_before {
         return None;
     }
-    let perf = primary_id(r, super::Mode::Performance);
-    let dr = primary_id(r, super::Mode::Dr);
+    let perf = primary_id(r, Mode::Performance);
+    let dr = primary_id(r, Mode::Dr);
     if perf.is_empty() && dr.is_empty() {
         return None;
     }
@@ -100,7 +100,7 @@ pub fn check(r: &Replication, header: Option<&str>) -> ApiResult<()> {
         return Ok(());
     };
     let want = IndexState::decode(h).map_err(ApiError::BadRequest)?;
-    let perf = r.mode(super::Mode::Performance);
+    let perf = r.mode(Mode::Performance);
     if perf.role.role != Role::Secondary || want.perf_cluster_id.is_empty() {
         return Ok(());
     }

@@ -200,11 +200,6 @@ pub(crate) struct SecRt {
     pub sync_done: u64,
     /// Index in `creds.primary_cluster_addrs` currently used.
     pub addr_idx: usize,
-    /// Compare Merkle roots with the primary (diff and sync) before streaming: the trees
-    /// were rebuilt from the stored data at start (after a stop with Merkle records not yet
-    /// written), so a value that changed on disk behind the node's back is in them and only
-    /// the primary's roots can show it. Cleared when a Merkle sync completes.
-    pub verify: bool,
     /// The trees changed under a diff or sync in progress (a reindex finished meanwhile):
     /// what it compared is stale, so when it completes another one starts.
     pub rediff: bool,
@@ -745,6 +740,7 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
         let uuids = load_uuids(&*env.storage, env.barrier)?;
         let r = &mut env.st.repl;
         r.local_uuids = uuids;
+        let mut resync = Vec::new();
         for m in [Mode::Performance, Mode::Dr] {
             let key = m.role_key();
             let role: RoleState = match env.storage.get(&key)? {
@@ -762,10 +758,26 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
             if rt.role.role == Role::Secondary && rt.role.creds.is_some() {
                 rt.sec.phase = Phase::Connecting;
                 rt.sec.next_at = Some(env.now);
-                rt.sec.verify = rebuilt;
+                // Trees rebuilt from the stored data at start (after a stop with Merkle
+                // records not yet written) hold whatever changed on disk behind the node's
+                // back, which only the primary's roots can show: compare with them (diff and
+                // sync) before streaming, and until that is done the copy is not known to be
+                // complete — recorded durably, so a promote meanwhile needs `force` and a
+                // restart resumes the comparison.
+                if rebuilt && !rt.role.needs_sync {
+                    rt.role.needs_sync = true;
+                    resync.push(m);
+                }
             }
         }
         r.roles_loaded = true;
+        let writes = resync
+            .into_iter()
+            .map(|m| env.role_write(m).map(|c| (c.key, c.value)))
+            .collect::<ApiResult<Vec<Write>>>()?;
+        if !writes.is_empty() {
+            env.storage.apply(&writes)?;
+        }
         sync_wal_activity(env)?;
         reindex::resume(env)?;
         let mut ctx = Ctx {

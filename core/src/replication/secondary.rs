@@ -120,20 +120,6 @@ pub(crate) fn kick(env: &mut Env, mode: Mode) {
     match rt.sec.phase {
         Phase::MerkleDiff | Phase::MerkleSync => start_diff(env, mode),
         _ if rt.role.needs_sync => start_diff(env, mode),
-        _ if rt.sec.verify => {
-            // The trees were rebuilt from the stored data: until the comparison with the
-            // primary (and the sync it leads to) is done, the copy is not known to be
-            // complete — recorded durably, so a promote meanwhile needs `force` and a
-            // restart resumes the comparison.
-            rt.role.needs_sync = true;
-            let written = env
-                .role_write(mode)
-                .and_then(|w| commit_changes(env, vec![w], Origin::Replication));
-            match written {
-                Ok(()) => start_diff(env, mode),
-                Err(e) => fail(env, mode, true, format!("cannot record the resync: {e}")),
-            }
-        }
         Phase::Idle | Phase::Connecting => {
             rt.sec.phase = Phase::Connecting;
             pull(env, mode)
@@ -557,7 +543,6 @@ fn finish_sync(env: &mut Env, mode: Mode) -> ApiResult<()> {
     let base = rt.sec.base;
     rt.role.last_remote_wal = base;
     rt.role.needs_sync = false;
-    rt.sec.verify = false;
     rt.sec.phase = Phase::StreamWals;
     let w = env.role_write(mode)?;
     commit_changes(env, vec![w], Origin::Replication)?;

@@ -254,6 +254,17 @@ impl Net {
             .clone()
     }
 
+    /// Makes node `i` a primary of `mode` (`performance` or `dr`).
+    fn enable_primary(&mut self, i: usize, token: &str, mode: &str) {
+        self.ok(
+            i,
+            token,
+            Method::Post,
+            &format!("sys/replication/{mode}/primary/enable"),
+            json!({}),
+        );
+    }
+
     fn activate(&mut self, p: usize, ptoken: &str, s: usize, stoken: &str, mode: &str, id: &str) {
         let t = self.ok(
             p,
@@ -314,20 +325,8 @@ fn perf_and_dr_secondaries_converge_and_resync_after_retention() {
     let (mut net, roots) = Net::new(3);
     let r0 = roots[0].clone();
     net.ok(0, &r0, Method::Put, "secret/a", json!({"v": 1}));
-    net.ok(
-        0,
-        &r0,
-        Method::Post,
-        "sys/replication/performance/primary/enable",
-        json!({}),
-    );
-    net.ok(
-        0,
-        &r0,
-        Method::Post,
-        "sys/replication/dr/primary/enable",
-        json!({}),
-    );
+    net.enable_primary(0, &r0, "performance");
+    net.enable_primary(0, &r0, "dr");
     net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
     net.activate(0, &r0, 2, &roots[2], "dr", "dr1");
     net.run_for(2_000);
@@ -393,13 +392,7 @@ fn bad_tokens_revoke_and_filters() {
     let (mut net, roots) = Net::new(2);
     let r0 = roots[0].clone();
     let r1 = roots[1].clone();
-    net.ok(
-        0,
-        &r0,
-        Method::Post,
-        "sys/replication/performance/primary/enable",
-        json!({}),
-    );
+    net.enable_primary(0, &r0, "performance");
     // Garbage.
     let r = net.call(
         1,
@@ -415,13 +408,7 @@ fn bad_tokens_revoke_and_filters() {
         .to_string()
         .contains("invalid activation token"));
     // Wrong mode.
-    net.ok(
-        0,
-        &r0,
-        Method::Post,
-        "sys/replication/dr/primary/enable",
-        json!({}),
-    );
+    net.enable_primary(0, &r0, "dr");
     let t = net.ok(
         0,
         &r0,
@@ -569,20 +556,8 @@ fn dr_failover_update_primary_and_old_primary_rejoins() {
     let (mut net, roots) = Net::new(3);
     let r0 = roots[0].clone();
     net.ok(0, &r0, Method::Put, "secret/a", json!({"v": 1}));
-    net.ok(
-        0,
-        &r0,
-        Method::Post,
-        "sys/replication/performance/primary/enable",
-        json!({}),
-    );
-    net.ok(
-        0,
-        &r0,
-        Method::Post,
-        "sys/replication/dr/primary/enable",
-        json!({}),
-    );
+    net.enable_primary(0, &r0, "performance");
+    net.enable_primary(0, &r0, "dr");
     net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
     net.activate(0, &r0, 2, &roots[2], "dr", "dr1");
     net.run_for(2_000);
@@ -821,13 +796,7 @@ fn dr_secondary_reindex_and_merkle_check_need_the_dr_token_and_heal_corruption()
             json!({ "v": i }),
         );
     }
-    net.ok(
-        0,
-        &r0,
-        Method::Post,
-        "sys/replication/dr/primary/enable",
-        json!({}),
-    );
+    net.enable_primary(0, &r0, "dr");
     net.activate(0, &r0, 1, &roots[1], "dr", "dr1");
     net.run_for(2_000);
     let root = |net: &mut Net, i: usize| net.status(i, "dr")["merkle_root"].clone();
@@ -897,13 +866,7 @@ fn promote_refuses_an_unsynced_secondary_unless_forced() {
     let (mut net, roots) = Net::new(2);
     let r0 = roots[0].clone();
     net.ok(0, &r0, Method::Put, "secret/a", json!({ "v": 1 }));
-    net.ok(
-        0,
-        &r0,
-        Method::Post,
-        "sys/replication/performance/primary/enable",
-        json!({}),
-    );
+    net.enable_primary(0, &r0, "performance");
     // The cluster channel to the primary is cut (its API still answers the unwrap): the
     // secondary activates but never finishes its first Merkle sync, so its copy is incomplete.
     net.down.insert(0);
@@ -966,13 +929,7 @@ fn merkle_resync_updates_deletes_and_narrows_crowded_pages() {
         }
     };
     put(&mut net, &mut (0..30).map(|i| format!("k{i}")), 1);
-    net.ok(
-        0,
-        &r0,
-        Method::Post,
-        "sys/replication/performance/primary/enable",
-        json!({}),
-    );
+    net.enable_primary(0, &r0, "performance");
     net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
     net.run_for(3_000);
     let p = net.status(0, "performance");
@@ -1029,13 +986,7 @@ fn a_writes_index_state_gives_read_after_write_on_a_perf_secondary() {
     let r0 = roots[0].clone();
     let w = net.call(0, &r0, Method::Put, "secret/before", json!({"v": 0}));
     assert_eq!(w.index, None, "no replication, no state");
-    net.ok(
-        0,
-        &r0,
-        Method::Post,
-        "sys/replication/performance/primary/enable",
-        json!({}),
-    );
+    net.enable_primary(0, &r0, "performance");
     net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
     net.run_for(2_000);
     let t1 = generate_root(&mut net, 1, 0);

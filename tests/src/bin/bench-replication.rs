@@ -21,6 +21,7 @@
 //!   it is streaming again with equal Merkle roots, and cluster channel body bytes counted by
 //!   the primary (`cairn_cluster_bytes_total`) during that time vs the changed data.
 
+use cairn_core::replication::index_state::IndexState;
 use cairn_tests::cluster::generate_root;
 use cairn_tests::{free_port_pair, tmpdir, Server};
 use serde_json::{json, Value};
@@ -54,11 +55,7 @@ fn licensed(tag: &str, avoid: &[u16]) -> Server {
 }
 
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .into()
+    cairn_tests::agent(Duration::from_secs(10))
 }
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
@@ -89,23 +86,16 @@ fn wal_index(a: &ureq::Agent, addr: &str, mode: &str, field: &str) -> Option<u64
     v["data"][field].as_u64()
 }
 
-/// The WAL index of a write on the primary, from its `X-Vault-Index` answer header
-/// (base64 of `v1:<perf cluster id>:<DR cluster id>:<index>`).
+/// The WAL index of a write on the primary, from its `X-Vault-Index` answer header.
 fn write_index(r: &ureq::http::Response<ureq::Body>) -> u64 {
-    use base64::Engine;
     let h = r
         .headers()
         .get("X-Vault-Index")
         .and_then(|v| v.to_str().ok())
         .expect("a write on a primary answers with X-Vault-Index");
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(h)
-        .expect("X-Vault-Index is base64");
-    let text = String::from_utf8(raw).expect("X-Vault-Index is text");
-    text.rsplit(':')
-        .next()
-        .and_then(|i| i.parse().ok())
-        .unwrap_or_else(|| panic!("X-Vault-Index {text:?} ends in a WAL index"))
+    IndexState::decode(h)
+        .unwrap_or_else(|e| panic!("X-Vault-Index {h:?}: {e}"))
+        .index
 }
 
 /// The primary's cluster channel body bytes (sent, received) from its Prometheus metrics.
