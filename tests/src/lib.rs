@@ -2,6 +2,7 @@
 //! them over HTTP, and stops them (gracefully or with `kill -9`).
 
 pub mod cluster;
+pub mod keepalive;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
