@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks: `scripts/bench.sh kv [SECONDS] [CLIENTS]`, `scripts/bench.sh login [SECONDS] [CLIENTS]`
+# Benchmarks: `scripts/bench.sh kv [SECONDS] [CLIENTS]`, `scripts/bench.sh login [SECONDS] [CLIENTS] [ROUNDS]`
 # (LDAP logins against the dev slapd vs direct ldap3 round trips), `replication`, `reindex`. Builds release binaries and
 # prints a Markdown table with Cairn's numbers next to a baseline measured in the same run.
 set -euo pipefail

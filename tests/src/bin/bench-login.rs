@@ -1,4 +1,4 @@
-//! `bench-login [SECONDS] [CLIENTS]`: LDAP logins/s and latency through a real `cairn`
+//! `bench-login [SECONDS] [CLIENTS] [ROUNDS]`: LDAP logins/s and latency through a real `cairn`
 //! (release build, `POST auth/ldap/login/<user>` over HTTP) against the throwaway slapd of
 //! `scripts/dev-ldap.sh`, next to the same directory round trips made directly with ldap3's
 //! sync client in the same run and with the same concurrency. Run through
@@ -11,9 +11,15 @@
 //! re-bind as `binddn` before the group search (so the groups are searched by the service
 //! identity, not the user), answers over HTTP and stores a token durably (SQLite commit).
 //!
-//! The phases alternate (direct, cairn, direct, cairn), each for half of SECONDS after a
-//! short warm-up, so background load on the machine hits both sides alike. A last phase
-//! measures a request without LDAP (`auth/token/lookup-self`) for reading the figures.
+//! The phases alternate (direct, cairn, direct, cairn, ...: ROUNDS pairs, 2 by default),
+//! each for SECONDS / ROUNDS after a short warm-up, so background load on the machine and
+//! drifts in its speed hit both sides alike. A last phase measures a request without LDAP
+//! (`auth/token/lookup-self`) for reading the figures.
+//!
+//! Cairn's clients are load generators sharing the 2 cores with what they measure: each
+//! keeps one keep-alive connection with a lean HTTP client (`cairn_tests::keepalive`) and
+//! checks every answer for a token; `BENCH_CLIENT=ureq` uses ureq instead (more CPU per
+//! request on the client side, which this machine charges to Cairn's throughput).
 //!
 //! Diagnostics: `BENCH_DEBUG=1` prints each phase's time spent inside operations;
 //! `BENCH_LOG_LEVEL=debug BENCH_KEEP_LOGS=1` keeps Cairn's log with each login's LDAP
@@ -374,7 +380,9 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let secs: f64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(10.0);
     let clients: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(16);
-    let rounds = 2;
+    // Direct and Cairn phases alternate this many times (SECONDS split among them), so a
+    // drift in the machine's speed during the run hits both sides alike.
+    let rounds: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2).max(1);
 
     let d = Directory::start();
     let logs = tmpdir("bench-login");
