@@ -329,15 +329,15 @@ impl Delivery {
     }
 }
 
-/// Starts the checkpoint thread: every [`CHECKPOINT_EVERY`] it checkpoints the WAL if it has
-/// grown large; it stops when the returned sender is dropped.
+/// Starts the checkpoint thread: every [`CHECKPOINT_EVERY`] it checkpoints the WAL if one is
+/// due (see `sqlite::Checkpointer::run_if_due`); it stops when the returned sender is dropped.
 fn start_checkpoints(mut c: crate::sqlite::Checkpointer) -> mpsc::Sender<()> {
     let (tx, rx) = mpsc::channel::<()>();
     let spawned = std::thread::Builder::new()
         .name("cairn-checkpoint".into())
         .spawn(move || loop {
             match rx.recv_timeout(CHECKPOINT_EVERY) {
-                Err(RecvTimeoutError::Timeout) => c.run_if_large(),
+                Err(RecvTimeoutError::Timeout) => c.run_if_due(),
                 _ => return,
             }
         });
