@@ -896,6 +896,53 @@ fn promote_refuses_an_unsynced_secondary_unless_forced() {
     assert_eq!(net.status(1, "performance")["mode"], "primary");
 }
 
+/// A secondary that rebuilt its Merkle trees at start (stopped before their records were
+/// written) cannot know its copy is complete until it has compared them with the primary's:
+/// cut off from the primary, an unforced promote is refused; once the comparison is done
+/// the copy is known complete again and the promote needs no `force`.
+#[test]
+fn a_rebuilt_secondary_refuses_an_unforced_promote_until_its_diff_completes() {
+    let (mut net, roots) = Net::new(2);
+    let r0 = roots[0].clone();
+    net.ok(0, &r0, Method::Put, "secret/a", json!({ "v": 1 }));
+    net.enable_primary(0, &r0, "performance");
+    net.activate(0, &r0, 1, &roots[1], "performance", "p1");
+    net.run_for(3_000);
+    assert_eq!(
+        net.status(1, "performance")["merkle_root"],
+        net.status(0, "performance")["merkle_root"]
+    );
+
+    // The secondary stops with its Merkle records missing (as after a crash between a
+    // write and the records' flush) and starts again while the primary is unreachable.
+    let mut storage = net.nodes[1].storage().clone();
+    storage
+        .apply(&[(merkle::MARKER.to_string(), None)])
+        .unwrap();
+    net.nodes[1] = Node::new(storage, [9; 32], cfg(1));
+    net.down.insert(0);
+    let key = net.keys[0].clone();
+    let r = net.call(1, "", Method::Post, "sys/unseal", json!({ "key": key }));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    net.run_for(500);
+    let t1 = generate_root(&mut net, 1, 0);
+    let promote = "sys/replication/performance/secondary/promote";
+    let r = net.call(1, &t1, Method::Post, promote, json!({}));
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert!(r.body.unwrap().to_string().contains("force=true"));
+    assert_eq!(net.status(1, "performance")["mode"], "secondary");
+
+    // Back in touch: the trees are compared (nothing differs) and the promote is accepted.
+    net.down.remove(&0);
+    net.run_for(3_000);
+    assert_eq!(
+        net.status(1, "performance")["merkle_root"],
+        net.status(0, "performance")["merkle_root"]
+    );
+    net.ok(1, &t1, Method::Post, promote, json!({}));
+    assert_eq!(net.status(1, "performance")["mode"], "primary");
+}
+
 /// A perf secondary away past WAL retention resyncs: values changed and keys added and
 /// deleted on the primary meanwhile arrive (in batches of `fetch_batch`), a page crowded with
 /// the secondary's keys is narrowed down through its subpage sums, and what moves is close to
