@@ -1,6 +1,5 @@
-//! The API listener: tiny_http worker threads turn HTTP requests into core requests and
-//! enforce the body size limit; the core's response is written back by the thread that
-//! releases it (see `runtime::Reply`), so the workers never wait for the core.
+//! The API listener: tiny_http worker threads turn HTTP requests into core requests,
+//! enforce the body size limit, and write the core's responses back.
 
 use crate::runtime::Core;
 use cairn_core::api::{ApiError, Method, Response};
@@ -225,20 +224,20 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
     let method = cairn_core::metrics::method_name(req.method);
     let class = cairn_core::metrics::path_class(&req.path);
     let metrics = req.path.trim_end_matches('/') == "sys/metrics";
-    // The response is written by whichever thread releases it (after the sync for a
-    // write): this thread goes back to reading requests instead of waiting for the core.
-    core.submit(
-        req,
-        Box::new(move |mut resp| {
-            crate::latency::observe(method, &class, started.elapsed());
-            if metrics {
-                if let Some((ct, bytes)) = resp.raw.as_mut() {
-                    if ct.starts_with("text/plain") {
-                        bytes.extend_from_slice(crate::latency::render().as_bytes());
-                    }
-                }
+    // This worker waits for the answer and writes it itself. Writing it from the thread
+    // that releases it (the core or sync thread) saves a hand-off, but a write can wait on
+    // the connection: for a pipelined earlier request's answer (tiny_http writes answers in
+    // request order), or for a client that does not read. That thread would then stall the
+    // server (a pipelined login behind which a health check waited deadlocked it; see the
+    // e2e test `pipelined_requests_behind_a_login_are_answered_in_order`).
+    let mut resp = core.request(req);
+    crate::latency::observe(method, &class, started.elapsed());
+    if metrics {
+        if let Some((ct, bytes)) = resp.raw.as_mut() {
+            if ct.starts_with("text/plain") {
+                bytes.extend_from_slice(crate::latency::render().as_bytes());
             }
-            respond(rq, resp);
-        }),
-    );
+        }
+    }
+    respond(rq, resp);
 }

@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 const MAX_BATCH: usize = 512;
 
 pub enum Msg {
-    /// An API request and what takes its response.
-    Request(cairn_core::Request, Reply),
+    /// An API request and where to send its response.
+    Request(cairn_core::Request, SyncSender<Response>),
     /// Any other input (LDAP results).
     Input(Input),
     /// An admin command and where to send its result.
@@ -27,12 +27,6 @@ pub enum Msg {
         SyncSender<cairn_core::replication::PeerAnswer>,
     ),
 }
-
-/// What takes a request's response once it may leave (after the sync that makes the
-/// request's writes durable). It runs on the thread that releases the response (the sync
-/// thread after a write, else the core thread): the API listener writes the HTTP response
-/// in it, so no listener thread waits for the core.
-pub type Reply = Box<dyn FnOnce(Response) + Send>;
 
 /// A handle to the core thread.
 #[derive(Clone)]
@@ -72,17 +66,15 @@ impl Core {
         Core { tx }
     }
 
-    /// Sends a request without waiting: `reply` gets the response when it may leave (on the
-    /// thread that releases it, see [`Reply`]), or an error at once when the core is
-    /// gone.
-    pub fn submit(&self, req: cairn_core::Request, reply: Reply) {
+    /// Sends a request and waits for its response.
+    pub fn request(&self, req: cairn_core::Request) -> Response {
         let id = req.id;
-        if let Err(mpsc::SendError(Msg::Request(_, r))) = self.tx.send(Msg::Request(req, reply)) {
-            r(Response::error(
-                id,
-                &ApiError::Unavailable("server is shutting down".into()),
-            ));
+        let (tx, rx) = mpsc::sync_channel(1);
+        if self.tx.send(Msg::Request(req, tx)).is_err() {
+            return Response::error(id, &ApiError::Unavailable("server is shutting down".into()));
         }
+        rx.recv()
+            .unwrap_or_else(|_| Response::error(id, &ApiError::Internal("core stopped".into())))
     }
 
     /// Hands a peer message to the core and waits for the answer (a long poll may wait).
@@ -126,7 +118,7 @@ fn run(
         }
     };
     let syncer = Syncer::start(node.storage_mut().wal_sync(), tx.clone());
-    let mut waiting: BTreeMap<u64, Reply> = BTreeMap::new();
+    let mut waiting: BTreeMap<u64, SyncSender<Response>> = BTreeMap::new();
     let mut peers: BTreeMap<u64, SyncSender<cairn_core::replication::PeerAnswer>> = BTreeMap::new();
     let mut next_peer: u64 = 0;
     let mut admin: Vec<SyncSender<Value>> = Vec::new();
@@ -274,8 +266,8 @@ fn run(
             node.set_batched(true);
             let gone =
                 || ApiError::Unavailable("the server was reset after a storage failure".into());
-            for (id, reply) in std::mem::take(&mut waiting) {
-                reply(Response::error(id, &gone()));
+            for (id, tx) in std::mem::take(&mut waiting) {
+                let _ = tx.send(Response::error(id, &gone()));
             }
             for (_, ptx) in std::mem::take(&mut peers) {
                 let _ = ptx.send(cairn_core::replication::PeerAnswer::Error {
@@ -290,7 +282,7 @@ fn run(
 
 /// What a batch lets out once it is durable: answers and side effects, in output order.
 enum Delivery {
-    Response(Reply, Response),
+    Response(SyncSender<Response>, Response),
     Admin(SyncSender<Value>, Value),
     Peer(
         SyncSender<cairn_core::replication::PeerAnswer>,
@@ -303,7 +295,9 @@ enum Delivery {
 impl Delivery {
     fn deliver(self, tx: &Sender<Msg>) {
         match self {
-            Delivery::Response(reply, r) => reply(r),
+            Delivery::Response(s, r) => {
+                let _ = s.send(r);
+            }
             Delivery::Admin(s, v) => {
                 let _ = s.send(v);
             }

@@ -731,3 +731,39 @@ fn renewal_rechecks_groups_with_the_service_identity() {
     let r = renew_self(&s, &token);
     assert_eq!(r.status, 200, "{r:?}");
 }
+
+/// Two requests pipelined on one connection, a login (answered after the directory's round
+/// trips) and then a health check (answered at once): the server answers both, in order,
+/// and keeps serving. The second answer waits on its connection for the first to be
+/// written; that wait must not hold any thread the first answer needs.
+#[test]
+fn pipelined_requests_behind_a_login_are_answered_in_order() {
+    use std::io::{Read, Write};
+    let d = directory();
+    let s = server_with("ldap", search_config(d));
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", s.port)).expect("connect");
+    c.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .expect("timeout");
+    let body = json!({ "password": "alice-pw" }).to_string();
+    let both = format!(
+        "POST /v1/auth/ldap/login/alice HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}\
+         GET /v1/sys/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    c.write_all(both.as_bytes()).expect("write");
+    let mut got = Vec::new();
+    c.read_to_end(&mut got)
+        .expect("both answers before the timeout (a stuck server never closes)");
+    let got = String::from_utf8_lossy(&got);
+    let login = got.find("client_token").expect("the login's answer");
+    let health = got.find("\"initialized\"").expect("the health answer");
+    assert!(login < health, "answers in request order: {got}");
+    assert_eq!(got.matches("HTTP/1.1 200").count(), 2, "{got}");
+    // And the server still serves.
+    ok(&login_again(&s));
+}
+
+fn login_again(s: &Server) -> Resp {
+    login(s, "ldap", "alice", "alice-pw")
+}
