@@ -204,8 +204,8 @@ pub struct Checkpointer {
     last: Option<(Instant, u64)>,
 }
 
-/// Whether a WAL file of `size` bytes is due for a checkpoint, given when the last one ran
-/// (`since`) and the file's size then.
+/// Whether a WAL file of `size` bytes is due for a checkpoint, given the time since the last
+/// one ran and the file's size then (`last`; none before the first).
 fn checkpoint_due(size: u64, last: Option<(Duration, u64)>) -> bool {
     if size <= CHECKPOINT_BYTES {
         return false;

@@ -68,43 +68,65 @@ impl KeepAlive {
         let fresh = self.stream.is_none();
         match self.exchange(&req) {
             Ok(r) => Ok(r),
-            Err(e) if !fresh => {
-                self.stream = None;
-                self.exchange(&req)
-                    .map_err(|e2| format!("{e}; again: {e2}"))
-            }
-            Err(e) => Err(e),
+            // Only a kept connection the server had closed is retried: any other failure
+            // (a timeout, a malformed answer) may follow a request the server carried out.
+            Err(Failure::Closed(e)) if !fresh => self
+                .exchange(&req)
+                .map_err(|e2| format!("{e}; again: {}", e2.message())),
+            Err(e) => Err(e.message()),
         }
     }
 
-    fn exchange(&mut self, req: &[u8]) -> Result<Reply, String> {
-        let s = self.connect()?;
-        if let Err(e) = s.write_all(req) {
-            self.stream = None;
-            return Err(format!("write: {e}"));
-        }
-        let r = self.read_reply();
+    fn exchange(&mut self, req: &[u8]) -> Result<Reply, Failure> {
+        let s = self.connect().map_err(Failure::Other)?;
+        let r = match s.write_all(req) {
+            Err(e) => Err(Failure::Closed(format!("write: {e}"))),
+            Ok(()) => self.read_reply(),
+        };
         if r.is_err() {
             self.stream = None;
         }
         r
     }
 
-    fn read_reply(&mut self) -> Result<Reply, String> {
+    fn read_reply(&mut self) -> Result<Reply, Failure> {
         self.buf.clear();
-        let s = self.stream.as_mut().ok_or("no connection")?;
+        let s = self
+            .stream
+            .as_mut()
+            .ok_or_else(|| Failure::Other("no connection".into()))?;
         let mut chunk = [0u8; 4096];
         // Headers.
         let head_end = loop {
             if let Some(i) = find(&self.buf, b"\r\n\r\n") {
                 break i + 4;
             }
-            let n = s.read(&mut chunk).map_err(|e| format!("read: {e}"))?;
-            if n == 0 {
-                return Err("connection closed before the response".into());
-            }
+            // Closed or reset before any byte of an answer: the server had dropped the kept
+            // connection without reading the request.
+            let closed = |buf: &[u8], msg: String| {
+                if buf.is_empty() {
+                    Failure::Closed(msg)
+                } else {
+                    Failure::Other(msg)
+                }
+            };
+            let n = match s.read(&mut chunk) {
+                Ok(0) => return Err(closed(&self.buf, "connection closed by the server".into())),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return Err(closed(&self.buf, format!("read: {e}")))
+                }
+                Err(e) => return Err(Failure::Other(format!("read: {e}"))),
+            };
             self.buf.extend_from_slice(&chunk[..n]);
         };
+        self.read_body(head_end).map_err(Failure::Other)
+    }
+
+    /// Parses the head that ends at `head_end` in the buffer and reads the body after it.
+    fn read_body(&mut self, head_end: usize) -> Result<Reply, String> {
+        let s = self.stream.as_mut().ok_or("no connection")?;
+        let mut chunk = [0u8; 4096];
         let head = std::str::from_utf8(&self.buf[..head_end]).map_err(|_| "non-UTF-8 head")?;
         let status: u16 = head
             .split(' ')
@@ -137,6 +159,21 @@ impl KeepAlive {
             self.stream = None;
         }
         Ok(Reply { status, body })
+    }
+}
+
+/// Why an exchange failed: `Closed` when the server had closed the connection before taking
+/// the request (safe to send again on a new one), `Other` for anything else.
+enum Failure {
+    Closed(String),
+    Other(String),
+}
+
+impl Failure {
+    fn message(self) -> String {
+        match self {
+            Failure::Closed(m) | Failure::Other(m) => m,
+        }
     }
 }
 
@@ -191,5 +228,49 @@ mod tests {
         assert_eq!(seen.len(), 3);
         assert!(seen[0].starts_with("POST /v1/x HTTP/1.1\r\n"));
         assert!(seen[0].contains("Content-Length: 2\r\n") && seen[0].contains("X-T: 1\r\n"));
+    }
+
+    /// Reads one request (ending in `body`) from `c`.
+    fn read_request(c: &mut TcpStream, body: &[u8]) {
+        let mut got = Vec::new();
+        let mut b = [0u8; 1024];
+        while !got.ends_with(body) {
+            let k = c.read(&mut b).unwrap();
+            assert!(k > 0, "client closed");
+            got.extend_from_slice(&b[..k]);
+        }
+    }
+
+    /// A kept connection the server closed silently is reopened and the request sent again;
+    /// a request that timed out is not sent twice.
+    #[test]
+    fn resends_only_on_a_connection_the_server_had_closed() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            read_request(&mut c, b"a");
+            write!(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").unwrap();
+            drop(c);
+            let (mut c, _) = l.accept().unwrap();
+            read_request(&mut c, b"b");
+            write!(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").unwrap();
+            // The next request is read and never answered.
+            read_request(&mut c, b"c");
+            l.set_nonblocking(true).unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+            let again = l.accept().is_ok();
+            drop(c);
+            again
+        });
+        let mut k = KeepAlive::new(&addr, Duration::from_millis(200));
+        assert_eq!(k.call("POST", "/", &[], b"a").unwrap().body, b"ok");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(k.call("POST", "/", &[], b"b").unwrap().body, b"ok");
+        assert!(k.call("POST", "/", &[], b"c").is_err());
+        assert!(
+            !server.join().unwrap(),
+            "a timed-out request was sent again"
+        );
     }
 }

@@ -756,14 +756,10 @@ fn pipelined_requests_behind_a_login_are_answered_in_order() {
     c.read_to_end(&mut got)
         .expect("both answers before the timeout (a stuck server never closes)");
     let got = String::from_utf8_lossy(&got);
-    let login = got.find("client_token").expect("the login's answer");
-    let health = got.find("\"initialized\"").expect("the health answer");
-    assert!(login < health, "answers in request order: {got}");
+    let login_at = got.find("client_token").expect("the login's answer");
+    let health_at = got.find("\"initialized\"").expect("the health answer");
+    assert!(login_at < health_at, "answers in request order: {got}");
     assert_eq!(got.matches("HTTP/1.1 200").count(), 2, "{got}");
     // And the server still serves.
-    ok(&login_again(&s));
-}
-
-fn login_again(s: &Server) -> Resp {
-    login(s, "ldap", "alice", "alice-pw")
+    ok(&login(&s, "ldap", "alice", "alice-pw"));
 }
