@@ -883,10 +883,12 @@ fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
         if e.num_uses > 0 {
             st.spend_use = Some(h.clone());
         }
+        let sudo = acl.allows(&acl_path, policy::SUDO);
         Some(Caller {
             hash: h,
             id: t.to_string(),
             entry: e,
+            sudo,
         })
     };
     let caller = caller.as_ref();

@@ -420,6 +420,8 @@ pub struct Caller {
     pub hash: String,
     pub id: String,
     pub entry: TokenEntry,
+    /// The caller's policies grant `sudo` on the request's path (always true for root).
+    pub sudo: bool,
 }
 
 /// `auth/token/*`.
