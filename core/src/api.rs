@@ -169,8 +169,10 @@ pub fn envelope_with(request_id: &str, fields: Map<String, Value>) -> Value {
 pub enum ApiError {
     /// 400: the input is wrong; the message names the field.
     BadRequest(String),
-    /// 403: missing or invalid token, or the policy does not allow the operation.
+    /// 403: invalid token, or the policy does not allow the operation.
     PermissionDenied,
+    /// 403: the route needs a token and the request carries none.
+    MissingToken,
     /// 403 with a specific reason (e.g. DR operation token refused).
     Forbidden(String),
     /// 404: no such path or entry.
@@ -199,7 +201,7 @@ impl ApiError {
     pub fn status(&self) -> u16 {
         match self {
             ApiError::BadRequest(_) | ApiError::Conflict(_) => 400,
-            ApiError::PermissionDenied | ApiError::Forbidden(_) => 403,
+            ApiError::PermissionDenied | ApiError::MissingToken | ApiError::Forbidden(_) => 403,
             ApiError::NotFound(_) => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::NotCaughtUp(_) => 412,
@@ -226,6 +228,10 @@ impl std::fmt::Display for ApiError {
             | ApiError::Forbidden(m)
             | ApiError::Unavailable(m) => write!(f, "{m}"),
             ApiError::PermissionDenied => write!(f, "permission denied"),
+            ApiError::MissingToken => write!(
+                f,
+                "permission denied (this request needs a token: send it in the X-Vault-Token header)"
+            ),
             ApiError::NotFound(m) if m.is_empty() => write!(f, "no handler for route"),
             ApiError::NotFound(m) => write!(f, "{m}"),
             ApiError::MethodNotAllowed => write!(f, "unsupported operation"),

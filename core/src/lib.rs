@@ -18,6 +18,8 @@ pub mod namespace;
 pub mod node;
 pub mod policy;
 pub mod replication;
+pub mod router;
+pub mod routes;
 pub mod seal;
 pub mod storage;
 pub mod sys;

@@ -69,13 +69,15 @@ pub fn path_class(path: &str) -> String {
         .collect()
 }
 
-fn login_mount(path: &str) -> Option<String> {
-    let rest = path.trim_start_matches('/').strip_prefix("auth/")?;
-    if rest.starts_with("token/") || !(rest.contains("/login/") || rest.ends_with("/login")) {
-        return None;
+/// Marks request `id` as a login on `mount` (the router found a declared login route).
+pub fn mark_login(
+    st: &mut NodeState,
+    id: crate::api::RequestId,
+    mount: &crate::mounts::MountEntry,
+) {
+    if let Some(inf) = st.obs.inflight.get_mut(&id) {
+        inf.login_mount = Some(format!("auth/{}", mount.path.trim_end_matches('/')));
     }
-    let mount = rest.split("/login").next().unwrap_or("");
-    Some(format!("auth/{mount}"))
 }
 
 /// Why a login failed, from its error.
@@ -118,7 +120,7 @@ pub fn before_request(ctx: &mut Ctx, st: &mut NodeState, req: &Request) {
         Inflight {
             method: method_name(method),
             class: path_class(&req.path),
-            login_mount: login_mount(&req.path),
+            login_mount: None,
             audit,
         },
     );
@@ -414,10 +416,5 @@ mod tests {
         assert_eq!(path_class("sys/mounts/secret"), "sys/mounts");
         assert_eq!(path_class("secret/a/b"), "secret");
         assert_eq!(path_class("auth/ldap/login/bob"), "auth/ldap");
-        assert_eq!(
-            login_mount("auth/ldap/login/bob").as_deref(),
-            Some("auth/ldap")
-        );
-        assert_eq!(login_mount("auth/token/create"), None);
     }
 }

@@ -9,16 +9,16 @@ use crate::api::{self, ApiError, ApiResult, Method, Reply, Request, RequestId, R
 use crate::auth::ldap::{self, LdapCall, LdapReply, Logins};
 use crate::ctx::Ctx;
 use crate::mounts::{self, Table};
-use crate::policy;
 use crate::replication::{
     self, Env, HttpCall, HttpReply, PeerReply, PeerRequest, PeerResponse, PeerSend,
 };
+use crate::router;
+use crate::routes;
 use crate::seal::{self, Barrier, SealConfig};
 use crate::storage::{Storage, Txn, WriteSet};
-use crate::sys;
 use crate::time::{self, Millis};
-use crate::token::{self, Caller, NewToken};
-use crate::{crypto, kv, wrapping};
+use crate::token::{self, NewToken};
+use crate::{crypto, wrapping};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 use serde_json::{json, Value};
@@ -139,40 +139,6 @@ pub struct Node<S: Storage> {
     st: NodeState,
     now: Millis,
     last_tick: Millis,
-}
-
-/// Paths answered without a token.
-fn unauthenticated(path: &str) -> bool {
-    matches!(
-        path,
-        "sys/init"
-            | "sys/unseal"
-            | "sys/seal-status"
-            | "sys/health"
-            | "sys/leader"
-            | "sys/wrapping/unwrap"
-            | "sys/wrapping/lookup"
-            | "sys/replication/status"
-            | "sys/replication/dr/status"
-            | "sys/replication/performance/status"
-    ) || is_login(path)
-}
-
-fn is_login(path: &str) -> bool {
-    path.starts_with("auth/")
-        && !path.starts_with("auth/token/")
-        && (path.contains("/login/") || path.ends_with("/login"))
-}
-
-/// Paths whose writes need `sudo` on top of the usual capability.
-fn needs_sudo(method: Method, path: &str) -> bool {
-    let w = method != Method::Get && method != Method::List;
-    (w && (path.starts_with("sys/mounts/") || path.starts_with("sys/auth/")))
-        || path == "sys/seal"
-        || path.starts_with("sys/audit")
-        || path == "auth/token/accessors"
-        || path == "auth/token/accessors/"
-        || (path.starts_with("sys/replication/") && !path.ends_with("/status"))
 }
 
 impl<S: Storage> Node<S> {
@@ -485,16 +451,14 @@ impl<S: Storage> Node<S> {
         if req.method == Method::Get && matches!(req.query("list"), Some("true") | Some("1")) {
             req.method = Method::List;
         }
-        let path = req.path.trim_start_matches('/').to_string();
+        // One canonical path before any decision (routing, authorization, audit).
+        let path = routes::canonical(&req.path)?;
         req.path = path.clone();
-        if path.len() > 4096 {
-            return Err(ApiError::bad("path: longer than 4096 bytes"));
-        }
-        match path.as_str() {
-            "sys/init" => return self.init(&req),
-            "sys/unseal" => return self.unseal(&req),
-            "sys/seal-status" => return self.seal_status(),
-            "sys/health" => return self.health(&req),
+        match routes::lookup(routes::SYS, &path).map(|r| r.handler) {
+            Some(routes::Sys::Init) => return self.init(&req),
+            Some(routes::Sys::Unseal) => return self.unseal(&req),
+            Some(routes::Sys::SealStatus) => return self.seal_status(),
+            Some(routes::Sys::Health) => return self.health(&req),
             _ => {}
         }
         if self.barrier.sealed() {
@@ -509,7 +473,7 @@ impl<S: Storage> Node<S> {
             rng: &mut self.rng,
             now,
         };
-        let routed = route(&mut ctx, &mut self.st, &req);
+        let routed = router::route(&mut ctx, &mut self.st, &req);
         // A limited-use token spends one use on every authorised request, whether or not
         // the handler then succeeds; on failure the spend is its own write set.
         let spend = self.st.spend_use.take();
@@ -809,177 +773,6 @@ fn spend_use(ctx: &mut Ctx, h: &str) -> ApiResult<()> {
         token::use_once(ctx, h, &mut e)?;
     }
     Ok(())
-}
-
-/// Which capability a request needs on its path.
-fn needed(ctx: &Ctx, req: &Request, ns: &str) -> ApiResult<u8> {
-    let mut need = match req.method {
-        Method::Get => policy::READ,
-        Method::List => policy::LIST,
-        Method::Delete => policy::DELETE,
-        Method::Put | Method::Post => {
-            // Secrets engines distinguish create from update by existence.
-            match mounts::resolve_in(ctx, Table::Secrets, ns, &req.path)? {
-                Some((m, rest)) if m.kind == "kv" && !kv::exists(ctx, &m, &rest)? => policy::CREATE,
-                _ => policy::UPDATE,
-            }
-        }
-    };
-    if needs_sudo(req.method, &req.path) {
-        need |= policy::SUDO;
-    }
-    Ok(need)
-}
-
-/// Authenticates and authorizes, then dispatches by path.
-fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
-    // The namespace (header and/or leading path segments) and the path inside it; handlers
-    // see the request rewritten to that path, with `namespace` = the namespace's full path.
-    let (ns, rel) = crate::namespace::resolve(ctx, req.namespace.as_deref(), &req.path)?;
-    let routed;
-    let req = if ns.is_empty() && rel == req.path && req.namespace.is_none() {
-        req
-    } else {
-        let mut r = req.clone();
-        r.path = rel;
-        r.namespace = (!ns.is_empty()).then(|| ns.clone());
-        routed = r;
-        &routed
-    };
-    let path = req.path.as_str();
-    let caller = if unauthenticated(path)
-        || replication::unauthenticated(st, path)
-        || replication::dr_token::unauthenticated(path)
-    {
-        None
-    } else {
-        let t = req
-            .token
-            .as_deref()
-            .filter(|t| !t.is_empty())
-            .ok_or(ApiError::PermissionDenied)?;
-        let (h, e) = token::lookup(ctx, t)?.ok_or(ApiError::PermissionDenied)?;
-        // A token acts in its namespace and below, with that namespace's policies, on
-        // paths relative to it.
-        let tns = e.namespace.as_str();
-        if !ns.starts_with(tns) {
-            return Err(ApiError::PermissionDenied);
-        }
-        if !tns.is_empty()
-            && crate::namespace::get(ctx, tns)?.map(|n| n.id) != Some(e.namespace_id.clone())
-        {
-            return Err(ApiError::PermissionDenied);
-        }
-        let acl = sys::acl_for_in(ctx, tns, &e.policies)?;
-        let need = needed(ctx, req, &ns)?;
-        let acl_path = format!("{}{path}", &ns[tns.len()..]);
-        let ok = acl.allows(&acl_path, need)
-            || (need & (policy::CREATE | policy::UPDATE) != 0
-                && need & policy::SUDO == 0
-                && acl.allows(&acl_path, policy::UPDATE));
-        if !ok {
-            return Err(ApiError::PermissionDenied);
-        }
-        if e.num_uses > 0 {
-            st.spend_use = Some(h.clone());
-        }
-        let sudo = acl.allows(&acl_path, policy::SUDO);
-        Some(Caller {
-            hash: h,
-            id: t.to_string(),
-            entry: e,
-            sudo,
-        })
-    };
-    let caller = caller.as_ref();
-    if let Some(rest) = path.strip_prefix("sys/") {
-        return route_sys(ctx, st, req, rest, caller);
-    }
-    if let Some(rest) = path.strip_prefix("auth/") {
-        if let Some(r) = rest.strip_prefix("token/") {
-            // Renewals of tokens from an LDAP mount re-check the directory first.
-            if let Some(reply) = ldap::renew::start(ctx, st, req, r, caller)? {
-                return Ok(reply);
-            }
-            return token::handle(ctx, req, r, caller);
-        }
-        let (m, r) = mounts::resolve_in(ctx, Table::Auth, &ns, rest)?
-            .ok_or_else(|| ApiError::NotFound(String::new()))?;
-        return match m.kind.as_str() {
-            "ldap" => ldap::handle(ctx, st, req, &m, &r, caller),
-            _ => Err(ApiError::NotFound(String::new())),
-        };
-    }
-    let (m, rest) = mounts::resolve_in(ctx, Table::Secrets, &ns, path)?
-        .ok_or_else(|| ApiError::NotFound(String::new()))?;
-    match m.kind.as_str() {
-        "kv" => kv::handle(ctx, req, &m, &rest),
-        _ => Err(ApiError::NotFound(String::new())),
-    }
-}
-
-fn route_sys(
-    ctx: &mut Ctx,
-    st: &mut NodeState,
-    req: &Request,
-    rest: &str,
-    caller: Option<&Caller>,
-) -> ApiResult {
-    let (head, tail) = rest.split_once('/').unwrap_or((rest, ""));
-    match head {
-        "seal" => {
-            if !req.method.is_write() {
-                return Err(ApiError::MethodNotAllowed);
-            }
-            st.seal_requested = true;
-            Ok(Reply::Empty)
-        }
-        "mounts" => mounts::handle(ctx, req, Table::Secrets, tail),
-        "namespaces" => crate::namespace::handle(ctx, req, tail),
-        "auth" => mounts::handle(ctx, req, Table::Auth, tail),
-        "policies" => match tail.split_once('/') {
-            Some(("acl", name)) => sys::policies(ctx, req, name, false),
-            None if tail == "acl" => sys::policies(ctx, req, "", false),
-            _ => Err(ApiError::NotFound(String::new())),
-        },
-        "policy" => sys::policies(ctx, req, tail, true),
-        "capabilities-self" | "capabilities" | "capabilities-accessor" if tail.is_empty() => {
-            sys::capabilities(ctx, req, head, caller)
-        }
-        "replication" if replication::dr_token::owns(req.path.as_str()) => {
-            replication::dr_token::handle(ctx, st, req, tail)
-        }
-        "replication" => replication::handle(ctx, st, req, tail, caller),
-        "generate-root" => replication::generate_root::handle(ctx, st, req, tail),
-        "audit" => crate::audit::handle(ctx, req, tail),
-        "audit-hash" => crate::audit::hash_handler(ctx, req, tail),
-        "metrics" => crate::metrics::handle(ctx, st, req, tail),
-        "locked-users" => ldap::lockout::handle(ctx, &mut st.logins.failures, req, tail),
-        "license" if tail == "status" && req.method == Method::Get => Ok(Reply::Data(
-            crate::license::status(&st.config.license, ctx.now),
-        )),
-        "wrapping" => match (req.method, tail) {
-            (Method::Post | Method::Put, "unwrap") => {
-                match replication::activation::unwrap_request(ctx, req)? {
-                    Some(r) => wrapping::unwrap(ctx, &r),
-                    None => wrapping::unwrap(ctx, req),
-                }
-            }
-            (Method::Post | Method::Put, "lookup") => wrapping::lookup(ctx, req),
-            (Method::Post | Method::Put, "wrap") => {
-                let body = api::body_object(&req.body)?;
-                if req.wrap_ttl.is_none() {
-                    return Err(ApiError::bad(
-                        "wrap: the X-Vault-Wrap-TTL header is required",
-                    ));
-                }
-                Ok(Reply::Data(Value::Object(body)))
-            }
-            (_, "unwrap" | "lookup" | "wrap") => Err(ApiError::MethodNotAllowed),
-            _ => Err(ApiError::NotFound(String::new())),
-        },
-        _ => Err(ApiError::NotFound(String::new())),
-    }
 }
 
 #[cfg(test)]

@@ -193,13 +193,13 @@ pub fn capabilities(
         "capabilities-self" => caller.ok_or(ApiError::PermissionDenied)?.entry.clone(),
         "capabilities" => {
             let t = f.req_str("token")?;
-            crate::token::lookup(ctx, &t)?
+            crate::token::lookup_in(ctx, &t, &crate::namespace::of(req))?
                 .ok_or_else(|| ApiError::bad("invalid token"))?
                 .1
         }
         _ => {
             let a = f.req_str("accessor")?;
-            let h = crate::token::hash_by_accessor(ctx, &a)?
+            let h = crate::token::hash_by_accessor_in(ctx, &a, &crate::namespace::of(req))?
                 .ok_or_else(|| ApiError::bad("invalid accessor"))?;
             crate::token::lookup_hash(ctx, &h)?.ok_or_else(|| ApiError::bad("invalid accessor"))?
         }

@@ -415,6 +415,28 @@ pub fn lookup_data(e: &TokenEntry, id: Option<&str>, now: Millis) -> Value {
     })
 }
 
+/// Whether token `e` lives in namespace `ns` or below it: a caller in `ns` may look it up,
+/// renew or revoke it; a token of any other namespace is treated as if it did not exist.
+pub fn within(e: &TokenEntry, ns: &str) -> bool {
+    e.namespace.starts_with(ns)
+}
+
+/// `lookup` restricted to the tokens of namespace `ns` and below.
+pub fn lookup_in(ctx: &mut Ctx, token: &str, ns: &str) -> ApiResult<Option<(String, TokenEntry)>> {
+    Ok(lookup(ctx, token)?.filter(|(_, e)| within(e, ns)))
+}
+
+/// `hash_by_accessor` restricted to the tokens of namespace `ns` and below.
+pub fn hash_by_accessor_in(ctx: &Ctx, accessor: &str, ns: &str) -> ApiResult<Option<String>> {
+    let Some(h) = hash_by_accessor(ctx, accessor)? else {
+        return Ok(None);
+    };
+    Ok(match lookup_hash(ctx, &h)? {
+        Some(e) if within(&e, ns) => Some(h),
+        _ => None,
+    })
+}
+
 /// The caller as the router resolved it.
 pub struct Caller {
     pub hash: String,
@@ -429,6 +451,8 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
     let body = body_object(&req.body)?;
     let f = Fields(&body);
     let caller = caller.ok_or(ApiError::PermissionDenied)?;
+    // Tokens named in the body are looked for in the request's namespace and below only.
+    let ns = crate::namespace::of(req);
     match (req.method, rest) {
         (Method::Post | Method::Put, "create" | "create-orphan") => {
             let root = caller.entry.is_root();
@@ -510,14 +534,15 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                 .str("token")?
                 .or_else(|| req.query("token").map(str::to_string))
                 .ok_or_else(|| ApiError::bad("missing required field \"token\""))?;
-            match lookup(ctx, &t)? {
+            match lookup_in(ctx, &t, &ns)? {
                 Some((_, e)) => Ok(Reply::Data(lookup_data(&e, Some(&t), ctx.now))),
                 None => Err(ApiError::bad("bad token")),
             }
         }
         (Method::Post | Method::Put, "lookup-accessor") => {
             let a = f.req_str("accessor")?;
-            let h = hash_by_accessor(ctx, &a)?.ok_or_else(|| ApiError::bad("invalid accessor"))?;
+            let h = hash_by_accessor_in(ctx, &a, &ns)?
+                .ok_or_else(|| ApiError::bad("invalid accessor"))?;
             let e = lookup_hash(ctx, &h)?.ok_or_else(|| ApiError::bad("invalid accessor"))?;
             Ok(Reply::Data(lookup_data(&e, None, ctx.now)))
         }
@@ -531,7 +556,7 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
         }
         (Method::Post | Method::Put, "renew") => {
             let t = f.req_str("token")?;
-            let (h, mut e) = lookup(ctx, &t)?.ok_or_else(|| ApiError::bad("bad token"))?;
+            let (h, mut e) = lookup_in(ctx, &t, &ns)?.ok_or_else(|| ApiError::bad("bad token"))?;
             renew(ctx, &h, &mut e, f.duration("increment")?)?;
             let tp = e.policies.clone();
             Ok(Reply::Envelope(json!({ "auth": auth_block(&t, &e, &tp) })))
@@ -542,31 +567,33 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
         }
         (Method::Post | Method::Put, "revoke") => {
             let t = f.req_str("token")?;
-            if let Some((h, _)) = lookup(ctx, &t)? {
+            if let Some((h, _)) = lookup_in(ctx, &t, &ns)? {
                 revoke_tree(ctx, &h)?;
             }
             Ok(Reply::Empty)
         }
         (Method::Post | Method::Put, "revoke-orphan") => {
             let t = f.req_str("token")?;
-            if let Some((h, _)) = lookup(ctx, &t)? {
+            if let Some((h, _)) = lookup_in(ctx, &t, &ns)? {
                 revoke_orphan(ctx, &h)?;
             }
             Ok(Reply::Empty)
         }
         (Method::Post | Method::Put, "revoke-accessor") => {
             let a = f.req_str("accessor")?;
-            if let Some(h) = hash_by_accessor(ctx, &a)? {
+            if let Some(h) = hash_by_accessor_in(ctx, &a, &ns)? {
                 revoke_tree(ctx, &h)?;
             }
             Ok(Reply::Empty)
         }
-        (Method::List, "accessors") | (Method::List, "accessors/") => {
-            let keys: Vec<String> = ctx
-                .keys(ACCESSOR)?
-                .into_iter()
-                .map(|k| k[ACCESSOR.len()..].to_string())
-                .collect();
+        (Method::List, "accessors") => {
+            let mut keys = Vec::new();
+            for k in ctx.keys(ACCESSOR)? {
+                let a = &k[ACCESSOR.len()..];
+                if hash_by_accessor_in(ctx, a, &ns)?.is_some() {
+                    keys.push(a.to_string());
+                }
+            }
             Ok(Reply::Data(json!({ "keys": keys })))
         }
         (

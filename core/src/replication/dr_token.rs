@@ -76,12 +76,6 @@ fn owns_tail(t: &str) -> bool {
     matches!(t, ATTEMPT | UPDATE | DELETE)
 }
 
-/// Paths answered without a client token (the key shares or the DR operation token are the
-/// authorization).
-pub fn unauthenticated(path: &str) -> bool {
-    owns(path)
-}
-
 /// Refuses unless this node may serve DR operation token requests (see
 /// [`REQUIRE_DR_SECONDARY`]).
 pub fn require_dr_secondary(is_dr_secondary: bool) -> ApiResult<()> {

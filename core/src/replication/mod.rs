@@ -964,13 +964,6 @@ pub fn on_http_reply(env: &mut Env, rep: HttpReply) -> Option<(RequestId, ApiRes
     }
 }
 
-/// Paths a node answers without a client token given its role: a DR secondary's
-/// `sys/replication/dr/secondary/*` operations are authorised by the DR operation token.
-pub fn unauthenticated(st: &NodeState, path: &str) -> bool {
-    (st.repl.is_dr_secondary() && path.starts_with("sys/replication/dr/secondary/"))
-        || path.starts_with("sys/generate-root/")
-}
-
 /// Refuses requests this node's role does not serve (a DR secondary serves only the
 /// replication, seal and health endpoints).
 pub fn gate_request(st: &NodeState, req: &Request) -> ApiResult<()> {

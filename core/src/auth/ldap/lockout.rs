@@ -245,10 +245,11 @@ pub fn locked_error() -> ApiError {
     ApiError::PermissionDenied
 }
 
-fn ldap_mounts(ctx: &Ctx) -> ApiResult<Vec<MountEntry>> {
+/// The LDAP mounts of namespace `ns` and below (a caller sees no other namespace's locks).
+fn ldap_mounts(ctx: &Ctx, ns: &str) -> ApiResult<Vec<MountEntry>> {
     Ok(mounts::all(ctx, Table::Auth)?
         .into_iter()
-        .filter(|m| m.kind == "ldap")
+        .filter(|m| m.kind == "ldap" && m.namespace.starts_with(ns))
         .collect())
 }
 
@@ -259,7 +260,12 @@ pub fn handle(ctx: &mut Ctx, failures: &mut Failures, req: &Request, tail: &str)
         if req.method != Method::Get {
             return Err(ApiError::MethodNotAllowed);
         }
-        return list(ctx, failures, req.query("mount_accessor"));
+        return list(
+            ctx,
+            failures,
+            &crate::namespace::of(req),
+            req.query("mount_accessor"),
+        );
     }
     let (accessor, alias) = match tail.split_once("/unlock/") {
         Some((a, u)) if !a.is_empty() && !a.contains('/') => (a, u),
@@ -271,17 +277,21 @@ pub fn handle(ctx: &mut Ctx, failures: &mut Failures, req: &Request, tail: &str)
     if alias.is_empty() {
         return Err(ApiError::bad("missing alias_identifier"));
     }
-    // Unlock the alias as given and as the mount canonicalises it.
-    let mut aliases = vec![alias.to_string()];
-    if let Some(m) = ldap_mounts(ctx)?
+    // Only a mount of the request's namespace (or below) can be unlocked from it.
+    let Some(m) = ldap_mounts(ctx, &crate::namespace::of(req))?
         .into_iter()
         .find(|m| m.accessor == accessor)
-    {
-        let cfg = load_config(ctx, &m)?.unwrap_or_default();
-        let canon = self::alias(&cfg, alias);
-        if canon != alias {
-            aliases.push(canon);
-        }
+    else {
+        return Err(ApiError::bad(format!(
+            "mount_accessor {accessor:?}: no LDAP auth mount has this accessor in this namespace"
+        )));
+    };
+    // Unlock the alias as given and as the mount canonicalises it.
+    let mut aliases = vec![alias.to_string()];
+    let cfg = load_config(ctx, &m)?.unwrap_or_default();
+    let canon = self::alias(&cfg, alias);
+    if canon != alias {
+        aliases.push(canon);
     }
     for a in &aliases {
         failures.map.remove(&(accessor.to_string(), a.clone()));
@@ -296,9 +306,9 @@ pub fn handle(ctx: &mut Ctx, failures: &mut Failures, req: &Request, tail: &str)
 
 /// Locked users of every LDAP mount (or of one), grouped by mount accessor, the mounts
 /// with most locked users first; expired locks and locks of removed mounts are left out.
-fn list(ctx: &Ctx, failures: &Failures, only: Option<&str>) -> ApiResult {
+fn list(ctx: &Ctx, failures: &Failures, ns: &str, only: Option<&str>) -> ApiResult {
     let mut groups: Vec<(String, Vec<String>)> = Vec::new();
-    for m in ldap_mounts(ctx)? {
+    for m in ldap_mounts(ctx, ns)? {
         if only.is_some_and(|a| a != m.accessor) {
             continue;
         }

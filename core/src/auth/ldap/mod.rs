@@ -34,7 +34,8 @@ use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Reques
 use crate::ctx::Ctx;
 use crate::mounts::MountEntry;
 use crate::node::{NodeState, Output};
-use crate::token::{self, Caller, NewToken};
+use crate::routes::Endpoint;
+use crate::token::{self, NewToken};
 use config::LdapConfig;
 pub use login::Found;
 use login::{Job, Login};
@@ -115,15 +116,17 @@ pub fn handle(
     st: &mut NodeState,
     req: &Request,
     m: &MountEntry,
+    endpoint: Endpoint,
     rest: &str,
-    _caller: Option<&Caller>,
 ) -> ApiResult {
-    let (head, name) = rest.split_once('/').unwrap_or((rest, ""));
-    match head {
-        "config" if name.is_empty() => config_endpoint(ctx, req, m),
-        "groups" => mapping(ctx, req, m, Kind::Group, name),
-        "users" => mapping(ctx, req, m, Kind::User, name),
-        "login" => login_start(ctx, st, req, m, name),
+    // The router matched `rest` against [`crate::routes::LDAP`]: the name, where the route
+    // has one, is its single segment after the first.
+    let name = rest.split_once('/').map(|(_, n)| n).unwrap_or("");
+    match endpoint {
+        Endpoint::LdapConfig => config_endpoint(ctx, req, m),
+        Endpoint::LdapGroups => mapping(ctx, req, m, Kind::Group, name),
+        Endpoint::LdapUsers => mapping(ctx, req, m, Kind::User, name),
+        Endpoint::LdapLogin => login_start(ctx, st, req, m, name),
         _ => Err(ApiError::NotFound(String::new())),
     }
 }

@@ -1,0 +1,444 @@
+//! The route table: every path the API serves, declared once with who may call it.
+//!
+//! A [`Route`] names a path pattern, the handler that serves it, its authentication
+//! [`Class`] (no token, a login, a credential in the body, a token, a token with sudo),
+//! its namespace [`Scope`] (any namespace, or the root namespace only) and its [`Audit`]
+//! behaviour. The router ([`crate::node`]) canonicalises a path once ([`canonical`]),
+//! looks it up here ([`lookup`]) and decides everything from the entry it finds: nothing
+//! else in the code decides whether a request needs a token, sudo or the root namespace.
+//!
+//! Patterns are `/`-separated segments: a literal, `+` (exactly one segment) or a final
+//! `*` (zero or more segments). The first matching entry of a table wins. Three tables:
+//! [`SYS`] (`sys/...`), [`TOKEN`] (`auth/token/...`, relative to `auth/token/`), and the
+//! tables each auth method and secrets engine declares for paths relative to its mount
+//! ([`crate::auth::ldap::ROUTES`], [`KV`]). A path under `auth/` that is not a declared
+//! login route of the mount's method is never a login.
+
+use crate::api::{ApiError, ApiResult, Method};
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// No token and no credential: answers that reveal nothing secret (health, seal status).
+    Public,
+    /// The login route of an auth method: no token; a successful call creates one.
+    Login,
+    /// No client token; the handler checks a credential the request carries.
+    Proof(Proof),
+    /// A client token whose policies grant the capability the method needs on the path.
+    Token,
+    /// As [`Class::Token`], plus `sudo` on the path.
+    Sudo,
+    /// As [`Class::Sudo`]; on a DR secondary (which has no tokens of its own) the DR
+    /// operation token in the body takes the client token's place.
+    DrSecondary,
+}
+
+/// The credential a [`Class::Proof`] route checks itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proof {
+    /// Unseal key shares (init, unseal, generate-root, DR operation token generation).
+    KeyShares,
+    /// A response-wrapping token (unwrap, lookup of the wrapping).
+    WrappingToken,
+    /// A DR operation token (revoking it).
+    DrOperationToken,
+}
+
+/// Where a route may be called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// In any namespace, on that namespace's objects.
+    Namespace,
+    /// Only in the root namespace: operations on the whole cluster (seal, audit devices,
+    /// replication, key shares, metrics).
+    Root,
+}
+
+/// How a route's requests are recorded by audit devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audit {
+    /// Every enabled device must record it, or the request is refused (fail closed).
+    Required,
+    /// Recorded where possible; a failing device does not refuse it (the routes that
+    /// remove or repair a failing device).
+    BestEffort,
+    /// Not recorded (health and seal status, which must answer whatever the devices do).
+    Skip,
+}
+
+/// The handlers of node-level and `sys/` routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sys {
+    Init,
+    Unseal,
+    SealStatus,
+    Health,
+    Leader,
+    Seal,
+    Mounts,
+    Auth,
+    Namespaces,
+    Policies,
+    Policy,
+    Capabilities,
+    ReplicationStatus,
+    Replication,
+    DrToken,
+    GenerateRoot,
+    Audit,
+    AuditHash,
+    Metrics,
+    LockedUsers,
+    License,
+    Wrapping,
+}
+
+/// The handlers of a secrets engine or auth method mount, and `auth/token/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `auth/token/<op>`.
+    Token,
+    /// The LDAP method's `config`.
+    LdapConfig,
+    /// `groups` (list) and `groups/<name>`.
+    LdapGroups,
+    /// `users` (list) and `users/<name>`.
+    LdapUsers,
+    /// `login/<username>`.
+    LdapLogin,
+    /// Any path of a KV mount.
+    Kv,
+}
+
+/// One declared route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route<H> {
+    pub pattern: &'static str,
+    pub class: Class,
+    pub scope: Scope,
+    pub audit: Audit,
+    pub handler: H,
+    /// Writes need `create` when the target does not exist yet and `update` when it does
+    /// (the handler can tell); without it a write needs `update`.
+    pub existence: bool,
+}
+
+const fn r<H>(
+    pattern: &'static str,
+    class: Class,
+    scope: Scope,
+    audit: Audit,
+    handler: H,
+) -> Route<H> {
+    Route {
+        pattern,
+        class,
+        scope,
+        audit,
+        handler,
+        existence: false,
+    }
+}
+
+use Audit::{BestEffort, Required, Skip};
+use Class::{DrSecondary, Login, Public, Sudo, Token};
+use Scope::{Namespace as Ns, Root};
+
+/// `sys/...` and the node-level endpoints, in match order.
+pub static SYS: &[Route<Sys>] = &[
+    r(
+        "sys/init",
+        Class::Proof(Proof::KeyShares),
+        Root,
+        Skip,
+        Sys::Init,
+    ),
+    r(
+        "sys/unseal",
+        Class::Proof(Proof::KeyShares),
+        Root,
+        Skip,
+        Sys::Unseal,
+    ),
+    r("sys/seal-status", Public, Ns, Skip, Sys::SealStatus),
+    r("sys/health", Public, Ns, Skip, Sys::Health),
+    r("sys/leader", Public, Ns, Skip, Sys::Leader),
+    r("sys/seal", Sudo, Root, Required, Sys::Seal),
+    r("sys/mounts", Token, Ns, Required, Sys::Mounts),
+    r("sys/mounts/*", Token, Ns, Required, Sys::Mounts),
+    r("sys/auth", Token, Ns, Required, Sys::Auth),
+    r("sys/auth/*", Sudo, Ns, Required, Sys::Auth),
+    r("sys/namespaces", Token, Ns, Required, Sys::Namespaces),
+    r("sys/namespaces/*", Token, Ns, Required, Sys::Namespaces),
+    r("sys/policies/acl", Token, Ns, Required, Sys::Policies),
+    r("sys/policies/acl/+", Token, Ns, Required, Sys::Policies),
+    r("sys/policy", Token, Ns, Required, Sys::Policy),
+    r("sys/policy/+", Token, Ns, Required, Sys::Policy),
+    r(
+        "sys/capabilities-self",
+        Token,
+        Ns,
+        Required,
+        Sys::Capabilities,
+    ),
+    r("sys/capabilities", Token, Ns, Required, Sys::Capabilities),
+    r(
+        "sys/capabilities-accessor",
+        Token,
+        Ns,
+        Required,
+        Sys::Capabilities,
+    ),
+    r(
+        "sys/replication/status",
+        Public,
+        Ns,
+        Skip,
+        Sys::ReplicationStatus,
+    ),
+    r(
+        "sys/replication/+/status",
+        Public,
+        Ns,
+        Skip,
+        Sys::ReplicationStatus,
+    ),
+    r(
+        "sys/replication/dr/secondary/generate-operation-token/attempt",
+        Class::Proof(Proof::KeyShares),
+        Root,
+        Required,
+        Sys::DrToken,
+    ),
+    r(
+        "sys/replication/dr/secondary/generate-operation-token/update",
+        Class::Proof(Proof::KeyShares),
+        Root,
+        Required,
+        Sys::DrToken,
+    ),
+    r(
+        "sys/replication/dr/secondary/operation-token/delete",
+        Class::Proof(Proof::DrOperationToken),
+        Root,
+        Required,
+        Sys::DrToken,
+    ),
+    r(
+        "sys/replication/dr/secondary/*",
+        DrSecondary,
+        Root,
+        Required,
+        Sys::Replication,
+    ),
+    r("sys/replication/*", Sudo, Root, Required, Sys::Replication),
+    r(
+        "sys/generate-root/*",
+        Class::Proof(Proof::KeyShares),
+        Root,
+        Required,
+        Sys::GenerateRoot,
+    ),
+    r("sys/audit", Sudo, Root, BestEffort, Sys::Audit),
+    r("sys/audit/+", Sudo, Root, BestEffort, Sys::Audit),
+    r("sys/audit-hash/+", Token, Root, Required, Sys::AuditHash),
+    r("sys/metrics", Token, Root, Required, Sys::Metrics),
+    r("sys/locked-users", Token, Ns, Required, Sys::LockedUsers),
+    r(
+        "sys/locked-users/+/unlock/*",
+        Token,
+        Ns,
+        Required,
+        Sys::LockedUsers,
+    ),
+    r("sys/license/status", Token, Root, Required, Sys::License),
+    r(
+        "sys/wrapping/unwrap",
+        Class::Proof(Proof::WrappingToken),
+        Ns,
+        Required,
+        Sys::Wrapping,
+    ),
+    r(
+        "sys/wrapping/lookup",
+        Class::Proof(Proof::WrappingToken),
+        Ns,
+        Required,
+        Sys::Wrapping,
+    ),
+    r("sys/wrapping/wrap", Token, Ns, Required, Sys::Wrapping),
+];
+
+/// `auth/token/...`, relative to `auth/token/`.
+pub static TOKEN: &[Route<Endpoint>] = &[
+    r("create", Token, Ns, Required, Endpoint::Token),
+    r("create-orphan", Sudo, Ns, Required, Endpoint::Token),
+    r("lookup-self", Token, Ns, Required, Endpoint::Token),
+    r("lookup", Token, Ns, Required, Endpoint::Token),
+    r("lookup-accessor", Token, Ns, Required, Endpoint::Token),
+    r("renew-self", Token, Ns, Required, Endpoint::Token),
+    r("renew", Token, Ns, Required, Endpoint::Token),
+    r("revoke-self", Token, Ns, Required, Endpoint::Token),
+    r("revoke", Token, Ns, Required, Endpoint::Token),
+    r("revoke-orphan", Sudo, Ns, Required, Endpoint::Token),
+    r("revoke-accessor", Token, Ns, Required, Endpoint::Token),
+    r("accessors", Sudo, Ns, Required, Endpoint::Token),
+];
+
+/// A KV (version 1) mount, relative to the mount.
+pub static KV: &[Route<Endpoint>] = &[Route {
+    pattern: "*",
+    class: Token,
+    scope: Ns,
+    audit: Required,
+    handler: Endpoint::Kv,
+    existence: true,
+}];
+
+/// The LDAP auth method, relative to its mount (`auth/<mount>/`).
+pub static LDAP: &[Route<Endpoint>] = &[
+    r("config", Token, Ns, Required, Endpoint::LdapConfig),
+    r("groups", Token, Ns, Required, Endpoint::LdapGroups),
+    r("groups/+", Token, Ns, Required, Endpoint::LdapGroups),
+    r("users", Token, Ns, Required, Endpoint::LdapUsers),
+    r("users/+", Token, Ns, Required, Endpoint::LdapUsers),
+    r("login/+", Login, Ns, Required, Endpoint::LdapLogin),
+];
+
+/// The route table of a mount's type; `None` for a type this build does not serve.
+pub fn mount_table(auth: bool, kind: &str) -> Option<&'static [Route<Endpoint>]> {
+    match (auth, kind) {
+        (true, "ldap") => Some(LDAP),
+        (false, "kv") => Some(KV),
+        _ => None,
+    }
+}
+
+/// What a path that matches no declared route is treated as: a token is required (and
+/// checked against the policies) before the caller learns that nothing is there.
+pub const UNDECLARED: Class = Token;
+
+/// Whether `pattern` matches the canonical `path`.
+pub fn matches(pattern: &str, path: &str) -> bool {
+    let mut pat = pattern.split('/');
+    let mut segs = path.split('/').filter(|s| !s.is_empty());
+    loop {
+        match (pat.next(), segs.next()) {
+            (Some("*"), _) => return true,
+            (Some("+"), Some(_)) => {}
+            (Some(p), Some(s)) if p == s => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// The first route of `table` matching `path`.
+pub fn lookup<H: Copy>(table: &'static [Route<H>], path: &str) -> Option<&'static Route<H>> {
+    table.iter().find(|r| matches(r.pattern, path))
+}
+
+/// The audit behaviour of a request path before anything is resolved (sys routes are
+/// static; everything else is [`Audit::Required`]).
+pub fn audit_of(path: &str) -> Audit {
+    match canonical(path) {
+        Ok(p) => lookup(SYS, &p).map(|r| r.audit).unwrap_or(Required),
+        Err(_) => Required,
+    }
+}
+
+/// The one canonical form of a request path, decided before anything else looks at it:
+/// no leading or trailing `/`, no empty, `.` or `..` segments (refused). `sys/seal/`,
+/// `/sys/seal` and `sys/seal` are one route; a list of `secret/priv` is a list of the
+/// directory `secret/priv/`.
+pub fn canonical(path: &str) -> ApiResult<String> {
+    let t = path.trim_matches('/');
+    if t.len() > 4096 {
+        return Err(ApiError::bad("path: longer than 4096 bytes"));
+    }
+    for seg in t.split('/') {
+        match seg {
+            "" if !t.is_empty() => {
+                return Err(ApiError::bad(format!(
+                    "path {path:?}: empty path segment ('//'); remove the doubled slash"
+                )))
+            }
+            "." | ".." => {
+                return Err(ApiError::bad(format!(
+                    "path {path:?}: '.' and '..' segments are not allowed"
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(t.to_string())
+}
+
+/// The path a policy is checked against for `method` on the canonical `path`: a list
+/// is checked on the directory (`secret/priv/`), so `secret/priv/*` governs it.
+pub fn acl_path(method: Method, path: &str) -> String {
+    if method == Method::List && !path.is_empty() {
+        format!("{path}/")
+    } else {
+        path.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_match_segments() {
+        assert!(matches("sys/seal", "sys/seal"));
+        assert!(!matches("sys/seal", "sys/seal/x"));
+        assert!(!matches("sys/seal", "sys/sealx"));
+        assert!(matches("sys/audit/+", "sys/audit/file"));
+        assert!(!matches("sys/audit/+", "sys/audit"));
+        assert!(!matches("sys/audit/+", "sys/audit/a/b"));
+        assert!(matches("sys/mounts/*", "sys/mounts"));
+        assert!(matches("sys/mounts/*", "sys/mounts/a/b/tune"));
+        assert!(matches("login/+", "login/alice"));
+        assert!(!matches("login/+", "login/a/b"));
+        assert!(!matches("login/+", "login"));
+        assert!(matches("*", ""));
+    }
+
+    #[test]
+    fn canonical_forms() {
+        assert_eq!(canonical("/sys/seal/").unwrap(), "sys/seal");
+        assert_eq!(canonical("sys/seal//").unwrap(), "sys/seal");
+        assert!(canonical("sys//seal").is_err());
+        assert!(canonical("secret/../sys/seal").is_err());
+        assert!(canonical("secret/./x").is_err());
+        assert_eq!(canonical("").unwrap(), "");
+        assert_eq!(acl_path(Method::List, "secret/priv"), "secret/priv/");
+        assert_eq!(acl_path(Method::Get, "secret/priv"), "secret/priv");
+    }
+
+    #[test]
+    fn trailing_slash_is_the_same_route() {
+        let a = lookup(SYS, &canonical("sys/seal/").unwrap()).unwrap();
+        assert_eq!(a.class, Sudo);
+        assert_eq!(a.scope, Root);
+    }
+
+    #[test]
+    fn only_declared_login_routes_are_logins() {
+        for p in [
+            "users/login",
+            "groups/login",
+            "login",
+            "login/a/b",
+            "config",
+            "users/x",
+        ] {
+            let class = lookup(LDAP, p).map(|r| r.class).unwrap_or(UNDECLARED);
+            assert_ne!(class, Login, "{p}");
+        }
+        assert_eq!(lookup(LDAP, "login/alice").unwrap().class, Login);
+        assert!(SYS.iter().all(|r| r.class != Login));
+        assert!(TOKEN.iter().all(|r| r.class != Login));
+    }
+}
