@@ -8,16 +8,57 @@
 //! accessors, passwords, bindpass, key shares, wrap tokens…) is replaced by
 //! `hmac-sha256:<hex>` under the device key, as the reference does by default. The shell
 //! appends the lines before it commits the batch and fails the batch closed when it cannot.
+//!
+//! Enabling a device first asks the shell to open its file ([`Output::AuditProbe`]); the
+//! device is stored only when that works, and a file that cannot be opened is refused
+//! with 400. A device that fails later is reported by the shell
+//! ([`crate::node::Node::audit_device_failed`]) and [`DeviceHealth`] remembers it for
+//! [`RETRY_MS`]: meanwhile requests are recorded by the devices that still work, and when
+//! none does, requests are refused (500), as the reference does, except the routes the
+//! route table exempts: health and seal status are never audited, and the `sys/audit`
+//! routes that remove or repair a device are audited on a best-effort basis, so a root
+//! token can always undo a bad device.
 
-use crate::api::{self, ApiError, ApiResult, Method, Reply, Request, Response};
+use crate::api::{self, ApiError, ApiResult, Method, Reply, Request, RequestId, Response};
 use crate::ctx::Ctx;
-use crate::node::Output;
+use crate::node::{NodeState, Output};
+use crate::routes;
 use crate::{crypto, time, token};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
 
 /// Storage prefix of device configurations.
 pub const PREFIX: &str = "core/audit/";
+
+/// How long a device that failed is skipped before it is tried again.
+pub const RETRY_MS: u64 = 5_000;
+
+/// In-memory state of the devices: which failed lately, and enables waiting for their
+/// file to be opened.
+#[derive(Debug, Default)]
+pub struct DeviceHealth {
+    /// file path → (skip until, why it failed).
+    failing: BTreeMap<String, (u64, String)>,
+    /// Request id → (storage key, device) of an enable waiting for its probe.
+    probes: BTreeMap<RequestId, (String, Device)>,
+}
+
+impl DeviceHealth {
+    /// Records that writing to `file_path` failed at `now`.
+    pub fn failed(&mut self, file_path: &str, error: &str, now: u64) {
+        self.failing.insert(
+            file_path.to_string(),
+            (now.saturating_add(RETRY_MS), error.to_string()),
+        );
+    }
+    fn failing(&self, file_path: &str, now: u64) -> Option<&str> {
+        self.failing
+            .get(file_path)
+            .filter(|(until, _)| *until > now)
+            .map(|(_, e)| e.as_str())
+    }
+}
 
 /// One configured audit device.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -64,6 +105,8 @@ pub struct Sink {
 /// What the response entry repeats from the request entry.
 #[derive(Debug, Clone)]
 pub struct Started {
+    /// Whether a failure to record refuses the request (the route's audit class).
+    pub required: bool,
     pub sinks: Vec<Sink>,
     pub request: Value,
     /// `auth` of the request entry, per sink (hmacs differ per key).
@@ -143,14 +186,43 @@ pub fn devices(ctx: &Ctx) -> Vec<Device> {
         .collect()
 }
 
-/// Logs the request entry to every device; returns what the response entry needs.
-pub fn on_request(ctx: &mut Ctx, outputs: &mut Vec<Output>, req: &Request) -> Option<Started> {
-    if ctx.barrier.sealed() {
-        return None;
+/// Logs the request entry to every working device; returns what the response entry needs.
+/// Refuses the request when it must be recorded and every device is failing.
+pub fn on_request(
+    ctx: &mut Ctx,
+    health: &DeviceHealth,
+    outputs: &mut Vec<Output>,
+    req: &Request,
+    mode: routes::Audit,
+) -> ApiResult<Option<Started>> {
+    if ctx.barrier.sealed() || mode == routes::Audit::Skip {
+        return Ok(None);
     }
-    let devs = devices(ctx);
+    let all = devices(ctx);
+    if all.is_empty() {
+        return Ok(None);
+    }
+    let required = mode == routes::Audit::Required;
+    let mut why = Vec::new();
+    let devs: Vec<Device> = all
+        .into_iter()
+        .filter(|d| match health.failing(&d.file_path(), ctx.now) {
+            Some(e) => {
+                why.push(format!("{}: {e}", d.path));
+                false
+            }
+            None => true,
+        })
+        .collect();
     if devs.is_empty() {
-        return None;
+        if required {
+            return Err(ApiError::Internal(format!(
+                "no audit device can record this request, so it is refused ({}); a root \
+                 token can still disable or re-enable the device at sys/audit/<name>",
+                why.join("; ")
+            )));
+        }
+        return Ok(None);
     }
     let entry = req
         .token
@@ -172,6 +244,7 @@ pub fn on_request(ctx: &mut Ctx, outputs: &mut Vec<Output>, req: &Request) -> Op
     });
     let now = time::rfc3339(ctx.now);
     let mut st = Started {
+        required,
         sinks: Vec::new(),
         request,
         auth: Vec::new(),
@@ -210,6 +283,7 @@ pub fn on_request(ctx: &mut Ctx, outputs: &mut Vec<Output>, req: &Request) -> Op
         outputs.push(Output::Audit {
             file_path: d.file_path(),
             line: line.to_string(),
+            required,
         });
         st.sinks.push(Sink {
             file_path: d.file_path(),
@@ -218,7 +292,7 @@ pub fn on_request(ctx: &mut Ctx, outputs: &mut Vec<Output>, req: &Request) -> Op
         st.auth.push(auth);
         st.request_data.push(hdata);
     }
-    Some(st)
+    Ok(Some(st))
 }
 
 /// Logs the response entry for a request logged by [`on_request`].
@@ -273,6 +347,7 @@ pub fn on_response(st: &Started, resp: &Response, now: u64, outputs: &mut Vec<Ou
         outputs.push(Output::Audit {
             file_path: s.file_path.clone(),
             line: line.to_string(),
+            required: st.required,
         });
     }
 }
@@ -286,7 +361,7 @@ fn valid_name(name: &str) -> bool {
 }
 
 /// `sys/audit` (list) and `sys/audit/<name>` (enable, read, disable).
-pub fn handle(ctx: &mut Ctx, req: &Request, tail: &str) -> ApiResult {
+pub fn handle(ctx: &mut Ctx, st: &mut NodeState, req: &Request, tail: &str) -> ApiResult {
     let name = tail.trim_end_matches('/');
     if name.is_empty() {
         if req.method != Method::Get {
@@ -350,15 +425,49 @@ pub fn handle(ctx: &mut Ctx, req: &Request, tail: &str) -> ApiResult {
                 options,
                 hmac_key: hex::encode(crypto::random_key(ctx.rng)),
             };
-            ctx.put_json(&key, &d)?;
-            Ok(Reply::Empty)
+            // Stored once the shell has opened the file ([`on_probed`]).
+            st.outputs.push_back(Output::AuditProbe {
+                id: req.id,
+                file_path: d.file_path(),
+            });
+            st.audit.probes.insert(req.id, (key, d));
+            Ok(Reply::Pending)
         }
         Method::Delete => {
+            if let Some(d) = ctx.get_json::<Device>(&key)? {
+                st.audit.failing.remove(&d.file_path());
+            }
             ctx.delete(&key);
             Ok(Reply::Empty)
         }
         Method::List => Err(ApiError::MethodNotAllowed),
     }
+}
+
+/// The shell opened (or failed to open) the file of the device enabled by request `id`:
+/// store the device, or refuse the enable. `None` when no enable waits for `id`.
+pub fn on_probed(
+    ctx: &mut Ctx,
+    health: &mut DeviceHealth,
+    id: RequestId,
+    result: Result<(), String>,
+) -> Option<ApiResult> {
+    let (key, d) = health.probes.remove(&id)?;
+    let file_path = d.file_path();
+    Some(match result {
+        Err(e) => Err(ApiError::bad(format!(
+            "options.file_path: cannot open {file_path:?} for appending ({e}); nothing was \
+             enabled: pick a path in a directory the server can write"
+        ))),
+        Ok(()) => (|| {
+            if ctx.get(&key)?.is_some() {
+                return Err(ApiError::bad(format!("path already in use at {}/", d.path)));
+            }
+            ctx.put_json(&key, &d)?;
+            health.failing.remove(&file_path);
+            Ok(Reply::Empty)
+        })(),
+    })
 }
 
 /// `POST sys/audit-hash/<name> {input}`.
@@ -416,6 +525,20 @@ mod tests {
             .with_json(json!({"type": "file", "options": {"file_path": "/tmp/a.log"}}));
         let out = run(&mut n, enable);
         assert!(out.iter().all(|o| !matches!(o, Output::Audit { .. })));
+        assert!(out.iter().any(
+            |o| matches!(o, Output::AuditProbe { id: 1, file_path } if file_path == "/tmp/a.log")
+        ));
+        n.handle(
+            2_000,
+            Input::AuditProbed {
+                id: 1,
+                result: Ok(()),
+            },
+        );
+        let done: Vec<Output> = std::iter::from_fn(|| n.poll_output()).collect();
+        assert!(done
+            .iter()
+            .any(|o| matches!(o, Output::Response(r) if r.id == 1 && r.status == 204)));
         let write = Request::new(2, Method::Put, "secret/s")
             .with_token("root-unit")
             .with_json(json!({"password": "very-secret-value"}));
@@ -423,9 +546,11 @@ mod tests {
         let lines: Vec<Value> = out
             .iter()
             .filter_map(|o| match o {
-                Output::Audit { file_path, line } if file_path == "/tmp/a.log" => {
-                    serde_json::from_str(line).ok()
-                }
+                Output::Audit {
+                    file_path,
+                    line,
+                    required: true,
+                } if file_path == "/tmp/a.log" => serde_json::from_str(line).ok(),
                 _ => None,
             })
             .collect();
@@ -470,5 +595,174 @@ mod tests {
             .as_str()
             .unwrap_or("")
             .starts_with("hmac-sha256:"));
+    }
+
+    fn dev_node() -> crate::node::Node<crate::storage::MemStorage> {
+        use crate::node::{Admin, Input, Node, NodeConfig};
+        let mut n = Node::new(
+            crate::storage::MemStorage::new(),
+            [9; 32],
+            NodeConfig::default(),
+        );
+        n.handle(
+            1_000,
+            Input::Admin(Admin::DevSetup {
+                root_token_id: Some("root-unit".into()),
+            }),
+        );
+        while n.poll_output().is_some() {}
+        n
+    }
+
+    fn call(
+        n: &mut crate::node::Node<crate::storage::MemStorage>,
+        now: u64,
+        req: Request,
+    ) -> (Response, Vec<Output>) {
+        let id = req.id;
+        n.handle(now, crate::node::Input::Request(req));
+        let out: Vec<Output> = std::iter::from_fn(|| n.poll_output()).collect();
+        let r = out
+            .iter()
+            .find_map(|o| match o {
+                Output::Response(r) if r.id == id => Some(r.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| Response::no_content(u64::MAX));
+        (r, out)
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_opened_is_refused_and_nothing_is_stored() {
+        let mut n = dev_node();
+        let (r, out) = call(
+            &mut n,
+            2_000,
+            Request::new(1, Method::Put, "sys/audit/bad")
+                .with_token("root-unit")
+                .with_json(
+                    json!({"type": "file", "options": {"file_path": "/nonexistent/dir/a.log"}}),
+                ),
+        );
+        assert_eq!(r.id, u64::MAX, "answered before the file was tried: {r:?}");
+        assert!(out.iter().any(|o| matches!(o, Output::AuditProbe { .. })));
+        n.handle(
+            2_000,
+            crate::node::Input::AuditProbed {
+                id: 1,
+                result: Err("No such file or directory".into()),
+            },
+        );
+        let out: Vec<Output> = std::iter::from_fn(|| n.poll_output()).collect();
+        let r = out
+            .iter()
+            .find_map(|o| match o {
+                Output::Response(r) if r.id == 1 => Some(r.clone()),
+                _ => None,
+            })
+            .expect("an answer to the enable");
+        assert_eq!(r.status, 400, "{r:?}");
+        assert!(r
+            .body
+            .unwrap()
+            .to_string()
+            .contains("/nonexistent/dir/a.log"));
+        let (list, _) = call(
+            &mut n,
+            2_000,
+            Request::new(2, Method::Get, "sys/audit").with_token("root-unit"),
+        );
+        assert_eq!(list.body.unwrap()["data"], json!({}));
+        // Every later request runs unaudited, as before the attempt.
+        let (w, out) = call(
+            &mut n,
+            2_000,
+            Request::new(3, Method::Put, "secret/x")
+                .with_token("root-unit")
+                .with_json(json!({"v": 1})),
+        );
+        assert_eq!(w.status, 204);
+        assert!(out.iter().all(|o| !matches!(o, Output::Audit { .. })));
+    }
+
+    #[test]
+    fn a_failing_device_refuses_audited_requests_but_not_health_or_its_removal() {
+        let mut n = dev_node();
+        call(
+            &mut n,
+            2_000,
+            Request::new(1, Method::Put, "sys/audit/f")
+                .with_token("root-unit")
+                .with_json(json!({"type": "file", "options": {"file_path": "/tmp/f.log"}})),
+        );
+        n.handle(
+            2_000,
+            crate::node::Input::AuditProbed {
+                id: 1,
+                result: Ok(()),
+            },
+        );
+        while n.poll_output().is_some() {}
+        n.audit_device_failed(3_000, "/tmp/f.log", "disk full");
+        let write = |id| {
+            Request::new(id, Method::Put, "secret/y")
+                .with_token("root-unit")
+                .with_json(json!({"v": 1}))
+        };
+        let (w, out) = call(&mut n, 3_000, write(2));
+        assert_eq!(w.status, 500, "{w:?}");
+        assert!(w.body.unwrap().to_string().contains("disk full"));
+        assert!(out.iter().all(|o| !matches!(o, Output::Audit { .. })));
+        let (g, _) = call(
+            &mut n,
+            3_000,
+            Request::new(3, Method::Get, "secret/y").with_token("root-unit"),
+        );
+        assert_eq!(
+            g.status, 500,
+            "nothing was written and reads are refused too"
+        );
+        for (id, p) in [(4, "sys/health"), (5, "sys/seal-status")] {
+            let (r, out) = call(&mut n, 3_000, Request::new(id, Method::Get, p));
+            assert_eq!(r.status, 200, "{p}: {r:?}");
+            assert!(out.iter().all(|o| !matches!(o, Output::Audit { .. })));
+        }
+        // The device removed by a root token: requests run again.
+        let (d, _) = call(
+            &mut n,
+            3_000,
+            Request::new(6, Method::Delete, "sys/audit/f").with_token("root-unit"),
+        );
+        assert_eq!(d.status, 204, "{d:?}");
+        let (w, _) = call(&mut n, 3_000, write(7));
+        assert_eq!(w.status, 204);
+    }
+
+    #[test]
+    fn a_failed_device_is_tried_again_after_the_retry_interval() {
+        let mut n = dev_node();
+        call(
+            &mut n,
+            2_000,
+            Request::new(1, Method::Put, "sys/audit/f")
+                .with_token("root-unit")
+                .with_json(json!({"type": "file", "options": {"file_path": "/tmp/f.log"}})),
+        );
+        n.handle(
+            2_000,
+            crate::node::Input::AuditProbed {
+                id: 1,
+                result: Ok(()),
+            },
+        );
+        while n.poll_output().is_some() {}
+        n.audit_device_failed(3_000, "/tmp/f.log", "disk full");
+        let r = |id| Request::new(id, Method::Get, "sys/mounts").with_token("root-unit");
+        assert_eq!(call(&mut n, 3_000 + RETRY_MS - 1, r(2)).0.status, 500);
+        let (ok, out) = call(&mut n, 3_000 + RETRY_MS, r(3));
+        assert_eq!(ok.status, 200);
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Output::Audit { required: true, .. })));
     }
 }

@@ -101,9 +101,22 @@ fn failure_reason(status: u16, error: &str) -> &'static str {
 }
 
 /// Records a request as it arrives and logs its audit request entry.
-pub fn before_request(ctx: &mut Ctx, st: &mut NodeState, req: &Request) {
+///
+/// Refuses the request (before it runs) when it must be audited and no device can record it.
+pub fn before_request(
+    ctx: &mut Ctx,
+    st: &mut NodeState,
+    req: &Request,
+    mode: crate::routes::Audit,
+) -> crate::api::ApiResult<()> {
     let mut lines = Vec::new();
-    let audit = audit::on_request(ctx, &mut lines, req);
+    let audit = match audit::on_request(ctx, &st.audit, &mut lines, req, mode) {
+        Ok(a) => a,
+        Err(e) => {
+            count_refused(st, req);
+            return Err(e);
+        }
+    };
     st.outputs.extend(lines);
     let obs = &mut st.obs;
     if obs.inflight.len() >= MAX_INFLIGHT {
@@ -122,6 +135,21 @@ pub fn before_request(ctx: &mut Ctx, st: &mut NodeState, req: &Request) {
             class: path_class(&req.path),
             login_mount: None,
             audit,
+        },
+    );
+    Ok(())
+}
+
+/// Makes a request refused before it ran count like any other (its answer is counted when
+/// it is produced).
+fn count_refused(st: &mut NodeState, req: &Request) {
+    st.obs.inflight.insert(
+        req.id,
+        Inflight {
+            method: method_name(req.method),
+            class: path_class(&req.path),
+            login_mount: None,
+            audit: None,
         },
     );
 }

@@ -41,6 +41,11 @@ pub enum Input {
     PeerReply(PeerReply),
     /// The result of an [`Output::HttpCall`].
     HttpReply(HttpReply),
+    /// The result of an [`Output::AuditProbe`]: the file opened for appending, or why not.
+    AuditProbed {
+        id: RequestId,
+        result: Result<(), String>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -67,10 +72,19 @@ pub enum Output {
     HttpCall(HttpCall),
     /// Serve the cluster listener with this certificate (the node became a primary).
     ClusterTls(replication::tls::ClusterTls),
-    /// Append one line to an audit device's file before the batch commits (fail closed).
+    /// Append one line to an audit device's file before the batch commits. When
+    /// `required`, a failure fails the batch closed (and is reported with
+    /// [`Node::audit_device_failed`]); otherwise it is only logged.
     Audit {
         file_path: String,
         line: String,
+        required: bool,
+    },
+    /// Open `file_path` for appending (creating it) and answer with
+    /// [`Input::AuditProbed`]: an audit device being enabled by request `id`.
+    AuditProbe {
+        id: RequestId,
+        file_path: String,
     },
 }
 
@@ -122,6 +136,8 @@ pub struct NodeState {
     pub repl: replication::Replication,
     /// Request counters and audit entries waiting for their response.
     pub obs: crate::metrics::Observability,
+    /// Audit devices that failed lately and enables waiting for their file.
+    pub audit: crate::audit::DeviceHealth,
     /// `secondary/enable` / `update-primary` requests whose encrypted activation token was
     /// decrypted locally; finished with the replication environment after the request.
     pub(crate) local_activations: Vec<(
@@ -157,6 +173,7 @@ impl<S: Storage> Node<S> {
                 unseal_progress: Vec::new(),
                 repl: Default::default(),
                 obs: Default::default(),
+                audit: Default::default(),
                 local_activations: Vec::new(),
             },
             now: 0,
@@ -249,12 +266,14 @@ impl<S: Storage> Node<S> {
         }
         match input {
             Input::Request(req) => {
-                self.observe(&req);
                 let id = req.id;
                 let wrap = req.wrap_ttl.clone();
                 let path = req.path.clone();
                 let wal_before = self.st.repl.wal.last;
-                let result = self.request(req);
+                let result = match self.observe(&req) {
+                    Ok(()) => self.request(req),
+                    Err(e) => Err(e),
+                };
                 self.finish(id, &path, wrap.as_deref(), result);
                 self.stamp_index(id, wal_before);
                 if !self.st.local_activations.is_empty() {
@@ -279,6 +298,26 @@ impl<S: Storage> Node<S> {
                         Ok(r) => self.commit(writes).map(|_| r),
                         Err(e) => Err(e),
                     };
+                    if let Some(p) = self.st.pending.remove(&id) {
+                        let wrap = p.wrap_ttl.map(|t| t.to_string());
+                        self.finish(id, &p.path, wrap.as_deref(), result);
+                        self.stamp_index(id, wal_before);
+                    }
+                }
+            }
+            Input::AuditProbed { id, result } => {
+                let now = self.now;
+                let mut ctx = Ctx {
+                    txn: Txn::new(&self.storage),
+                    barrier: &self.barrier,
+                    rng: &mut self.rng,
+                    now,
+                };
+                let done = crate::audit::on_probed(&mut ctx, &mut self.st.audit, id, result);
+                let writes = ctx.txn.into_write_set();
+                if let Some(result) = done {
+                    let wal_before = self.st.repl.wal.last;
+                    let result = result.and_then(|r| self.commit(writes).map(|_| r));
                     if let Some(p) = self.st.pending.remove(&id) {
                         let wrap = p.wrap_ttl.map(|t| t.to_string());
                         self.finish(id, &p.path, wrap.as_deref(), result);
@@ -331,8 +370,9 @@ impl<S: Storage> Node<S> {
         crate::metrics::after_input(&mut self.st, obs_from, self.now);
     }
 
-    /// Counts a request and logs its audit request entry.
-    fn observe(&mut self, req: &Request) {
+    /// Counts a request and logs its audit request entry (as its route declares); refuses
+    /// it when it must be audited and no device can record it.
+    fn observe(&mut self, req: &Request) -> ApiResult<()> {
         let now = self.now;
         let mut ctx = Ctx {
             txn: Txn::new(&self.storage),
@@ -340,7 +380,17 @@ impl<S: Storage> Node<S> {
             rng: &mut self.rng,
             now,
         };
-        crate::metrics::before_request(&mut ctx, &mut self.st, req);
+        let mode = routes::audit_of(&req.path);
+        crate::metrics::before_request(&mut ctx, &mut self.st, req, mode)
+    }
+
+    /// The shell could not write a required audit line to `file_path` (it rolled the
+    /// batch back): skip that device for [`crate::audit::RETRY_MS`]; while no device
+    /// works, requests that must be audited are refused before they run.
+    pub fn audit_device_failed(&mut self, now: Millis, file_path: &str, error: &str) {
+        self.now = self.now.max(now);
+        log::error!("audit device writing to {file_path} failed: {error}");
+        self.st.audit.failed(file_path, error, self.now);
     }
 
     /// Answers a request that waited for outside work.

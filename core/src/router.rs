@@ -286,7 +286,7 @@ fn route_sys(
             replication::handle(ctx, st, req, tail, caller)
         }
         Sys::GenerateRoot => replication::generate_root::handle(ctx, st, req, tail),
-        Sys::Audit => crate::audit::handle(ctx, req, tail),
+        Sys::Audit => crate::audit::handle(ctx, st, req, tail),
         Sys::AuditHash => crate::audit::hash_handler(ctx, req, tail),
         Sys::Metrics => crate::metrics::handle(ctx, st, req, tail),
         Sys::LockedUsers => ldap::lockout::handle(ctx, &mut st.logins.failures, req, tail),

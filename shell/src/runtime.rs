@@ -147,6 +147,7 @@ fn run(
         let mut ids_in_batch = Vec::new();
         let mut held: Vec<Output> = Vec::new();
         let mut audit_lines: Vec<(String, String)> = Vec::new();
+        let mut best_effort: Vec<(String, String)> = Vec::new();
         let now = now_ms();
         if node.poll_timeout() <= now {
             node.handle(now, Input::Tick);
@@ -181,7 +182,16 @@ fn run(
             while let Some(out) = node.poll_output() {
                 match out {
                     Output::Ldap(call) => pool.submit(call),
-                    Output::Audit { file_path, line } => audit_lines.push((file_path, line)),
+                    Output::Audit {
+                        file_path,
+                        line,
+                        required: true,
+                    } => audit_lines.push((file_path, line)),
+                    Output::Audit {
+                        file_path,
+                        line,
+                        required: false,
+                    } => best_effort.push((file_path, line)),
                     other => held.push(other),
                 }
             }
@@ -191,10 +201,15 @@ fn run(
         // Audit lines reach their files before the commit; if they cannot, nothing of the
         // batch is committed (fail closed), and the node reloads what it derived from the
         // batch's writes (Merkle trees, WAL position) from storage.
+        // Lines of the routes that remove or repair a device are written where they can be.
+        if let Err(e) = crate::audit_file::append(&best_effort) {
+            log::warn!("best-effort audit line not written: {e}");
+        }
         let committed: Result<bool, String> = match crate::audit_file::append(&audit_lines) {
             Err(e) => {
                 node.storage_mut().rollback();
                 node.storage_rolled_back();
+                node.audit_device_failed(now, &e.file_path, &e.error);
                 Err(format!("audit device failed: {e}"))
             }
             Ok(()) => node
@@ -308,10 +323,16 @@ impl Delivery {
                 Output::PeerSend(s) => crate::cluster::send_peer(s, tx.clone()),
                 Output::HttpCall(c) => crate::cluster::http_call(c, tx.clone()),
                 Output::ClusterTls(t) => crate::cluster::use_tls(t),
-                Output::Audit { file_path, line } => {
+                Output::Audit {
+                    file_path, line, ..
+                } => {
                     if let Err(e) = crate::audit_file::append(&[(file_path, line)]) {
                         log::error!("{e}");
                     }
+                }
+                Output::AuditProbe { id, file_path } => {
+                    let result = crate::audit_file::probe(&file_path);
+                    let _ = tx.send(Msg::Input(Input::AuditProbed { id, result }));
                 }
                 // Answers and LDAP calls are not effects (see `run`).
                 Output::Response(_)
