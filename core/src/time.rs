@@ -1,8 +1,15 @@
 //! Time as the core sees it: milliseconds since the Unix epoch, given with every input.
 //! Formatting to RFC 3339 and parsing of duration strings (`30m`, `1h`, `90s`, `3600`).
+//!
+//! Durations from requests are bounded by [`MAX_DURATION_SECS`] (100 years): anything a
+//! client sends is refused above it, so every later `secs * 1000` and `now + ms` on a
+//! parsed duration stays far from `u64::MAX`.
 
 /// Milliseconds since the Unix epoch.
 pub type Millis = u64;
+
+/// Longest duration a request may give, in seconds: 100 years of 365 days.
+pub const MAX_DURATION_SECS: u64 = 100 * 365 * 86_400;
 
 /// Formats `ms` as an RFC 3339 UTC timestamp, e.g. `2026-11-23T10:00:00.123Z`.
 pub fn rfc3339(ms: Millis) -> String {
@@ -33,15 +40,30 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// Refuses a duration of more than [`MAX_DURATION_SECS`]; `shown` is how the client wrote it.
+fn bounded(secs: u64, shown: &str) -> Result<u64, String> {
+    if secs > MAX_DURATION_SECS {
+        return Err(format!(
+            "invalid duration {shown}: longer than 100 years ({MAX_DURATION_SECS} seconds)"
+        ));
+    }
+    Ok(secs)
+}
+
 /// Parses a duration: a bare number of seconds or a sequence like `1h30m`, `90s`, `500ms`,
-/// `7d`. Returns seconds (milliseconds are rounded down).
+/// `7d`. Returns seconds (milliseconds are rounded down); more than
+/// [`MAX_DURATION_SECS`] is refused.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
     let s = s.trim();
     if s.is_empty() {
         return Err("empty duration".into());
     }
     if let Ok(n) = s.parse::<u64>() {
-        return Ok(n);
+        return bounded(n, &format!("{s:?}"));
+    }
+    if s.bytes().all(|b| b.is_ascii_digit()) {
+        // Too many digits for a u64 is too long as well.
+        return bounded(u64::MAX, &format!("{s:?}"));
     }
     let mut total_ms: u128 = 0;
     let mut num = String::new();
@@ -73,15 +95,22 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
     if !num.is_empty() || !saw_unit {
         return Err(format!("invalid duration {s:?}: missing unit"));
     }
-    Ok(u64::try_from(total_ms / 1000).unwrap_or(u64::MAX))
+    bounded(
+        u64::try_from(total_ms / 1000).unwrap_or(u64::MAX),
+        &format!("{s:?}"),
+    )
 }
 
-/// Reads a duration from a JSON value: a number of seconds or a duration string.
+/// Reads a duration from a JSON value: a number of seconds or a duration string; more than
+/// [`MAX_DURATION_SECS`] is refused.
 pub fn duration_value(v: &serde_json::Value) -> Result<u64, String> {
     match v {
-        serde_json::Value::Number(n) => n
-            .as_u64()
-            .ok_or_else(|| format!("invalid duration {n}: must be a non-negative integer")),
+        serde_json::Value::Number(n) => match n.as_u64() {
+            Some(secs) => bounded(secs, &n.to_string()),
+            None => Err(format!(
+                "invalid duration {n}: must be a non-negative integer"
+            )),
+        },
         serde_json::Value::String(s) => parse_duration(s),
         other => Err(format!("invalid duration {other}")),
     }
@@ -107,5 +136,29 @@ mod tests {
         assert!(parse_duration("10x").is_err());
         assert!(parse_duration("").is_err());
         assert!(parse_duration("5m3").is_err());
+    }
+
+    #[test]
+    fn durations_over_a_hundred_years_are_refused() {
+        assert_eq!(parse_duration("876000h"), Ok(MAX_DURATION_SECS));
+        assert_eq!(parse_duration("3153600000"), Ok(MAX_DURATION_SECS));
+        for s in [
+            "9999999999999999s",
+            "3153600001",
+            "876001h",
+            "18446744073709551615",
+            "99999999999999999999999999",
+            "99999999999999999999999999h",
+        ] {
+            let e = parse_duration(s).unwrap_err();
+            assert!(e.contains("100 years") || e.contains("invalid"), "{s}: {e}");
+        }
+        assert!(parse_duration("9999999999999999s")
+            .unwrap_err()
+            .contains("longer than 100 years"));
+        let e = duration_value(&serde_json::json!(u64::MAX)).unwrap_err();
+        assert!(e.contains("longer than 100 years"), "{e}");
+        assert_eq!(duration_value(&serde_json::json!(60)), Ok(60));
+        assert!(duration_value(&serde_json::json!(-1)).is_err());
     }
 }

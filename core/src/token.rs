@@ -5,6 +5,15 @@
 //! Storage (cluster-local class): `sys/token/salt`, `sys/token/id/<hash>` (entry),
 //! `sys/token/accessor/<accessor>` (hash), `sys/token/parent/<parent>/<child>`,
 //! `sys/token/expiry/<ms, 20 digits>/<hash>`.
+//!
+//! Lifetimes follow the reference: a token's TTL is at most [`MAX_TTL`] (a periodic
+//! token's is its period); `explicit_max_ttl` is a hard limit on the expiry, on creation and
+//! on every renewal, periodic or not. Through `auth/token/create`, `no_parent` and `period`
+//! need root or `sudo` on the path (400 otherwise, as in the reference); `ttl` is capped at
+//! [`MAX_TTL`] for every caller and `explicit_max_ttl` for a caller without root or sudo,
+//! each cap with a warning. Expiry arithmetic is checked: a duration that does not fit is a
+//! 400 naming the field (and request durations are bounded by
+//! [`crate::time::MAX_DURATION_SECS`] when parsed).
 
 use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request};
 use crate::crypto;
@@ -121,7 +130,25 @@ pub fn normalize_policies(mut p: Vec<String>, add_default: bool) -> Vec<String> 
     p
 }
 
+/// Milliseconds in `secs` seconds after `at`; a 400 naming `field` when it does not fit.
+fn after(at: Millis, secs: u64, field: &str) -> ApiResult<Millis> {
+    secs.checked_mul(1000)
+        .and_then(|ms| at.checked_add(ms))
+        .ok_or_else(|| ApiError::bad(format!("{field}: duration too long")))
+}
+
+/// The instant `secs` seconds after `at` as a ceiling: a sum past `u64::MAX` is no ceiling
+/// at all, so it saturates (never wraps).
+fn ceiling(at: Millis, secs: u64) -> Millis {
+    at.saturating_add(secs.saturating_mul(1000))
+}
+
 /// Creates and stores a token; returns the secret id and the entry.
+///
+/// The TTL is the period for a periodic token, else `ttl` (default [`DEFAULT_TTL`]) capped
+/// at [`MAX_TTL`]; either is capped by `explicit_max_ttl`. A root token asked for no TTL,
+/// period or explicit max never expires. Whether the caller may ask for these is the
+/// endpoint's business ([`handle`]).
 pub fn create(ctx: &mut Ctx, req: NewToken) -> ApiResult<(String, TokenEntry)> {
     if req.policies.len() > MAX_POLICIES {
         return Err(ApiError::bad(format!(
@@ -141,20 +168,31 @@ pub fn create(ctx: &mut Ctx, req: NewToken) -> ApiResult<(String, TokenEntry)> {
     }
     let accessor = crypto::base62(ctx.rng(), 24);
     let root = req.policies.iter().any(|p| p == "root");
-    let ttl = if root && req.ttl.is_none() {
+    let ttl = if root && req.ttl.is_none() && req.period == 0 && req.explicit_max_ttl == 0 {
         0
     } else if req.period > 0 {
         req.period
     } else {
-        let t = req.ttl.unwrap_or(DEFAULT_TTL);
-        let t = if t == 0 { DEFAULT_TTL } else { t };
-        let t = t.min(MAX_TTL);
-        if req.explicit_max_ttl > 0 {
-            t.min(req.explicit_max_ttl)
-        } else {
-            t
-        }
+        req.ttl
+            .filter(|t| *t > 0)
+            .unwrap_or(DEFAULT_TTL)
+            .min(MAX_TTL)
     };
+    let ttl = if req.explicit_max_ttl > 0 {
+        ttl.min(req.explicit_max_ttl)
+    } else {
+        ttl
+    };
+    let expire_time = if ttl > 0 {
+        let field = if req.period > 0 { "period" } else { "ttl" };
+        Some(after(ctx.now, ttl, field)?)
+    } else {
+        None
+    };
+    // The ceiling itself must be representable too.
+    if req.explicit_max_ttl > 0 {
+        after(ctx.now, req.explicit_max_ttl, "explicit_max_ttl")?;
+    }
     // A login on an auth mount of a namespace issues a token of that namespace.
     let mut namespace = req.namespace;
     if namespace.is_empty() {
@@ -187,7 +225,7 @@ pub fn create(ctx: &mut Ctx, req: NewToken) -> ApiResult<(String, TokenEntry)> {
         ttl,
         explicit_max_ttl: req.explicit_max_ttl,
         period: req.period,
-        expire_time: (ttl > 0).then(|| ctx.now + ttl * 1000),
+        expire_time,
         orphan: req.no_parent || req.parent.is_none(),
         parent: if req.no_parent { None } else { req.parent },
         renewable: req.renewable && ttl > 0,
@@ -348,23 +386,27 @@ pub fn expire(ctx: &mut Ctx, limit: usize) -> ApiResult<usize> {
     Ok(n)
 }
 
-/// Renews a token by `increment` seconds (or its TTL), bounded by explicit max and system max.
+/// Renews a token by `increment` seconds (or its TTL; a periodic token by its period),
+/// never past `creation_time + explicit_max_ttl`, nor past `creation_time + MAX_TTL` unless
+/// periodic.
 pub fn renew(ctx: &mut Ctx, h: &str, e: &mut TokenEntry, increment: Option<u64>) -> ApiResult<()> {
     if !e.renewable || e.expire_time.is_none() {
         return Err(ApiError::bad("lease is not renewable"));
     }
-    let inc = if e.period > 0 {
-        e.period
+    let (inc, field) = if e.period > 0 {
+        (e.period, "period")
     } else {
-        increment.filter(|i| *i > 0).unwrap_or(e.ttl).min(MAX_TTL)
+        (
+            increment.filter(|i| *i > 0).unwrap_or(e.ttl).min(MAX_TTL),
+            "increment",
+        )
     };
-    let mut new_exp = ctx.now + inc * 1000;
-    let cap_from = |ttl: u64| e.creation_time + ttl * 1000;
+    let mut new_exp = after(ctx.now, inc, field)?;
     if e.explicit_max_ttl > 0 {
-        new_exp = new_exp.min(cap_from(e.explicit_max_ttl));
+        new_exp = new_exp.min(ceiling(e.creation_time, e.explicit_max_ttl));
     }
     if e.period == 0 {
-        new_exp = new_exp.min(cap_from(MAX_TTL));
+        new_exp = new_exp.min(ceiling(e.creation_time, MAX_TTL));
     }
     let old = e.expire_time;
     e.expire_time = Some(new_exp);
@@ -437,6 +479,57 @@ pub fn hash_by_accessor_in(ctx: &Ctx, accessor: &str, ns: &str) -> ApiResult<Opt
     })
 }
 
+/// The lifetimes a `create` request asks for, as the caller may have them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Lifetimes {
+    ttl: Option<u64>,
+    explicit_max_ttl: u64,
+    period: u64,
+}
+
+impl Lifetimes {
+    /// Reads `ttl`, `explicit_max_ttl` and `period`. Without root or sudo (`privileged`) a
+    /// periodic token is refused (400, as the reference does) and `explicit_max_ttl` over
+    /// [`MAX_TTL`] is capped there; `ttl` is capped there for every caller. Each cap adds a
+    /// warning. Root and sudo callers may ask for a period or explicit max up to
+    /// [`crate::time::MAX_DURATION_SECS`].
+    fn read(f: &Fields, privileged: bool) -> ApiResult<(Lifetimes, Vec<String>)> {
+        let period = f.duration("period")?.unwrap_or(0);
+        if period > 0 && !privileged {
+            return Err(ApiError::bad(
+                "period: root or sudo privileges required to create periodic token",
+            ));
+        }
+        let mut warnings = Vec::new();
+        let mut capped = |name: &str, v: u64, cap: bool| {
+            if v > MAX_TTL && cap {
+                warnings.push(format!(
+                    "{name} of {v}s exceeded the effective max_ttl of {MAX_TTL}s; {name} value is capped accordingly"
+                ));
+                MAX_TTL
+            } else {
+                v
+            }
+        };
+        // A TTL is capped for everyone ([`create`] would cap it anyway); an explicit max
+        // only for callers without root or sudo.
+        let ttl = f.duration("ttl")?.map(|t| capped("ttl", t, true));
+        let explicit_max_ttl = capped(
+            "explicit_max_ttl",
+            f.duration("explicit_max_ttl")?.unwrap_or(0),
+            !privileged,
+        );
+        Ok((
+            Lifetimes {
+                ttl,
+                explicit_max_ttl,
+                period,
+            },
+            warnings,
+        ))
+    }
+}
+
 /// The caller as the router resolved it.
 pub struct Caller {
     pub hash: String,
@@ -456,6 +549,8 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
     match (req.method, rest) {
         (Method::Post | Method::Put, "create" | "create-orphan") => {
             let root = caller.entry.is_root();
+            // Root, or `sudo` on this path (the router sets it; root always has it).
+            let privileged = root || caller.sudo;
             let policies = f.list("policies")?;
             let no_default = f.bool("no_default_policy")?.unwrap_or(false);
             let policies = match policies {
@@ -486,11 +581,14 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                 ));
             }
             let no_parent = rest == "create-orphan" || f.bool("no_parent")?.unwrap_or(false);
-            if no_parent && !root && rest != "create-orphan" {
-                return Err(ApiError::Forbidden(
-                    "no_parent: root or sudo required to create an orphan token".into(),
+            // `create-orphan` is sudo-only by its route; `no_parent` on `create` needs the
+            // same privilege (the reference's answer is a 400).
+            if no_parent && !privileged && rest != "create-orphan" {
+                return Err(ApiError::bad(
+                    "no_parent: root or sudo privileges required to create orphan token",
                 ));
             }
+            let (lifetimes, warnings) = Lifetimes::read(&f, privileged)?;
             let meta: BTreeMap<String, String> = match body.get("meta") {
                 None | Some(Value::Null) => BTreeMap::new(),
                 Some(v) => serde_json::from_value(v.clone())
@@ -511,9 +609,9 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                     format!("token-{display}")
                 },
                 num_uses,
-                ttl: f.duration("ttl")?,
-                explicit_max_ttl: f.duration("explicit_max_ttl")?.unwrap_or(0),
-                period: f.duration("period")?.unwrap_or(0),
+                ttl: lifetimes.ttl,
+                explicit_max_ttl: lifetimes.explicit_max_ttl,
+                period: lifetimes.period,
                 no_parent,
                 parent: Some(caller.hash.clone()),
                 renewable: f.bool("renewable")?.unwrap_or(true),
@@ -522,9 +620,11 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                 ..Default::default()
             };
             let (id, e) = create(ctx, nt)?;
-            Ok(Reply::Envelope(
-                json!({ "auth": auth_block(&id, &e, &policies) }),
-            ))
+            let mut env = json!({ "auth": auth_block(&id, &e, &policies) });
+            if !warnings.is_empty() {
+                env["warnings"] = json!(warnings);
+            }
+            Ok(Reply::Envelope(env))
         }
         (Method::Get, "lookup-self") | (Method::Post | Method::Put, "lookup-self") => Ok(
             Reply::Data(lookup_data(&caller.entry, Some(&caller.id), ctx.now)),
@@ -603,5 +703,297 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
             | "revoke-accessor" | "accessors",
         ) => Err(ApiError::MethodNotAllowed),
         _ => Err(ApiError::NotFound(String::new())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! `auth/token/*` rules driven through a whole node (no I/O).
+
+    use super::*;
+    use crate::node::{Admin, Input, Node, NodeConfig, Output};
+    use crate::storage::MemStorage;
+    use crate::Response;
+
+    struct T {
+        node: Node<MemStorage>,
+        root: String,
+        next_id: u64,
+        now: Millis,
+    }
+
+    const HOUR: Millis = 3_600_000;
+
+    impl T {
+        fn new() -> T {
+            let mut node = Node::new(MemStorage::new(), [9; 32], NodeConfig::default());
+            node.handle(
+                1_000,
+                Input::Admin(Admin::DevSetup {
+                    root_token_id: None,
+                }),
+            );
+            let mut root = String::new();
+            while let Some(o) = node.poll_output() {
+                if let Output::AdminDone(v) = o {
+                    root = v["root_token"].as_str().unwrap().to_string();
+                }
+            }
+            T {
+                node,
+                root,
+                next_id: 0,
+                now: 2_000,
+            }
+        }
+
+        fn call(&mut self, token: &str, method: Method, path: &str, body: Value) -> Response {
+            self.next_id += 1;
+            let id = self.next_id;
+            let req = Request::new(id, method, path)
+                .with_token(token)
+                .with_json(body);
+            self.node.handle(self.now, Input::Request(req));
+            while let Some(o) = self.node.poll_output() {
+                if let Output::Response(r) = o {
+                    if r.id == id {
+                        return r;
+                    }
+                }
+            }
+            panic!("no response for {path}");
+        }
+
+        fn create(&mut self, token: &str, body: Value) -> Response {
+            self.call(token, Method::Post, "auth/token/create", body)
+        }
+
+        /// A token whose only policy grants `caps` on `auth/token/*`.
+        fn token_with(&mut self, name: &str, caps: &str) -> String {
+            let root = self.root.clone();
+            let pol = format!(r#"path "auth/token/*" {{ capabilities = [{caps}] }}"#);
+            let r = self.call(
+                &root,
+                Method::Put,
+                &format!("sys/policies/acl/{name}"),
+                json!({ "policy": pol }),
+            );
+            assert_eq!(r.status, 204, "{:?}", r.body);
+            let r = self.create(&root, json!({ "policies": [name], "ttl": "2h" }));
+            assert_eq!(r.status, 200, "{:?}", r.body);
+            client_token(&r)
+        }
+
+        fn plain(&mut self) -> String {
+            self.token_with("plain", r#""create", "update", "read""#)
+        }
+
+        fn sudo(&mut self) -> String {
+            self.token_with("sudoer", r#""create", "update", "read", "sudo""#)
+        }
+
+        fn lookup_self(&mut self, token: &str) -> Value {
+            let r = self.call(token, Method::Get, "auth/token/lookup-self", json!({}));
+            assert_eq!(r.status, 200, "{:?}", r.body);
+            r.body.unwrap()["data"].clone()
+        }
+    }
+
+    fn client_token(r: &Response) -> String {
+        r.body.as_ref().unwrap()["auth"]["client_token"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    fn auth(r: &Response) -> Value {
+        r.body.as_ref().unwrap()["auth"].clone()
+    }
+
+    fn error(r: &Response) -> String {
+        r.body.as_ref().unwrap()["errors"][0]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    #[test]
+    fn no_parent_needs_root_or_sudo() {
+        let mut t = T::new();
+        let plain = t.plain();
+        let r = t.create(&plain, json!({ "no_parent": true }));
+        assert_eq!(r.status, 400, "{:?}", r.body);
+        assert_eq!(
+            error(&r),
+            "no_parent: root or sudo privileges required to create orphan token"
+        );
+        // A plain child is fine.
+        let r = t.create(&plain, json!({}));
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(auth(&r)["orphan"], false);
+        // Sudo on the path is enough.
+        let sudo = t.sudo();
+        let r = t.create(&sudo, json!({ "no_parent": true }));
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(auth(&r)["orphan"], true);
+        // Root, on both endpoints.
+        let root = t.root.clone();
+        let r = t.create(&root, json!({ "no_parent": true }));
+        assert_eq!(auth(&r)["orphan"], true);
+        let r = t.call(&root, Method::Post, "auth/token/create-orphan", json!({}));
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(auth(&r)["orphan"], true);
+    }
+
+    #[test]
+    fn periodic_tokens_need_root_or_sudo() {
+        let mut t = T::new();
+        let plain = t.plain();
+        for period in [json!("87600h"), json!("1h"), json!(60)] {
+            let r = t.create(&plain, json!({ "period": period }));
+            assert_eq!(r.status, 400, "{period}: {:?}", r.body);
+            assert_eq!(
+                error(&r),
+                "period: root or sudo privileges required to create periodic token"
+            );
+        }
+        // Nothing was stored for the refused requests: the plain token has no children.
+        let sudo = t.sudo();
+        let r = t.create(&sudo, json!({ "period": "2h" }));
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(auth(&r)["lease_duration"], 7200);
+        let root = t.root.clone();
+        let r = t.create(&root, json!({ "period": "30m" }));
+        assert_eq!(auth(&r)["lease_duration"], 1800);
+        // A periodic root token expires with its period (it is not forever).
+        let id = client_token(&r);
+        assert_eq!(t.lookup_self(&id)["period"], 1800);
+        t.now += HOUR;
+        t.node.handle(t.now, Input::Tick);
+        let r = t.call(&id, Method::Get, "auth/token/lookup-self", json!({}));
+        assert_eq!(r.status, 403);
+    }
+
+    #[test]
+    fn ttl_and_explicit_max_ttl_are_capped_without_sudo() {
+        let mut t = T::new();
+        let plain = t.plain();
+        let r = t.create(
+            &plain,
+            json!({ "ttl": "87600h", "explicit_max_ttl": "87600h" }),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(auth(&r)["lease_duration"], MAX_TTL);
+        let warnings = r.body.as_ref().unwrap()["warnings"].clone();
+        assert_eq!(
+            warnings,
+            json!([
+                "ttl of 315360000s exceeded the effective max_ttl of 2764800s; ttl value is capped accordingly",
+                "explicit_max_ttl of 315360000s exceeded the effective max_ttl of 2764800s; explicit_max_ttl value is capped accordingly",
+            ])
+        );
+        let id = client_token(&r);
+        assert_eq!(t.lookup_self(&id)["explicit_max_ttl"], MAX_TTL);
+        // Sudo keeps the explicit max it asked for; the TTL is capped for everyone.
+        let sudo = t.sudo();
+        let r = t.create(
+            &sudo,
+            json!({ "ttl": "87600h", "explicit_max_ttl": "87600h" }),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(auth(&r)["lease_duration"], MAX_TTL);
+        let id = client_token(&r);
+        assert_eq!(t.lookup_self(&id)["explicit_max_ttl"], 87_600 * 3600);
+        // Within the limits, no warnings.
+        let r = t.create(&plain, json!({ "ttl": "1h" }));
+        assert_eq!(r.body.as_ref().unwrap()["warnings"], Value::Null);
+    }
+
+    #[test]
+    fn explicit_max_ttl_bounds_periodic_tokens_on_create_and_renew() {
+        let mut t = T::new();
+        let root = t.root.clone();
+        let created = t.now;
+        let r = t.create(
+            &root,
+            json!({ "policies": ["default"], "period": "1h", "explicit_max_ttl": "45m" }),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(auth(&r)["lease_duration"], 45 * 60);
+        let id = client_token(&r);
+        let cap = rfc3339(created + 45 * 60_000);
+        assert_eq!(t.lookup_self(&id)["expire_time"], json!(cap));
+        // A renewal half an hour later would give an hour more: held at the cap.
+        t.now += HOUR / 2;
+        let r = t.call(&id, Method::Post, "auth/token/renew-self", json!({}));
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(auth(&r)["lease_duration"], 15 * 60);
+        assert_eq!(t.lookup_self(&id)["expire_time"], json!(cap));
+        // Renewed by another token, the same.
+        let r = t.call(
+            &root,
+            Method::Post,
+            "auth/token/renew",
+            json!({ "token": id, "increment": "10h" }),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(t.lookup_self(&id)["expire_time"], json!(cap));
+        // Past the cap it is gone.
+        t.now = created + 45 * 60_000 + 1;
+        t.node.handle(t.now, Input::Tick);
+        let r = t.call(&id, Method::Get, "auth/token/lookup-self", json!({}));
+        assert_eq!(r.status, 403);
+    }
+
+    #[test]
+    fn huge_durations_are_refused_naming_the_field() {
+        let mut t = T::new();
+        let root = t.root.clone();
+        for field in ["period", "ttl", "explicit_max_ttl"] {
+            for v in [
+                json!("9999999999999999s"),
+                json!(u64::MAX),
+                json!("18446744073709551615"),
+                json!("876001h"),
+            ] {
+                let r = t.create(&root, json!({ field: v }));
+                assert_eq!(r.status, 400, "{field} {v}: {:?}", r.body);
+                let e = error(&r);
+                assert!(
+                    e.starts_with(&format!("{field}: invalid duration")) && e.contains("100 years"),
+                    "{field} {v}: {e}"
+                );
+            }
+        }
+        // The largest accepted values do not overflow either.
+        let r = t.create(
+            &root,
+            json!({ "period": "876000h", "explicit_max_ttl": "876000h" }),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        let id = client_token(&r);
+        for inc in [json!("9999999999999999s"), json!(u64::MAX)] {
+            let r = t.call(
+                &id,
+                Method::Post,
+                "auth/token/renew-self",
+                json!({ "increment": inc }),
+            );
+            assert_eq!(r.status, 400, "{inc}: {:?}", r.body);
+            assert!(error(&r).starts_with("increment: "), "{}", error(&r));
+        }
+        let r = t.call(&id, Method::Post, "auth/token/renew-self", json!({}));
+        assert_eq!(r.status, 200, "{:?}", r.body);
+    }
+
+    #[test]
+    fn expiry_arithmetic_is_checked() {
+        assert_eq!(after(1_000, 2, "ttl"), Ok(3_000));
+        let e = after(u64::MAX - 10, 1, "period").unwrap_err();
+        assert_eq!(e, ApiError::bad("period: duration too long"));
+        let e = after(0, u64::MAX, "ttl").unwrap_err();
+        assert_eq!(e.status(), 400);
+        assert_eq!(ceiling(5, u64::MAX), u64::MAX);
+        assert_eq!(ceiling(5, 1), 1_005);
     }
 }

@@ -504,7 +504,9 @@ fn several_matches_are_refused() {
     let s = server_with("ldap", c);
     let r = login(&s, "ldap", "Twin", "twin1-pw");
     assert_eq!(r.status, 400);
-    assert!(error(&r).contains("matched 2 entries"), "{}", error(&r));
+    // Answered like a wrong password (the operator finds the count in the server's log),
+    // so the answer does not tell an ambiguous name from an unknown one.
+    assert_eq!(error(&r), "ldap operation failed: failed to bind as user");
 }
 
 #[test]

@@ -11,10 +11,15 @@
 //! secondary keeps its own lockouts, a DR secondary receives them), so a lockout survives
 //! a restart. Counts restart from zero after a restart, as in the reference.
 //!
-//! The alias is the login name, lower-cased unless the mount has `case_sensitive_names`
-//! (LDAP matches names without regard to case, so `ALICE` must not get fresh attempts).
-//! Only credential failures count: a refused user bind and an unknown user. A directory
-//! that cannot be reached, or a configuration error, does not.
+//! The alias is the login name as the directory compares it ([`alias`]): leading and
+//! trailing whitespace dropped, inner runs of whitespace one space (the string preparation
+//! of LDAP's `caseIgnoreMatch`), lower-cased unless the mount has `case_sensitive_names`
+//! (LDAP matches names without regard to case), so `ALICE` or ` alice ` get no fresh
+//! attempts. When the user search resolves the login to a directory entry, the failure
+//! counts against the entry's name as well ([`super::login::Login::entry_alias`]: its
+//! `userattr` value, else its DN), and a lock of that name refuses the login whatever name
+//! reached it. Only credential failures count: a refused user bind and an unknown user. A
+//! directory that cannot be reached, or a configuration error, does not.
 //!
 //! `GET sys/locked-users[?mount_accessor=]` lists the locked users by mount accessor;
 //! `POST sys/locked-users/<mount_accessor>/unlock/<alias>` unlocks (idempotent).
@@ -98,12 +103,15 @@ impl Settings {
     }
 }
 
-/// The alias a login counts against.
+/// The alias a login counts against: `username` as the directory compares names (RFC 4518
+/// insignificant-space handling: no leading or trailing whitespace, inner runs of
+/// whitespace one space), lower-cased unless the mount has `case_sensitive_names`.
 pub fn alias(cfg: &LdapConfig, username: &str) -> String {
+    let spaced = username.split_whitespace().collect::<Vec<_>>().join(" ");
     if cfg.case_sensitive_names {
-        username.to_string()
+        spaced
     } else {
-        username.to_lowercase()
+        spaced.to_lowercase()
     }
 }
 
@@ -380,5 +388,23 @@ mod tests {
         assert_eq!(alias(&c, "ALICE"), "alice");
         c.case_sensitive_names = true;
         assert_eq!(alias(&c, "ALICE"), "ALICE");
+    }
+
+    #[test]
+    fn aliases_are_canonical_like_the_directory_compares_names() {
+        let mut c = LdapConfig::default();
+        for name in [
+            "alice",
+            " alice",
+            "alice  ",
+            "ALICE",
+            "\talice\n",
+            " Alice ",
+        ] {
+            assert_eq!(alias(&c, name), "alice", "{name:?}");
+        }
+        assert_eq!(alias(&c, "  Alice   \t Liddell "), "alice liddell");
+        c.case_sensitive_names = true;
+        assert_eq!(alias(&c, "  Alice   Liddell "), "Alice Liddell");
     }
 }

@@ -10,7 +10,10 @@
 //!    `userattr=<escaped username>,userdn`;
 //! 4. bind as the user with the password (the actual authentication); on a connection
 //!    bound as `binddn`, this bind is a [`LdapOp::CheckBind`] on a connection of its own,
-//!    so the service connection keeps its identity;
+//!    so the service connection keeps its identity. When the search resolves no single
+//!    entry, the bind is still made, as a DN that names no entry ([`DUMMY_RDN`] under
+//!    `userdn`) with the password given, and its refusal is answered like a wrong
+//!    password: an unknown user costs the same operations and gets the same answer;
 //! 5. otherwise re-bind as `binddn` so the service identity searches groups;
 //! 6. with `upndomain`, search the user's DN by `userPrincipalName`;
 //! 7. bind anonymously when `anonymous_group_search`;
@@ -36,6 +39,10 @@ use std::collections::BTreeSet;
 /// The message of a refused user bind (the reference's wording); also used when the user
 /// is not found, so the answer does not tell which usernames exist.
 pub const USER_BIND_FAILED: &str = "ldap operation failed: failed to bind as user";
+
+/// The RDN bound as (under `userdn`) when the user search resolves no single entry: the
+/// bind is made anyway so an unknown user costs what a wrong password does.
+pub const DUMMY_RDN: &str = "cn=cairn-no-such-user-5c1f0e9a";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
@@ -114,6 +121,12 @@ pub struct Login {
     /// The user's bind was checked on a connection of its own (the service connection
     /// stayed bound as `binddn`, so no re-bind follows).
     bind_aside: bool,
+    /// The user search resolved no single entry: the user bind is made as a DN of no
+    /// entry, and whatever it answers, the login fails like a wrong password.
+    unresolved: bool,
+    /// The name of the entry the user search resolved: its single `userattr` value, else
+    /// its DN lower-cased (for the lockout, see [`Login::entry_alias`]).
+    entry_alias: Option<String>,
 }
 
 /// A machine sent to the executor to run to the end, and its outcome when it comes back.
@@ -184,6 +197,8 @@ impl Login {
                 service_bound: false,
                 broken: false,
                 bind_aside: false,
+                unresolved: false,
+                entry_alias: None,
             },
             op,
         )
@@ -244,6 +259,14 @@ impl Login {
 
     fn done(&mut self, r: Result<Found, ApiError>) -> Next {
         Next::Done(r)
+    }
+
+    /// The name the directory entry found by the user search goes by: its single
+    /// `userattr` value, else its DN lower-cased; `None` when no search resolved exactly
+    /// one entry. Two login names that resolve to one entry share it, so the lockout
+    /// counts their failures together.
+    pub fn entry_alias(&self) -> Option<&str> {
+        self.entry_alias.as_deref()
     }
 
     /// Whether the connection may serve another login after this one ended: it is bound
@@ -317,6 +340,12 @@ impl Login {
                 "LDAP search for the user's bind DN failed",
                 &f,
             ))),
+            (Step::UserBind, Ok(LdapDone::Bound)) if self.unresolved => {
+                // A DN of no entry bound (an unauthenticated bind with an empty password,
+                // say): still no user.
+                self.bad_credentials = true;
+                self.done(Err(bad(USER_BIND_FAILED)))
+            }
             (Step::UserBind, Ok(LdapDone::Bound)) => {
                 if aside {
                     self.after_rebind()
@@ -479,23 +508,48 @@ impl Login {
             1 => {
                 self.bind_dn = entries[0].dn.clone();
                 self.take_alias(&entries[0]);
+                self.entry_alias = Some(
+                    self.alias_value
+                        .clone()
+                        .unwrap_or_else(|| entries[0].dn.to_lowercase()),
+                );
                 self.user_bind()
             }
             0 if self.purpose == Purpose::Lookup => self.done(Err(bad(
                 "the user is no longer found in the directory",
             ))),
-            0 => {
-                log::debug!(
-                    "ldap login {}: no entry under {:?} matches the user filter",
-                    self.request_id,
-                    self.cfg.userdn
-                );
-                self.bad_credentials = true;
-                self.done(Err(bad(USER_BIND_FAILED)))
-            }
-            n => self.done(Err(bad(format!(
+            n if self.purpose == Purpose::Lookup => self.done(Err(bad(format!(
                 "{USER_BIND_FAILED}: the user search matched {n} entries, not exactly one; make userfilter and userattr select a unique entry"
             )))),
+            n => {
+                // The answer must not tell an unknown (or ambiguous) name from a wrong
+                // password: bind anyway, as no entry, and fail the same way.
+                if n == 0 {
+                    log::debug!(
+                        "ldap login {}: no entry under {:?} matches the user filter",
+                        self.request_id,
+                        self.cfg.userdn
+                    );
+                } else {
+                    log::warn!(
+                        "ldap login {}: the user search under {:?} matched {n} entries, not exactly one; make userfilter and userattr select a unique entry",
+                        self.request_id,
+                        self.cfg.userdn
+                    );
+                }
+                self.unresolved = true;
+                self.bind_dn = self.dummy_dn();
+                self.user_bind()
+            }
+        }
+    }
+
+    /// The DN bound as when the user search resolved no single entry.
+    fn dummy_dn(&self) -> String {
+        if self.cfg.userdn.is_empty() {
+            DUMMY_RDN.to_string()
+        } else {
+            format!("{DUMMY_RDN},{}", self.cfg.userdn)
         }
     }
 

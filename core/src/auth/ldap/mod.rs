@@ -13,6 +13,10 @@
 //! finishes: policies from the mappings, a token from [`crate::token::create`], the login
 //! response. Failed logins count towards the user lockout ([`lockout`]); renewals of
 //! tokens from an LDAP mount re-check the directory ([`renew`]).
+//!
+//! As in the reference, a login never yields a root token: mappings (or `token_policies`)
+//! that give `root` make the login fail ("auth methods cannot create root tokens"). A
+//! mapping's name is one path segment: a write of a name with `/` is refused.
 
 pub mod config;
 pub mod dn;
@@ -200,6 +204,13 @@ fn mapping(ctx: &mut Ctx, req: &Request, m: &MountEntry, kind: Kind, name: &str)
     if name.len() > MAX_NAME_LEN {
         return Err(ApiError::bad(format!(
             "name: longer than {MAX_NAME_LEN} bytes"
+        )));
+    }
+    // Reads and deletes of such a name find nothing, or clean up one stored before this
+    // rule; only writes are refused.
+    if req.method.is_write() && name.contains('/') {
+        return Err(ApiError::bad(format!(
+            "name: {name:?} is not a single path segment; a mapping name cannot contain '/'"
         )));
     }
     let cfg = load_config(ctx, m)?.unwrap_or_default();
@@ -394,7 +405,9 @@ pub fn on_reply(
 }
 
 /// The answer to a login: a token, or the error; failures of the user's credentials count
-/// towards the lockout.
+/// towards the lockout, against the login name and against the name of the directory
+/// entry it resolved to (when that differs). A lock of the entry's name refuses the login
+/// whatever the outcome, so another name of a locked user tells nothing of the password.
 fn login_done(
     ctx: &mut Ctx,
     st: &mut NodeState,
@@ -402,11 +415,34 @@ fn login_done(
     outcome: Result<Found, ApiError>,
     lock_stored: bool,
 ) -> ApiResult<Reply> {
-    let alias = lockout::alias(&login.cfg, &login.username);
+    let cfg = &login.cfg;
+    let alias = lockout::alias(cfg, &login.username);
     let accessor = &login.mount.accessor;
+    // The login name was checked when the login started; the entry's name only now.
+    let entry = login
+        .entry_alias()
+        .map(|a| lockout::alias(cfg, a))
+        .filter(|a| *a != alias);
+    let entry_lock = match &entry {
+        Some(a) => lockout::check(ctx, &st.logins.failures, cfg, accessor, a)?,
+        None => lockout::Check::default(),
+    };
+    if entry_lock.locked {
+        log::info!(
+            "ldap login of {:?} on auth/{} refused: its directory entry {:?} is locked out",
+            login.username,
+            login.mount.path,
+            entry
+        );
+        return Err(lockout::locked_error());
+    }
     match outcome {
         Ok(found) => {
-            lockout::succeeded(ctx, &mut st.logins.failures, accessor, &alias, lock_stored);
+            let failures = &mut st.logins.failures;
+            lockout::succeeded(ctx, failures, accessor, &alias, lock_stored);
+            if let Some(a) = &entry {
+                lockout::succeeded(ctx, failures, accessor, a, entry_lock.stored);
+            }
             finish_login(ctx, login, found)
         }
         Err(e) => {
@@ -415,12 +451,17 @@ fn login_done(
                 login.username,
                 login.mount.path
             );
-            if login.bad_credentials
-                && lockout::failed(ctx, &mut st.logins.failures, &login.cfg, accessor, &alias)?
-            {
-                // The lock is staged in `ctx`: answer with the error as a reply so the
-                // write set commits although the login failed.
-                return Ok(Reply::Raw(e.status(), json!({ "errors": [e.to_string()] })));
+            if login.bad_credentials {
+                let failures = &mut st.logins.failures;
+                let mut locked = lockout::failed(ctx, failures, cfg, accessor, &alias)?;
+                if let Some(a) = &entry {
+                    locked |= lockout::failed(ctx, failures, cfg, accessor, a)?;
+                }
+                if locked {
+                    // The lock is staged in `ctx`: answer with the error as a reply so the
+                    // write set commits although the login failed.
+                    return Ok(Reply::Raw(e.status(), json!({ "errors": [e.to_string()] })));
+                }
             }
             Err(e)
         }
@@ -471,6 +512,14 @@ fn finish_login(ctx: &mut Ctx, login: &Login, found: Found) -> ApiResult<Reply> 
     let cfg = &login.cfg;
     let m = &login.mount;
     let (policies, all_groups) = login_policies(ctx, m, cfg, &login.username, &found.groups)?;
+    if policies.iter().any(|p| p == "root") {
+        log::warn!(
+            "ldap login of {:?} on auth/{} refused: its mappings give the root policy",
+            login.username,
+            m.path
+        );
+        return Err(ApiError::bad("auth methods cannot create root tokens"));
+    }
     let policies = token::normalize_policies(policies, !cfg.token_no_default_policy);
     let max = if cfg.token_max_ttl > 0 {
         cfg.token_max_ttl

@@ -278,13 +278,15 @@ fn wrong_password_unknown_user_and_duplicates() {
     let r = w.login("nobody", "x");
     assert_eq!(r.status, 400);
     assert_eq!(error(&r), "ldap operation failed: failed to bind as user");
+    // A name that matches two entries is not told apart either (the operator finds the
+    // count in the log).
     w.dir.add(
         "uid=alice,ou=elsewhere,ou=people,dc=example,dc=org",
         &[("uid", &["alice"]), ("userPassword", &["x"])],
     );
     let r = w.login("alice", "alicepw");
     assert_eq!(r.status, 400);
-    assert!(error(&r).contains("matched 2 entries"), "{}", error(&r));
+    assert_eq!(error(&r), "ldap operation failed: failed to bind as user");
     assert_eq!(w.dir.open_connections(), 0);
     assert!(!format!("{:?}", r.body).contains("adminpw"));
 }
@@ -1027,4 +1029,252 @@ fn a_connection_is_reusable_only_when_left_bound_as_the_service_identity() {
     d.dead_urls.insert("ldap://dir.example:389".into());
     let l = run_directly(&mut d, authenticated_search(), "alice", "alicepw");
     assert!(!l.reusable());
+}
+
+/// The kind of each logged operation, with the DN of binds.
+fn ops(dir: &FakeDirectory) -> Vec<String> {
+    dir.log
+        .iter()
+        .map(|c| match &c.op {
+            LdapOp::Connect(_) => "connect".to_string(),
+            LdapOp::Bind { dn, .. } => format!("bind {dn}"),
+            LdapOp::CheckBind { dn, .. } => format!("check bind {dn}"),
+            LdapOp::Search(_) => "search".to_string(),
+            LdapOp::Close => "close".to_string(),
+            LdapOp::Run(_) | LdapOp::ConnectBound { .. } => "not logged".to_string(),
+        })
+        .collect()
+}
+
+fn token_keys(w: &World) -> usize {
+    w.node
+        .storage()
+        .map
+        .keys()
+        .filter(|k| k.contains("sys/token/id/"))
+        .count()
+}
+
+#[test]
+fn an_unknown_user_binds_like_a_wrong_password_and_gets_its_answer() {
+    let dummy = format!("{},ou=people,dc=example,dc=org", login::DUMMY_RDN);
+    // Authenticated search: the password is checked aside, the unknown user's too.
+    let mut w = World::new();
+    w.configure(authenticated_search());
+    w.dir.log.clear();
+    let wrong = w.login("alice", "wrong");
+    let wrong_ops = ops(&w.dir);
+    w.dir.log.clear();
+    let unknown = w.login("nobody", "wrong");
+    let unknown_ops = ops(&w.dir);
+    assert_eq!(unknown.status, wrong.status);
+    assert_eq!(unknown.body, wrong.body);
+    assert_eq!(error(&unknown), login::USER_BIND_FAILED);
+    assert_eq!(
+        wrong_ops,
+        [
+            "connect",
+            "bind cn=admin,dc=example,dc=org",
+            "search",
+            "check bind uid=alice,ou=people,dc=example,dc=org",
+        ]
+    );
+    assert_eq!(
+        unknown_ops,
+        [
+            "connect",
+            "bind cn=admin,dc=example,dc=org",
+            "search",
+            &format!("check bind {dummy}"),
+        ]
+    );
+    // The dummy bind carries the password the client gave.
+    assert!(w.dir.log.iter().any(|c| matches!(
+        &c.op,
+        LdapOp::CheckBind { dn, password, .. } if *dn == dummy && password.expose() == "wrong"
+    )));
+    // The machine's own outcome is the same error, and both count as bad credentials.
+    let mut d = directory();
+    let a = run_directly(&mut d, authenticated_search(), "alice", "wrong");
+    let b = run_directly(&mut d, authenticated_search(), "nobody", "wrong");
+    assert!(a.bad_credentials && b.bad_credentials);
+    assert!(b.entry_alias().is_none());
+    assert_eq!(a.entry_alias(), Some("alice"));
+
+    // Search without a service identity: the user bind happens on the connection itself.
+    let mut w = World::new();
+    w.dir.anonymous_search = true;
+    w.configure(json!({
+        "url": "ldap://dir.example",
+        "discoverdn": true,
+        "userdn": "ou=people,dc=example,dc=org",
+        "userattr": "uid",
+    }));
+    let wrong = w.login("bob", "wrong");
+    w.dir.log.clear();
+    let unknown = w.login("nobody", "wrong");
+    assert_eq!(unknown.body, wrong.body);
+    assert_eq!(ops(&w.dir), ["connect", "search", &format!("bind {dummy}")]);
+    // A DN that names no entry is refused by the directory however it is asked.
+    let mut d = directory();
+    let r = d.answer(&LdapCall {
+        op_id: 1,
+        conn: 1,
+        op: LdapOp::Connect(config::LdapConfig::default().connect_spec()),
+        close_after: false,
+    });
+    assert!(r.result.is_ok());
+    let r = d.answer(&LdapCall {
+        op_id: 2,
+        conn: 1,
+        op: LdapOp::Bind {
+            dn: dummy.clone(),
+            password: Secret::new("anything"),
+        },
+        close_after: false,
+    });
+    assert_eq!(r.result.unwrap_err().kind, FailKind::InvalidCredentials);
+}
+
+#[test]
+fn a_login_never_carries_the_root_policy() {
+    let mut w = World::new();
+    w.configure(authenticated_search());
+    let before = token_keys(&w);
+    // By a group mapping (group names and policies are case-folded).
+    w.admin(
+        Method::Post,
+        "auth/ldap/groups/engineers",
+        json!({"policies": "eng,ROOT"}),
+    );
+    let r = w.login("alice", "alicepw");
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(error(&r), "auth methods cannot create root tokens");
+    assert_eq!(token_keys(&w), before, "no token is stored");
+    // By a user mapping.
+    w.admin(Method::Delete, "auth/ldap/groups/engineers", json!({}));
+    assert_eq!(w.login("alice", "alicepw").status, 200);
+    let before = token_keys(&w);
+    w.admin(
+        Method::Post,
+        "auth/ldap/users/bob",
+        json!({"policies": "root"}),
+    );
+    let r = w.login("bob", "bobpw");
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(error(&r), "auth methods cannot create root tokens");
+    // By the config's token_policies.
+    w.admin(Method::Delete, "auth/ldap/users/bob", json!({}));
+    w.configure(json!({"token_policies": "root"}));
+    let r = w.login("bob", "bobpw");
+    assert_eq!(error(&r), "auth methods cannot create root tokens");
+    assert_eq!(token_keys(&w), before);
+}
+
+#[test]
+fn mapping_names_are_one_path_segment() {
+    let mut w = World::new();
+    w.configure(authenticated_search());
+    let before = w.node.storage().map.clone();
+    // A name with a `/` is no declared route of the method: nothing is stored.
+    for path in ["auth/ldap/groups/a/b", "auth/ldap/users/alice/x"] {
+        let r = w.admin(Method::Post, path, json!({"policies": "p"}));
+        assert_eq!(r.status, 404, "{path}: {:?}", r.body);
+    }
+    assert_eq!(w.node.storage().map, before);
+    // Reading or deleting such a name finds nothing and harms nothing.
+    assert_eq!(
+        w.admin(Method::Get, "auth/ldap/groups/a/b", json!({}))
+            .status,
+        404
+    );
+    assert_eq!(
+        w.admin(Method::Delete, "auth/ldap/groups/a/b", json!({}))
+            .status,
+        404
+    );
+    assert_eq!(w.node.storage().map, before);
+    // A trailing slash is the same name (the path is canonical before routing).
+    let r = w.admin(
+        Method::Post,
+        "auth/ldap/users/alice/",
+        json!({"policies": "p"}),
+    );
+    assert!(r.status < 300, "{:?}", r.body);
+    let r = w.admin(Method::Get, "auth/ldap/users/alice", json!({}));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+}
+
+#[test]
+fn padded_and_cased_names_count_against_one_lockout_counter() {
+    let mut w = World::new();
+    let mut c = authenticated_search();
+    c["user_lockout_threshold"] = json!(4);
+    w.configure(c);
+    let acc = accessor(&mut w);
+    for name in [" alice", "alice  ", "ALICE", "alice"] {
+        let r = w.login(name, "wrong");
+        assert_eq!(r.status, 400, "{name:?}: {:?}", r.body);
+    }
+    for name in ["alice", "  Alice ", "alice\t"] {
+        assert_eq!(w.login(name, "alicepw").status, 403, "{name:?}");
+    }
+    let d = locked_users(&mut w);
+    assert_eq!(
+        d["by_namespace"][0]["mount_accessors"][0]["alias_identifiers"],
+        json!(["alice"])
+    );
+    // Unlocking any spelling unlocks the canonical alias.
+    let r = w.admin(
+        Method::Post,
+        &format!("sys/locked-users/{acc}/unlock/ Alice "),
+        json!({}),
+    );
+    assert_eq!(r.status, 204, "{:?}", r.body);
+    assert_eq!(locked_users(&mut w)["total"], 0);
+    assert_eq!(w.login("alice", "alicepw").status, 200);
+}
+
+#[test]
+fn names_resolving_to_one_entry_share_a_lockout_counter() {
+    let mut w = World::new();
+    let mut c = authenticated_search();
+    // Alice logs in by uid or by her userPrincipalName.
+    c["userfilter"] = json!("(|({{.UserAttr}}={{.Username}})(userPrincipalName={{.Username}}))");
+    c["user_lockout_threshold"] = json!(3);
+    w.configure(c);
+    let acc = accessor(&mut w);
+    assert_eq!(w.login("alice@example.org", "alicepw").status, 200);
+    for name in ["alice@example.org", "alice@example.org", "alice"] {
+        assert_eq!(w.login(name, "wrong").status, 400, "{name}");
+    }
+    // The entry (uid alice) has three failures: locked by either name, whatever the
+    // password; the UPN spelling has only two of its own.
+    assert_eq!(w.login("alice", "alicepw").status, 403);
+    let r = w.login("alice@example.org", "alicepw");
+    assert_eq!(r.status, 403, "{:?}", r.body);
+    let r = w.login("alice@example.org", "wrong");
+    assert_eq!(
+        r.status, 403,
+        "a locked entry tells nothing of the password"
+    );
+    let d = locked_users(&mut w);
+    assert_eq!(
+        d["by_namespace"][0]["mount_accessors"][0]["alias_identifiers"],
+        json!(["alice"])
+    );
+    // Unlocking the user's name unlocks the entry.
+    let r = w.admin(
+        Method::Post,
+        &format!("sys/locked-users/{acc}/unlock/alice"),
+        json!({}),
+    );
+    assert_eq!(r.status, 204);
+    assert_eq!(w.login("alice@example.org", "alicepw").status, 200);
+    assert_eq!(w.login("alice", "alicepw").status, 200);
+    // Bob's entry is another counter.
+    for _ in 0..2 {
+        w.login("alice@example.org", "wrong");
+    }
+    assert_eq!(w.login("bob", "bobpw").status, 200);
 }
