@@ -8,6 +8,8 @@ pub mod crypto;
 pub mod ctx;
 #[doc(hidden)]
 pub mod fuzzing;
+#[doc(hidden)]
+pub mod isolation;
 pub mod kv;
 pub mod license;
 pub mod metrics;
