@@ -138,6 +138,9 @@ impl Op {
     }
 }
 
+/// A read that shows the state of another tenant: (token, namespace, method, path).
+type Probe<'a> = (&'a str, Option<&'a str>, Method, &'a str);
+
 pub struct World {
     node: Node<MemStorage>,
     next_id: u64,
@@ -352,30 +355,30 @@ impl World {
     /// What the root namespace and `b/` look like to their own admins.
     fn outside(&mut self) -> Vec<(String, u16, Value)> {
         let b = self.b.clone();
-        let probes: Vec<(&str, Option<&str>, Method, &str, Option<Value>)> = vec![
-            (ROOT, None, Method::Get, "secret/r", None),
-            (&b, Some("b"), Method::Get, "kv/s", None),
-            (ROOT, None, Method::Get, "auth/token/lookup-self", None),
-            (&b, Some("b"), Method::Get, "auth/token/lookup-self", None),
-            (ROOT, None, Method::List, "sys/policies/acl", None),
-            (&b, Some("b"), Method::List, "sys/policies/acl", None),
-            (&b, Some("b"), Method::Get, "sys/policies/acl/admin", None),
-            (ROOT, None, Method::Get, "sys/audit", None),
-            (ROOT, None, Method::Get, "sys/mounts", None),
-            (&b, Some("b"), Method::Get, "sys/mounts", None),
-            (ROOT, None, Method::Get, "sys/auth", None),
-            (&b, Some("b"), Method::Get, "sys/auth", None),
-            (ROOT, None, Method::List, "sys/namespaces", None),
-            (ROOT, None, Method::Get, "sys/seal-status", None),
-            (ROOT, None, Method::Get, "sys/replication/status", None),
-            (ROOT, None, Method::Get, "auth/ldap/config", None),
-            (ROOT, None, Method::List, "auth/ldap/users", None),
-            (ROOT, None, Method::Get, "sys/locked-users", None),
+        let probes: Vec<Probe> = vec![
+            (ROOT, None, Method::Get, "secret/r"),
+            (&b, Some("b"), Method::Get, "kv/s"),
+            (ROOT, None, Method::Get, "auth/token/lookup-self"),
+            (&b, Some("b"), Method::Get, "auth/token/lookup-self"),
+            (ROOT, None, Method::List, "sys/policies/acl"),
+            (&b, Some("b"), Method::List, "sys/policies/acl"),
+            (&b, Some("b"), Method::Get, "sys/policies/acl/admin"),
+            (ROOT, None, Method::Get, "sys/audit"),
+            (ROOT, None, Method::Get, "sys/mounts"),
+            (&b, Some("b"), Method::Get, "sys/mounts"),
+            (ROOT, None, Method::Get, "sys/auth"),
+            (&b, Some("b"), Method::Get, "sys/auth"),
+            (ROOT, None, Method::List, "sys/namespaces"),
+            (ROOT, None, Method::Get, "sys/seal-status"),
+            (ROOT, None, Method::Get, "sys/replication/status"),
+            (ROOT, None, Method::Get, "auth/ldap/config"),
+            (ROOT, None, Method::List, "auth/ldap/users"),
+            (ROOT, None, Method::Get, "sys/locked-users"),
         ];
         let mut out = Vec::new();
-        for (t, ns, m, p, body) in probes {
+        for (t, ns, m, p) in probes {
             let t = t.to_string();
-            let r = self.call(Some(&t), ns, m, p, body);
+            let r = self.call(Some(&t), ns, m, p, None);
             let mut v = r.body.unwrap_or(Value::Null);
             if let Value::Object(o) = &mut v {
                 o.remove("request_id");

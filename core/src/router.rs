@@ -380,7 +380,7 @@ mod table_tests {
                 );
                 assert!(r.status < 300, "{r:?}");
             }
-            let mut token = |w: &mut World, ns: Option<&str>, policy: &str| {
+            let token = |w: &mut World, ns: Option<&str>, policy: &str| {
                 let r = w.call(
                     Some(ROOT),
                     ns,
