@@ -2,7 +2,7 @@ use ascii::AsciiString;
 
 use std::io::Error as IoError;
 use std::io::Result as IoResult;
-use std::io::{BufReader, BufWriter, ErrorKind, Read};
+use std::io::{BufReader, BufWriter, Cursor, ErrorKind, Read};
 
 use std::net::SocketAddr;
 use std::str::FromStr;
@@ -10,7 +10,7 @@ use std::str::FromStr;
 use crate::common::{HTTPVersion, Method};
 use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
-use crate::Request;
+use crate::{HeadCheck, Request, Response};
 
 /// A ClientConnection is an object that will store a socket to a client
 /// and return Request objects.
@@ -34,6 +34,18 @@ pub struct ClientConnection {
 
     // true if the connection goes through SSL
     secure: bool,
+
+    // Cairn patch: checks each request's head before its body is read
+    head_check: Option<HeadCheck>,
+}
+
+/// Cairn patch: the answer refusing a request's head (see [`HeadCheck`]).
+struct Refusal(Response<Cursor<Vec<u8>>>);
+
+impl std::fmt::Debug for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Refusal({})", self.0.status_code().0)
+    }
 }
 
 /// Error that can happen when reading a request.
@@ -43,6 +55,8 @@ enum ReadError {
     WrongHeader(HTTPVersion),
     /// the client sent an unrecognized `Expect` header
     ExpectationFailed(HTTPVersion),
+    /// Cairn patch: the head check refused the request
+    Refused(HTTPVersion, Refusal),
     ReadIoError(IoError),
 }
 
@@ -51,6 +65,7 @@ impl ClientConnection {
     pub fn new(
         write_socket: RefinedTcpStream,
         mut read_socket: RefinedTcpStream,
+        head_check: Option<HeadCheck>,
     ) -> ClientConnection {
         let remote_addr = read_socket.peer_addr();
         let secure = read_socket.secure();
@@ -65,6 +80,7 @@ impl ClientConnection {
             next_header_source: first_header,
             no_more_requests: false,
             secure,
+            head_check,
         }
     }
 
@@ -135,6 +151,12 @@ impl ClientConnection {
 
             (method, path, version, headers)
         };
+
+        // Cairn patch: the head check, before the body is read (`new_request` reads a small
+        // one at once) and so before anything after it can be parsed as the next request
+        if let Some(refusal) = self.head_check.and_then(|check| check(&headers)) {
+            return Err(ReadError::Refused(version, Refusal(refusal)));
+        }
 
         // building the writer for the request
         let writer = self.sink.next().unwrap();
@@ -218,6 +240,17 @@ impl Iterator for ClientConnection {
                     let response = Response::new_empty(StatusCode(417));
                     response.raw_print(writer, ver, &[], true, None).ok();
                     return None; // TODO: should be recoverable, but needs handling in case of body
+                }
+
+                Err(ReadError::Refused(ver, Refusal(response))) => {
+                    if let Some(writer) = self.sink.next() {
+                        response
+                            .with_connection_close()
+                            .raw_print(writer, ver, &[], false, None)
+                            .ok();
+                    }
+                    return None; // closing the connection: what follows this head (a body
+                                 // whose length is in doubt) is never read as a request
                 }
 
                 Err(ReadError::ReadIoError(_)) => return None,

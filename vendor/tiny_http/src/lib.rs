@@ -90,6 +90,8 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 #![allow(clippy::match_like_matches_macro)]
+// Cairn patch: upstream 0.12.0 has an unused import and trait on current compilers.
+#![allow(unused_imports, dead_code)]
 
 #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
 use zeroize::Zeroizing;
@@ -115,6 +117,13 @@ pub use connection::{ConfigListenAddr, ListenAddr, Listener};
 pub use request::{ReadWrite, Request};
 pub use response::{Response, ResponseBox};
 pub use test::TestRequest;
+
+/// Cairn patch: a check of a request's head (its headers), run on the connection's thread
+/// after the headers are read, before the body is read and before the request is handed out
+/// or the next one on the connection is parsed. `Some(answer)` refuses the request: the
+/// answer is written with `Connection: close` and the connection is closed, so nothing sent
+/// after this head is read as a request.
+pub type HeadCheck = fn(&[Header]) -> Option<Response<std::io::Cursor<Vec<u8>>>>;
 
 mod client;
 mod common;
@@ -243,6 +252,16 @@ impl Server {
         listener: L,
         ssl_config: Option<SslConfig>,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        Self::from_listener_with_head_check(listener, ssl_config, None)
+    }
+
+    /// Cairn patch: `from_listener`, with every request's head passed to `head_check` first
+    /// (see [`HeadCheck`]).
+    pub fn from_listener_with_head_check<L: Into<Listener>>(
+        listener: L,
+        ssl_config: Option<SslConfig>,
+        head_check: Option<HeadCheck>,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         let listener = listener.into();
         // building the "close" variable
         let close_trigger = Arc::new(AtomicBool::new(false));
@@ -311,7 +330,7 @@ impl Server {
                             Some(ref _ssl) => unreachable!(),
                         };
 
-                        Ok(ClientConnection::new(write_closable, read_closable))
+                        Ok(ClientConnection::new(write_closable, read_closable, head_check))
                     }
                     Err(e) => Err(e),
                 };

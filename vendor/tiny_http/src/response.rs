@@ -298,6 +298,15 @@ where
         self
     }
 
+    /// Cairn patch: adds `Connection: close` (which `add_header` ignores), for an answer
+    /// after which the server closes the connection.
+    pub(crate) fn with_connection_close(mut self) -> Response<R> {
+        if let Ok(h) = Header::from_bytes(&b"Connection"[..], &b"close"[..]) {
+            self.headers.push(h);
+        }
+        self
+    }
+
     /// Returns the same request, but with a different status code.
     #[inline]
     pub fn with_status_code<S>(mut self, code: S) -> Response<R>
