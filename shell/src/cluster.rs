@@ -4,6 +4,8 @@
 //!   carries one [`PeerMsg`] frame (JSON, perhaps with a binary attachment: see
 //!   `cairn_core::replication::msg`); it becomes an `Input::PeerRequest` for the core, and the
 //!   core's `Output::PeerResponse` (perhaps held a while: long poll) is the HTTP answer.
+//!   Requests with ambiguous framing are refused on the connection, as on the API listener
+//!   (`crate::framing`).
 //! * Outbound: `Output::PeerSend` (a secondary asking its primary) and `Output::HttpCall`
 //!   (unwrapping an activation token at the primary's API) run on short-lived threads with a
 //!   shared ureq agent; their results come back to the core as `Input::PeerReply` /
@@ -53,8 +55,12 @@ static LISTENER: OnceLock<Arc<Listener>> = OnceLock::new();
 
 /// Binds the cluster listener and serves it on worker threads.
 pub fn serve(addr: &str, core: Core, threads: usize) -> Result<std::net::SocketAddr, String> {
-    let server = Server::from_listener(crate::http::nodelay_listener(addr)?, None)
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let server = Server::from_listener_with_head_check(
+        crate::http::nodelay_listener(addr)?,
+        None,
+        Some(crate::framing::head_check),
+    )
+    .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = server
         .server_addr()
         .to_ip()
@@ -109,12 +115,13 @@ pub fn use_tls(t: cairn_core::replication::tls::ClusterTls) {
             drop(old);
             for _ in 0..200 {
                 let bound = crate::http::nodelay_listener(l.addr.as_str()).and_then(|sock| {
-                    Server::from_listener(
+                    Server::from_listener_with_head_check(
                         sock,
                         Some(tiny_http::SslConfig {
                             certificate: cert.clone(),
                             private_key: t.key_pem.clone().into_bytes(),
                         }),
+                        Some(crate::framing::head_check),
                     )
                     .map_err(|e| e.to_string())
                 });

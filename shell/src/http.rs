@@ -1,5 +1,6 @@
 //! The API listener: tiny_http worker threads turn HTTP requests into core requests,
-//! enforce the body size limit, and write the core's responses back.
+//! enforce the body size limit, and write the core's responses back. Requests whose framing
+//! is ambiguous never get here: tiny_http refuses them on the connection (`crate::framing`).
 
 use crate::runtime::Core;
 use cairn_core::api::{ApiError, Method, Response};
@@ -44,8 +45,10 @@ pub fn serve(
         certificate: t.cert_pem,
         private_key: t.key_pem,
     });
-    let server = Server::from_listener(listener, ssl)
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    // Requests with ambiguous framing are refused before their body is read (crate::framing).
+    let server =
+        Server::from_listener_with_head_check(listener, ssl, Some(crate::framing::head_check))
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = server
         .server_addr()
         .to_ip()

@@ -4,6 +4,7 @@ mod audit_file;
 mod cli;
 mod cluster;
 mod config;
+mod framing;
 mod http;
 mod latency;
 mod ldap;

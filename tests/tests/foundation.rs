@@ -188,6 +188,115 @@ fn errors_have_the_envelope_and_the_right_codes() {
     );
 }
 
+/// Sends `bytes` on a new connection to `port` and reads until the server closes it (or 5 s
+/// pass). Returns what was read and whether the server closed the connection.
+fn raw_exchange(port: u16, bytes: &[u8]) -> (String, bool) {
+    use std::io::{Read, Write};
+    let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("read timeout");
+    sock.write_all(bytes).expect("send");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match sock.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    (String::from_utf8_lossy(&got).into_owned(), closed)
+}
+
+/// The JSON body of the one answer in `got`.
+fn answer_body(got: &str) -> serde_json::Value {
+    let body = got.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {got}"))
+}
+
+#[test]
+fn ambiguous_framing_is_refused_and_a_smuggled_request_never_runs() {
+    let s = Server::dev();
+    // Two differing Content-Lengths: a reader of the first takes `{}` as the body and the
+    // rest as a second request, writing secret/smuggled with the root token.
+    let smuggled = "PUT /v1/secret/smuggled HTTP/1.1\r\nHost: x\r\nX-Vault-Token: root-e2e\r\n\
+                    Content-Length: 9\r\n\r\n{\"a\":\"b\"}";
+    let body = format!("{{}}{smuggled}");
+    let (got, closed) = raw_exchange(
+        s.port,
+        format!(
+            "PUT /v1/secret/outer HTTP/1.1\r\nHost: x\r\nX-Vault-Token: root-e2e\r\n\
+             Content-Length: 2\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    // Neither request ran.
+    assert_eq!(s.get("secret/smuggled").status, 404, "smuggled request ran");
+    assert_eq!(s.get("secret/outer").status, 404, "refused request ran");
+    assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
+    assert_eq!(
+        got.matches("HTTP/1.1 ").count(),
+        1,
+        "one answer only: {got}"
+    );
+    assert!(got.contains("Connection: close\r\n"), "{got}");
+    assert!(closed, "the server kept the connection open: {got}");
+    assert_eq!(
+        answer_body(&got),
+        json!({"errors": ["request has 2 Content-Length headers; send exactly one"]})
+    );
+
+    // A Content-Length with a sign.
+    let (got, closed) = raw_exchange(
+        s.port,
+        b"PUT /v1/secret/plus HTTP/1.1\r\nHost: x\r\nX-Vault-Token: root-e2e\r\n\
+          Content-Length: +5\r\n\r\n{\"a\":1}",
+    );
+    assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
+    assert!(closed && got.contains("Connection: close\r\n"), "{got}");
+    assert!(
+        answer_body(&got)["errors"][0]
+            .as_str()
+            .is_some_and(|m| m.contains("Content-Length \"+5\"")),
+        "{got}"
+    );
+    assert_eq!(s.get("secret/plus").status, 404);
+
+    // Content-Length with Transfer-Encoding.
+    let (got, closed) = raw_exchange(
+        s.port,
+        b"PUT /v1/secret/clte HTTP/1.1\r\nHost: x\r\nX-Vault-Token: root-e2e\r\n\
+          Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n7\r\n{\"a\":1}\r\n0\r\n\r\n",
+    );
+    assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
+    assert!(closed && got.contains("Connection: close\r\n"), "{got}");
+    assert!(
+        got.contains("both Content-Length and Transfer-Encoding"),
+        "{got}"
+    );
+    assert_eq!(s.get("secret/clte").status, 404);
+
+    // The cluster listener (the next port) checks the same way.
+    let (got, closed) = raw_exchange(
+        s.port + 1,
+        b"POST /v1/cluster/replication HTTP/1.1\r\nHost: x\r\n\
+          Content-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+    );
+    assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
+    assert!(closed && got.contains("send exactly one"), "{got}");
+
+    // Well-framed requests, chunked included, are served as before.
+    let (got, _) = raw_exchange(
+        s.port,
+        b"PUT /v1/secret/chunked HTTP/1.1\r\nHost: x\r\nX-Vault-Token: root-e2e\r\n\
+          Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n7\r\n{\"a\":1}\r\n0\r\n\r\n",
+    );
+    assert!(got.starts_with("HTTP/1.1 204 "), "{got}");
+    assert_eq!(s.get("secret/chunked").body["data"]["a"], json!(1));
+}
+
 #[test]
 fn kv_round_trip_and_list() {
     let s = Server::dev();
