@@ -4,7 +4,7 @@
 //! anything reaches the core: a front end and this server that read a different length would
 //! take different bytes for the next request (request smuggling). [`head_check`] runs on
 //! tiny_http's connection thread (the patched `Server::from_listener_with_head_check` in
-//! `vendor/tiny_http`): a refused request is answered in the API's error envelope with
+//! `shell/vendor/tiny_http`): a refused request is answered in the API's error envelope with
 //! `Connection: close`, and its connection is closed, so nothing after its head is read as a
 //! request.
 //!
