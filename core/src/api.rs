@@ -137,6 +137,9 @@ pub enum Reply {
     Text(u16, String, Vec<u8>),
     /// No answer yet: outside work (LDAP) will finish the request later.
     Pending,
+    /// The `wrap_info` of a reply stored under a response-wrapping token (the answer is
+    /// the envelope with only `wrap_info` set).
+    Wrapped(Value),
 }
 
 /// The standard envelope around `data`.

@@ -267,14 +267,12 @@ impl<S: Storage> Node<S> {
         match input {
             Input::Request(req) => {
                 let id = req.id;
-                let wrap = req.wrap_ttl.clone();
-                let path = req.path.clone();
                 let wal_before = self.st.repl.wal.last;
                 let result = match self.observe(&req) {
                     Ok(()) => self.request(req),
                     Err(e) => Err(e),
                 };
-                self.finish(id, &path, wrap.as_deref(), result);
+                self.finish(id, result);
                 self.stamp_index(id, wal_before);
                 if !self.st.local_activations.is_empty() {
                     for done in replication::activation::finish_local(&mut self.env()) {
@@ -291,16 +289,18 @@ impl<S: Storage> Node<S> {
                     now,
                 };
                 let done = ldap::on_reply(&mut ctx, &mut self.st, reply);
-                let writes = ctx.txn.into_write_set();
                 if let Some((id, result)) = done {
-                    let wal_before = self.st.repl.wal.last;
-                    let result = match result {
-                        Ok(r) => self.commit(writes).map(|_| r),
-                        Err(e) => Err(e),
+                    // The login's writes and its response wrapping: one write set.
+                    let pending = self.st.pending.remove(&id);
+                    let result = match &pending {
+                        Some(p) => result.and_then(|r| wrap_in(&mut ctx, r, &p.path, p.wrap_ttl)),
+                        None => result,
                     };
-                    if let Some(p) = self.st.pending.remove(&id) {
-                        let wrap = p.wrap_ttl.map(|t| t.to_string());
-                        self.finish(id, &p.path, wrap.as_deref(), result);
+                    let writes = ctx.txn.into_write_set();
+                    let wal_before = self.st.repl.wal.last;
+                    let result = result.and_then(|r| self.commit(writes).map(|_| r));
+                    if pending.is_some() {
+                        self.finish(id, result);
                         self.stamp_index(id, wal_before);
                     }
                 }
@@ -318,9 +318,8 @@ impl<S: Storage> Node<S> {
                 if let Some(result) = done {
                     let wal_before = self.st.repl.wal.last;
                     let result = result.and_then(|r| self.commit(writes).map(|_| r));
-                    if let Some(p) = self.st.pending.remove(&id) {
-                        let wrap = p.wrap_ttl.map(|t| t.to_string());
-                        self.finish(id, &p.path, wrap.as_deref(), result);
+                    if self.st.pending.remove(&id).is_some() {
+                        self.finish(id, result);
                         self.stamp_index(id, wal_before);
                     }
                 }
@@ -393,12 +392,27 @@ impl<S: Storage> Node<S> {
         self.st.audit.failed(file_path, error, self.now);
     }
 
-    /// Answers a request that waited for outside work.
+    /// Answers a request that waited for replication work (its writes were committed by
+    /// that work; a response wrapping asked for is its own write set).
     fn finish_pending(&mut self, done: Option<(RequestId, ApiResult)>) {
         if let Some((id, result)) = done {
             if let Some(p) = self.st.pending.remove(&id) {
-                let wrap = p.wrap_ttl.map(|t| t.to_string());
-                self.finish(id, &p.path, wrap.as_deref(), result);
+                let result = match (result, p.wrap_ttl) {
+                    (Ok(r), Some(ttl)) => {
+                        let now = self.now;
+                        let mut ctx = Ctx {
+                            txn: Txn::new(&self.storage),
+                            barrier: &self.barrier,
+                            rng: &mut self.rng,
+                            now,
+                        };
+                        let r = wrap_in(&mut ctx, r, &p.path, Some(ttl));
+                        let writes = ctx.txn.into_write_set();
+                        r.and_then(|r| self.commit(writes).map(|_| r))
+                    }
+                    (r, _) => r,
+                };
+                self.finish(id, result);
             }
         }
     }
@@ -440,9 +454,8 @@ impl<S: Storage> Node<S> {
         }
     }
 
-    /// Puts the envelope (and, when asked, the wrapping) around a handler's reply.
-    fn finish(&mut self, id: RequestId, path: &str, wrap_ttl: Option<&str>, result: ApiResult) {
-        let request_id = crypto::uuid(&mut self.rng);
+    /// Puts the envelope around a handler's reply and queues the answer.
+    fn finish(&mut self, id: RequestId, result: ApiResult) {
         let resp = match result {
             Err(e) => Response::error(id, &e),
             Ok(Reply::Pending) => return,
@@ -456,54 +469,22 @@ impl<S: Storage> Node<S> {
                 index: None,
             },
             Ok(reply) => {
-                let mut env = api::envelope(&request_id, Value::Null);
-                match reply {
-                    Reply::Data(d) => env["data"] = d,
-                    Reply::Envelope(Value::Object(m)) => {
-                        for (k, v) in m {
-                            env[k.as_str()] = v;
-                        }
-                        env["request_id"] = json!(request_id);
-                    }
-                    _ => {}
-                }
-                match wrap_ttl.filter(|t| !t.is_empty()) {
-                    None => Response::json(id, 200, env),
-                    Some(t) => match self.wrap_response(env, path, t) {
-                        Ok(v) => Response::json(id, 200, v),
-                        Err(e) => Response::error(id, &e),
-                    },
-                }
+                let request_id = crypto::uuid(&mut self.rng);
+                Response::json(id, 200, envelope_of(&request_id, reply))
             }
         };
         self.st.outputs.push_back(Output::Response(resp));
-    }
-
-    fn wrap_response(&mut self, env: Value, path: &str, ttl: &str) -> ApiResult<Value> {
-        let ttl = time::parse_duration(ttl).map_err(|e| ApiError::bad(format!("wrap ttl: {e}")))?;
-        let now = self.now;
-        let mut ctx = Ctx {
-            txn: Txn::new(&self.storage),
-            barrier: &self.barrier,
-            rng: &mut self.rng,
-            now,
-        };
-        let info = wrapping::wrap(&mut ctx, 200, Some(env), path, ttl)?;
-        let writes = ctx.txn.into_write_set();
-        self.commit(writes)?;
-        let request_id = crypto::uuid(&mut self.rng);
-        let mut out = api::envelope(&request_id, Value::Null);
-        out["wrap_info"] = info;
-        Ok(out)
     }
 
     fn request(&mut self, mut req: Request) -> ApiResult {
         if req.method == Method::Get && matches!(req.query("list"), Some("true") | Some("1")) {
             req.method = Method::List;
         }
-        // One canonical path before any decision (routing, authorization, audit).
+        // One canonical path before any decision (routing, authorization, audit), and the
+        // wrap TTL read before anything runs: a bad one changes nothing.
         let path = routes::canonical(&req.path)?;
         req.path = path.clone();
+        let wrap = wrap_ttl(&req)?;
         match routes::lookup(routes::SYS, &path).map(|r| r.handler) {
             Some(routes::Sys::Init) => return self.init(&req),
             Some(routes::Sys::Unseal) => return self.unseal(&req),
@@ -550,17 +531,13 @@ impl<S: Storage> Node<S> {
                 return Err(e);
             }
         };
+        // The handler's writes, the spent use and the response wrapping: one write set.
+        let reply = wrap_in(&mut ctx, reply, &path, wrap)?;
         let writes = ctx.txn.into_write_set();
         if !writes.is_empty() {
             self.commit(writes)?;
         }
         if let Reply::Pending = reply {
-            let wrap = match req.wrap_ttl.as_deref() {
-                Some(t) if !t.is_empty() => Some(
-                    time::parse_duration(t).map_err(|e| ApiError::bad(format!("wrap ttl: {e}")))?,
-                ),
-                _ => None,
-            };
             self.st.pending.insert(
                 req.id,
                 Pending {
@@ -814,6 +791,52 @@ impl<S: Storage> Node<S> {
         let writes = ctx.txn.into_write_set();
         self.commit(writes)?;
         Ok(v)
+    }
+}
+
+/// The request's `X-Vault-Wrap-TTL`, parsed once (`None`: no wrapping).
+fn wrap_ttl(req: &Request) -> ApiResult<Option<u64>> {
+    match req.wrap_ttl.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(t) => time::parse_duration(t)
+            .map(Some)
+            .map_err(|e| ApiError::bad(format!("X-Vault-Wrap-TTL: {e}"))),
+    }
+}
+
+/// The standard envelope around a reply.
+fn envelope_of(request_id: &str, reply: Reply) -> Value {
+    let mut env = api::envelope(request_id, Value::Null);
+    match reply {
+        Reply::Data(d) => env["data"] = d,
+        Reply::Envelope(Value::Object(m)) => {
+            for (k, v) in m {
+                env[k.as_str()] = v;
+            }
+            env["request_id"] = json!(request_id);
+        }
+        Reply::Wrapped(info) => env["wrap_info"] = info,
+        _ => {}
+    }
+    env
+}
+
+/// With a wrap TTL, stores a reply that has a body under a new wrapping token in `ctx`'s
+/// write set (the same as the handler's) and answers with its `wrap_info` instead.
+fn wrap_in(ctx: &mut Ctx, reply: Reply, path: &str, ttl: Option<u64>) -> ApiResult<Reply> {
+    match (ttl, reply) {
+        (Some(ttl), r @ (Reply::Data(_) | Reply::Envelope(_))) => {
+            let request_id = crypto::uuid(ctx.rng);
+            let env = envelope_of(&request_id, r);
+            Ok(Reply::Wrapped(wrapping::wrap(
+                ctx,
+                200,
+                Some(env),
+                path,
+                ttl,
+            )?))
+        }
+        (_, r) => Ok(r),
     }
 }
 
@@ -1101,5 +1124,69 @@ mod tests {
             Request::new(4, Method::Post, "sys/wrapping/unwrap").with_token(&wt),
         );
         assert_eq!(again.status, 400);
+    }
+
+    #[test]
+    fn a_bad_wrap_ttl_changes_nothing_and_starts_nothing() {
+        let (mut n, root) = dev();
+        // Data keys only (node-local Merkle page records are flushed on their own clock).
+        let data = |n: &Node<MemStorage>| -> Vec<(String, Vec<u8>)> {
+            n.storage()
+                .map
+                .iter()
+                .filter(|(k, _)| !k.starts_with("node/"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        let before = data(&n);
+        let mut req = Request::new(1, Method::Post, "auth/token/create")
+            .with_token(&root)
+            .with_json(json!({"policies": ["default"]}));
+        req.wrap_ttl = Some("zzz".into());
+        let r = call(&mut n, 2_000, req);
+        assert_eq!(r.status, 400, "{r:?}");
+        assert!(r.body.unwrap().to_string().contains("X-Vault-Wrap-TTL"));
+        assert!(data(&n) == before, "a token was stored");
+        // A login with a bad wrap TTL asks the directory nothing.
+        let mut req = Request::new(2, Method::Post, "auth/ldap/login/alice")
+            .with_json(json!({"password": "pw"}));
+        req.wrap_ttl = Some("-1".into());
+        n.handle(2_000, Input::Request(req));
+        let out: Vec<Output> = std::iter::from_fn(|| n.poll_output()).collect();
+        assert!(out.iter().all(|o| !matches!(o, Output::Ldap(_))));
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Output::Response(r) if r.id == 2 && r.status == 400)));
+        assert!(data(&n) == before, "the login changed storage");
+    }
+
+    #[test]
+    fn a_wrapped_token_create_is_one_write_set() {
+        let (mut n, root) = dev();
+        let mut req = Request::new(1, Method::Post, "auth/token/create")
+            .with_token(&root)
+            .with_json(json!({"policies": ["default"]}));
+        req.wrap_ttl = Some("5m".into());
+        let wal_before = n.replication().wal.last;
+        let commits_before = n.storage().map.len();
+        let r = call(&mut n, 2_000, req);
+        assert_eq!(r.status, 200, "{r:?}");
+        let b = r.body.unwrap();
+        assert!(
+            b["auth"].is_null() && b["wrap_info"]["token"].is_string(),
+            "{b}"
+        );
+        assert!(n.storage().map.len() > commits_before);
+        // Both the token and its wrapping were applied by one commit (the WAL is off on a
+        // dev node, so the write-set count is what the replication layer saw).
+        assert_eq!(n.replication().wal.last, wal_before);
+        let wt = b["wrap_info"]["token"].as_str().unwrap().to_string();
+        let u = call(
+            &mut n,
+            2_100,
+            Request::new(2, Method::Post, "sys/wrapping/unwrap").with_token(&wt),
+        );
+        assert_eq!(u.status, 200);
+        assert!(u.body.unwrap()["auth"]["client_token"].is_string());
     }
 }

@@ -144,6 +144,21 @@ pub const PROBES: &[(Method, &str)] = &[
     (Method::Delete, "sys/mounts/secret"),
     (Method::Post, "sys/mounts/evil"),
     (Method::Post, "auth/token/revoke-accessor"),
+    // The red team's: mapping names that look like logins, trailing slashes, sudo and
+    // root-namespace routes. None is granted by the operator's policies, so each must be
+    // refused whatever the faults.
+    (Method::Put, "auth/ldap/users/login"),
+    (Method::Put, "auth/ldap/groups/login"),
+    (Method::Delete, "auth/ldap/users/login"),
+    (Method::Put, "auth/ldap/users/x/login"),
+    (Method::Put, "sys/seal/"),
+    (Method::Put, "/sys/seal//"),
+    (Method::Put, "sys/audit/evil"),
+    (Method::Post, "sys/audit-hash/evil"),
+    (Method::Post, "auth/token/create-orphan"),
+    (Method::List, "auth/token/accessors/"),
+    (Method::Post, "sys/locked-users/x/unlock/alice"),
+    (Method::Get, "sys/metrics"),
 ];
 
 /// Teams: each owns `secret/<team>/...`.
