@@ -11,6 +11,9 @@ export CARGO_TERM_COLOR=never
 # the debug target takes.
 export CARGO_INCREMENTAL=0
 df -h . | sed 's/^/disk: /'
+# Style and lints first (the determinism bans of core/ and sim/ are clippy lints).
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
 cargo build --workspace --all-targets
 cargo build --release -p cairn-sim
 # The end-to-end tests run the binary built above, not a second build of their own.

@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 pub const PREFIX: &str = "core/audit/";
 
 /// How long a device that failed is skipped before it is tried again.
-pub const RETRY_MS: u64 = 5_000;
+pub const RETRY_MS: u64 = 1_000;
 
 /// In-memory state of the devices: which failed lately, and enables waiting for their
 /// file to be opened.
@@ -217,8 +217,9 @@ pub fn on_request(
     if devs.is_empty() {
         if required {
             return Err(ApiError::Internal(format!(
-                "no audit device can record this request, so it is refused ({}); a root \
-                 token can still disable or re-enable the device at sys/audit/<name>",
+                "no audit device can record this request, so it is refused ({}); failed \
+                 devices are tried again every second, and a root token can still disable or \
+                 re-enable a device at sys/audit/<name>",
                 why.join("; ")
             )));
         }

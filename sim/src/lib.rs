@@ -21,6 +21,7 @@
 
 pub mod check;
 pub mod ldap;
+pub mod logger;
 pub mod model;
 pub mod net;
 pub mod operator;

@@ -262,6 +262,7 @@ fn run_regressions(args: &Args, file: &str) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    cairn_sim::logger::init();
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {

@@ -149,9 +149,18 @@ fn file_audit_device_hashes_secrets_and_fails_closed() {
     assert!(r.errors().contains("audit device failed"), "{}", r.errors());
     let r = s.get("secret/app/db");
     assert_eq!(r.status, 500, "reads fail closed too: {:?}", r.body);
-    // Fix the device: the write was not stored.
+    // Fix the device: the write was not stored. A failed device is tried again after a
+    // second; until then requests are refused with the reason.
     std::fs::remove_dir(&file).expect("remove directory");
-    let r = s.get("secret/app/new");
+    let mut r = s.get("secret/app/new");
+    for _ in 0..50 {
+        if r.status != 500 {
+            break;
+        }
+        assert!(r.errors().contains("tried again"), "{}", r.errors());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        r = s.get("secret/app/new");
+    }
     assert_eq!(
         r.status, 404,
         "the failed write must not be stored: {:?}",
