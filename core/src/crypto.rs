@@ -54,6 +54,7 @@ pub fn sha256_hex(data: &[u8]) -> String {
 }
 
 pub fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
+    #[allow(clippy::expect_used)] // HMAC accepts a key of any length: this cannot fail
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
     mac.update(data);
     mac.finalize().into_bytes().into()

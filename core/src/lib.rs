@@ -1,6 +1,13 @@
 //! cairn-core: the deterministic heart of Cairn. No threads, sockets, clocks or OS
 //! randomness: a [`Node`] is driven by inputs carrying the time and emits outputs.
 
+// No panics on request paths: outside tests, `unwrap`, `expect` and `panic!` are refused
+// (the fuzz and isolation harnesses, whose panics are their findings, opt out).
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 pub mod api;
 pub mod audit;
 pub mod auth;

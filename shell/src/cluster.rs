@@ -173,6 +173,7 @@ const FRAME_TYPE: &str = "application/octet-stream";
 
 fn reply(rq: tiny_http::Request, status: u16, body: Vec<u8>) {
     BYTES_SENT.fetch_add(body.len() as u64, Ordering::Relaxed);
+    #[allow(clippy::expect_used)] // a constant, valid header
     let h = Header::from_bytes(&b"Content-Type"[..], FRAME_TYPE.as_bytes()).expect("static header");
     if let Err(e) = rq.respond(
         tiny_http::Response::from_data(body)

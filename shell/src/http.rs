@@ -118,6 +118,7 @@ fn with_index<R: std::io::Read>(
     r
 }
 
+#[allow(clippy::expect_used)] // the two constant headers are valid
 fn respond(rq: tiny_http::Request, resp: Response) {
     let json =
         Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).expect("static header");

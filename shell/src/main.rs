@@ -1,5 +1,11 @@
 //! `cairn`: the server and its command-line client in one binary.
 
+// No panics on request paths: outside tests, `unwrap`, `expect` and `panic!` are refused.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 mod audit_file;
 mod cli;
 mod cluster;

@@ -43,6 +43,7 @@ pub fn now_ms() -> u64 {
 
 impl Core {
     /// Starts the core thread.
+    #[allow(clippy::expect_used)] // at start-up: without its core thread there is no server
     pub fn start(storage: SqliteStorage, config: NodeConfig, ldap_threads: usize) -> Core {
         let (tx, rx) = mpsc::channel::<Msg>();
         let ldap_tx = tx.clone();
@@ -378,6 +379,7 @@ struct Syncer {
 }
 
 impl Syncer {
+    #[allow(clippy::expect_used)] // at start-up: without its sync thread nothing is acknowledged
     fn start(wal: Option<crate::sqlite::WalSync>, core_tx: Sender<Msg>) -> Syncer {
         use std::sync::atomic::Ordering;
         let pending = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
