@@ -353,6 +353,48 @@ impl World {
         Ok(())
     }
 
+    /// Promise 3 (one input, one write set): a request that is refused (4xx or 5xx) leaves
+    /// storage byte-identical, whoever sends it (`who`: none, root, the `a/` or `b/` admin,
+    /// a made-up token) and whatever `X-Vault-Wrap-TTL` it carries (`wrap`: none, valid,
+    /// malformed, negative).
+    pub fn refused_changes_nothing(&mut self, op: Op, who: u8, wrap: u8) -> Result<(), String> {
+        let (m, path, ns, body) = self.request_of(op);
+        let token = match who % 5 {
+            0 => None,
+            1 => Some(ROOT.to_string()),
+            2 => Some(self.a.clone()),
+            3 => Some(self.b.clone()),
+            _ => Some("hvs.made-up".to_string()),
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut req = Request::new(id, m, &path);
+        req.token = token;
+        req.namespace = ns.map(str::to_string);
+        req.wrap_ttl =
+            [None, Some("5m"), Some("zzz"), Some("-1")][usize::from(wrap % 4)].map(str::to_string);
+        if let Some(b) = body {
+            req = req.with_json(b);
+        }
+        let before = self.node.storage().map.clone();
+        self.node.handle(2_000, Input::Request(req));
+        let mut status = 202;
+        while let Some(o) = self.node.poll_output() {
+            if let Output::Response(r) = o {
+                if r.id == id {
+                    status = r.status;
+                }
+            }
+        }
+        if status >= 400 && self.node.storage().map != before {
+            return Err(format!(
+                "{m:?} {path} (namespace {ns:?}, who {who}, wrap {wrap}) was refused with \
+                 {status} but changed storage"
+            ));
+        }
+        Ok(())
+    }
+
     /// What the root namespace and `b/` look like to their own admins.
     fn outside(&mut self) -> Vec<(String, u16, Value)> {
         let b = self.b.clone();
@@ -548,6 +590,22 @@ mod tests {
         QuickCheck::new()
             .tests(60)
             .quickcheck(prop as fn(Vec<(u8, u8, u8, u8, bool)>) -> TestResult);
+    }
+
+    #[test]
+    fn quickcheck_a_refused_request_leaves_storage_byte_identical() {
+        fn prop(ops: Vec<(u8, u8, u8, u8, u8, u8)>) -> TestResult {
+            let mut w = World::new();
+            for (a, b, c, d, who, wrap) in ops.into_iter().take(25) {
+                if let Err(e) = w.refused_changes_nothing(Op::from_bytes([a, b, c, d]), who, wrap) {
+                    return TestResult::error(e);
+                }
+            }
+            TestResult::passed()
+        }
+        QuickCheck::new()
+            .tests(60)
+            .quickcheck(prop as fn(Vec<(u8, u8, u8, u8, u8, u8)>) -> TestResult);
     }
 
     /// The checks can fail: a planted breach (the root token revoked from outside) is seen.
