@@ -15,6 +15,7 @@ pub mod crypto;
 pub mod ctx;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod generate_root;
 #[doc(hidden)]
 pub mod isolation;
 pub mod kv;

@@ -285,7 +285,7 @@ fn route_sys(
         Sys::ReplicationStatus | Sys::Replication => {
             replication::handle(ctx, st, req, tail, caller)
         }
-        Sys::GenerateRoot => replication::generate_root::handle(ctx, st, req, tail),
+        Sys::GenerateRoot => crate::generate_root::handle(ctx, st, req, tail),
         Sys::Audit => crate::audit::handle(ctx, st, req, tail),
         Sys::AuditHash => crate::audit::hash_handler(ctx, req, tail),
         Sys::Metrics => crate::metrics::handle(ctx, st, req, tail),

@@ -24,6 +24,8 @@ pub enum SealError {
     BadConfig(String),
     BadShare(String),
     WrongKey,
+    /// The stored keyring is missing (storage damaged or not initialised).
+    NoKeyring,
 }
 
 impl std::fmt::Display for SealError {
@@ -34,6 +36,10 @@ impl std::fmt::Display for SealError {
             SealError::WrongKey => write!(
                 f,
                 "unseal failed: the key shares do not reconstruct this cluster's root key"
+            ),
+            SealError::NoKeyring => write!(
+                f,
+                "the stored keyring is missing: this cluster's storage is not initialised or is damaged"
             ),
         }
     }
@@ -183,11 +189,107 @@ impl Barrier {
     }
 }
 
+/// Key shares handed in one at a time until the seal's threshold: what every key-share
+/// flow keeps (unseal, `sys/generate-root`, DR operation token generation). Shares are
+/// compared in constant time; a share given twice counts once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShareAttempt {
+    shares: Vec<Vec<u8>>,
+}
+
+/// What adding a share did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Added {
+    /// A new share; the progress is now this many shares.
+    New(usize),
+    /// This share was already given: nothing changed.
+    Duplicate,
+}
+
+impl ShareAttempt {
+    /// Rebuilds an attempt from shares stored as hex (the DR token keeps its attempt in
+    /// storage).
+    pub fn from_hex(stored: &[String]) -> Result<ShareAttempt, SealError> {
+        let shares = stored
+            .iter()
+            .map(|s| hex::decode(s).map_err(|e| SealError::BadShare(format!("stored share: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ShareAttempt { shares })
+    }
+    /// The shares as hex, for storage.
+    pub fn to_hex(&self) -> Vec<String> {
+        self.shares.iter().map(hex::encode).collect()
+    }
+    pub fn add(&mut self, share: Vec<u8>) -> Added {
+        if self.shares.iter().any(|s| crypto::ct_eq(s, &share)) {
+            return Added::Duplicate;
+        }
+        self.shares.push(share);
+        Added::New(self.shares.len())
+    }
+    pub fn progress(&self) -> usize {
+        self.shares.len()
+    }
+    /// Whether the threshold of `cfg` is reached.
+    pub fn complete(&self, cfg: &SealConfig) -> bool {
+        self.shares.len() >= usize::from(cfg.secret_threshold)
+    }
+    pub fn clear(&mut self) {
+        self.shares.clear();
+    }
+    /// The barrier key these shares open (see [`recover_barrier_key`]).
+    pub fn recover(&self, cfg: &SealConfig, keyring: Option<&[u8]>) -> Result<[u8; 32], SealError> {
+        recover_barrier_key(&self.shares, cfg, keyring)
+    }
+}
+
+/// The one key recovery of every key-share flow: shares → root key → the stored keyring
+/// opened with it → the barrier key. Wrong shares (or shares of another cluster) fail with
+/// [`SealError::WrongKey`].
+pub fn recover_barrier_key(
+    shares: &[Vec<u8>],
+    cfg: &SealConfig,
+    keyring: Option<&[u8]>,
+) -> Result<[u8; 32], SealError> {
+    let keyring = keyring.ok_or(SealError::NoKeyring)?;
+    combine(shares, cfg).and_then(|root| unwrap_keyring(&root, keyring))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use rand_chacha::ChaCha20Rng;
     use rand_core::SeedableRng;
+
+    #[test]
+    fn a_share_attempt_counts_each_share_once_and_recovers_only_this_clusters_key() {
+        let mut rng = ChaCha20Rng::from_seed([3; 32]);
+        let cfg = SealConfig {
+            secret_shares: 5,
+            secret_threshold: 3,
+        };
+        let (root, bk) = ([7u8; 32], [9u8; 32]);
+        let shares = split(&root, &cfg, &mut rng);
+        let keyring = wrap_keyring(&root, &bk, &mut rng);
+        let mut a = ShareAttempt::default();
+        assert_eq!(a.add(shares[0].clone()), Added::New(1));
+        assert_eq!(a.add(shares[0].clone()), Added::Duplicate);
+        assert_eq!(a.add(shares[1].clone()), Added::New(2));
+        assert!(!a.complete(&cfg));
+        a.add(shares[4].clone());
+        assert!(a.complete(&cfg));
+        assert_eq!(a.recover(&cfg, Some(&keyring)), Ok(bk));
+        assert_eq!(a.recover(&cfg, None), Err(SealError::NoKeyring));
+        // Round trip through storage form.
+        assert_eq!(ShareAttempt::from_hex(&a.to_hex()), Ok(a.clone()));
+        // Shares of another cluster do not open this keyring.
+        let other = split(&[8u8; 32], &cfg, &mut rng);
+        let mut b = ShareAttempt::default();
+        for s in other.into_iter().take(3) {
+            b.add(s);
+        }
+        assert_eq!(b.recover(&cfg, Some(&keyring)), Err(SealError::WrongKey));
+    }
 
     #[test]
     fn split_and_combine_threshold() {

@@ -33,7 +33,7 @@ use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Reques
 use crate::crypto;
 use crate::ctx::Ctx;
 use crate::node::NodeState;
-use crate::seal::{self, SealConfig};
+use crate::seal::{self, Added, SealConfig, ShareAttempt};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -301,31 +301,26 @@ fn update(ctx: &mut Ctx, body: &Map<String, Value>) -> ApiResult {
             share.len()
         )));
     }
-    let mut have = Vec::with_capacity(a.shares.len() + 1);
-    for s in &a.shares {
-        have.push(hex::decode(s).map_err(|e| ApiError::Internal(format!("stored share: {e}")))?);
-    }
-    if have.iter().any(|s| crypto::ct_eq(s, &share)) {
+    let mut have =
+        ShareAttempt::from_hex(&a.shares).map_err(|e| ApiError::Internal(e.to_string()))?;
+    if have.add(share) == Added::Duplicate {
         return Err(ApiError::bad(format!(
             "key: this key share was already provided in this attempt; progress stays {} of {}",
-            have.len(),
+            have.progress(),
             cfg.secret_threshold
         )));
     }
-    have.push(share.clone());
     let required = cfg.secret_threshold as usize;
-    if have.len() < required {
-        a.shares.push(hex::encode(&share));
+    if !have.complete(&cfg) {
+        a.shares = have.to_hex();
         ctx.put_json(ATTEMPT_KEY, &a)?;
         let mut m = view(Some(&a), cfg.secret_threshold);
         m.remove("otp_length");
         return Ok(Reply::Raw(200, Value::Object(m)));
     }
     // Threshold reached: the shares must reconstruct the root key that opens the keyring.
-    let keyring = ctx
-        .get(seal::KEYRING_KEY)?
-        .ok_or_else(|| ApiError::Internal("keyring missing".into()))?;
-    let ok = seal::combine(&have, &cfg).and_then(|root| seal::unwrap_keyring(&root, &keyring));
+    let keyring = ctx.get(seal::KEYRING_KEY)?;
+    let ok = have.recover(&cfg, keyring.as_deref());
     if ok.is_err() {
         a.shares.clear();
         ctx.put_json(ATTEMPT_KEY, &a)?;

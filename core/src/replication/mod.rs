@@ -18,7 +18,6 @@ mod api;
 pub mod class;
 pub mod dr_token;
 pub mod filter;
-pub mod generate_root;
 pub mod index_state;
 pub mod merkle;
 pub mod msg;
@@ -268,8 +267,6 @@ pub struct Replication {
     pub(crate) live: BTreeMap<(Mode, String), Live>,
     /// The barrier key (set by the node when it unseals), for activation bundles.
     pub barrier_key: Option<[u8; 32]>,
-    /// The `sys/generate-root` attempt in progress.
-    pub(crate) root_gen: Option<generate_root::Attempt>,
     /// Reindex and Merkle check.
     pub(crate) jobs: reindex::Jobs,
     /// Held pulls are answered at the end of the driver's batch ([`crate::Node::end_batch`])

@@ -7,12 +7,12 @@
 //! Unauthenticated (the key shares are the authorization); one attempt at a time, kept in
 //! memory.
 
-use super::dr_token;
 use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request};
 use crate::crypto;
 use crate::ctx::Ctx;
 use crate::node::NodeState;
-use crate::seal::{self, SealConfig};
+use crate::replication::dr_token;
+use crate::seal::{self, Added, SealConfig, ShareAttempt};
 use crate::token::{self, NewToken};
 use serde_json::json;
 
@@ -23,7 +23,7 @@ const OTP_LEN: usize = 27;
 pub struct Attempt {
     nonce: String,
     otp: String,
-    shares: Vec<Vec<u8>>,
+    shares: ShareAttempt,
 }
 
 fn config(ctx: &Ctx) -> ApiResult<SealConfig> {
@@ -35,7 +35,7 @@ fn view(a: Option<&Attempt>, required: u8, encoded: &str) -> serde_json::Value {
     json!({
         "started": a.is_some(),
         "nonce": a.map(|a| a.nonce.clone()).unwrap_or_default(),
-        "progress": a.map(|a| a.shares.len()).unwrap_or(0),
+        "progress": a.map(|a| a.shares.progress()).unwrap_or(0),
         "required": required,
         "encoded_token": encoded,
         "encoded_root_token": encoded,
@@ -48,7 +48,7 @@ fn view(a: Option<&Attempt>, required: u8, encoded: &str) -> serde_json::Value {
 /// `sys/generate-root/<tail>`.
 pub fn handle(ctx: &mut Ctx, st: &mut NodeState, req: &Request, tail: &str) -> ApiResult {
     let cfg = config(ctx)?;
-    let slot = &mut st.repl.root_gen;
+    let slot = &mut st.root_gen;
     match (req.method, tail) {
         (Method::Get, "attempt") => Ok(Reply::Raw(
             200,
@@ -67,7 +67,7 @@ pub fn handle(ctx: &mut Ctx, st: &mut NodeState, req: &Request, tail: &str) -> A
             let a = Attempt {
                 nonce: crypto::uuid(ctx.rng()),
                 otp: crypto::base62(ctx.rng(), OTP_LEN),
-                shares: Vec::new(),
+                shares: ShareAttempt::default(),
             };
             let mut v = view(Some(&a), cfg.secret_threshold, "");
             v["otp"] = json!(a.otp);
@@ -90,22 +90,19 @@ pub fn handle(ctx: &mut Ctx, st: &mut NodeState, req: &Request, tail: &str) -> A
                 return Err(ApiError::bad("nonce: does not match the current attempt"));
             }
             let share = seal::decode_share(&key).map_err(|e| ApiError::bad(format!("key: {e}")))?;
-            if a.shares.iter().any(|s| crypto::ct_eq(s, &share)) {
+            if a.shares.add(share) == Added::Duplicate {
                 return Err(ApiError::bad("key: this key share was already provided"));
             }
-            a.shares.push(share);
-            if a.shares.len() < cfg.secret_threshold as usize {
+            if !a.shares.complete(&cfg) {
                 let v = view(Some(a), cfg.secret_threshold, "");
                 return Ok(Reply::Raw(200, v));
             }
             let Some(a) = slot.take() else {
                 return Err(ApiError::bad("no root generation attempt in progress"));
             };
-            let keyring = ctx
-                .get(seal::KEYRING_KEY)?
-                .ok_or_else(|| ApiError::Internal("keyring missing".into()))?;
-            seal::combine(&a.shares, &cfg)
-                .and_then(|root| seal::unwrap_keyring(&root, &keyring))
+            let keyring = ctx.get(seal::KEYRING_KEY)?;
+            a.shares
+                .recover(&cfg, keyring.as_deref())
                 .map_err(|e| ApiError::bad(format!("root generation failed: {e}")))?;
             let (id, _) = token::create(
                 ctx,
