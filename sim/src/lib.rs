@@ -187,12 +187,33 @@ pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Runs one seed to the end or to the first broken invariant.
+/// Runs one seed to the end or to the first broken invariant. An ERROR the core logged
+/// during the run fails the seed too (see [`logger`]).
 pub fn run(cfg: &RunConfig) -> Outcome {
-    match cfg.tier {
+    logger::init();
+    let _ = logger::take_errors();
+    let o = match cfg.tier {
         Tier::Fast => run_fast(cfg),
         Tier::Turmoil => tcp::run(cfg),
+    };
+    with_logged_errors(o, logger::take_errors())
+}
+
+/// Fails an otherwise passing seed whose core logged errors.
+fn with_logged_errors(mut o: Outcome, errors: Vec<String>) -> Outcome {
+    if o.failure.is_none() && !errors.is_empty() {
+        o.failure = Some(Failure {
+            invariant: "core-logged-no-error".into(),
+            detail: format!(
+                "the core logged {} error(s) during the run: {}",
+                errors.len(),
+                errors.join(" | ")
+            ),
+            at_ms: o.sim_ms,
+            last_events: Vec::new(),
+        });
     }
+    o
 }
 
 fn run_fast(cfg: &RunConfig) -> Outcome {
@@ -294,4 +315,25 @@ pub fn parse_seed(s: &str) -> Result<u64, String> {
         None => s.parse(),
     };
     r.map_err(|_| format!("not a seed (u64, decimal or 0x hex): {s:?}"))
+}
+
+#[cfg(test)]
+mod logged_error_tests {
+    use super::*;
+
+    /// The checker fires on a planted error: a seed that passes otherwise fails when the
+    /// core logs an ERROR while it runs, and names it.
+    #[test]
+    fn a_planted_core_error_fails_the_seed() {
+        let cfg = RunConfig::new(3);
+        logger::init();
+        let _ = logger::take_errors();
+        let o = run(&cfg);
+        assert!(o.ok(), "{}", o.report());
+        log::error!(target: "cairn_core::planted", "planted failure");
+        let o = with_logged_errors(o, logger::take_errors());
+        let f = o.failure.expect("the planted error fails the seed");
+        assert_eq!(f.invariant, "core-logged-no-error");
+        assert!(f.detail.contains("planted failure"), "{}", f.detail);
+    }
 }
