@@ -225,8 +225,38 @@ pub static SYS: &[Route<Sys>] = &[
         Required,
         Sys::DrToken,
     ),
+    // The DR secondary's protected operations: the DR operation token on a DR secondary;
+    // everything else under sys/replication/ needs a sudo token.
     r(
-        "sys/replication/dr/secondary/*",
+        "sys/replication/dr/secondary/promote",
+        DrSecondary,
+        Root,
+        Required,
+        Sys::Replication,
+    ),
+    r(
+        "sys/replication/dr/secondary/disable",
+        DrSecondary,
+        Root,
+        Required,
+        Sys::Replication,
+    ),
+    r(
+        "sys/replication/dr/secondary/update-primary",
+        DrSecondary,
+        Root,
+        Required,
+        Sys::Replication,
+    ),
+    r(
+        "sys/replication/dr/secondary/reindex",
+        DrSecondary,
+        Root,
+        Required,
+        Sys::Replication,
+    ),
+    r(
+        "sys/replication/dr/secondary/merkle-check",
         DrSecondary,
         Root,
         Required,
