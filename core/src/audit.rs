@@ -686,8 +686,8 @@ mod tests {
         assert!(out.iter().all(|o| !matches!(o, Output::Audit { .. })));
     }
 
-    #[test]
-    fn a_failing_device_refuses_audited_requests_but_not_health_or_its_removal() {
+    /// A dev node with device `f` writing to `/tmp/f.log`, which failed at 3 s.
+    fn failed_device_node() -> crate::node::Node<crate::storage::MemStorage> {
         let mut n = dev_node();
         call(
             &mut n,
@@ -705,6 +705,12 @@ mod tests {
         );
         while n.poll_output().is_some() {}
         n.audit_device_failed(3_000, "/tmp/f.log", "disk full");
+        n
+    }
+
+    #[test]
+    fn a_failing_device_refuses_audited_requests_but_not_health_or_its_removal() {
+        let mut n = failed_device_node();
         let write = |id| {
             Request::new(id, Method::Put, "secret/y")
                 .with_token("root-unit")
@@ -741,23 +747,7 @@ mod tests {
 
     #[test]
     fn a_failed_device_is_tried_again_after_the_retry_interval() {
-        let mut n = dev_node();
-        call(
-            &mut n,
-            2_000,
-            Request::new(1, Method::Put, "sys/audit/f")
-                .with_token("root-unit")
-                .with_json(json!({"type": "file", "options": {"file_path": "/tmp/f.log"}})),
-        );
-        n.handle(
-            2_000,
-            crate::node::Input::AuditProbed {
-                id: 1,
-                result: Ok(()),
-            },
-        );
-        while n.poll_output().is_some() {}
-        n.audit_device_failed(3_000, "/tmp/f.log", "disk full");
+        let mut n = failed_device_node();
         let r = |id| Request::new(id, Method::Get, "sys/mounts").with_token("root-unit");
         assert_eq!(call(&mut n, 3_000 + RETRY_MS - 1, r(2)).0.status, 500);
         let (ok, out) = call(&mut n, 3_000 + RETRY_MS, r(3));
