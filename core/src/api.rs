@@ -192,6 +192,9 @@ pub enum ApiError {
     TooMany(String),
     /// 500: a fault inside the service (storage error); nothing was applied.
     Internal(String),
+    /// 507: the storage's disk is full; nothing was applied, and writes are refused until
+    /// space is freed (reads keep working).
+    StorageFull,
     /// 502: an upstream (LDAP, primary) failed.
     Upstream(String),
     /// 503: the node is sealed.
@@ -213,6 +216,7 @@ impl ApiError {
             ApiError::Internal(_) => 500,
             ApiError::Upstream(_) => 502,
             ApiError::Sealed | ApiError::Unavailable(_) => 503,
+            ApiError::StorageFull => 507,
         }
     }
     pub fn bad(msg: impl Into<String>) -> ApiError {
@@ -241,13 +245,24 @@ impl std::fmt::Display for ApiError {
             ApiError::Internal(m) => write!(f, "internal error: {m}"),
             ApiError::Upstream(m) => write!(f, "{m}"),
             ApiError::Sealed => write!(f, "Vault is sealed"),
+            ApiError::StorageFull => write!(
+                f,
+                "{} (nothing of this request was applied)",
+                crate::storage::StorageError::Full
+            ),
         }
     }
 }
 
+/// The kind of a storage error chooses the answer: a full disk is 507 (the client may try
+/// again once space is freed), any other failure 500.
 impl From<crate::storage::StorageError> for ApiError {
     fn from(e: crate::storage::StorageError) -> Self {
-        ApiError::Internal(e.to_string())
+        use crate::storage::StorageError;
+        match e {
+            StorageError::Full => ApiError::StorageFull,
+            StorageError::Corrupt(_) | StorageError::Io(_) => ApiError::Internal(e.to_string()),
+        }
     }
 }
 

@@ -508,9 +508,12 @@ mod tests {
         let mut n = Node::new(MemStorage::new(), [7; 32], NodeConfig::default());
         n.handle(
             1_000,
-            Input::Admin(Admin::DevSetup {
-                root_token_id: Some("root-unit".into()),
-            }),
+            Input::Admin {
+                id: 1,
+                cmd: Admin::DevSetup {
+                    root_token_id: Some("root-unit".into()),
+                },
+            },
         );
         while n.poll_output().is_some() {}
         let run = |n: &mut Node<MemStorage>, req: Request| {
@@ -607,9 +610,12 @@ mod tests {
         );
         n.handle(
             1_000,
-            Input::Admin(Admin::DevSetup {
-                root_token_id: Some("root-unit".into()),
-            }),
+            Input::Admin {
+                id: 1,
+                cmd: Admin::DevSetup {
+                    root_token_id: Some("root-unit".into()),
+                },
+            },
         );
         while n.poll_output().is_some() {}
         n

@@ -12,7 +12,7 @@ use crate::auth::ldap::fake::FakeDirectory;
 use crate::auth::ldap::login::Login;
 use crate::auth::ldap::{dn, escape, filter, template, LdapDone, LdapEntry, LdapOp, Secret};
 use crate::mounts::MountEntry;
-use crate::node::{Admin, Input, Node, NodeConfig, Output};
+use crate::node::{Admin, AdminResult, Input, Node, NodeConfig, Output};
 use crate::policy::{self, Acl, Policy};
 use crate::replication::msg::{PeerAnswer, PeerAuth, PeerBody, PeerMsg, PeerRequest};
 use crate::replication::{activation, HttpReply, Mode, PeerReply};
@@ -269,14 +269,21 @@ fn dev_setup() -> (Harness, String) {
     let mut h = raw_harness(MemStorage::new(), 7);
     h.node.handle(
         h.now,
-        Input::Admin(Admin::DevSetup {
-            root_token_id: Some(ROOT.into()),
-        }),
+        Input::Admin {
+            id: 1,
+            cmd: Admin::DevSetup {
+                root_token_id: Some(ROOT.into()),
+            },
+        },
     );
     let mut key = String::new();
     while let Some(o) = h.node.poll_output() {
-        if let Output::AdminDone(v) = o {
-            key = v["keys_base64"][0].as_str().unwrap_or_default().to_string();
+        if let Output::AdminDone {
+            result: Ok(AdminResult::DevSetup(k)),
+            ..
+        } = o
+        {
+            key = k.keys_base64.first().cloned().unwrap_or_default();
         }
     }
     (h, key)

@@ -8,6 +8,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod admin;
 pub mod api;
 pub mod audit;
 pub mod auth;
@@ -37,6 +38,7 @@ pub mod time;
 pub mod token;
 pub mod wrapping;
 
+pub use admin::{Admin, AdminAnswer, AdminId, AdminResult, DevKeys};
 pub use api::{Method, Request, Response};
-pub use node::{Admin, Input, Node, NodeConfig, Output};
+pub use node::{Input, Node, NodeConfig, Output};
 pub use storage::{MemStorage, Storage, StorageError, Write};

@@ -26,9 +26,12 @@ impl Harness {
         let mut node = Node::new(MemStorage::new(), [4; 32], cfg);
         node.handle(
             1_000,
-            Input::Admin(Admin::DevSetup {
-                root_token_id: Some("root".into()),
-            }),
+            Input::Admin {
+                id: 1,
+                cmd: Admin::DevSetup {
+                    root_token_id: Some("root".into()),
+                },
+            },
         );
         while node.poll_output().is_some() {}
         let mut h = Harness {

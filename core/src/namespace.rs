@@ -271,9 +271,12 @@ mod tests {
             let mut n = Node::new(MemStorage::new(), [9; 32], NodeConfig::default());
             n.handle(
                 1_000,
-                Input::Admin(Admin::DevSetup {
-                    root_token_id: Some("root".into()),
-                }),
+                Input::Admin {
+                    id: 1,
+                    cmd: Admin::DevSetup {
+                        root_token_id: Some("root".into()),
+                    },
+                },
             );
             while n.poll_output().is_some() {}
             T { n, id: 0 }

@@ -347,9 +347,12 @@ mod table_tests {
             let mut node = Node::new(MemStorage::new(), [5; 32], NodeConfig::default());
             node.handle(
                 1_000,
-                Input::Admin(Admin::DevSetup {
-                    root_token_id: Some(ROOT.into()),
-                }),
+                Input::Admin {
+                    id: 1,
+                    cmd: Admin::DevSetup {
+                        root_token_id: Some(ROOT.into()),
+                    },
+                },
             );
             while node.poll_output().is_some() {}
             let mut w = World {

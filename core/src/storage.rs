@@ -12,15 +12,38 @@ use std::collections::{BTreeMap, BTreeSet};
 /// One change in a write set: `None` deletes the key.
 pub type Write = (String, Option<Vec<u8>>);
 
-/// Error from a storage backend (disk full, I/O error, corrupt database).
+/// Error from a storage backend. The kind decides the API's answer (see
+/// `impl From<StorageError> for ApiError`): a full disk is 507, anything else 500.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StorageError(pub String);
+pub enum StorageError {
+    /// The file system of the storage has no space left: writes are refused until space is
+    /// freed; reads keep working.
+    Full,
+    /// The database is damaged or is not a database.
+    Corrupt(String),
+    /// Any other failure of the backend (an I/O error, a lock, a failed sync).
+    Io(String),
+}
 
 impl std::fmt::Display for StorageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "storage error: {}", self.0)
+        match self {
+            StorageError::Full => write!(
+                f,
+                "disk full: the file system of the database has no space left; writes are \
+                 refused until space is freed"
+            ),
+            StorageError::Corrupt(m) => write!(
+                f,
+                "storage error: the database file is damaged ({m}); stop the server and \
+                 restore the file from a backup"
+            ),
+            StorageError::Io(m) => write!(f, "storage error: {m}"),
+        }
     }
 }
+
+impl std::error::Error for StorageError {}
 
 /// Ordered key/value storage.
 pub trait Storage {
@@ -246,6 +269,97 @@ mod tests {
             vec!["a".to_string()]
         );
         assert_eq!(ws.writes.len(), 3);
+    }
+
+    /// Memory storage whose writes fail with [`StorageError::Full`] while `full` is set.
+    struct FullDisk {
+        inner: MemStorage,
+        full: bool,
+    }
+
+    impl Storage for FullDisk {
+        fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+            self.inner.get(key)
+        }
+        fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+            self.inner.scan(prefix)
+        }
+        fn apply(&mut self, writes: &[Write]) -> Result<(), StorageError> {
+            if self.full {
+                return Err(StorageError::Full);
+            }
+            self.inner.apply(writes)
+        }
+    }
+
+    #[test]
+    fn the_kind_of_a_storage_error_chooses_the_status() {
+        use crate::api::ApiError;
+        assert_eq!(ApiError::from(StorageError::Full), ApiError::StorageFull);
+        assert_eq!(ApiError::from(StorageError::Full).status(), 507);
+        assert_eq!(ApiError::from(StorageError::Io("x".into())).status(), 500);
+        assert_eq!(
+            ApiError::from(StorageError::Corrupt("x".into())).status(),
+            500
+        );
+    }
+
+    #[test]
+    fn a_full_disk_answers_507_applies_nothing_and_still_serves_reads() {
+        use crate::api::{Method, Request, Response};
+        use crate::node::{Admin, Input, Node, NodeConfig, Output};
+        use serde_json::json;
+        let mut n = Node::new(
+            FullDisk {
+                inner: MemStorage::new(),
+                full: false,
+            },
+            [3; 32],
+            NodeConfig::default(),
+        );
+        n.handle(
+            1_000,
+            Input::Admin {
+                id: 1,
+                cmd: Admin::DevSetup {
+                    root_token_id: Some("root".into()),
+                },
+            },
+        );
+        while n.poll_output().is_some() {}
+        let call = |n: &mut Node<FullDisk>, id, method, path: &str| -> Response {
+            let req = Request::new(id, method, path)
+                .with_token("root")
+                .with_json(json!({"v": id}));
+            n.handle(2_000, Input::Request(req));
+            std::iter::from_fn(|| n.poll_output())
+                .find_map(|o| match o {
+                    Output::Response(r) if r.id == id => Some(r),
+                    _ => None,
+                })
+                .expect("a response")
+        };
+        assert_eq!(call(&mut n, 1, Method::Put, "secret/a").status, 204);
+        n.storage_mut().full = true;
+        let before = n.storage().inner.map.clone();
+        let r = call(&mut n, 2, Method::Put, "secret/b");
+        assert_eq!(r.status, 507, "{r:?}");
+        let msg = r.body.as_ref().expect("a body")["errors"][0]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(msg.starts_with("disk full: "), "{msg}");
+        assert!(
+            msg.ends_with("(nothing of this request was applied)"),
+            "{msg}"
+        );
+        assert_eq!(
+            n.storage().inner.map,
+            before,
+            "a refused write changed storage"
+        );
+        let r = call(&mut n, 3, Method::Get, "secret/a");
+        assert_eq!(r.status, 200, "{r:?}");
     }
 
     quickcheck! {

@@ -711,7 +711,7 @@ mod tests {
     //! `auth/token/*` rules driven through a whole node (no I/O).
 
     use super::*;
-    use crate::node::{Admin, Input, Node, NodeConfig, Output};
+    use crate::node::{Admin, AdminResult, Input, Node, NodeConfig, Output};
     use crate::storage::MemStorage;
     use crate::Response;
 
@@ -729,14 +729,21 @@ mod tests {
             let mut node = Node::new(MemStorage::new(), [9; 32], NodeConfig::default());
             node.handle(
                 1_000,
-                Input::Admin(Admin::DevSetup {
-                    root_token_id: None,
-                }),
+                Input::Admin {
+                    id: 1,
+                    cmd: Admin::DevSetup {
+                        root_token_id: None,
+                    },
+                },
             );
             let mut root = String::new();
             while let Some(o) = node.poll_output() {
-                if let Output::AdminDone(v) = o {
-                    root = v["root_token"].as_str().unwrap().to_string();
+                if let Output::AdminDone {
+                    result: Ok(AdminResult::DevSetup(k)),
+                    ..
+                } = o
+                {
+                    root = k.root_token;
                 }
             }
             T {

@@ -1,12 +1,16 @@
 //! The core thread: owns the `Node` and its SQLite storage, drains a channel of inputs in
 //! batches, runs each batch inside one SQLite transaction (group commit), and releases the
-//! batch's responses only after the commit, so an acknowledged write is durable. Timers
-//! come from `poll_timeout`; LDAP operations go to the LDAP pool.
+//! batch's responses only after the commit, so an acknowledged write is durable. Answers
+//! find their callers by id (requests by theirs, peer messages and admin commands by one
+//! the loop gives them); a batch that does not commit answers everyone with its error.
+//! Timers come from `poll_timeout`; LDAP operations go to the LDAP pool.
 
 use crate::sqlite::SqliteStorage;
-use cairn_core::api::{ApiError, Response};
+use cairn_core::admin::{Admin, AdminAnswer, AdminId};
+use cairn_core::api::{ApiError, RequestId, Response};
+use cairn_core::replication::PeerAnswer;
+use cairn_core::storage::StorageError;
 use cairn_core::{Input, Node, NodeConfig, Output};
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,8 +23,8 @@ pub enum Msg {
     Request(cairn_core::Request, SyncSender<Response>),
     /// Any other input (LDAP results).
     Input(Input),
-    /// An admin command and where to send its result.
-    Admin(cairn_core::Admin, SyncSender<Value>),
+    /// An admin command and where to send its answer.
+    Admin(Admin, SyncSender<AdminAnswer>),
     /// A message from a peer's cluster connection and where to send the answer.
     Peer(
         cairn_core::replication::PeerMsg,
@@ -96,10 +100,14 @@ impl Core {
             .unwrap_or_else(|_| down())
     }
 
-    pub fn admin(&self, cmd: cairn_core::Admin) -> Option<Value> {
+    /// Runs an admin command and waits for its answer.
+    pub fn admin(&self, cmd: Admin) -> AdminAnswer {
         let (tx, rx) = mpsc::sync_channel(1);
-        self.tx.send(Msg::Admin(cmd, tx)).ok()?;
-        rx.recv().ok()
+        if self.tx.send(Msg::Admin(cmd, tx)).is_err() {
+            return Err(ApiError::Unavailable("server is shutting down".into()));
+        }
+        rx.recv()
+            .unwrap_or_else(|_| Err(ApiError::Internal("core stopped".into())))
     }
 }
 
@@ -119,10 +127,7 @@ fn run(
         }
     };
     let syncer = Syncer::start(node.storage_mut().wal_sync(), tx.clone());
-    let mut waiting: BTreeMap<u64, SyncSender<Response>> = BTreeMap::new();
-    let mut peers: BTreeMap<u64, SyncSender<cairn_core::replication::PeerAnswer>> = BTreeMap::new();
-    let mut next_peer: u64 = 0;
-    let mut admin: Vec<SyncSender<Value>> = Vec::new();
+    let mut waiting = Waiting::default();
     loop {
         let now = now_ms();
         let deadline = node.poll_timeout();
@@ -157,23 +162,19 @@ fn run(
             match m {
                 Msg::Request(req, tx) => {
                     ids_in_batch.push(req.id);
-                    waiting.insert(req.id, tx);
+                    waiting.requests.insert(req.id, tx);
                     node.handle(now, Input::Request(req));
                 }
                 Msg::Input(i) => node.handle(now, i),
                 Msg::Admin(cmd, tx) => {
-                    admin.push(tx);
-                    node.handle(now, Input::Admin(cmd));
+                    let id = waiting.admin(tx);
+                    node.handle(now, Input::Admin { id, cmd });
                 }
                 Msg::Peer(msg, ptx) => {
-                    next_peer += 1;
-                    peers.insert(next_peer, ptx);
+                    let id = waiting.peer(ptx);
                     node.handle(
                         now,
-                        Input::PeerRequest(cairn_core::replication::PeerRequest {
-                            id: next_peer,
-                            msg,
-                        }),
+                        Input::PeerRequest(cairn_core::replication::PeerRequest { id, msg }),
                     );
                 }
             }
@@ -206,17 +207,17 @@ fn run(
         if let Err(e) = crate::audit_file::append(&best_effort) {
             log::warn!("best-effort audit line not written: {e}");
         }
-        let committed: Result<bool, String> = match crate::audit_file::append(&audit_lines) {
+        let committed: Result<bool, BatchFailed> = match crate::audit_file::append(&audit_lines) {
             Err(e) => {
                 node.storage_mut().rollback();
                 node.storage_rolled_back();
                 node.audit_device_failed(now, &e.file_path, &e.error);
-                Err(format!("audit device failed: {e}"))
+                Err(BatchFailed::Audit(e.to_string()))
             }
             Ok(()) => node
                 .storage_mut()
                 .commit_unsynced()
-                .map_err(|e| e.to_string()),
+                .map_err(BatchFailed::Storage),
         };
         if let Err(e) = &committed {
             log::error!(
@@ -224,44 +225,24 @@ fn run(
                 ids_in_batch.len()
             );
         }
+        let failed = committed.as_ref().err();
         let mut out = Vec::new();
         let released = held
             .into_iter()
             .chain(std::iter::from_fn(|| node.poll_output()));
         for o in released {
             match o {
-                Output::Response(mut r) => {
-                    if let Err(e) = &committed {
-                        r = Response::error(r.id, &ApiError::Internal(e.to_string()));
-                    }
-                    disk_full_status(&mut r);
-                    if let Some(tx) = waiting.remove(&r.id) {
-                        out.push(Delivery::Response(tx, r));
-                    }
-                }
+                Output::Response(r) => out.extend(waiting.response(r, failed)),
                 Output::Ldap(call) => pool.submit(call),
                 // A call to the primary leaves at once, without waiting for the sync: what
                 // it tells (a secondary's WAL position, a Merkle question) only repeats
                 // after a crash, from the position on disk, which is at or before it. So a
                 // secondary asks for the next entries while the last ones reach its disk.
                 Output::PeerSend(s) => crate::cluster::send_peer(s, tx.clone()),
-                Output::AdminDone(v) => {
-                    if !admin.is_empty() {
-                        out.push(Delivery::Admin(admin.remove(0), v));
-                    }
+                Output::AdminDone { id, result } => {
+                    out.extend(waiting.admin_done(id, result, failed))
                 }
-                Output::PeerResponse(r) => {
-                    if let Some(ptx) = peers.remove(&r.id) {
-                        let msg = match &committed {
-                            Ok(_) => r.msg,
-                            Err(e) => cairn_core::replication::PeerAnswer::Error {
-                                code: "internal".into(),
-                                message: e.to_string(),
-                            },
-                        };
-                        out.push(Delivery::Peer(ptx, msg));
-                    }
-                }
+                Output::PeerResponse(r) => out.extend(waiting.peer_response(r, failed)),
                 other => out.push(Delivery::Effect(other)),
             }
         }
@@ -280,18 +261,129 @@ fn run(
             rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut seed);
             node = Node::new(storage, seed, config);
             node.set_batched(true);
-            let gone =
-                || ApiError::Unavailable("the server was reset after a storage failure".into());
-            for (id, tx) in std::mem::take(&mut waiting) {
-                let _ = tx.send(Response::error(id, &gone()));
-            }
-            for (_, ptx) in std::mem::take(&mut peers) {
-                let _ = ptx.send(cairn_core::replication::PeerAnswer::Error {
-                    code: "unavailable".into(),
-                    message: gone().to_string(),
-                });
-            }
-            admin.clear();
+            waiting.fail_all(&ApiError::Unavailable(
+                "the server was reset after a storage failure".into(),
+            ));
+        }
+    }
+}
+
+/// Why a batch was not committed; every answer of the batch reports it.
+#[derive(Debug)]
+enum BatchFailed {
+    /// A required audit line could not be written (fail closed).
+    Audit(String),
+    /// The storage refused the commit.
+    Storage(StorageError),
+}
+
+impl BatchFailed {
+    /// The error the batch's requests and admin commands are answered with: the storage
+    /// error's kind chooses the status (a full disk is 507).
+    fn api_error(&self) -> ApiError {
+        match self {
+            BatchFailed::Audit(_) => ApiError::Internal(self.to_string()),
+            BatchFailed::Storage(e) => ApiError::from(e.clone()),
+        }
+    }
+}
+
+impl std::fmt::Display for BatchFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BatchFailed::Audit(e) => write!(f, "audit device failed: {e}"),
+            BatchFailed::Storage(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Who waits for which answer: requests by their id; peer messages and admin commands by
+/// an id given here, which the node's answer carries back.
+#[derive(Default)]
+struct Waiting {
+    requests: BTreeMap<RequestId, SyncSender<Response>>,
+    peers: BTreeMap<u64, SyncSender<PeerAnswer>>,
+    admin: BTreeMap<AdminId, SyncSender<AdminAnswer>>,
+    /// The last id given to a peer message or an admin command.
+    last_id: u64,
+}
+
+impl Waiting {
+    fn next_id(&mut self) -> u64 {
+        self.last_id += 1;
+        self.last_id
+    }
+
+    /// Registers the caller of a peer message; its id for the node.
+    fn peer(&mut self, tx: SyncSender<PeerAnswer>) -> u64 {
+        let id = self.next_id();
+        self.peers.insert(id, tx);
+        id
+    }
+
+    /// Registers the caller of an admin command; its id for the node.
+    fn admin(&mut self, tx: SyncSender<AdminAnswer>) -> AdminId {
+        let id = self.next_id();
+        self.admin.insert(id, tx);
+        id
+    }
+
+    /// The delivery of a response to its caller (`failed`: the batch did not commit).
+    fn response(&mut self, r: Response, failed: Option<&BatchFailed>) -> Option<Delivery> {
+        let r = match failed {
+            Some(e) => Response::error(r.id, &e.api_error()),
+            None => r,
+        };
+        let tx = self.requests.remove(&r.id)?;
+        Some(Delivery::Response(tx, r))
+    }
+
+    /// The delivery of admin command `id`'s answer to its caller (`failed`: the batch did
+    /// not commit).
+    fn admin_done(
+        &mut self,
+        id: AdminId,
+        result: AdminAnswer,
+        failed: Option<&BatchFailed>,
+    ) -> Option<Delivery> {
+        let tx = self.admin.remove(&id)?;
+        let result = match failed {
+            Some(e) => Err(e.api_error()),
+            None => result,
+        };
+        Some(Delivery::Admin(tx, result))
+    }
+
+    /// The delivery of a peer answer to its caller (`failed`: the batch did not commit).
+    fn peer_response(
+        &mut self,
+        r: cairn_core::replication::PeerResponse,
+        failed: Option<&BatchFailed>,
+    ) -> Option<Delivery> {
+        let tx = self.peers.remove(&r.id)?;
+        let msg = match failed {
+            None => r.msg,
+            Some(e) => PeerAnswer::Error {
+                code: "internal".into(),
+                message: e.to_string(),
+            },
+        };
+        Some(Delivery::Peer(tx, msg))
+    }
+
+    /// Answers everyone still waiting with `e` (the node was reset).
+    fn fail_all(&mut self, e: &ApiError) {
+        for (id, tx) in std::mem::take(&mut self.requests) {
+            let _ = tx.send(Response::error(id, e));
+        }
+        for (_, tx) in std::mem::take(&mut self.peers) {
+            let _ = tx.send(PeerAnswer::Error {
+                code: "unavailable".into(),
+                message: e.to_string(),
+            });
+        }
+        for (_, tx) in std::mem::take(&mut self.admin) {
+            let _ = tx.send(Err(e.clone()));
         }
     }
 }
@@ -299,11 +391,8 @@ fn run(
 /// What a batch lets out once it is durable: answers and side effects, in output order.
 enum Delivery {
     Response(SyncSender<Response>, Response),
-    Admin(SyncSender<Value>, Value),
-    Peer(
-        SyncSender<cairn_core::replication::PeerAnswer>,
-        cairn_core::replication::PeerAnswer,
-    ),
+    Admin(SyncSender<AdminAnswer>, AdminAnswer),
+    Peer(SyncSender<PeerAnswer>, PeerAnswer),
     /// Cluster calls, TLS material, audit lines of late outputs.
     Effect(Output),
 }
@@ -314,8 +403,8 @@ impl Delivery {
             Delivery::Response(s, r) => {
                 let _ = s.send(r);
             }
-            Delivery::Admin(s, v) => {
-                let _ = s.send(v);
+            Delivery::Admin(s, a) => {
+                let _ = s.send(a);
             }
             Delivery::Peer(s, a) => {
                 let _ = s.send(a);
@@ -338,7 +427,7 @@ impl Delivery {
                 // Answers and LDAP calls are not effects (see `run`).
                 Output::Response(_)
                 | Output::Ldap(_)
-                | Output::AdminDone(_)
+                | Output::AdminDone { .. }
                 | Output::PeerResponse(_) => {}
             },
         }
@@ -366,13 +455,21 @@ fn start_checkpoints(mut c: crate::sqlite::Checkpointer) -> mpsc::Sender<()> {
 /// How often the checkpoint thread looks at the WAL's size.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 
+/// A committed batch on its way to the sync thread.
+struct Committed {
+    /// The batch wrote something: its answers wait for a sync.
+    wrote: bool,
+    /// Its answers and side effects, in output order.
+    out: Vec<Delivery>,
+}
+
 /// The sync thread of the pipelined group commit: takes each committed batch's deliveries,
 /// syncs the database once for all batches waiting (when any of them wrote), then delivers
 /// them in commit order. The core thread meanwhile runs the next batch; a later batch may
 /// read what an earlier one wrote before it is durable, but its answers leave after the
 /// sync that covers both.
 struct Syncer {
-    tx: SyncSender<(bool, Vec<Delivery>)>,
+    tx: SyncSender<Committed>,
     /// Batches handed over and not yet delivered.
     pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     core_tx: Sender<Msg>,
@@ -383,7 +480,7 @@ impl Syncer {
     fn start(wal: Option<crate::sqlite::WalSync>, core_tx: Sender<Msg>) -> Syncer {
         use std::sync::atomic::Ordering;
         let pending = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let (tx, rx) = mpsc::sync_channel::<(bool, Vec<Delivery>)>(MAX_BATCH);
+        let (tx, rx) = mpsc::sync_channel::<Committed>(MAX_BATCH);
         std::thread::Builder::new()
             .name("cairn-sync".into())
             .spawn({
@@ -395,7 +492,7 @@ impl Syncer {
                         while let Ok(more) = rx.try_recv() {
                             group.push(more);
                         }
-                        if group.iter().any(|(wrote, _)| *wrote) {
+                        if group.iter().any(|c| c.wrote) {
                             if let Some(w) = wal.as_mut() {
                                 if let Err(e) = w.sync() {
                                     // Whether the batches reached the disk is unknown: answering
@@ -410,8 +507,8 @@ impl Syncer {
                             }
                         }
                         let n = group.len();
-                        for (_, out) in group {
-                            for d in out {
+                        for c in group {
+                            for d in c.out {
                                 d.deliver(&core_tx);
                             }
                         }
@@ -436,11 +533,11 @@ impl Syncer {
         }
         let out = if wrote || self.pending.load(Ordering::Acquire) > 0 {
             self.pending.fetch_add(1, Ordering::AcqRel);
-            match self.tx.send((wrote, out)) {
+            match self.tx.send(Committed { wrote, out }) {
                 Ok(()) => return,
                 // The sync thread is gone (it stops the process when a sync fails): the
                 // answers can only report failure.
-                Err(mpsc::SendError((_, out))) => {
+                Err(mpsc::SendError(Committed { out, .. })) => {
                     self.pending.fetch_sub(1, Ordering::AcqRel);
                     log::error!(
                         "the sync thread is gone; the batch's writes are not known durable"
@@ -451,9 +548,10 @@ impl Syncer {
                             Delivery::Response(s, r) => {
                                 Delivery::Response(s, Response::error(r.id, &e))
                             }
+                            Delivery::Admin(s, _) => Delivery::Admin(s, Err(e.clone())),
                             Delivery::Peer(s, _) => Delivery::Peer(
                                 s,
-                                cairn_core::replication::PeerAnswer::Error {
+                                PeerAnswer::Error {
                                     code: "internal".into(),
                                     message: e.to_string(),
                                 },
@@ -472,19 +570,71 @@ impl Syncer {
     }
 }
 
-/// A request refused because the disk is full answers 507 (Insufficient Storage) with the
-/// storage's message, instead of a generic 500.
-fn disk_full_status(r: &mut Response) {
-    if r.status != 500 {
-        return;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_core::admin::{AdminResult, DevKeys};
+
+    #[test]
+    fn admin_answers_find_their_callers_by_id_whatever_their_order() {
+        let mut w = Waiting::default();
+        let (tx1, rx1) = mpsc::sync_channel(1);
+        let (tx2, rx2) = mpsc::sync_channel(1);
+        let first = w.admin(tx1);
+        let second = w.admin(tx2);
+        assert_ne!(first, second);
+        let keys = DevKeys {
+            root_token: "root".into(),
+            keys: vec!["0a".into()],
+            keys_base64: vec!["Cg==".into()],
+        };
+        // The second command is answered first.
+        let out: Vec<Delivery> = [
+            w.admin_done(second, Ok(AdminResult::Flushed), None),
+            w.admin_done(first, Ok(AdminResult::DevSetup(keys.clone())), None),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        assert_eq!(out.len(), 2);
+        let (core_tx, _core_rx) = mpsc::channel();
+        for d in out {
+            d.deliver(&core_tx);
+        }
+        assert_eq!(rx1.try_recv(), Ok(Ok(AdminResult::DevSetup(keys))));
+        assert_eq!(rx2.try_recv(), Ok(Ok(AdminResult::Flushed)));
+        // An answer nobody waits for (any more) goes nowhere.
+        assert!(w
+            .admin_done(first, Ok(AdminResult::Flushed), None)
+            .is_none());
     }
-    let msg = r
-        .body
-        .as_ref()
-        .and_then(|b| b["errors"][0].as_str())
-        .and_then(|m| m.find(crate::sqlite::DISK_FULL).map(|i| m[i..].to_string()));
-    if let Some(m) = msg {
-        r.status = 507;
-        r.body = Some(serde_json::json!({ "errors": [m] }));
+
+    #[test]
+    fn a_batch_that_meets_a_full_disk_answers_507() {
+        let mut w = Waiting::default();
+        let full = BatchFailed::Storage(StorageError::Full);
+        let (tx, _rx) = mpsc::sync_channel(1);
+        w.requests.insert(7, tx);
+        let ok = Response::no_content(7);
+        let Some(Delivery::Response(_, r)) = w.response(ok, Some(&full)) else {
+            panic!("no delivery for the waiting request");
+        };
+        assert_eq!(r.status, 507);
+        let msg = r.body.as_ref().and_then(|b| b["errors"][0].as_str());
+        assert!(msg.is_some_and(|m| m.starts_with("disk full: ")), "{r:?}");
+        let (atx, arx) = mpsc::sync_channel(1);
+        let id = w.admin(atx);
+        let (core_tx, _core_rx) = mpsc::channel();
+        if let Some(d) = w.admin_done(id, Ok(AdminResult::Flushed), Some(&full)) {
+            d.deliver(&core_tx);
+        }
+        assert_eq!(arx.try_recv(), Ok(Err(ApiError::StorageFull)));
+        // Any other storage failure stays a 500.
+        let io = BatchFailed::Storage(StorageError::Io("disk I/O error".into()));
+        assert_eq!(io.api_error().status(), 500);
+        assert_eq!(
+            BatchFailed::Audit("x".into()).api_error(),
+            ApiError::Internal("audit device failed: x".into())
+        );
     }
 }

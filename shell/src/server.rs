@@ -5,7 +5,7 @@ use crate::config::{self, ServerConfig};
 use crate::http::{self, ApiOptions, TlsFiles};
 use crate::runtime::Core;
 use crate::sqlite::SqliteStorage;
-use cairn_core::{Admin, NodeConfig};
+use cairn_core::{Admin, AdminResult, NodeConfig};
 use std::path::PathBuf;
 
 /// Prints to stdout, ignoring a closed pipe (the server must not die with its reader).
@@ -143,9 +143,13 @@ pub fn run(a: ServerArgs) -> i32 {
         match core.admin(Admin::DevSetup {
             root_token_id: a.dev_root_token_id.clone(),
         }) {
-            Some(v) if v.get("error").is_none() => {
-                let key = v["keys_base64"][0].as_str().unwrap_or_default();
-                let token = v["root_token"].as_str().unwrap_or_default();
+            Ok(AdminResult::DevSetup(keys)) => {
+                let key = keys
+                    .keys_base64
+                    .first()
+                    .map(String::as_str)
+                    .unwrap_or_default();
+                let token = &keys.root_token;
                 out!("WARNING: dev mode: storage in a temp dir, initialised and unsealed; do not use in production.");
                 out!("");
                 out!("    export CAIRN_ADDR='{scheme}://{addr}'");
@@ -155,11 +159,12 @@ pub fn run(a: ServerArgs) -> i32 {
                 out!("");
                 out!("KV v1 is mounted at secret/ and the LDAP auth method at auth/ldap/.");
             }
-            other => {
-                eprintln!(
-                    "Error: dev set-up failed: {}",
-                    other.map(|v| v.to_string()).unwrap_or_default()
-                );
+            Ok(AdminResult::Flushed) => {
+                eprintln!("Error: dev set-up failed: the core answered another command");
+                return 1;
+            }
+            Err(e) => {
+                eprintln!("Error: dev set-up failed: {e}");
                 return 1;
             }
         }
@@ -184,15 +189,16 @@ fn wait_for_shutdown(core: &Core) -> i32 {
     let sig = signals.forever().next().unwrap_or(SIGTERM);
     log::info!("signal {sig}: shutting down");
     match core.admin(Admin::Shutdown) {
-        Some(v) if v.get("error").is_none() => {
+        Ok(AdminResult::Flushed) => {
             log::info!("storage is complete; exiting");
             0
         }
-        other => {
-            log::error!(
-                "shutdown: deferred work not finished: {}",
-                other.map(|v| v.to_string()).unwrap_or_default()
-            );
+        Ok(AdminResult::DevSetup(_)) => {
+            log::error!("shutdown: the core answered another command");
+            1
+        }
+        Err(e) => {
+            log::error!("shutdown: deferred work not finished: {e}");
             1
         }
     }

@@ -28,9 +28,13 @@
 //!   holds space back: when `COMMIT` (or a write) meets a full disk, the reserve is deleted
 //!   and the batch's write sets, kept in memory until the commit, are written again in a new
 //!   transaction and committed, so what the node holds in memory is what is on disk;
-//! - from then on the storage is in "disk full" mode: every write set is refused with a
-//!   [`DISK_FULL`] error (the API answers 507) and reads keep working, until the reserve can
-//!   be written again (tried at most once a second), which means space came back.
+//! - from then on the storage is in "disk full" mode: every write set is refused with
+//!   [`StorageError::Full`] (the API answers 507) and reads keep working, until the reserve
+//!   can be written again (tried at most once a second), which means space came back.
+//!
+//! Errors are typed ([`StorageError`]): a full disk (`SQLITE_FULL`, or no room for the
+//! reserve) is `Full`, a damaged file (`SQLITE_CORRUPT`, `SQLITE_NOTADB`) is `Corrupt`,
+//! anything else `Io`; the core chooses the API's status from the kind.
 //!
 //! ## Read cache
 //!
@@ -50,10 +54,6 @@ use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// Start of the message of every storage error caused by a full disk (the runtime turns
-/// requests that fail with it into 507 answers).
-pub const DISK_FULL: &str = "disk full";
 
 /// Default size of the reserve file: room for one more batch when the disk fills up (a batch
 /// larger than this that meets a full disk makes the runtime drop the node's memory).
@@ -282,18 +282,16 @@ fn is_full(e: &rusqlite::Error) -> bool {
     e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
 }
 
-fn full_error() -> StorageError {
-    StorageError(format!(
-        "{DISK_FULL}: the file system of the database has no space left; writes are refused \
-         until space is freed (nothing of this request was applied)"
-    ))
-}
-
+/// The kind of a SQLite error: a full disk, a damaged file, or anything else.
 fn err(e: rusqlite::Error) -> StorageError {
-    if is_full(&e) {
-        return full_error();
+    use rusqlite::ErrorCode;
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DiskFull) => StorageError::Full,
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
+            StorageError::Corrupt(e.to_string())
+        }
+        _ => StorageError::Io(e.to_string()),
     }
-    StorageError(e.to_string())
 }
 
 /// The smallest byte string greater than every string starting with `prefix`.
@@ -368,7 +366,7 @@ impl SqliteStorage {
             if !have {
                 if let Err(e) = write_reserve(p, *size) {
                     log::error!(
-                        "{DISK_FULL}: cannot write the storage reserve {} ({e}); writes are \
+                        "disk full: cannot write the storage reserve {} ({e}); writes are \
                          refused until space is freed",
                         p.display()
                     );
@@ -409,7 +407,7 @@ impl SqliteStorage {
     fn enter_full(&mut self) {
         if !self.full {
             log::error!(
-                "{DISK_FULL}: the database's file system has no space left; using the reserve \
+                "disk full: the database's file system has no space left; using the reserve \
                  to finish the current batch and refusing writes until space is freed"
             );
         }
@@ -436,7 +434,7 @@ impl SqliteStorage {
         if self.commit_unsynced()? {
             if let Some(w) = self.wal_sync.as_mut() {
                 w.sync()
-                    .map_err(|e| StorageError(format!("cannot sync the database: {e}")))?;
+                    .map_err(|e| StorageError::Io(format!("cannot sync the database: {e}")))?;
             }
         }
         Ok(())
@@ -597,7 +595,7 @@ impl SqliteStorage {
     fn apply_in_batch(&mut self, writes: &[Write]) -> Result<(), StorageError> {
         if !self.in_txn {
             if self.full {
-                return Err(full_error());
+                return Err(StorageError::Full);
             }
             self.conn.execute_batch("BEGIN IMMEDIATE").map_err(err)?;
             self.in_txn = true;
@@ -607,7 +605,7 @@ impl SqliteStorage {
 
     fn apply_in_txn(&mut self, writes: &[Write]) -> Result<(), StorageError> {
         if self.full {
-            return Err(full_error());
+            return Err(StorageError::Full);
         }
         if self.log.is_empty() {
             // The transaction's first write set needs no savepoint (which would copy every
@@ -627,7 +625,7 @@ impl SqliteStorage {
                     }
                     // The batch stays open; its next write set begins a new transaction.
                     self.in_txn = false;
-                    if e.0.starts_with(DISK_FULL) {
+                    if e == StorageError::Full {
                         self.enter_full();
                     }
                     Err(e)
@@ -655,7 +653,7 @@ impl SqliteStorage {
                     // SQLite rolled the whole transaction back: start a new one holding the
                     // batch's earlier write sets (with the reserve's space if the disk is
                     // full), so that they are still committed with the batch.
-                    if e.0.starts_with(DISK_FULL) {
+                    if e == StorageError::Full {
                         self.enter_full();
                     }
                     // If this fails too, `commit` replays the log.
@@ -670,7 +668,7 @@ impl SqliteStorage {
                 } else {
                     let _ = self.exec_cached("ROLLBACK TO apply");
                     let _ = self.exec_cached("RELEASE apply");
-                    if e.0.starts_with(DISK_FULL) {
+                    if e == StorageError::Full {
                         self.enter_full();
                     }
                 }
@@ -758,6 +756,34 @@ impl Storage for SqliteStorage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sqlite_errors_are_typed() {
+        use rusqlite::ffi;
+        let e = |code| err(rusqlite::Error::SqliteFailure(ffi::Error::new(code), None));
+        assert_eq!(e(ffi::SQLITE_FULL), StorageError::Full);
+        assert!(matches!(e(ffi::SQLITE_CORRUPT), StorageError::Corrupt(_)));
+        assert!(matches!(e(ffi::SQLITE_NOTADB), StorageError::Corrupt(_)));
+        assert!(matches!(e(ffi::SQLITE_IOERR), StorageError::Io(_)));
+        assert!(matches!(e(ffi::SQLITE_BUSY), StorageError::Io(_)));
+    }
+
+    #[test]
+    fn a_database_out_of_space_refuses_the_write_set_with_full() {
+        let mut s = SqliteStorage::open(Path::new(":memory:")).unwrap();
+        s.apply(&[("a".into(), Some(b"v".to_vec()))]).unwrap();
+        let pages: i64 = s
+            .conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        s.conn
+            .pragma_update(None, "max_page_count", pages + 2)
+            .unwrap();
+        let big = vec![7u8; 1 << 20];
+        assert_eq!(s.apply(&[("b".into(), Some(big))]), Err(StorageError::Full));
+        assert_eq!(s.get("a").unwrap(), Some(b"v".to_vec()));
+        assert_eq!(s.get("b").unwrap(), None);
+    }
 
     #[test]
     fn checkpoints_wait_for_the_interval_unless_the_wal_grew_a_lot() {

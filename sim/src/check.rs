@@ -36,7 +36,9 @@ use crate::model::{
 use crate::net::HostId;
 use crate::operator::{dir_universe, key_universe, KvOp, Op};
 use crate::storage::SimStorage;
-use cairn_core::{Input, Method, Node, NodeConfig, Output, Request, Response};
+use cairn_core::{
+    AdminAnswer, AdminResult, Input, Method, Node, NodeConfig, Output, Request, Response,
+};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -61,7 +63,7 @@ fn fail<T>(invariant: &'static str, detail: impl Into<String>) -> Result<T, Viol
 #[derive(Debug, Clone, Copy)]
 pub enum Observed<'a> {
     Response(&'a Response),
-    Admin(&'a Value),
+    Admin(&'a AdminAnswer),
 }
 
 /// Short, stable name of a token secret for messages.
@@ -144,41 +146,48 @@ impl Checker {
         }
     }
 
-    fn dev_setup(&mut self, h: HostId, v: &Value) -> Result<(), Violation> {
+    fn dev_setup(&mut self, h: HostId, answer: &AdminAnswer) -> Result<(), Violation> {
         bump(&mut self.counts, "init");
         let e = &mut self.hosts[h];
-        let err = v.get("error").is_some();
-        if e.initialized {
-            if !err {
+        let keys = match answer {
+            Ok(AdminResult::DevSetup(keys)) => Some(keys),
+            Ok(AdminResult::Flushed) => {
                 return fail(
                     "init",
-                    format!("n{h}: dev set-up succeeded on an initialised node: {v}"),
+                    format!("n{h}: dev set-up answered as a shutdown: {answer:?}"),
+                )
+            }
+            Err(_) => None,
+        };
+        if e.initialized {
+            if keys.is_some() {
+                return fail(
+                    "init",
+                    format!("n{h}: dev set-up succeeded on an initialised node: {answer:?}"),
                 );
             }
             return Ok(());
         }
-        if err {
+        let Some(keys) = keys else {
             return fail(
                 "init",
-                format!("n{h}: dev set-up failed on a fresh node: {v}"),
+                format!("n{h}: dev set-up failed on a fresh node: {answer:?}"),
             );
-        }
-        let root = v["root_token"].as_str().unwrap_or_default().to_string();
-        let keys = str_list(&v["keys"]);
-        if root.is_empty() || keys.len() != 1 {
+        };
+        if keys.root_token.is_empty() || keys.keys.len() != 1 {
             return fail(
                 "init",
-                format!("n{h}: dev set-up answer lacks keys or root token: {v}"),
+                format!("n{h}: dev set-up answer lacks keys or root token: {answer:?}"),
             );
         }
         e.initialized = true;
         e.sealed = false;
         e.mounted = true;
         e.threshold = 1;
-        e.shares_hex = keys;
-        e.shares_b64 = str_list(&v["keys_base64"]);
+        e.shares_hex = keys.keys.clone();
+        e.shares_b64 = keys.keys_base64.clone();
         e.progress.clear();
-        register_root(e, root);
+        register_root(e, keys.root_token.clone());
         Ok(())
     }
 
@@ -1298,6 +1307,7 @@ pub fn str_list(v: &Value) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::operator::Tok;
+    use cairn_core::DevKeys;
     use serde_json::json;
 
     const ROOT: &str = "cs.root0000000000000000000";
@@ -1334,7 +1344,11 @@ mod tests {
     /// carrying policy `team-a` (read on `secret/a/*`) that expires at 100s.
     fn ready() -> Checker {
         let mut c = Checker::new(1, false);
-        let dev = json!({"keys": ["00"], "keys_base64": ["AA=="], "root_token": ROOT});
+        let dev = Ok(AdminResult::DevSetup(DevKeys {
+            keys: vec!["00".into()],
+            keys_base64: vec!["AA==".into()],
+            root_token: ROOT.into(),
+        }));
         c.observe(0, &Op::DevSetup, 0, Observed::Admin(&dev))
             .unwrap();
         let root = tok("root", ROOT);

@@ -13,8 +13,7 @@
 
 use crate::rng::SimRng;
 use cairn_core::api::RequestId;
-use cairn_core::{Admin, Request, Response};
-use serde_json::Value;
+use cairn_core::{Admin, AdminAnswer, Request, Response};
 use std::collections::BTreeMap;
 
 pub type HostId = usize;
@@ -46,7 +45,7 @@ pub enum Payload {
     /// An API response back to the client.
     Response(Response),
     /// The result of an [`Payload::Admin`] command.
-    AdminDone { id: RequestId, value: Value },
+    AdminDone { id: RequestId, result: AdminAnswer },
     /// The request never got an answer: the node was down or crashed before committing.
     Refused { id: RequestId, why: String },
 }

@@ -18,7 +18,7 @@ use crate::model::{PolicySpec, Rule, CREATE, DELETE, DENY, LIST, READ, UPDATE};
 use crate::net::{ClientId, HostId};
 use crate::rng::SimRng;
 use cairn_core::api::RequestId;
-use cairn_core::{Method, Request, Response};
+use cairn_core::{AdminAnswer, AdminResult, Method, Request, Response};
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, VecDeque};
 
@@ -420,7 +420,7 @@ impl Op {
 #[derive(Debug, Clone)]
 pub enum Reply {
     Response(Response),
-    Admin(Value),
+    Admin(AdminAnswer),
     /// No answer: the node was down or crashed before committing.
     Lost,
 }
@@ -1150,18 +1150,18 @@ impl Operator {
         }
     }
 
-    fn learn_dev_setup(&mut self, h: HostId, value: &Value) {
+    fn learn_dev_setup(&mut self, h: HostId, answer: &AdminAnswer) {
         let v = &mut self.views[h];
-        if value.get("error").is_some() {
+        let Ok(AdminResult::DevSetup(keys)) = answer else {
             v.init = InitBelief::Unknown;
             return;
-        }
-        v.keys = str_list(&value["keys"]);
-        v.keys_b64 = str_list(&value["keys_base64"]);
+        };
+        v.keys = keys.keys.clone();
+        v.keys_b64 = keys.keys_base64.clone();
         v.threshold = 1;
-        v.root = value["root_token"].as_str().map(|s| Tok {
+        v.root = Some(Tok {
             label: "root".into(),
-            secret: s.to_string(),
+            secret: keys.root_token.clone(),
         });
         v.init = InitBelief::Init;
         v.sealed = false;

@@ -55,7 +55,9 @@ use cairn_core::replication::reindex::report_json as reindex_report;
 use cairn_core::replication::{
     HttpReply, Mode, PeerAnswer, PeerMsg, PeerReply, PeerRequest, ReplicationConfig,
 };
-use cairn_core::{Admin, Input, Method, Node, NodeConfig, Output, Request, Response, Storage};
+use cairn_core::{
+    Admin, AdminResult, Input, Method, Node, NodeConfig, Output, Request, Response, Storage,
+};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -794,13 +796,20 @@ impl ReplWorld {
         };
         node.handle(
             now,
-            Input::Admin(Admin::DevSetup {
-                root_token_id: Some(root),
-            }),
+            Input::Admin {
+                id: 1,
+                cmd: Admin::DevSetup {
+                    root_token_id: Some(root),
+                },
+            },
         );
         while let Some(o) = node.poll_output() {
-            if let Output::AdminDone(v) = o {
-                host.key = v["keys_base64"][0].as_str().unwrap_or_default().to_string();
+            if let Output::AdminDone {
+                result: Ok(AdminResult::DevSetup(keys)),
+                ..
+            } = o
+            {
+                host.key = keys.keys_base64.first().cloned().unwrap_or_default();
             }
         }
         node.storage_mut().commit();

@@ -31,7 +31,9 @@ use cairn_core::api::RequestId;
 use cairn_core::replication::{
     HttpReply, Mode, PeerAnswer, PeerMsg, PeerReply, PeerRequest, PeerSend, ReplicationConfig,
 };
-use cairn_core::{Admin, Input, MemStorage, Method, Node, NodeConfig, Output, Request, Storage};
+use cairn_core::{
+    Admin, AdminResult, Input, MemStorage, Method, Node, NodeConfig, Output, Request, Storage,
+};
 use rand_core::SeedableRng;
 use serde_json::{json, Value};
 use std::cell::RefCell;
@@ -127,7 +129,7 @@ fn handle(hosts: &Hosts, h: usize, now: u64, input: Input) {
             Output::PeerResponse(r) => {
                 host.answers.insert(r.id, r.msg);
             }
-            o @ (Output::Response(_) | Output::HttpCall(_) | Output::AdminDone(_)) => {
+            o @ (Output::Response(_) | Output::HttpCall(_) | Output::AdminDone { .. }) => {
                 host.driver.push_back(o)
             }
             _ => {}
@@ -353,13 +355,20 @@ fn boot(hosts: &Hosts, h: usize, p: &Params, now: u64) {
     if host.boot == 1 {
         node.handle(
             now,
-            Input::Admin(Admin::DevSetup {
-                root_token_id: Some(format!("root-n{h}")),
-            }),
+            Input::Admin {
+                id: 1,
+                cmd: Admin::DevSetup {
+                    root_token_id: Some(format!("root-n{h}")),
+                },
+            },
         );
         while let Some(o) = node.poll_output() {
-            if let Output::AdminDone(v) = o {
-                host.key = v["keys_base64"][0].as_str().unwrap_or_default().to_string();
+            if let Output::AdminDone {
+                result: Ok(AdminResult::DevSetup(keys)),
+                ..
+            } = o
+            {
+                host.key = keys.keys_base64.first().cloned().unwrap_or_default();
             }
         }
     }

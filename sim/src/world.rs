@@ -25,9 +25,8 @@ use crate::rng::SimRng;
 use crate::storage::SimStorage;
 use crate::trace::Trace;
 use cairn_core::api::RequestId;
-use cairn_core::{Input, Node, NodeConfig, Output, Response};
-use serde_json::Value;
-use std::collections::{BTreeMap, VecDeque};
+use cairn_core::{AdminAnswer, Input, Node, NodeConfig, Output, Response};
+use std::collections::BTreeMap;
 
 /// Events the final phase may take before it counts as stuck.
 pub const FINAL_MAX_EVENTS: u64 = 20_000;
@@ -123,7 +122,7 @@ pub enum NodeKind {
 #[derive(Debug, Clone)]
 enum Held {
     Response(Response),
-    Admin(RequestId, Value),
+    Admin(RequestId, AdminAnswer),
 }
 
 impl Held {
@@ -149,8 +148,6 @@ pub struct Host {
     /// Identifies the open batch; bumped by every commit and crash.
     batch: u64,
     commit_scheduled: bool,
-    /// Admin commands handled, in order (their outputs carry no request id).
-    admin_pending: VecDeque<RequestId>,
     seeds: SimRng,
 }
 
@@ -270,7 +267,6 @@ impl World {
                 held: Vec::new(),
                 batch: 0,
                 commit_scheduled: false,
-                admin_pending: VecDeque::new(),
                 seeds: SimRng::derive(seed, &format!("host/{h}/boot-seeds")),
             })
             .collect();
@@ -617,8 +613,7 @@ impl World {
                     match payload {
                         Payload::Request(req) => node.handle(now, Input::Request(req)),
                         Payload::Admin { id, admin } => {
-                            host.admin_pending.push_back(id);
-                            node.handle(now, Input::Admin(admin));
+                            node.handle(now, Input::Admin { id, cmd: admin });
                         }
                         _ => {}
                     }
@@ -629,7 +624,7 @@ impl World {
             Addr::Client(c) => {
                 let (id, reply) = match payload {
                     Payload::Response(r) => (r.id, Reply::Response(r)),
-                    Payload::AdminDone { id, value } => (id, Reply::Admin(value)),
+                    Payload::AdminDone { id, result } => (id, Reply::Admin(result)),
                     Payload::Refused { id, .. } => (id, Reply::Lost),
                     _ => {
                         self.log(&format!("c{c} ignores an unexpected message from {from}"));
@@ -667,11 +662,8 @@ impl World {
         while let Some(o) = node.poll_output() {
             if let Output::Response(r) = o {
                 host.held.push(Held::Response(r));
-            } else if let Output::AdminDone(v) = o {
-                match host.admin_pending.pop_front() {
-                    Some(id) => host.held.push(Held::Admin(id, v)),
-                    None => notes.push("admin output without a command".to_string()),
-                }
+            } else if let Output::AdminDone { id, result } = o {
+                host.held.push(Held::Admin(id, result));
             } else {
                 // LDAP operations and anything newer: no directory or peers in this tier yet.
                 notes.push(format!("output not handled by the fast tier: {o:?}"));
@@ -720,9 +712,10 @@ impl World {
             .iter()
             .map(|o| match o {
                 Held::Response(r) => format!("#{}={} {}", r.id, r.status, brief(r)),
-                Held::Admin(id, v) => {
-                    format!("#{id}=admin {}", crate::trace::shorten(&v.to_string(), 120))
-                }
+                Held::Admin(id, result) => format!(
+                    "#{id}=admin {}",
+                    crate::trace::shorten(&format!("{result:?}"), 120)
+                ),
             })
             .collect();
         self.log(&format!(
@@ -743,15 +736,15 @@ impl World {
                         .observe(h, &f.op, at, Observed::Response(r))
                         .map_err(|v| with_request(v, id, at))?;
                 }
-                Held::Admin(_, v) => {
+                Held::Admin(_, result) => {
                     self.checker
-                        .observe(h, &f.op, at, Observed::Admin(v))
+                        .observe(h, &f.op, at, Observed::Admin(result))
                         .map_err(|v| with_request(v, id, at))?;
                 }
             }
             let payload = match o {
                 Held::Response(r) => Payload::Response(r),
-                Held::Admin(id, value) => Payload::AdminDone { id, value },
+                Held::Admin(id, result) => Payload::AdminDone { id, result },
             };
             self.send(Addr::Host(h), Addr::Client(f.client), payload);
         }
@@ -770,7 +763,6 @@ impl World {
         host.parked = Some(storage);
         host.batch += 1;
         host.commit_scheduled = false;
-        host.admin_pending.clear();
         let held = std::mem::take(&mut host.held);
         let dropped: Vec<RequestId> = held.iter().map(Held::id).collect();
         let fault = info

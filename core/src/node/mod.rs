@@ -6,6 +6,7 @@
 //! atomic storage write set: a handler that fails leaves storage untouched.
 
 mod seal_endpoints;
+pub use crate::admin::{Admin, AdminAnswer, AdminId, AdminResult, DevKeys};
 use crate::api::{self, ApiError, ApiResult, Method, Reply, Request, RequestId, Response};
 use crate::auth::ldap::{self, LdapCall, LdapReply, Logins};
 use crate::ctx::Ctx;
@@ -33,8 +34,9 @@ pub enum Input {
     Ldap(LdapReply),
     /// Time passed; do periodic work (expiry, heartbeats).
     Tick,
-    /// Operator actions of the process itself (dev mode set-up).
-    Admin(Admin),
+    /// Operator actions of the process itself (dev mode set-up, shutdown); answered with
+    /// [`Output::AdminDone`] carrying the same `id`.
+    Admin { id: AdminId, cmd: Admin },
     /// A message that arrived on the cluster listener (replication).
     PeerRequest(PeerRequest),
     /// The answer to a [`Output::PeerSend`].
@@ -48,22 +50,16 @@ pub enum Input {
     },
 }
 
-#[derive(Debug, Clone)]
-pub enum Admin {
-    /// Initialise with one key share, unseal, mount `secret/` (kv) and `auth/ldap/`.
-    DevSetup { root_token_id: Option<String> },
-    /// The process is about to exit cleanly: finish deferred work (a reindex's skipped
-    /// flush) so storage is complete.
-    Shutdown,
-}
-
 /// Something the node wants done.
 #[derive(Debug, Clone)]
 pub enum Output {
     Response(Response),
     Ldap(LdapCall),
-    /// Result of an admin command (dev set-up: keys and root token).
-    AdminDone(Value),
+    /// The answer to the [`Input::Admin`] command `id` (dev set-up: keys and root token).
+    AdminDone {
+        id: AdminId,
+        result: AdminAnswer,
+    },
     /// Send a message to a peer's cluster address; answer with [`Input::PeerReply`].
     PeerSend(PeerSend),
     /// The answer to an [`Input::PeerRequest`].
@@ -143,12 +139,7 @@ pub struct NodeState {
     pub audit: crate::audit::DeviceHealth,
     /// `secondary/enable` / `update-primary` requests whose encrypted activation token was
     /// decrypted locally; finished with the replication environment after the request.
-    pub(crate) local_activations: Vec<(
-        RequestId,
-        replication::Mode,
-        bool,
-        replication::state::Bundle,
-    )>,
+    pub(crate) local_activations: Vec<replication::activation::LocalActivation>,
 }
 
 pub struct Node<S: Storage> {
@@ -336,20 +327,23 @@ impl<S: Storage> Node<S> {
                     self.tick();
                 }
             }
-            Input::Admin(Admin::Shutdown) => {
-                let v = match replication::flush_before_shutdown(&mut self.env()) {
-                    Ok(()) => json!({ "flushed": true }),
-                    Err(e) => json!({ "error": e.to_string() }),
-                };
-                self.st.outputs.push_back(Output::AdminDone(v));
+            Input::Admin {
+                id,
+                cmd: Admin::Shutdown,
+            } => {
+                let result = replication::flush_before_shutdown(&mut self.env())
+                    .map(|()| AdminResult::Flushed);
+                self.st.outputs.push_back(Output::AdminDone { id, result });
             }
-            Input::Admin(Admin::DevSetup { root_token_id }) => {
-                let out = self.dev_setup(root_token_id);
-                let v = match out {
-                    Ok(v) => v,
-                    Err(e) => json!({ "error": e.to_string() }),
-                };
-                self.st.outputs.push_back(Output::AdminDone(v));
+            Input::Admin {
+                id,
+                cmd: Admin::DevSetup { root_token_id },
+            } => {
+                let result = self
+                    .dev_setup(root_token_id)
+                    .and_then(|v| DevKeys::from_init_body(&v))
+                    .map(AdminResult::DevSetup);
+                self.st.outputs.push_back(Output::AdminDone { id, result });
             }
             Input::PeerRequest(r) => replication::on_peer_request(&mut self.env(), r),
             Input::PeerReply(r) => {
@@ -630,14 +624,21 @@ mod tests {
         let mut n = Node::new(MemStorage::new(), [1; 32], NodeConfig::default());
         n.handle(
             1_000,
-            Input::Admin(Admin::DevSetup {
-                root_token_id: None,
-            }),
+            Input::Admin {
+                id: 1,
+                cmd: Admin::DevSetup {
+                    root_token_id: None,
+                },
+            },
         );
-        let Some(Output::AdminDone(v)) = n.poll_output() else {
+        let Some(Output::AdminDone {
+            id: 1,
+            result: Ok(AdminResult::DevSetup(keys)),
+        }) = n.poll_output()
+        else {
             panic!("no admin output")
         };
-        (n, v["root_token"].as_str().unwrap().to_string())
+        (n, keys.root_token)
     }
 
     #[test]

@@ -252,14 +252,26 @@ pub fn decrypt(ctx: &Ctx, mode: Mode, token: &str) -> ApiResult<super::state::Bu
     Ok(sealed.bundle)
 }
 
+/// A `secondary/enable` or `secondary/update-primary` request whose encrypted activation
+/// token was decrypted locally: queued by the handler, finished by [`finish_local`].
+#[derive(Debug, Clone)]
+pub(crate) struct LocalActivation {
+    pub request: crate::api::RequestId,
+    pub mode: Mode,
+    /// `update-primary` (re-point a secondary to a new primary) rather than `enable`.
+    pub update_primary: bool,
+    pub bundle: super::state::Bundle,
+}
+
 /// Finishes the `enable`/`update-primary` requests whose encrypted token was decrypted
 /// locally (queued by the handler, run by the node with the replication environment).
 pub fn finish_local(env: &mut super::Env) -> Vec<(crate::api::RequestId, ApiResult)> {
     let queued = std::mem::take(&mut env.st.local_activations);
     queued
         .into_iter()
-        .map(|(id, mode, update, bundle)| {
-            (id, super::secondary::on_bundle(env, mode, update, bundle))
+        .map(|a| {
+            let result = super::secondary::on_bundle(env, a.mode, a.update_primary, a.bundle);
+            (a.request, result)
         })
         .collect()
 }

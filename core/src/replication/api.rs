@@ -712,7 +712,12 @@ fn start_unwrap(
 ) -> ApiResult {
     if activation::is_encrypted_token(token) {
         let bundle = activation::decrypt(ctx, mode, token)?;
-        st.local_activations.push((req.id, mode, update, bundle));
+        st.local_activations.push(activation::LocalActivation {
+            request: req.id,
+            mode,
+            update_primary: update,
+            bundle,
+        });
         return Ok(Reply::Pending);
     }
     let claims = activation::decode(token)

@@ -72,12 +72,23 @@ enum Stage {
 #[derive(Debug, Default)]
 struct Diffing {
     buckets: BTreeSet<(merkle::SubtreeId, u32)>,
-    /// Latest WAL entry of each key in those buckets: (index, value hash, deleted).
-    wal: BTreeMap<String, (u64, String, bool)>,
+    /// Latest WAL entry of each key in those buckets.
+    wal: BTreeMap<String, LastWrite>,
     cursor: Option<String>,
     seen: BTreeSet<String>,
     lines: Vec<String>,
     more: usize,
+}
+
+/// The latest WAL entry of a key, as `diff` compares it with the stored value.
+#[derive(Debug)]
+struct LastWrite {
+    /// The entry's WAL index.
+    index: u64,
+    /// The hash of the value it wrote.
+    hash: String,
+    /// It deleted the key.
+    deleted: bool,
 }
 
 /// A scan in progress.
@@ -420,7 +431,7 @@ fn finish_scan(env: &mut Env) -> ApiResult<Option<Reply>> {
 fn wal_index(
     env: &Env,
     buckets: &BTreeSet<(merkle::SubtreeId, u32)>,
-) -> ApiResult<BTreeMap<String, (u64, String, bool)>> {
+) -> ApiResult<BTreeMap<String, LastWrite>> {
     let mut out = BTreeMap::new();
     for (_, v) in env.storage.scan(wal::ENTRY)? {
         let Ok(e) = serde_json::from_slice::<WalEntry>(&v) else {
@@ -431,7 +442,12 @@ fn wal_index(
         }
         let id = (tree_of(e.class), class::subtree(&e.key));
         if buckets.contains(&(id, merkle::bucket_index(&e.key))) {
-            out.insert(e.key.clone(), (e.index, e.hash.clone(), e.value.is_none()));
+            let last = LastWrite {
+                index: e.index,
+                hash: e.hash.clone(),
+                deleted: e.value.is_none(),
+            };
+            out.insert(e.key.clone(), last);
         }
     }
     Ok(out)
@@ -465,13 +481,25 @@ fn diff_chunk(env: &mut Env, chunk: usize) -> ApiResult<Option<Reply>> {
         }
         d.seen.insert(k.clone());
         let line = match d.wal.get(k) {
-            Some((i, h, false)) if *h == crate::crypto::sha256_hex(v) => format!(
+            Some(LastWrite {
+                index: i,
+                hash,
+                deleted: false,
+            }) if *hash == crate::crypto::sha256_hex(v) => format!(
                 "key {k:?}: the stored value matches its last write (WAL index {i}); the tree was wrong"
             ),
-            Some((i, _, false)) => format!(
+            Some(LastWrite {
+                index: i,
+                deleted: false,
+                ..
+            }) => format!(
                 "key {k:?}: the stored value differs from its last write (WAL index {i}): the value is corrupt"
             ),
-            Some((i, _, true)) => format!(
+            Some(LastWrite {
+                index: i,
+                deleted: true,
+                ..
+            }) => format!(
                 "key {k:?}: present in storage but deleted by WAL index {i}"
             ),
             None => format!(
@@ -491,8 +519,8 @@ fn diff_chunk(env: &mut Env, chunk: usize) -> ApiResult<Option<Reply>> {
         let missing: Vec<(String, u64)> = d
             .wal
             .iter()
-            .filter(|(k, (_, _, deleted))| !deleted && !d.seen.contains(*k))
-            .map(|(k, (i, _, _))| (k.clone(), *i))
+            .filter(|(k, w)| !w.deleted && !d.seen.contains(*k))
+            .map(|(k, w)| (k.clone(), w.index))
             .collect();
         for (k, i) in missing {
             push_line(
@@ -815,7 +843,7 @@ pub(crate) fn rebuild(
 mod tests {
     use super::*;
     use crate::api::{Method, Response};
-    use crate::node::{Admin, Input, Node, NodeConfig, Output};
+    use crate::node::{Admin, AdminResult, Input, Node, NodeConfig, Output};
     use crate::replication::ReplicationConfig;
     use crate::storage::{MemStorage, Storage};
 
@@ -849,14 +877,21 @@ mod tests {
             let mut node = Node::new(MemStorage::new(), [9; 32], cfg);
             node.handle(
                 1_000,
-                Input::Admin(Admin::DevSetup {
-                    root_token_id: Some("root".into()),
-                }),
+                Input::Admin {
+                    id: 1,
+                    cmd: Admin::DevSetup {
+                        root_token_id: Some("root".into()),
+                    },
+                },
             );
             let mut key = String::new();
             while let Some(o) = node.poll_output() {
-                if let Output::AdminDone(v) = o {
-                    key = v["keys_base64"][0].as_str().unwrap().to_string();
+                if let Output::AdminDone {
+                    result: Ok(AdminResult::DevSetup(k)),
+                    ..
+                } = o
+                {
+                    key = k.keys_base64[0].clone();
                 }
             }
             One {
@@ -1222,14 +1257,20 @@ mod tests {
             json!({ "skip_flush": true }),
         );
         assert!(!one.node.storage().map.contains_key(merkle::MARKER));
-        one.node.handle(one.now, Input::Admin(Admin::Shutdown));
-        let mut done = Value::Null;
+        one.node.handle(
+            one.now,
+            Input::Admin {
+                id: 1,
+                cmd: Admin::Shutdown,
+            },
+        );
+        let mut done = None;
         while let Some(o) = one.node.poll_output() {
-            if let Output::AdminDone(v) = o {
-                done = v;
+            if let Output::AdminDone { id: 1, result } = o {
+                done = Some(result);
             }
         }
-        assert_eq!(done["flushed"], true, "{done}");
+        assert_eq!(done, Some(Ok(AdminResult::Flushed)));
         assert!(one.node.storage().map.contains_key(merkle::MARKER));
         one.assert_exact();
     }

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::api::{Method, Request, Response};
-use crate::node::{Admin, Input, Node, NodeConfig, Output};
+use crate::node::{Admin, AdminResult, Input, Node, NodeConfig, Output};
 use crate::storage::MemStorage;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -56,13 +56,20 @@ impl Net {
             let mut node = Node::new(MemStorage::new(), [i as u8 + 1; 32], cfg(i));
             node.handle(
                 1_000,
-                Input::Admin(Admin::DevSetup {
-                    root_token_id: Some(format!("root{i}")),
-                }),
+                Input::Admin {
+                    id: 1,
+                    cmd: Admin::DevSetup {
+                        root_token_id: Some(format!("root{i}")),
+                    },
+                },
             );
             while let Some(o) = node.poll_output() {
-                if let Output::AdminDone(v) = o {
-                    keys.push(v["keys_base64"][0].as_str().unwrap().to_string());
+                if let Output::AdminDone {
+                    result: Ok(AdminResult::DevSetup(k)),
+                    ..
+                } = o
+                {
+                    keys.push(k.keys_base64[0].clone());
                 }
             }
             roots.push(format!("root{i}"));

@@ -87,8 +87,12 @@ pub struct Found {
 /// What to do after a step.
 #[derive(Debug)]
 pub enum Next {
-    /// Send this operation (and close the connection after it when the flag is set).
-    Call(LdapOp, bool),
+    /// Send this operation.
+    Call {
+        op: LdapOp,
+        /// Close the connection after it (the login's last operation).
+        close_after: bool,
+    },
     Done(Result<Found, ApiError>),
 }
 
@@ -229,9 +233,12 @@ impl Login {
         for _ in 0..MAX_STEPS {
             let r = exec(&op, close);
             match self.advance(r) {
-                Next::Call(next, c) => {
+                Next::Call {
+                    op: next,
+                    close_after,
+                } => {
                     op = next;
-                    close = c;
+                    close = close_after;
                 }
                 Next::Done(result) => return result,
             }
@@ -243,7 +250,10 @@ impl Login {
 
     fn call(&mut self, step: Step, op: LdapOp) -> Next {
         self.step = step;
-        Next::Call(op, false)
+        Next::Call {
+            op,
+            close_after: false,
+        }
     }
 
     fn search(&self, base: &str, filter: String, attr: &str) -> LdapOp {
@@ -615,7 +625,10 @@ impl Login {
         let op = self.search(&self.cfg.groupdn, filter, &self.cfg.groupattr);
         self.step = Step::GroupSearch;
         self.close_pending = true;
-        Next::Call(op, true)
+        Next::Call {
+            op,
+            close_after: true,
+        }
     }
 
     /// Group names from the entries of the group search: each `groupattr` value, a DN

@@ -3,7 +3,7 @@
 
 use super::fake::FakeDirectory;
 use super::*;
-use crate::node::{Admin, Input, Node, NodeConfig};
+use crate::node::{Admin, AdminResult, Input, Node, NodeConfig};
 use crate::storage::MemStorage;
 use crate::Response;
 
@@ -108,14 +108,21 @@ impl World {
         let mut node = Node::new(MemStorage::new(), [7; 32], NodeConfig::default());
         node.handle(
             1_000,
-            Input::Admin(Admin::DevSetup {
-                root_token_id: None,
-            }),
+            Input::Admin {
+                id: 1,
+                cmd: Admin::DevSetup {
+                    root_token_id: None,
+                },
+            },
         );
         let mut root = String::new();
         while let Some(o) = node.poll_output() {
-            if let Output::AdminDone(v) = o {
-                root = v["root_token"].as_str().unwrap().to_string();
+            if let Output::AdminDone {
+                result: Ok(AdminResult::DevSetup(k)),
+                ..
+            } = o
+            {
+                root = k.root_token;
             }
         }
         World {
