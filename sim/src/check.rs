@@ -22,11 +22,20 @@
 //! - `token-use-limit`: a token created with `num_uses = N` got past the token check more
 //!   than N times (every such request spends a use, whatever its outcome).
 //! - `no-internal-errors`: a 500 is always a bug.
+//! - `tenant-isolation`: the tenant's admin token (namespace `t/`, `path "*"` with every
+//!   capability and sudo there) reached outside its namespace: a [`Op::TenantProbe`] was
+//!   not refused (status below 400; a sealed node's 503 is a refusal; the revoke of the
+//!   root token from `t/` is a no-op that may answer 204), or its answer carries the root
+//!   token's secret or a value the model holds for `secret/`. That the revoke really was a
+//!   no-op is `authorized-succeeds` and `durability`: the root token must keep working.
+//!   The set-up itself ([`Op::TenantSetup`], root token) is a root write like any other
+//!   (`authorized-succeeds`, `token-policies` for the tenant token).
 //!
 //! Besides checking answers, [`Checker::inspect`] runs at every crash: it boots a
 //! throwaway node on a copy of the durable storage, unseals it with the model's key shares
-//! and reads every key, directory and token back, so durability is checked at each crash
-//! whatever the traffic does afterwards.
+//! and reads every key, directory and token back (the tenant's namespace, policy and live
+//! tokens included), so durability is checked at each crash whatever the traffic does
+//! afterwards.
 //! - `unexpected-status`: a status the model has no room for.
 
 use crate::model::{
@@ -34,7 +43,10 @@ use crate::model::{
     Wrapped, USES_SPENT,
 };
 use crate::net::HostId;
-use crate::operator::{dir_universe, key_universe, KvOp, Op};
+use crate::operator::{
+    dir_universe, key_universe, KvOp, Op, TenantReach, TenantStep, TENANT, TENANT_POLICY,
+    TENANT_POLICY_TEXT,
+};
 use crate::storage::SimStorage;
 use cairn_core::{
     AdminAnswer, AdminResult, Input, Method, Node, NodeConfig, Output, Request, Response,
@@ -199,7 +211,13 @@ impl Checker {
         if status == 500 {
             return fail("no-internal-errors", what);
         }
-        let seal_endpoint = matches!(op, Op::SealStatus | Op::Init { .. } | Op::Unseal { .. });
+        if let Op::TenantProbe { reach, .. } = op {
+            self.tenant_isolation(h, reach, r, &what)?;
+        }
+        // A path with a `..` segment is refused before the seal is looked at.
+        let malformed = matches!(op, Op::TenantProbe { reach, .. } if reach.malformed);
+        let seal_endpoint =
+            malformed || matches!(op, Op::SealStatus | Op::Init { .. } | Op::Unseal { .. });
         let sealed = self.hosts[h].sealed;
         if sealed && !seal_endpoint {
             bump(&mut self.counts, "sealed-503");
@@ -412,6 +430,25 @@ impl Checker {
                 }
                 Ok(())
             }
+            Op::TenantSetup { tok, step } => match step {
+                TenantStep::Namespace => self.admin_write(h, &tok.secret, at, status, &what, |e| {
+                    e.tenant_namespace = true
+                }),
+                TenantStep::Policy => self.admin_write(h, &tok.secret, at, status, &what, |e| {
+                    e.tenant_policy = true
+                }),
+                TenantStep::Token => self.tenant_token(h, &tok.secret, at, status, body, &what),
+            },
+            Op::TenantProbe { reach, .. } => {
+                // Checked in [`Checker::response`]; a `..` path is refused even when sealed.
+                if reach.malformed && status != 400 {
+                    return fail(
+                        "tenant-isolation",
+                        format!("a path with a '..' segment must be refused with 400: {what}"),
+                    );
+                }
+                Ok(())
+            }
             Op::Probe { tok, .. } => {
                 let auth = self.hosts[h].auth(&tok.secret, at);
                 let inv = deny_invariant(&auth);
@@ -580,6 +617,84 @@ impl Checker {
             403 => fail("authorized-succeeds", format!("root refused: {what}")),
             _ => fail("unexpected-status", what.to_string()),
         }
+    }
+
+    /// The tenant's admin token: a root write in namespace `t`; the answer names a token
+    /// with the tenant's policy.
+    fn tenant_token(
+        &mut self,
+        h: HostId,
+        secret: &str,
+        at: u64,
+        status: u16,
+        body: &Value,
+        what: &str,
+    ) -> Result<(), Violation> {
+        self.admin_write(h, secret, at, status, what, |_| ())?;
+        if status != 200 {
+            return Ok(());
+        }
+        let id = body["auth"]["client_token"].as_str().unwrap_or_default();
+        if id.is_empty() {
+            return fail("unexpected-status", format!("no client_token: {what}"));
+        }
+        bump(&mut self.counts, "token-policies");
+        let expected = vec![TENANT_POLICY.to_string(), "default".to_string()];
+        if str_list(&body["auth"]["policies"]) != expected {
+            return fail(
+                "token-policies",
+                format!("expected policies {expected:?}: {what}"),
+            );
+        }
+        let lease = body["auth"]["lease_duration"].as_u64().unwrap_or(0);
+        let expire_at = (lease > 0).then(|| at + lease * 1000);
+        self.hosts[h]
+            .tenant_tokens
+            .insert(id.to_string(), expire_at);
+        Ok(())
+    }
+
+    /// `tenant-isolation`: the tenant's admin token reaching outside `t/` is refused, and
+    /// the answer reveals neither the root token nor a stored value.
+    fn tenant_isolation(
+        &mut self,
+        h: HostId,
+        reach: &TenantReach,
+        r: &Response,
+        what: &str,
+    ) -> Result<(), Violation> {
+        bump(&mut self.counts, "tenant-isolation");
+        if reach.noop {
+            bump(&mut self.counts, "tenant-isolation:no-op");
+        } else if r.status < 400 {
+            return fail(
+                "tenant-isolation",
+                format!("the tenant's admin token reached outside its namespace: {what}"),
+            );
+        }
+        let mut text = r.body.as_ref().map(Value::to_string).unwrap_or_default();
+        if let Some((_, raw)) = &r.raw {
+            text.push_str(&String::from_utf8_lossy(raw));
+        }
+        let e = &self.hosts[h];
+        let root = e.root_secret();
+        if !root.is_empty() && text.contains(root) {
+            return fail(
+                "tenant-isolation",
+                format!("the answer to the tenant reveals the root token: {what}"),
+            );
+        }
+        for (key, entry) in &e.kv {
+            let mut leaves = Vec::new();
+            string_leaves(&entry.value, &mut leaves);
+            if let Some(leaf) = leaves.iter().find(|l| l.len() >= 4 && text.contains(*l)) {
+                return fail(
+                    "tenant-isolation",
+                    format!("the answer to the tenant reveals {key} ({leaf:?}): {what}"),
+                );
+            }
+        }
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -987,12 +1102,7 @@ impl Checker {
                 format!("n{h}: after the crash the durable storage no longer unseals with the key shares"),
             );
         }
-        let root = e
-            .tokens
-            .iter()
-            .find(|(_, f)| f.kind == TokenKind::Root)
-            .map(|(s, _)| s.clone())
-            .unwrap_or_default();
+        let root = e.root_secret().to_string();
         let what = |r: &Option<Response>| match r {
             Some(r) => format!("{} {}", r.status, body_text(r)),
             None => "no answer".into(),
@@ -1122,6 +1232,79 @@ impl Checker {
                 );
             }
         }
+        // The tenant: its namespace, its policy (read in the namespace) and its live tokens
+        // (which act only in it).
+        let in_tenant = |mut r: Request| {
+            r.namespace = Some(TENANT.into());
+            r
+        };
+        if e.tenant_namespace {
+            let r = call(
+                &mut node,
+                now,
+                Request::new(next(), Method::Get, &format!("sys/namespaces/{TENANT}"))
+                    .with_token(&root),
+            );
+            if r.as_ref().map(|r| r.status) != Some(200) {
+                return fail(
+                    "durability",
+                    format!(
+                        "n{h}: after the crash namespace {TENANT}/ reads {}",
+                        what(&r)
+                    ),
+                );
+            }
+        }
+        if e.tenant_policy {
+            let r = call(
+                &mut node,
+                now,
+                in_tenant(
+                    Request::new(
+                        next(),
+                        Method::Get,
+                        &format!("sys/policies/acl/{TENANT_POLICY}"),
+                    )
+                    .with_token(&root),
+                ),
+            );
+            let text = r
+                .as_ref()
+                .and_then(|r| r.body.as_ref())
+                .and_then(|b| b["data"]["policy"].as_str());
+            if text != Some(TENANT_POLICY_TEXT) {
+                return fail(
+                    "durability",
+                    format!(
+                        "n{h}: after the crash policy {TENANT_POLICY} of {TENANT}/ reads {}",
+                        what(&r)
+                    ),
+                );
+            }
+        }
+        for (secret, expire_at) in &e.tenant_tokens {
+            if expire_at.is_some_and(|x| now >= x) {
+                continue;
+            }
+            tokens += 1;
+            let r = call(
+                &mut node,
+                now,
+                in_tenant(
+                    Request::new(next(), Method::Get, "auth/token/lookup-self").with_token(secret),
+                ),
+            );
+            if r.as_ref().map(|r| r.status) != Some(200) {
+                return fail(
+                    "durability",
+                    format!(
+                        "n{h}: after the crash tenant token {} answers {}",
+                        short(secret),
+                        what(&r)
+                    ),
+                );
+            }
+        }
         let mut wraps = 0;
         for (secret, w) in &e.wraps {
             wraps += 1;
@@ -1165,6 +1348,16 @@ impl Checker {
             dirs.len(),
             e.policy_texts.len()
         ))
+    }
+}
+
+/// Every string inside a JSON value.
+fn string_leaves<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+    match v {
+        Value::String(s) => out.push(s),
+        Value::Array(a) => a.iter().for_each(|x| string_leaves(x, out)),
+        Value::Object(o) => o.values().for_each(|x| string_leaves(x, out)),
+        _ => {}
     }
 }
 
@@ -1250,7 +1443,9 @@ fn op_token(op: &Op) -> Option<&str> {
         | Op::RevokeSelf { tok }
         | Op::Kv { tok, .. }
         | Op::LookupSelf { tok }
-        | Op::Probe { tok, .. } => Some(tok.secret.as_str()),
+        | Op::Probe { tok, .. }
+        | Op::TenantSetup { tok, .. }
+        | Op::TenantProbe { tok, .. } => Some(tok.secret.as_str()),
         Op::SealStatus | Op::Init { .. } | Op::DevSetup | Op::Unseal { .. } | Op::Unwrap { .. } => {
             None
         }
@@ -1560,6 +1755,111 @@ mod tests {
         see(&mut c, &kv(t2, get("secret/a/k2")), 1_000, 404, None).unwrap();
         let e = see(&mut c, &kv(t2, get("secret/a/k2")), 1_000, 404, None).unwrap_err();
         assert_eq!(e.invariant, "token-use-limit");
+    }
+
+    #[test]
+    fn tenant_probes_are_refused_and_reveal_nothing() {
+        let mut c = ready();
+        let root = tok("root", ROOT);
+        let tt = "cs.tenant00000000000000000";
+        let setup = |step| Op::TenantSetup {
+            tok: root.clone(),
+            step,
+        };
+        see(
+            &mut c,
+            &setup(TenantStep::Namespace),
+            0,
+            200,
+            Some(json!({})),
+        )
+        .unwrap();
+        see(&mut c, &setup(TenantStep::Policy), 0, 204, None).unwrap();
+        // The tenant token must carry the tenant's policy.
+        let wrong =
+            json!({"auth": {"client_token": tt, "policies": ["default"], "lease_duration": 60}});
+        let e = see(&mut c, &setup(TenantStep::Token), 0, 200, Some(wrong)).unwrap_err();
+        assert_eq!(e.invariant, "token-policies");
+        let body = json!({"auth": {"client_token": tt, "policies": ["admin", "default"], "lease_duration": 60}});
+        see(&mut c, &setup(TenantStep::Token), 0, 200, Some(body)).unwrap();
+        assert_eq!(c.expected(0).tenant_tokens.get(tt), Some(&Some(60_000)));
+        let put = kv(
+            ROOT,
+            KvOp::Put {
+                key: "secret/a/k0".into(),
+                value: json!({"v": "value-a0"}),
+            },
+        );
+        see(&mut c, &put, 1_000, 204, None).unwrap();
+        let probe = |reach: TenantReach| Op::TenantProbe {
+            tok: tok("tenant", tt),
+            reach,
+        };
+        let seal = probe(TenantReach::new(Method::Put, "sys/seal", true));
+        see(
+            &mut c,
+            &seal,
+            1_000,
+            400,
+            Some(json!({"errors": ["root namespace"]})),
+        )
+        .unwrap();
+        let e = see(&mut c, &seal, 1_000, 204, None).unwrap_err();
+        assert_eq!(e.invariant, "tenant-isolation");
+        // Refused, but the answer carries the root token or a stored value.
+        let lookup = probe(
+            TenantReach::new(Method::Post, "auth/token/lookup", true).naming(&root, json!({})),
+        );
+        assert!(!lookup.describe().contains(ROOT), "{}", lookup.describe());
+        let e = see(&mut c, &lookup, 1_000, 400, Some(json!({"errors": [ROOT]}))).unwrap_err();
+        assert_eq!(e.invariant, "tenant-isolation");
+        assert!(e.detail.contains("root token"), "{}", e.detail);
+        let read = probe(TenantReach::new(Method::Get, "secret/a/k0", true));
+        see(&mut c, &read, 1_000, 404, Some(json!({"errors": []}))).unwrap();
+        let e = see(
+            &mut c,
+            &read,
+            1_000,
+            404,
+            Some(json!({"data": {"v": "value-a0"}})),
+        )
+        .unwrap_err();
+        assert_eq!(e.invariant, "tenant-isolation");
+        assert!(e.detail.contains("secret/a/k0"), "{}", e.detail);
+        // A sealed node's 503 is a refusal; a `..` path is refused with 400 even then.
+        c.on_crash(0);
+        see(
+            &mut c,
+            &read,
+            2_000,
+            503,
+            Some(json!({"errors": ["sealed"]})),
+        )
+        .unwrap();
+        let dots = probe(TenantReach {
+            malformed: true,
+            ..TenantReach::new(Method::Get, "../secret/top0", true)
+        });
+        see(&mut c, &dots, 2_000, 400, None).unwrap();
+        let unseal = Op::Unseal { key: "00".into() };
+        see(
+            &mut c,
+            &unseal,
+            2_000,
+            200,
+            Some(json!({"sealed": false, "progress": 0})),
+        )
+        .unwrap();
+        // The revoke of the root token from the tenant is a no-op: 204 passes, and a root
+        // token that stopped working afterwards is caught.
+        let revoke = probe(TenantReach {
+            noop: true,
+            ..TenantReach::new(Method::Post, "auth/token/revoke", true).naming(&root, json!({}))
+        });
+        see(&mut c, &revoke, 3_000, 204, None).unwrap();
+        let e = see(&mut c, &kv(ROOT, get("secret/a/k0")), 3_000, 403, None).unwrap_err();
+        assert_eq!(e.invariant, "authorized-succeeds");
+        assert!(c.counts()["tenant-isolation"] >= 8);
     }
 
     #[test]

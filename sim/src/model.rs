@@ -256,6 +256,11 @@ pub struct Expected {
     pub tokens: BTreeMap<String, TokenFact>,
     /// Keyed by wrapping token secret.
     pub wraps: BTreeMap<String, WrapFact>,
+    /// The tenant's namespace (`t/`) and its `admin` policy were acknowledged.
+    pub tenant_namespace: bool,
+    pub tenant_policy: bool,
+    /// Tokens of the tenant's namespace, by secret: when each expires (`None`: never).
+    pub tenant_tokens: BTreeMap<String, Option<u64>>,
 }
 
 /// An unseal key as the model classifies it.
@@ -292,6 +297,15 @@ impl Expected {
         } else {
             Share::Undecodable
         }
+    }
+
+    /// The root token's secret (empty before initialisation).
+    pub fn root_secret(&self) -> &str {
+        self.tokens
+            .iter()
+            .find(|(_, f)| f.kind == TokenKind::Root)
+            .map(|(s, _)| s.as_str())
+            .unwrap_or_default()
     }
 
     /// The token `secret` as of time `at`.

@@ -11,6 +11,21 @@
 //! tokens and with bogus ones; they wrap responses and unwrap them (sometimes twice), and
 //! probe admin endpoints with tokens that must be refused.
 //!
+//! Tenant: once `secret/` is mounted, the admin sets up a tenant on its node, one step at a
+//! time and retried until acknowledged ([`Op::TenantSetup`], [`TenantStep`]): the namespace
+//! (`PUT sys/namespaces/t` with the root token), its `admin` policy (`path "*"` with every
+//! capability and sudo, written in namespace `t`) and a token of it (`POST auth/token/create
+//! {"policies":["admin"]}` in namespace `t`), whose secret the answer's `auth.client_token`
+//! teaches it. Acknowledged steps are durable, so a restart does not repeat them; a tenant
+//! token found dead (a 403 where the tenant's own namespace would answer 404) is created
+//! again. Once the tenant token is known, traffic clients sometimes send
+//! [`Op::TenantProbe`]s ([`TenantReach`]): the tenant admin token reaching outside `t/` —
+//! sealing (with and without the namespace), enabling an audit device and hashing with one,
+//! looking up, asking the capabilities of and revoking the root token, the root namespace's
+//! KV keys (without the namespace, and as `t/secret/...`), `../secret/top0`, remounting
+//! `secret/`, enabling replication and unlocking an LDAP user. Every one must be refused
+//! (the revoke is a no-op 204) and none may reveal the root token or a stored value.
+//!
 //! The operator only knows what its answers told it. The harness's own view of the truth
 //! lives in [`crate::model`]; the two are deliberately separate.
 
@@ -132,6 +147,79 @@ pub enum Op {
         method: Method,
         path: &'static str,
     },
+    /// One step of the tenant set-up, with the root token.
+    TenantSetup {
+        tok: Tok,
+        step: TenantStep,
+    },
+    /// The tenant's admin token (`tok`, of namespace [`TENANT`]) reaching outside it.
+    TenantProbe {
+        tok: Tok,
+        reach: TenantReach,
+    },
+}
+
+/// The tenant's namespace.
+pub const TENANT: &str = "t";
+/// The policy the tenant's admin token carries, written in the tenant's namespace.
+pub const TENANT_POLICY: &str = "admin";
+/// Its text: everything, sudo included, inside the namespace.
+pub const TENANT_POLICY_TEXT: &str =
+    r#"path "*" { capabilities = ["create","read","update","delete","list","sudo"] }"#;
+
+/// The steps of the tenant set-up, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenantStep {
+    /// `PUT sys/namespaces/t` (root namespace).
+    Namespace,
+    /// `PUT sys/policies/acl/admin` in namespace `t`.
+    Policy,
+    /// `POST auth/token/create {"policies":["admin"]}` in namespace `t`.
+    Token,
+}
+
+/// One request of the tenant's admin token outside its namespace.
+#[derive(Debug, Clone)]
+pub struct TenantReach {
+    pub method: Method,
+    pub path: String,
+    /// Sent in namespace [`TENANT`]; otherwise with no namespace.
+    pub in_tenant: bool,
+    pub body: Option<Value>,
+    /// The root token named in the body (shown by label in the trace).
+    pub names: Option<Tok>,
+    /// A no-op the node may acknowledge (revoking a token the tenant cannot see: 204).
+    pub noop: bool,
+    /// A path the node refuses before anything else, the seal included (a `..` segment).
+    pub malformed: bool,
+}
+
+impl TenantReach {
+    pub fn new(method: Method, path: &str, in_tenant: bool) -> TenantReach {
+        TenantReach {
+            method,
+            path: path.to_string(),
+            in_tenant,
+            body: None,
+            names: None,
+            noop: false,
+            malformed: false,
+        }
+    }
+    pub fn body(mut self, body: Value) -> TenantReach {
+        self.body = Some(body);
+        self
+    }
+    /// A body `{"token": <root secret>, ...extra}`.
+    pub fn naming(mut self, root: &Tok, extra: Value) -> TenantReach {
+        let mut body = json!({ "token": root.secret });
+        if let (Some(b), Value::Object(more)) = (body.as_object_mut(), extra) {
+            b.extend(more);
+        }
+        self.body = Some(body);
+        self.names = Some(root.clone());
+        self
+    }
 }
 
 /// Admin endpoints no generated policy grants.
@@ -323,6 +411,41 @@ impl Op {
                 with(Request::new(id, Method::Get, "auth/token/lookup-self"), tok)
             }
             Op::Probe { tok, method, path } => with(Request::new(id, *method, path), tok),
+            Op::TenantSetup { tok, step } => {
+                let r = match step {
+                    TenantStep::Namespace => {
+                        Request::new(id, Method::Put, &format!("sys/namespaces/{TENANT}"))
+                            .with_json(json!({}))
+                    }
+                    TenantStep::Policy => {
+                        let mut r = Request::new(
+                            id,
+                            Method::Put,
+                            &format!("sys/policies/acl/{TENANT_POLICY}"),
+                        )
+                        .with_json(json!({ "policy": TENANT_POLICY_TEXT }));
+                        r.namespace = Some(TENANT.into());
+                        r
+                    }
+                    TenantStep::Token => {
+                        let mut r = Request::new(id, Method::Post, "auth/token/create")
+                            .with_json(json!({ "policies": [TENANT_POLICY] }));
+                        r.namespace = Some(TENANT.into());
+                        r
+                    }
+                };
+                with(r, tok)
+            }
+            Op::TenantProbe { tok, reach } => {
+                let mut r = Request::new(id, reach.method, &reach.path);
+                if let Some(b) = &reach.body {
+                    r = r.with_json(b.clone());
+                }
+                if reach.in_tenant {
+                    r.namespace = Some(TENANT.into());
+                }
+                with(r, tok)
+            }
         })
     }
 
@@ -412,6 +535,38 @@ impl Op {
             Op::Probe { tok, method, path } => {
                 format!("{} {path} tok={} (probe)", method_name(*method), tok.label)
             }
+            Op::TenantSetup { tok, step } => match step {
+                TenantStep::Namespace => {
+                    format!("PUT sys/namespaces/{TENANT} tok={} (tenant set-up)", tok.label)
+                }
+                TenantStep::Policy => format!(
+                    "PUT sys/policies/acl/{TENANT_POLICY} ns={TENANT} tok={} \"*\"=all+sudo (tenant set-up)",
+                    tok.label
+                ),
+                TenantStep::Token => format!(
+                    "POST auth/token/create ns={TENANT} tok={} policies={TENANT_POLICY} (tenant set-up)",
+                    tok.label
+                ),
+            },
+            Op::TenantProbe { tok, reach } => {
+                let body = match &reach.body {
+                    Some(b) => {
+                        let mut text = format!(" {b}");
+                        if let Some(n) = &reach.names {
+                            text = text.replace(&n.secret, &format!("<{}>", n.label));
+                        }
+                        text
+                    }
+                    None => String::new(),
+                };
+                format!(
+                    "{} {} ns={} tok={}{body} (tenant probe)",
+                    method_name(reach.method),
+                    reach.path,
+                    if reach.in_tenant { TENANT } else { "-" },
+                    tok.label
+                )
+            }
         }
     }
 }
@@ -473,6 +628,30 @@ enum FinalState {
     Done,
 }
 
+/// What the operator knows of its node's tenant: the set-up steps acknowledged so far.
+#[derive(Debug, Clone, Default)]
+struct Tenant {
+    namespace: bool,
+    policy: bool,
+    /// The tenant's admin token.
+    tok: Option<Tok>,
+}
+
+impl Tenant {
+    /// The next set-up step, if any is left.
+    fn next_step(&self) -> Option<TenantStep> {
+        if !self.namespace {
+            Some(TenantStep::Namespace)
+        } else if !self.policy {
+            Some(TenantStep::Policy)
+        } else if self.tok.is_none() {
+            Some(TenantStep::Token)
+        } else {
+            None
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct KnownToken {
     tok: Tok,
@@ -495,6 +674,7 @@ struct View {
     wraps: Vec<Tok>,
     policies: BTreeSet<String>,
     audit: VecDeque<Op>,
+    tenant: Tenant,
     next_label: u64,
     fin: FinalState,
 }
@@ -514,6 +694,7 @@ impl View {
             wraps: Vec::new(),
             policies: BTreeSet::new(),
             audit: VecDeque::new(),
+            tenant: Tenant::default(),
             next_label: 0,
             fin: FinalState::Off,
         }
@@ -649,6 +830,14 @@ impl Operator {
         };
         if !self.views[h].mounted {
             return Next::Send(Op::Mount { tok: root });
+        }
+        // The tenant set-up goes before the read-back: three requests once, where the
+        // read-back starts over after every unseal (and on a node that crashes every few
+        // seconds would never leave room for it).
+        if !fin {
+            if let Some(step) = self.views[h].tenant.next_step() {
+                return Next::Send(Op::TenantSetup { tok: root, step });
+            }
         }
         if let Some(op) = self.views[h].audit.pop_front() {
             return Next::Send(op);
@@ -925,6 +1114,7 @@ impl Operator {
         let keys = key_universe();
         let key = self.rng.pick(&keys).cloned().unwrap_or_default();
         let has_wraps = !self.views[h].wraps.is_empty();
+        let has_tenant = self.views[h].tenant.tok.is_some() && self.views[h].root.is_some();
         let weights = [
             30,                                        // put
             25,                                        // get
@@ -934,6 +1124,7 @@ impl Operator {
             if has_wraps { 6 } else { 0 },             // unwrap
             4,                                         // lookup-self
             if tok.secret.is_empty() { 1 } else { 4 }, // probe
+            if has_tenant { 3 } else { 0 },            // tenant probe
         ];
         let op = match self.rng.weighted(&weights) {
             0 => KvOp::Put {
@@ -976,6 +1167,7 @@ impl Operator {
                 }
                 return Op::LookupSelf { tok };
             }
+            8 => return self.tenant_probe(h, &key),
             _ => {
                 let (method, path) = *self.rng.pick(PROBES).unwrap_or(&PROBES[0]);
                 // Root may do anything; probes are for everyone else.
@@ -992,6 +1184,74 @@ impl Operator {
             op,
             audit: false,
         }
+    }
+
+    /// The tenant's admin token reaching for something outside its namespace (`key`: a key
+    /// of the universe, for the KV reaches).
+    fn tenant_probe(&mut self, h: HostId, key: &str) -> Op {
+        let v = &self.views[h];
+        let (Some(tok), Some(root)) = (v.tenant.tok.clone(), v.root.clone()) else {
+            return Op::SealStatus;
+        };
+        let weights = [
+            2, // seal, in the namespace
+            2, // seal, no namespace
+            2, // enable an audit device
+            2, // hash with an audit device
+            2, // look the root token up
+            2, // the root token's capabilities
+            8, // the root namespace's KV keys
+            1, // ../secret/top0
+            1, // remount secret/
+            1, // enable replication
+            1, // unlock an LDAP user
+            2, // revoke the root token
+        ];
+        let reach = match self.rng.weighted(&weights) {
+            0 => TenantReach::new(Method::Put, "sys/seal", true),
+            1 => TenantReach::new(Method::Put, "sys/seal", false),
+            2 => TenantReach::new(Method::Put, "sys/audit/evil", true)
+                .body(json!({"type": "file", "options": {"file_path": "/tmp/sim-evil.log"}})),
+            3 => TenantReach::new(Method::Post, "sys/audit-hash/evil", true)
+                .body(json!({"input": "x"})),
+            4 => TenantReach::new(Method::Post, "auth/token/lookup", true).naming(&root, json!({})),
+            5 => TenantReach::new(Method::Post, "sys/capabilities", true)
+                .naming(&root, json!({"path": "secret/a/k0"})),
+            6 => {
+                let in_tenant = self.rng.chance(500);
+                match self.rng.below(4) {
+                    0 => TenantReach::new(Method::Get, key, in_tenant),
+                    1 => {
+                        let value = json!({"v": format!("tenant-{}", self.rng.below(1000))});
+                        TenantReach::new(Method::Put, key, in_tenant).body(value)
+                    }
+                    2 => {
+                        let dirs = dir_universe();
+                        let dir = self.rng.pick(&dirs).cloned().unwrap_or_default();
+                        TenantReach::new(Method::List, &dir, in_tenant)
+                    }
+                    _ => TenantReach::new(Method::Delete, key, in_tenant),
+                }
+            }
+            7 => TenantReach {
+                malformed: true,
+                ..TenantReach::new(Method::Get, "../secret/top0", true)
+            },
+            8 => TenantReach::new(Method::Put, "sys/mounts/secret", false)
+                .body(json!({"type": "kv"})),
+            9 => TenantReach::new(
+                Method::Put,
+                "sys/replication/performance/primary/enable",
+                true,
+            )
+            .body(json!({})),
+            10 => TenantReach::new(Method::Post, "sys/locked-users/x/unlock/alice", true),
+            _ => TenantReach {
+                noop: true,
+                ..TenantReach::new(Method::Post, "auth/token/revoke", true).naming(&root, json!({}))
+            },
+        };
+        Op::TenantProbe { tok, reach }
     }
 
     /// Learns from the answer to `op`; returns the think time before the client's next op.
@@ -1064,6 +1324,7 @@ impl Operator {
                     v.sealed = true;
                     v.unseal_plan.clear();
                     v.mounted = false;
+                    v.tenant = Tenant::default();
                     if let Op::Init { threshold, .. } = op {
                         v.threshold = *threshold as usize;
                     }
@@ -1130,6 +1391,32 @@ impl Operator {
                 op: KvOp::Get { wrap: Some(_), .. },
                 ..
             } if resp.status == 200 => self.learn_wrap(h, &body),
+            Op::TenantSetup { step, .. } => {
+                let t = &mut self.views[h].tenant;
+                match (step, resp.status) {
+                    (TenantStep::Namespace, 200 | 204) => t.namespace = true,
+                    (TenantStep::Policy, 200 | 204) => t.policy = true,
+                    (TenantStep::Token, 200) => {
+                        if let Some(s) = body["auth"]["client_token"].as_str() {
+                            t.tok = Some(Tok {
+                                label: format!("tenant{}", crate::check::short(s)),
+                                secret: s.to_string(),
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            // Inside its namespace the tenant's token may do anything: a 403 there means the
+            // token is gone (expired), so the admin creates another.
+            Op::TenantProbe { tok, reach }
+                if resp.status == 403 && reach.in_tenant && reach.path.starts_with("secret/") =>
+            {
+                let t = &mut self.views[h].tenant;
+                if t.tok.as_ref() == Some(tok) {
+                    t.tok = None;
+                }
+            }
             _ => {}
         }
         think
@@ -1166,6 +1453,7 @@ impl Operator {
         v.init = InitBelief::Init;
         v.sealed = false;
         v.mounted = true;
+        v.tenant = Tenant::default();
         v.unseal_plan.clear();
     }
 

@@ -3491,7 +3491,7 @@ mod tests {
 
     #[test]
     fn regression_seeds_stay_single_node_and_a_third_replicate() {
-        for s in [1u64, 2, 5, 6, 23, 38] {
+        for s in [1u64, 2, 5, 6, 38, 40, 10_451_216_379_200_822_465] {
             assert!(!wants_replication(s), "seed {s}");
         }
         let n = crate::seed_sequence(0, 1000)

@@ -652,21 +652,36 @@ impl World {
         }
     }
 
-    /// Moves a node's new outputs into its held batch.
+    /// Moves a node's new outputs into its held batch. An audit device's file probe is
+    /// answered at once as opened (the tier has no files: the request that enables the
+    /// device gets its answer, and nobody is left waiting).
     fn drain(&mut self, h: HostId) {
         let mut notes = Vec::new();
+        let now = self.now;
         let host = &mut self.hosts[h];
         let Some(node) = host.node.as_mut() else {
             return;
         };
-        while let Some(o) = node.poll_output() {
-            if let Output::Response(r) = o {
-                host.held.push(Held::Response(r));
-            } else if let Output::AdminDone { id, result } = o {
-                host.held.push(Held::Admin(id, result));
-            } else {
-                // LDAP operations and anything newer: no directory or peers in this tier yet.
-                notes.push(format!("output not handled by the fast tier: {o:?}"));
+        loop {
+            let mut probes = Vec::new();
+            while let Some(o) = node.poll_output() {
+                if let Output::Response(r) = o {
+                    host.held.push(Held::Response(r));
+                } else if let Output::AdminDone { id, result } = o {
+                    host.held.push(Held::Admin(id, result));
+                } else if let Output::AuditProbe { id, file_path } = o {
+                    notes.push(format!("audit file {file_path} opened for #{id}"));
+                    probes.push(id);
+                } else {
+                    // LDAP operations and anything newer: no directory or peers in this tier yet.
+                    notes.push(format!("output not handled by the fast tier: {o:?}"));
+                }
+            }
+            if probes.is_empty() {
+                break;
+            }
+            for id in probes {
+                node.handle(now, Input::AuditProbed { id, result: Ok(()) });
             }
         }
         for n in notes {

@@ -5,6 +5,20 @@
 //! [`Node::poll_timeout`] says when it next wants a [`Input::Tick`]. Each input is one
 //! atomic storage write set: a handler that fails leaves storage untouched.
 
+/// The handler context of one input over a node's storage, barrier, RNG and clock. A macro
+/// rather than a method so that the node's other fields (`self.st`) stay free to borrow
+/// beside it.
+macro_rules! node_ctx {
+    ($n:expr) => {
+        Ctx {
+            txn: Txn::new(&$n.storage),
+            barrier: &$n.barrier,
+            rng: &mut $n.rng,
+            now: $n.now,
+        }
+    };
+}
+
 mod seal_endpoints;
 pub use crate::admin::{Admin, AdminAnswer, AdminId, AdminResult, DevKeys};
 use crate::api::{self, ApiError, ApiResult, Method, Reply, Request, RequestId, Response};
@@ -276,13 +290,7 @@ impl<S: Storage> Node<S> {
                 }
             }
             Input::Ldap(reply) => {
-                let now = self.now;
-                let mut ctx = Ctx {
-                    txn: Txn::new(&self.storage),
-                    barrier: &self.barrier,
-                    rng: &mut self.rng,
-                    now,
-                };
+                let mut ctx = node_ctx!(self);
                 let done = ldap::on_reply(&mut ctx, &mut self.st, reply);
                 if let Some((id, result)) = done {
                     // The login's writes and its response wrapping: one write set.
@@ -301,13 +309,7 @@ impl<S: Storage> Node<S> {
                 }
             }
             Input::AuditProbed { id, result } => {
-                let now = self.now;
-                let mut ctx = Ctx {
-                    txn: Txn::new(&self.storage),
-                    barrier: &self.barrier,
-                    rng: &mut self.rng,
-                    now,
-                };
+                let mut ctx = node_ctx!(self);
                 let done = crate::audit::on_probed(&mut ctx, &mut self.st.audit, id, result);
                 let writes = ctx.txn.into_write_set();
                 if let Some(result) = done {
@@ -370,13 +372,7 @@ impl<S: Storage> Node<S> {
     /// Counts a request and logs its audit request entry (as its route declares); refuses
     /// it when it must be audited and no device can record it.
     fn observe(&mut self, req: &Request) -> ApiResult<()> {
-        let now = self.now;
-        let mut ctx = Ctx {
-            txn: Txn::new(&self.storage),
-            barrier: &self.barrier,
-            rng: &mut self.rng,
-            now,
-        };
+        let mut ctx = node_ctx!(self);
         let mode = routes::audit_of(&req.path);
         crate::metrics::before_request(&mut ctx, &mut self.st, req, mode)
     }
@@ -397,13 +393,7 @@ impl<S: Storage> Node<S> {
             if let Some(p) = self.st.pending.remove(&id) {
                 let result = match (result, p.wrap_ttl) {
                     (Ok(r), Some(ttl)) => {
-                        let now = self.now;
-                        let mut ctx = Ctx {
-                            txn: Txn::new(&self.storage),
-                            barrier: &self.barrier,
-                            rng: &mut self.rng,
-                            now,
-                        };
+                        let mut ctx = node_ctx!(self);
                         let r = wrap_in(&mut ctx, r, &p.path, Some(ttl));
                         let writes = ctx.txn.into_write_set();
                         r.and_then(|r| self.commit(writes).map(|_| r))
@@ -420,13 +410,7 @@ impl<S: Storage> Node<S> {
         if self.barrier.sealed() || self.st.repl.is_dr_secondary() {
             return;
         }
-        let now = self.now;
-        let mut ctx = Ctx {
-            txn: Txn::new(&self.storage),
-            barrier: &self.barrier,
-            rng: &mut self.rng,
-            now,
-        };
+        let mut ctx = node_ctx!(self);
         if token::expire(&mut ctx, 1000).is_ok() {
             let writes = ctx.txn.into_write_set();
             if !writes.is_empty() {
@@ -495,13 +479,7 @@ impl<S: Storage> Node<S> {
         }
         replication::gate_request(&self.st, &req)?;
         replication::index_state::check(&self.st.repl, req.index.as_deref())?;
-        let now = self.now;
-        let mut ctx = Ctx {
-            txn: Txn::new(&self.storage),
-            barrier: &self.barrier,
-            rng: &mut self.rng,
-            now,
-        };
+        let mut ctx = node_ctx!(self);
         let routed = router::route(&mut ctx, &mut self.st, &req);
         // A limited-use token spends one use on every authorised request, whether or not
         // the handler then succeeds; on failure the spend is its own write set.
@@ -516,12 +494,7 @@ impl<S: Storage> Node<S> {
             Err(e) => {
                 drop(ctx);
                 if let Some(h) = &spend {
-                    let mut ctx = Ctx {
-                        txn: Txn::new(&self.storage),
-                        barrier: &self.barrier,
-                        rng: &mut self.rng,
-                        now,
-                    };
+                    let mut ctx = node_ctx!(self);
                     spend_use(&mut ctx, h)?;
                     let writes = ctx.txn.into_write_set();
                     self.commit(writes)?;

@@ -221,13 +221,7 @@ impl<S: Storage> Node<S> {
         if let Err(e) = replication::ensure_loaded(&mut self.env()) {
             log::error!("replication state not loaded: {e}");
         }
-        let now = self.now;
-        let mut ctx = Ctx {
-            txn: Txn::new(&self.storage),
-            barrier: &self.barrier,
-            rng: &mut self.rng,
-            now,
-        };
+        let mut ctx = node_ctx!(self);
         mounts::enable(
             &mut ctx,
             Table::Secrets,
