@@ -3,7 +3,9 @@
 #
 #   scripts/dev-ldap.sh start [DIR]   start slapd on free loopback ports, load the sample
 #                                     directory (scripts/ldap/directory.ldif), print `export`
-#                                     lines (URLs, bind credentials, certificate files)
+#                                     lines (URLs, bind credentials, certificate files); when
+#                                     they go to a pipe (eval "$(... start)"), name them on
+#                                     stderr
 #   scripts/dev-ldap.sh env [DIR]     print the `export` lines of a running directory again
 #   scripts/dev-ldap.sh stop [DIR]    stop it (by pid) and remove DIR
 #
@@ -143,6 +145,16 @@ print_env() {
     cat "$DIR/env"
 }
 
+# Under `eval "$(scripts/dev-ldap.sh start)"` the export lines go to eval, not to the
+# terminal: say on stderr what was exported.
+announce_env() {
+    [ -t 1 ] && return
+    local n
+    n=$(grep -c '^export ' "$DIR/env")
+    log "exported CAIRN_LDAP_URL, CAIRN_LDAP_BASE, CAIRN_LDAP_BINDDN, CAIRN_LDAP_BINDPASS and" \
+        "$((n - 4)) more (\`$0 env\` prints them all)"
+}
+
 stop() {
     local f pid
     for f in "$DIR"/main/slapd.pid "$DIR"/mtls/slapd.pid; do
@@ -157,9 +169,24 @@ stop() {
     rm -rf "$DIR"
 }
 
+# `stop` as a command: says what it stopped.
+stop_cmd() {
+    if alive "$DIR/main/slapd.pid" || alive "$DIR/mtls/slapd.pid"; then
+        stop
+        log "stopped the directory in $DIR (and removed it)"
+    elif [ -e "$DIR" ]; then
+        stop
+        log "no directory was running in $DIR; removed it"
+    else
+        log "no directory was running in $DIR"
+    fi
+}
+
 start() {
     if alive "$DIR/main/slapd.pid" && [ -f "$DIR/env" ]; then
+        log "already running in $DIR"
         print_env
+        announce_env
         return
     fi
     ensure_installed
@@ -221,11 +248,12 @@ start() {
     trap - EXIT
     log "slapd running: ldap://127.0.0.1:$ldap (StartTLS), ldaps://127.0.0.1:$ldaps, mutual TLS ldaps://127.0.0.1:$mtls"
     print_env
+    announce_env
 }
 
 case "$CMD" in
     start) start ;;
-    stop) stop ;;
+    stop) stop_cmd ;;
     env) print_env ;;
     *) echo "usage: $0 start|stop|env [DIR]" >&2; exit 2 ;;
 esac

@@ -53,14 +53,19 @@ struct Listener {
 
 static LISTENER: OnceLock<Arc<Listener>> = OnceLock::new();
 
-/// Binds the cluster listener and serves it on worker threads.
-pub fn serve(addr: &str, core: Core, threads: usize) -> Result<std::net::SocketAddr, String> {
-    let server = Server::from_listener_with_head_check(
-        crate::http::nodelay_listener(addr)?,
-        None,
-        Some(crate::framing::head_check),
-    )
-    .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+/// Serves the bound cluster listener on worker threads.
+pub fn serve(
+    listener: std::net::TcpListener,
+    core: Core,
+    threads: usize,
+) -> Result<std::net::SocketAddr, String> {
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let server =
+        Server::from_listener_with_head_check(listener, None, Some(crate::framing::head_check))
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = server
         .server_addr()
         .to_ip()

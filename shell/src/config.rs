@@ -38,6 +38,62 @@ pub struct ServerConfig {
 
 pub const DEFAULT_MAX_REQUEST_SIZE: usize = 32 * 1024 * 1024;
 
+/// Why a configuration was refused: a message and, when it is about one key, the line of
+/// the file that key is on (found in the text: the HCL parser keeps no positions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub line: Option<usize>,
+    pub msg: String,
+}
+
+impl ConfigError {
+    /// `FILE:LINE: message`, or `FILE: message` when no line is known.
+    pub fn render(&self, file: &std::path::Path) -> String {
+        match self.line {
+            Some(n) => format!("{}:{n}: {}", file.display(), self.msg),
+            None => format!("{}: {}", file.display(), self.msg),
+        }
+    }
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(n) => write!(f, "line {n}: {}", self.msg),
+            None => write!(f, "{}", self.msg),
+        }
+    }
+}
+
+/// A refusal before its line is looked up: the key it is about (if any) and the message.
+struct Refusal {
+    key: Option<String>,
+    msg: String,
+}
+
+impl From<String> for Refusal {
+    fn from(msg: String) -> Self {
+        Refusal { key: None, msg }
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(msg: &str) -> Self {
+        Refusal {
+            key: None,
+            msg: msg.to_string(),
+        }
+    }
+}
+
+/// A refusal about `key`.
+fn at(key: &str, msg: impl Into<String>) -> Refusal {
+    Refusal {
+        key: Some(key.to_string()),
+        msg: msg.into(),
+    }
+}
+
 fn obj<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>, String> {
     match v {
         Value::Object(m) => Ok(m),
@@ -64,7 +120,144 @@ fn boolean(v: &Value, what: &str) -> Result<bool, String> {
 /// Top-level keys that later capabilities own (validated by them).
 const EXTRA_KEYS: &[&str] = &["replication", "license_trusted_key", "hosted"];
 
-pub fn parse(text: &str) -> Result<ServerConfig, String> {
+/// The keys each place of the file accepts (for "did you mean").
+const TOP_KEYS: &[&str] = &[
+    "storage",
+    "listener",
+    "api_addr",
+    "cluster_addr",
+    "license_path",
+    "license_trusted_key",
+    "log_level",
+    "cluster_name",
+    "ui",
+    "disable_mlock",
+    "max_request_size",
+    "replication",
+    "hosted",
+];
+const LISTENER_KEYS: &[&str] = &[
+    "address",
+    "cluster_address",
+    "tls_disable",
+    "tls_cert_file",
+    "tls_key_file",
+];
+const STORAGE_KEYS: &[&str] = &["path"];
+const REPLICATION_KEYS: &[&str] = &[
+    "wal_max_entries",
+    "wal_max_bytes",
+    "pull_wait_ms",
+    "batch_entries",
+];
+
+/// The message for an unknown `key` in `place`, whose keys are `known`: the closest known
+/// key when one is close, the block the key belongs in when it is another block's, else
+/// the list of known keys.
+fn unknown_key(key: &str, place: &str, known: &[&str]) -> Refusal {
+    let mut msg = format!("unknown key `{key}` {place}");
+    let elsewhere = [
+        ("at the top level", TOP_KEYS),
+        ("in the listener \"tcp\" block", LISTENER_KEYS),
+        ("in the storage \"sqlite\" block", STORAGE_KEYS),
+        ("in the replication block", REPLICATION_KEYS),
+    ]
+    .into_iter()
+    .find(|(p, keys)| *p != place && keys.contains(&key));
+    match (elsewhere, closest(key, known)) {
+        (Some((p, _)), Some(k)) => {
+            msg.push_str(&format!(" (`{key}` belongs {p}; or did you mean `{k}`?)"))
+        }
+        (Some((p, _)), None) => msg.push_str(&format!(" (`{key}` belongs {p})")),
+        (None, Some(k)) => msg.push_str(&format!(" (did you mean `{k}`?)")),
+        (None, None) => msg.push_str(&format!(" (known keys: {})", known.join(", "))),
+    }
+    at(key, msg)
+}
+
+/// Levenshtein distance between two strings (by characters).
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let subst = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = subst.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The known key closest to `word`, when it is close enough to be a typo of it: at most
+/// one edit in three characters (and at least one allowed), or one a prefix of the other
+/// (`tls_cert` for `tls_cert_file`). Case is ignored.
+pub fn closest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
+    let w = word.to_ascii_lowercase();
+    known
+        .iter()
+        .filter_map(|k| {
+            let d = edit_distance(&w, k);
+            let longest = w.chars().count().max(k.len());
+            let prefix = w.len().min(k.len()) >= 4 && (k.starts_with(&w) || w.starts_with(k));
+            (d <= (longest / 3).max(1) || prefix).then_some((d, *k))
+        })
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// The line (from 1) where `key` is written as a key: the word, outside strings and
+/// comments, followed by `=`, `{`, `:` or a block label.
+pub fn line_of(text: &str, key: &str) -> Option<usize> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    for (n, line) in text.lines().enumerate() {
+        let mut in_string = false;
+        let mut escaped = false;
+        let chars: Vec<(usize, char)> = line.char_indices().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            let (pos, c) = chars[i];
+            if in_string {
+                match c {
+                    _ if escaped => escaped = false,
+                    '\\' => escaped = true,
+                    '"' => in_string = false,
+                    _ => {}
+                }
+                i += 1;
+                continue;
+            }
+            match c {
+                '"' => in_string = true,
+                '#' => break,
+                '/' if line[pos..].starts_with("//") || line[pos..].starts_with("/*") => break,
+                _ if line[pos..].starts_with(key)
+                    && !line[..pos].ends_with(ident)
+                    && !line[pos + key.len()..].starts_with(ident) =>
+                {
+                    let after = line[pos + key.len()..].trim_start();
+                    if after.starts_with(['=', '{', ':', '"']) {
+                        return Some(n + 1);
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+    None
+}
+
+/// Parses the configuration file's text; a refusal names the key and its line.
+pub fn parse(text: &str) -> Result<ServerConfig, ConfigError> {
+    parse_value(text).map_err(|r| ConfigError {
+        line: r.key.as_deref().and_then(|k| line_of(text, k)),
+        msg: r.msg,
+    })
+}
+
+fn parse_value(text: &str) -> Result<ServerConfig, Refusal> {
     let v: Value = hcl::from_str(text).map_err(|e| format!("config is not valid HCL: {e}"))?;
     let top = obj(&v, "config")?;
     let mut c = ServerConfig {
@@ -77,20 +270,30 @@ pub fn parse(text: &str) -> Result<ServerConfig, String> {
     for (k, val) in top {
         match k.as_str() {
             "storage" => {
-                let s = obj(val, "storage")?;
+                let s = obj(val, "storage").map_err(|e| at(k, e))?;
                 for (kind, body) in s {
                     if kind != "sqlite" {
-                        return Err(format!(
-                            "storage {kind:?}: unsupported backend (only \"sqlite\")"
+                        return Err(at(
+                            k,
+                            format!(
+                                "storage \"{kind}\": unsupported backend (only \"sqlite\": \
+                                 storage \"sqlite\" {{ path = \"/var/lib/cairn/cairn.db\" }})"
+                            ),
                         ));
                     }
-                    for (sk, sv) in obj(body, "storage \"sqlite\"")? {
+                    for (sk, sv) in obj(body, "storage \"sqlite\"").map_err(|e| at(k, e))? {
                         match sk.as_str() {
                             "path" => {
-                                c.storage_path = PathBuf::from(string(sv, "storage.sqlite.path")?)
+                                c.storage_path = PathBuf::from(
+                                    string(sv, "storage.sqlite.path").map_err(|e| at(sk, e))?,
+                                )
                             }
                             other => {
-                                return Err(format!("storage \"sqlite\": unknown key {other:?}"))
+                                return Err(unknown_key(
+                                    other,
+                                    "in the storage \"sqlite\" block",
+                                    STORAGE_KEYS,
+                                ))
                             }
                         }
                     }
@@ -98,28 +301,38 @@ pub fn parse(text: &str) -> Result<ServerConfig, String> {
                 }
             }
             "listener" => {
-                let l = obj(val, "listener")?;
+                let l = obj(val, "listener").map_err(|e| at(k, e))?;
                 for (kind, body) in l {
                     if kind != "tcp" {
-                        return Err(format!(
-                            "listener {kind:?}: unsupported listener (only \"tcp\")"
+                        return Err(at(
+                            k,
+                            format!("listener \"{kind}\": unsupported listener (only \"tcp\")"),
                         ));
                     }
                     let mut tls_disable = false;
-                    for (lk, lv) in obj(body, "listener \"tcp\"")? {
+                    for (lk, lv) in obj(body, "listener \"tcp\"").map_err(|e| at(k, e))? {
                         let what = format!("listener.tcp.{lk}");
+                        let bad = |e: String| at(lk, e);
                         match lk.as_str() {
-                            "address" => c.address = string(lv, &what)?,
-                            "cluster_address" => c.cluster_address = string(lv, &what)?,
-                            "tls_disable" => tls_disable = boolean(lv, &what)?,
+                            "address" => c.address = string(lv, &what).map_err(bad)?,
+                            "cluster_address" => {
+                                c.cluster_address = string(lv, &what).map_err(bad)?
+                            }
+                            "tls_disable" => tls_disable = boolean(lv, &what).map_err(bad)?,
                             "tls_cert_file" => {
-                                c.tls_cert_file = Some(PathBuf::from(string(lv, &what)?))
+                                c.tls_cert_file =
+                                    Some(PathBuf::from(string(lv, &what).map_err(bad)?))
                             }
                             "tls_key_file" => {
-                                c.tls_key_file = Some(PathBuf::from(string(lv, &what)?))
+                                c.tls_key_file =
+                                    Some(PathBuf::from(string(lv, &what).map_err(bad)?))
                             }
                             other => {
-                                return Err(format!("listener \"tcp\": unknown key {other:?}"))
+                                return Err(unknown_key(
+                                    other,
+                                    "in the listener \"tcp\" block",
+                                    LISTENER_KEYS,
+                                ))
                             }
                         }
                     }
@@ -127,29 +340,49 @@ pub fn parse(text: &str) -> Result<ServerConfig, String> {
                         c.tls_cert_file = None;
                         c.tls_key_file = None;
                     } else if c.tls_cert_file.is_none() || c.tls_key_file.is_none() {
-                        return Err("listener \"tcp\": set tls_cert_file and tls_key_file, or tls_disable = true".into());
+                        return Err(at(
+                            k,
+                            "listener \"tcp\": set tls_cert_file and tls_key_file, or \
+                             tls_disable = true",
+                        ));
                     }
                     saw_listener = true;
                 }
             }
-            "api_addr" => c.api_addr = Some(string(val, k)?),
-            "cluster_addr" => c.cluster_addr = Some(string(val, k)?),
-            "license_path" => c.license_path = Some(PathBuf::from(string(val, k)?)),
-            "log_level" => c.log_level = Some(string(val, k)?),
-            "cluster_name" => c.cluster_name = string(val, k)?,
-            "ui" => c.ui = boolean(val, k)?,
-            "disable_mlock" => c.disable_mlock = boolean(val, k)?,
+            "api_addr" => c.api_addr = Some(string(val, k).map_err(|e| at(k, e))?),
+            "cluster_addr" => c.cluster_addr = Some(string(val, k).map_err(|e| at(k, e))?),
+            "license_path" => {
+                c.license_path = Some(PathBuf::from(string(val, k).map_err(|e| at(k, e))?))
+            }
+            "log_level" => c.log_level = Some(string(val, k).map_err(|e| at(k, e))?),
+            "cluster_name" => c.cluster_name = string(val, k).map_err(|e| at(k, e))?,
+            "ui" => c.ui = boolean(val, k).map_err(|e| at(k, e))?,
+            "disable_mlock" => c.disable_mlock = boolean(val, k).map_err(|e| at(k, e))?,
             "max_request_size" => {
-                c.max_request_size = val
-                    .as_u64()
-                    .filter(|n| *n > 0)
-                    .ok_or("max_request_size: expected a positive number of bytes")?
-                    as usize
+                c.max_request_size =
+                    val.as_u64().filter(|n| *n > 0).ok_or_else(|| {
+                        at(k, "max_request_size: expected a positive number of bytes")
+                    })? as usize
+            }
+            "replication" => {
+                if let Ok(block) = obj(val, "replication") {
+                    if let Some(other) = block
+                        .keys()
+                        .find(|rk| !REPLICATION_KEYS.contains(&rk.as_str()))
+                    {
+                        return Err(unknown_key(
+                            other,
+                            "in the replication block",
+                            REPLICATION_KEYS,
+                        ));
+                    }
+                }
+                c.extra.insert(k.clone(), val.clone());
             }
             other if EXTRA_KEYS.contains(&other) => {
                 c.extra.insert(other.into(), val.clone());
             }
-            other => return Err(format!("unknown configuration key {other:?}")),
+            other => return Err(unknown_key(other, "at the top level", TOP_KEYS)),
         }
     }
     if !saw_storage || c.storage_path.as_os_str().is_empty() {
@@ -159,9 +392,12 @@ pub fn parse(text: &str) -> Result<ServerConfig, String> {
         return Err("listener \"tcp\" { address = \"...\" } is required".into());
     }
     if c.address.parse::<std::net::SocketAddr>().is_err() {
-        return Err(format!(
-            "listener.tcp.address: {:?} is not HOST:PORT",
-            c.address
+        return Err(at(
+            "address",
+            format!(
+                "listener.tcp.address: {:?} is not HOST:PORT (e.g. 127.0.0.1:8200)",
+                c.address
+            ),
         ));
     }
     if c.cluster_address.is_empty() {
@@ -207,9 +443,11 @@ mod tests {
                          bogus = 1"#,
         )
         .unwrap_err();
-        assert!(e.contains("bogus"), "{e}");
+        assert!(e.msg.contains("`bogus`"), "{e}");
+        assert_eq!(e.line, Some(6), "{e}");
         let e = parse(r#"storage "raft" { path = "/x" }"#).unwrap_err();
-        assert!(e.contains("raft"), "{e}");
+        assert!(e.msg.contains("raft"), "{e}");
+        assert_eq!(e.line, Some(1), "{e}");
         let e = parse(
             r#"storage "sqlite" { path = "/x" }
                          listener "tcp" {
@@ -218,7 +456,8 @@ mod tests {
                          }"#,
         )
         .unwrap_err();
-        assert!(e.contains("address"), "{e}");
+        assert!(e.msg.contains("address"), "{e}");
+        assert_eq!(e.line, Some(3), "{e}");
         let e = parse(
             r#"storage "sqlite" { path = "/x" }
                          listener "tcp" {
@@ -226,6 +465,101 @@ mod tests {
                          }"#,
         )
         .unwrap_err();
-        assert!(e.contains("tls_cert_file"), "{e}");
+        assert!(e.msg.contains("tls_cert_file"), "{e}");
+    }
+
+    /// A typo names the file, the line, the key and the key it was probably meant to be.
+    #[test]
+    fn a_typo_names_its_line_and_the_closest_key() {
+        let text = r#"# Cairn
+storage "sqlite" { path = "/var/lib/cairn/cairn.db" }
+listener "tcp" {
+  address        = "127.0.0.1:8200"   # the cluster_adress is below
+  cluster_adress = "127.0.0.1:8201"
+  tls_disable    = true
+}
+"#;
+        let e = parse(text).unwrap_err();
+        assert_eq!(e.line, Some(5), "{e}");
+        assert_eq!(
+            e.msg,
+            "unknown key `cluster_adress` in the listener \"tcp\" block \
+             (did you mean `cluster_address`?)"
+        );
+        assert_eq!(
+            e.render(std::path::Path::new("/etc/cairn/cairn.hcl")),
+            "/etc/cairn/cairn.hcl:5: unknown key `cluster_adress` in the listener \"tcp\" \
+             block (did you mean `cluster_address`?)"
+        );
+
+        // At the top level, in the storage block, in the replication block.
+        let base = "storage \"sqlite\" { path = \"/x\" }\n\
+                    listener \"tcp\" {\n  address = \"127.0.0.1:1\"\n  tls_disable = true\n}\n";
+        let e = parse(&format!("{base}api_adr = \"http://x\"\n")).unwrap_err();
+        assert_eq!(e.line, Some(6), "{e}");
+        assert!(e.msg.contains("did you mean `api_addr`?"), "{e}");
+        let e = parse(&format!("{base}cluster_address = \"127.0.0.1:2\"\n")).unwrap_err();
+        assert!(
+            e.msg.contains(
+                "(`cluster_address` belongs in the listener \"tcp\" block; \
+                 or did you mean `cluster_addr`?)"
+            ),
+            "{e}"
+        );
+        let e = parse(&format!("{base}tls_disable = true\n")).unwrap_err();
+        assert!(
+            e.msg
+                .contains("(`tls_disable` belongs in the listener \"tcp\" block)"),
+            "{e}"
+        );
+        let e = parse(&format!("{base}whatever = 1\n")).unwrap_err();
+        assert!(e.msg.contains("(known keys: storage, listener,"), "{e}");
+        let e = parse(
+            "storage \"sqlite\" { pth = \"/x\" }\nlistener \"tcp\" {\n address = \"127.0.0.1:1\"\n tls_disable = true\n}\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, Some(1), "{e}");
+        assert!(
+            e.msg.contains("`pth`") && e.msg.contains("did you mean `path`?"),
+            "{e}"
+        );
+        let e = parse(&format!("{base}replication {{\n  wal_max_entrys = 5\n}}\n")).unwrap_err();
+        assert_eq!(e.line, Some(7), "{e}");
+        assert!(e.msg.contains("did you mean `wal_max_entries`?"), "{e}");
+        let e = parse(
+            "storage \"sqlite\" { path = \"/x\" }\nlistener \"tcp\" {\n address = \"127.0.0.1:1\"\n tls_cert = \"/c\"\n}\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, Some(4), "{e}");
+        assert!(e.msg.contains("did you mean `tls_cert_file`?"), "{e}");
+    }
+
+    #[test]
+    fn closest_key_by_edit_distance() {
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("cluster_adress", "cluster_address"), 1);
+        assert_eq!(closest("adress", LISTENER_KEYS), Some("address"));
+        assert_eq!(closest("ADDRESS", LISTENER_KEYS), Some("address"));
+        assert_eq!(closest("tls_key", LISTENER_KEYS), Some("tls_key_file"));
+        assert_eq!(closest("log_levl", TOP_KEYS), Some("log_level"));
+        assert_eq!(closest("ui", TOP_KEYS), Some("ui"));
+        assert_eq!(closest("x", TOP_KEYS), None);
+        assert_eq!(closest("bogus", TOP_KEYS), None);
+        assert_eq!(closest("storage_path", TOP_KEYS), Some("storage"));
+        assert_eq!(closest("address", TOP_KEYS), None);
+    }
+
+    #[test]
+    fn the_line_of_a_key_skips_strings_comments_and_longer_words() {
+        let text = "# address = here is a comment\n\
+                    api_addr = \"address = in a string\"\n\
+                    listener \"tcp\" { cluster_address = \"x\"\n\
+                    \taddress= \"y\" }\n";
+        assert_eq!(line_of(text, "address"), Some(4));
+        assert_eq!(line_of(text, "cluster_address"), Some(3));
+        assert_eq!(line_of(text, "listener"), Some(3));
+        assert_eq!(line_of(text, "api_addr"), Some(2));
+        assert_eq!(line_of(text, "missing"), None);
     }
 }

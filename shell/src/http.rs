@@ -23,24 +23,32 @@ pub struct TlsFiles {
 
 /// Binds a TCP listener with `TCP_NODELAY` set; the sockets it accepts inherit it, so a
 /// response written in more than one segment is not held back waiting for the client's
-/// delayed ACK.
-pub fn nodelay_listener(addr: &str) -> Result<std::net::TcpListener, String> {
-    let l =
-        std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+/// delayed ACK. The error is the system's, so the caller can tell a busy port.
+pub fn bind(addr: &str) -> std::io::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr)?;
     if let Err(e) = socket2::SockRef::from(&l).set_tcp_nodelay(true) {
         log::warn!("TCP_NODELAY not set on {addr}: {e}");
     }
     Ok(l)
 }
 
-/// Binds the listener (TLS when `tls` is given) and serves it on worker threads.
+/// [`bind`] with the error as a message.
+pub fn nodelay_listener(addr: &str) -> Result<std::net::TcpListener, String> {
+    bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))
+}
+
+/// Serves the bound `listener` (TLS when `tls` is given) on worker threads. Connections made
+/// since it was bound wait in its backlog until then.
 pub fn serve(
-    addr: &str,
+    listener: std::net::TcpListener,
     tls: Option<TlsFiles>,
     core: Core,
     opts: ApiOptions,
 ) -> Result<std::net::SocketAddr, String> {
-    let listener = nodelay_listener(addr)?;
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let ssl = tls.map(|t| tiny_http::SslConfig {
         certificate: t.cert_pem,
         private_key: t.key_pem,

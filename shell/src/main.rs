@@ -24,11 +24,36 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The environment variables the binary reads, shown by `cairn --help` (a test checks that
+/// every variable the sources read is listed).
+const ENVIRONMENT: &str = "\
+Environment:
+  CAIRN_ADDR                   Server of the client commands (-address; default http://127.0.0.1:8200)
+  CAIRN_TOKEN                  Token of the client commands (else the token file ~/.cairn-token)
+  CAIRN_NAMESPACE              Namespace of the client requests (-namespace)
+  CAIRN_FORMAT                 Output of the client commands: table or json (-format)
+  CAIRN_CACERT                 CA file to verify the server's TLS certificate (-ca-cert)
+  CAIRN_CAPATH                 CA directory to verify the server's TLS certificate (-ca-path)
+  CAIRN_SKIP_VERIFY            Do not verify the server's TLS certificate (insecure; -tls-skip-verify)
+  CAIRN_WRAP_TTL               Wrap responses in a single-use token with this TTL (-wrap-ttl)
+  CAIRN_CLIENT_TIMEOUT         Seconds a client command waits for the server (default 60)
+  CAIRN_DR_OPERATION_TOKEN     DR operation token of `cairn replication ... -dr-token`
+  HOME                         Holds the token file .cairn-token (`cairn login` and `server --dev` write it)
+  USER                         Default username of `cairn login -method=ldap`
+  CAIRN_LOG                    Server log level: trace, debug, info, warn, error (--log-level wins)
+  CAIRN_DEV_LISTEN_ADDRESS     API address of `cairn server --dev` (--dev-listen-address)
+  CAIRN_STORAGE_RESERVE_BYTES  Size of the server's disk-full reserve file (default 2 MiB; 0: none)
+  TMPDIR                       Where `cairn server --dev` keeps its storage
+  SSL_CERT_FILE                CA certificates the server trusts for LDAPS when auth/ldap sets none
+  SSL_CERT_DIR                 The same, a directory
+VAULT_ADDR and VAULT_TOKEN are not read (they are for Vault clients such as hvac).";
+
 #[derive(Parser)]
 #[command(
     name = "cairn",
     version,
-    about = "Cairn: LDAP login and cluster replication with a Vault-compatible API"
+    about = "Cairn: LDAP login and cluster replication with a Vault-compatible API",
+    after_help = ENVIRONMENT
 )]
 struct Cli {
     #[command(subcommand)]

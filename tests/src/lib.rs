@@ -199,6 +199,12 @@ fn rand_suffix() -> u64 {
     h.finish()
 }
 
+/// The home directory of this process's dev servers (they write `~/.cairn-token`).
+fn dev_home() -> &'static Path {
+    static HOME: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| tmpdir("dev-home"))
+}
+
 impl Server {
     /// `cairn server --dev` with a fixed root token.
     pub fn dev() -> Server {
@@ -226,6 +232,10 @@ impl Server {
                 "--log-level",
                 &log_level(),
             ])
+            // A dev server stores its root token in ~/.cairn-token: not in the developer's
+            // home.
+            .env("HOME", dev_home())
+            .env_remove("CAIRN_DEV_LISTEN_ADDRESS")
             .stdout(Stdio::piped())
             .stderr(log_file(&format!("dev-{port}")))
             .spawn()

@@ -2,6 +2,13 @@
 //! `<!-- walkthrough: NAME ... -->` are concatenated per NAME and run with
 //! `bash -euo pipefail` against the real `cairn` binary, with the `DIR`, `P1` and `P2` the
 //! README asks the reader to pick. So the documented commands cannot rot.
+//!
+//! The opening sections (`first-steps`) are what a newcomer pastes into a second terminal of a
+//! fresh clone while the README's first line (`cargo run ... -- server --dev`) runs in the
+//! first: the test starts that line's server itself (the same arguments, from the binary it
+//! built, in the background), runs the blocks in a directory that looks like the clone
+//! (`scripts/` and `target/release/cairn`), and moves the README's ports (8200, 8400, 8401)
+//! to free ones.
 
 use cairn_tests::{cairn_bin, free_port_pair, log_dir, note_secret, repo_root, tmpdir};
 use serde_json::Value;
@@ -42,6 +49,36 @@ fn walkthrough(name: &str) -> String {
     script
 }
 
+/// The README's `## ` sections up to (not including) the first replication walkthrough: the
+/// opening sections a newcomer meets first.
+fn opening_sections() -> String {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("read README.md");
+    let end = readme
+        .find("\n## Replicate two clusters")
+        .expect("README.md has a section \"Replicate two clusters\"");
+    readme[..end].to_string()
+}
+
+/// The first line of the README's first ```sh block (`cargo run -p cairn --release --
+/// server --dev`): the arguments it gives the binary.
+fn fresh_machine_server_args() -> Vec<String> {
+    let readme = opening_sections();
+    let line = readme
+        .lines()
+        .skip_while(|l| l.trim() != "```sh")
+        .nth(1)
+        .expect("README.md has a ```sh block");
+    let command = line.split('#').next().unwrap_or_default().trim();
+    let args = command
+        .strip_prefix("cargo run -p cairn --release --")
+        .unwrap_or_else(|| {
+            panic!(
+                "the README's first command is not `cargo run -p cairn --release -- ...`: {line}"
+            )
+        });
+    args.split_whitespace().map(str::to_string).collect()
+}
+
 /// A free API/cluster port pair not handed out before in this process.
 fn port() -> u16 {
     static USED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
@@ -74,17 +111,36 @@ fn run(name: &str) -> Run {
         bin.parent().expect("bin dir").display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    let (p1, p2) = (port(), port());
     let secrets = dir.join("secrets.out");
     // On any exit: write the secret variables out, and stop the servers the walkthrough
-    // started (it records their pids in $DIR/*/pid).
-    let prelude = format!(
+    // started (it records their pids in $DIR/*/pid) and the sample directory.
+    let mut prelude = format!(
         "trap 'for v in {vars}; do printf \"%s\\n\" \"${{!v:-}}\"; done > {secrets}; \
-         kill -9 $(cat \"$DIR\"/*/pid 2>/dev/null) 2>/dev/null || true' EXIT\n",
+         kill -9 $(cat \"$DIR\"/*/pid 2>/dev/null) 2>/dev/null || true; \
+         [ ! -d \"$DIR/cairn-dev-ldap\" ] || \"$DIR/scripts/dev-ldap.sh\" stop > /dev/null 2>&1 || true' EXIT\n",
         vars = SECRET_VARS.join(" "),
         secrets = secrets.display()
     );
+    let mut text = walkthrough(name);
+    if name == FIRST_STEPS {
+        // The clone: the scripts, and the binary where `cargo run --release` puts it.
+        std::os::unix::fs::symlink(repo_root().join("scripts"), dir.join("scripts"))
+            .expect("link scripts");
+        std::fs::create_dir_all(dir.join("target/release")).expect("mkdir target/release");
+        std::os::unix::fs::symlink(&bin, dir.join("target/release/cairn")).expect("link cairn");
+        // The README's first line, in the background: the dev server the sections use.
+        prelude.push_str(&format!(
+            "mkdir -p \"$DIR/dev\"\n\
+             CAIRN_DEV_LISTEN_ADDRESS=127.0.0.1:{p1} target/release/cairn {args} \
+             > \"$DIR/dev/stdout.txt\" 2> \"$DIR/dev/server.log\" &\n\
+             echo $! > \"$DIR/dev/pid\"\n",
+            args = fresh_machine_server_args().join(" ")
+        ));
+        text = move_ports(&text, p1, p2);
+    }
     let script = dir.join("walkthrough.sh");
-    std::fs::write(&script, format!("{prelude}{}", walkthrough(name))).expect("write script");
+    std::fs::write(&script, format!("{prelude}{text}")).expect("write script");
     let out_path = dir.join("output.txt");
     let out = std::fs::File::create(&out_path).expect("create output");
     let mut child = Command::new("bash")
@@ -95,8 +151,13 @@ fn run(name: &str) -> Run {
         .env("PATH", path)
         .env("HOME", &dir)
         .env("DIR", &dir)
-        .env("P1", port().to_string())
-        .env("P2", port().to_string())
+        .env("TMPDIR", &dir)
+        .env("P1", p1.to_string())
+        .env("P2", p2.to_string())
+        // A sample directory that fails the walkthrough half-way stops with this process.
+        .env("CAIRN_LDAP_WATCH_PID", std::process::id().to_string())
+        .env_remove("CAIRN_LDAP_DIR")
+        .env_remove("CAIRN_DEV_LISTEN_ADDRESS")
         .env_remove("CAIRN_ADDR")
         .env_remove("CAIRN_TOKEN")
         .env_remove("CAIRN_FORMAT")
@@ -131,9 +192,61 @@ fn run(name: &str) -> Run {
     }
 }
 
-/// Records the shares and root tokens of `$DIR/*/init.json` and the secret variables.
+/// The opening sections' walkthrough.
+const FIRST_STEPS: &str = "first-steps";
+
+/// The README's ports moved to free ones: the dev server's API port 8200 to `p1`, the
+/// configuration file's 8400 and 8401 to `p2` and `p2 + 1`. No other well-known port may
+/// remain (the test must not touch a server the developer runs).
+fn move_ports(text: &str, p1: u16, p2: u16) -> String {
+    for p in ["127.0.0.1:8200", "127.0.0.1:8400", "127.0.0.1:8401"] {
+        assert!(
+            text.contains(p),
+            "the opening sections no longer use {p}: update the test"
+        );
+    }
+    let moved = text
+        .replace("127.0.0.1:8200", &format!("127.0.0.1:{p1}"))
+        .replace("127.0.0.1:8400", &format!("127.0.0.1:{p2}"))
+        .replace("127.0.0.1:8401", &format!("127.0.0.1:{}", p2 + 1));
+    for p in ["8200", "8201", "8400", "8401"] {
+        assert!(
+            !moved.contains(&format!(":{p}")),
+            "port {p} left in the opening sections' blocks: teach move_ports about it"
+        );
+    }
+    moved
+}
+
+/// The values after `prefix` on the lines of `file` (secrets a command printed).
+fn values_after(file: &Path, prefix: &str) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .map(|v| v.trim().to_string())
+        .collect()
+}
+
+/// Records the shares and root tokens of `$DIR/*/init.json` and `$DIR/*/init.txt`, the dev
+/// server's (its output and the token file it wrote) and the secret variables.
 fn record_secrets(dir: &Path, secrets: &Path) {
+    for f in ["Unseal Key: ", "Root Token: "] {
+        for v in values_after(&dir.join("dev/stdout.txt"), f) {
+            note_secret(&v);
+        }
+    }
+    note_secret(
+        std::fs::read_to_string(dir.join(".cairn-token"))
+            .unwrap_or_default()
+            .trim(),
+    );
     for e in std::fs::read_dir(dir).expect("read dir").flatten() {
+        for f in ["Unseal Key 1: ", "Initial Root Token: "] {
+            for v in values_after(&e.path().join("init.txt"), f) {
+                note_secret(&v);
+            }
+        }
         let Ok(text) = std::fs::read_to_string(e.path().join("init.json")) else {
             continue;
         };
@@ -173,6 +286,84 @@ fn has_row(out: &str, mode: &str, cols: &[&str]) -> bool {
         let words: Vec<&str> = l.split_whitespace().collect();
         words.first() == Some(&mode) && cols.iter().all(|c| words.contains(c))
     })
+}
+
+/// The opening sections, pasted in order into a second terminal while the README's first
+/// line runs the dev server: every command works and prints what it did.
+#[test]
+fn readme_first_steps_run_as_pasted() {
+    let r = run(FIRST_STEPS);
+    let out = &r.output;
+    assert_eq!(r.code, 0, "the walkthrough failed:\n{out}");
+    let has = |s: &str| out.contains(s);
+    // Try it: written, read back with the CLI and over HTTP with the stored root token.
+    assert!(has("Success! Data written to: secret/hello"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.split_whitespace().eq(["who", "world"])),
+        "{out}"
+    );
+    assert!(has(r#""data":{"who":"world"}"#), "{out}");
+    // A login: the directory says what it exported, the config is written, alice logs in.
+    assert!(has("dev-ldap: exported ") && has("CAIRN_LDAP_URL"), "{out}");
+    assert!(has("Success! Data written to: auth/ldap/config"), "{out}");
+    assert!(
+        has("Success! You are now authenticated. The token was not stored (-no-store)."),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.split_whitespace().eq(["token_meta_username", "alice"])),
+        "{out}"
+    );
+    // A configuration file: the storage directory was created and said so; init, unseal.
+    assert!(has("created the storage directory "), "{out}");
+    assert!(
+        has("==> Cairn server started. API: http://127.0.0.1:"),
+        "{out}"
+    );
+    assert!(has("Unseal Key 1: "), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.split_whitespace().eq(["Sealed", "false"])),
+        "{out}"
+    );
+    // The clean-up says what it stopped.
+    assert!(has("stopped the server of "), "{out}");
+    assert!(has("dev-ldap: stopped the directory in "), "{out}");
+}
+
+/// Every shell block of the opening sections is run by [`readme_first_steps_run_as_pasted`],
+/// except the first (the dev server that test starts itself, and the whole test suite).
+#[test]
+fn readme_opening_sections_have_no_unrun_shell_block() {
+    let text = opening_sections();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut blocks = 0;
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim() != "```sh" {
+            continue;
+        }
+        blocks += 1;
+        if blocks == 1 {
+            continue;
+        }
+        let marker = i
+            .checked_sub(1)
+            .map(|j| lines[j].trim())
+            .unwrap_or_default();
+        assert_eq!(
+            marker,
+            format!("<!-- walkthrough: {FIRST_STEPS} -->"),
+            "README.md line {}: a shell block of the opening sections the test does not run",
+            i + 1
+        );
+    }
+    assert!(blocks >= 4, "{blocks} shell blocks in the opening sections");
+    assert!(
+        !text.contains("$(...)") && !text.contains("FIRST_BUILD_FIGURES"),
+        "a placeholder in the opening sections"
+    );
 }
 
 #[test]

@@ -67,7 +67,8 @@ pub fn auth_rows(a: &Value) -> Vec<(String, String)> {
     rows
 }
 
-fn store_token(token: &str) -> Result<(), CliError> {
+/// Writes `token` to the token file (mode 0600) and returns its path.
+pub fn store_token(token: &str) -> Result<std::path::PathBuf, CliError> {
     let p = token_file().ok_or_else(|| {
         CliError::Local("HOME is not set: cannot store the token (use -no-store)".into())
     })?;
@@ -84,7 +85,7 @@ fn store_token(token: &str) -> Result<(), CliError> {
     use std::io::Write;
     f.write_all(token.as_bytes())
         .map_err(|e| CliError::Local(format!("cannot write {}: {e}", p.display())))?;
-    Ok(())
+    Ok(p)
 }
 
 /// Percent-encodes one path segment (a username may hold any character).
@@ -182,6 +183,7 @@ fn login_ldap(c: &mut Client, a: &LoginArgs) -> Result<(Option<String>, Value), 
             url: c.url(&path),
             status: r.status,
             errors: vec!["the response carries no auth.client_token".into()],
+            hint: None,
         })
         .ctx(|| "authenticating".into());
     }

@@ -9,6 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
 
+/// What to do when a request needed a token and the CLI found none.
+pub const NO_TOKEN: &str = "no token: set CAIRN_TOKEN or run `cairn login` (it stores the \
+                            token in ~/.cairn-token; `cairn server --dev` stores its root token \
+                            there too)";
+
 /// The token file the CLI reads when `CAIRN_TOKEN` is not set, and `login` writes.
 pub fn token_file() -> Option<std::path::PathBuf> {
     std::env::var_os("HOME")
@@ -211,11 +216,17 @@ impl Client {
             Value::String(s) => vec![s.clone()],
             v => vec![v.to_string()],
         };
+        // The server refused a request that needs a token, and the CLI had none to send.
+        let hint = (self.token.is_none()
+            && r.status == 403
+            && errors.iter().any(|e| e.contains("needs a token")))
+        .then(|| NO_TOKEN.to_string());
         CliError::Api {
             method: method.to_string(),
             url: self.url(path),
             status: r.status,
             errors,
+            hint,
         }
     }
 }

@@ -22,6 +22,7 @@ use clap::{ArgAction, Args, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::fmt;
 
+pub use auth::store_token;
 pub use client::Client;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -118,6 +119,8 @@ pub enum CliError {
         url: String,
         status: u16,
         errors: Vec<String>,
+        /// What to do about it, when the CLI knows (e.g. no token was sent).
+        hint: Option<String>,
     },
     /// A message with context around an inner error.
     Context(String, Box<CliError>),
@@ -145,6 +148,7 @@ impl fmt::Display for CliError {
                 url,
                 status,
                 errors,
+                hint,
             } => {
                 write!(
                     f,
@@ -152,6 +156,9 @@ impl fmt::Display for CliError {
                 )?;
                 for e in errors {
                     write!(f, "\n* {e}")?;
+                }
+                if let Some(h) = hint {
+                    write!(f, "\n\n{h}")?;
                 }
                 Ok(())
             }
@@ -342,12 +349,29 @@ mod tests {
             url: "u".into(),
             status: 403,
             errors: vec!["permission denied".into()],
+            hint: None,
         };
         assert_eq!(api.code(), 2);
         let s = CliError::Context("Error reading x".into(), Box::new(api)).to_string();
         assert!(
             s.contains("Code: 403. Errors:\n\n* permission denied"),
             "{s}"
+        );
+        // A hint follows the server's errors.
+        let api = CliError::Api {
+            method: "GET".into(),
+            url: "u".into(),
+            status: 403,
+            errors: vec!["permission denied (this request needs a token)".into()],
+            hint: Some(client::NO_TOKEN.into()),
+        };
+        assert!(
+            api.to_string().ends_with(
+                "* permission denied (this request needs a token)\n\n\
+                 no token: set CAIRN_TOKEN or run `cairn login` (it stores the token in \
+                 ~/.cairn-token; `cairn server --dev` stores its root token there too)"
+            ),
+            "{api}"
         );
     }
 }

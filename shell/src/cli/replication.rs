@@ -53,7 +53,11 @@ pub struct ReindexArgs {
     #[arg(long = "skip-flush")]
     pub skip_flush: bool,
     /// DR operation token: run on a DR secondary (sys/replication/dr/secondary/reindex).
-    #[arg(long = "dr-token", env = "CAIRN_DR_OPERATION_TOKEN")]
+    #[arg(
+        long = "dr-token",
+        env = "CAIRN_DR_OPERATION_TOKEN",
+        hide_env_values = true
+    )]
     pub dr_token: Option<String>,
     /// No progress bar.
     #[arg(long = "no-progress")]
@@ -65,7 +69,11 @@ pub struct ReindexArgs {
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
     /// DR operation token: run on a DR secondary (sys/replication/dr/secondary/merkle-check).
-    #[arg(long = "dr-token", env = "CAIRN_DR_OPERATION_TOKEN")]
+    #[arg(
+        long = "dr-token",
+        env = "CAIRN_DR_OPERATION_TOKEN",
+        hide_env_values = true
+    )]
     pub dr_token: Option<String>,
     #[command(flatten)]
     pub common: Common,

@@ -122,6 +122,8 @@ fn start_cairn(logs: &Path) -> Server {
             "--log-level",
             &level,
         ])
+        // A dev server stores its root token in ~/.cairn-token: not in the developer's home.
+        .env("HOME", logs)
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
         .spawn()
