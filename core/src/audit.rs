@@ -503,19 +503,9 @@ mod tests {
 
     #[test]
     fn node_emits_request_and_response_lines_with_hashed_secrets() {
-        use crate::node::{Admin, Input, Node, NodeConfig};
+        use crate::node::{Input, Node};
         use crate::storage::MemStorage;
-        let mut n = Node::new(MemStorage::new(), [7; 32], NodeConfig::default());
-        n.handle(
-            1_000,
-            Input::Admin {
-                id: 1,
-                cmd: Admin::DevSetup {
-                    root_token_id: Some("root-unit".into()),
-                },
-            },
-        );
-        while n.poll_output().is_some() {}
+        let mut n = Node::dev_in_memory([7; 32], "root-unit");
         let run = |n: &mut Node<MemStorage>, req: Request| {
             n.handle(2_000, Input::Request(req));
             let mut out = Vec::new();

@@ -20,7 +20,7 @@
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // a broken promise panics: that is the finding
 
 use crate::api::{Method, Request, Response};
-use crate::node::{Admin, Input, Node, NodeConfig, Output};
+use crate::node::{Input, Node, Output};
 use crate::routes::{self, Class, Proof, Scope};
 use crate::storage::MemStorage;
 use serde_json::{json, Value};
@@ -171,17 +171,7 @@ impl Default for World {
 impl World {
     /// The three tenants, set up by the root token.
     pub fn new() -> World {
-        let mut node = Node::new(MemStorage::new(), [42; 32], NodeConfig::default());
-        node.handle(
-            1_000,
-            Input::Admin {
-                id: 1,
-                cmd: Admin::DevSetup {
-                    root_token_id: Some(ROOT.into()),
-                },
-            },
-        );
-        while node.poll_output().is_some() {}
+        let node = Node::dev_in_memory([42; 32], ROOT);
         let mut w = World {
             node,
             next_id: 1,

@@ -257,7 +257,7 @@ pub fn handle(ctx: &mut Ctx, req: &Request, tail: &str) -> ApiResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::{Admin, Input, Node, NodeConfig, Output};
+    use crate::node::{Input, Node, Output};
     use crate::storage::MemStorage;
     use crate::Response;
 
@@ -268,17 +268,7 @@ mod tests {
 
     impl T {
         fn new() -> T {
-            let mut n = Node::new(MemStorage::new(), [9; 32], NodeConfig::default());
-            n.handle(
-                1_000,
-                Input::Admin {
-                    id: 1,
-                    cmd: Admin::DevSetup {
-                        root_token_id: Some("root".into()),
-                    },
-                },
-            );
-            while n.poll_output().is_some() {}
+            let n = Node::dev_in_memory([9; 32], "root");
             T { n, id: 0 }
         }
         fn call(&mut self, ns: &str, tok: &str, m: Method, path: &str, body: Value) -> Response {

@@ -329,7 +329,7 @@ fn route_sys(
 mod table_tests {
     use super::*;
     use crate::api::Response;
-    use crate::node::{Admin, Input, Node, NodeConfig, Output};
+    use crate::node::{Input, Node, Output};
     use crate::storage::MemStorage;
 
     const ROOT: &str = "root-table";
@@ -344,17 +344,7 @@ mod table_tests {
 
     impl World {
         fn new() -> World {
-            let mut node = Node::new(MemStorage::new(), [5; 32], NodeConfig::default());
-            node.handle(
-                1_000,
-                Input::Admin {
-                    id: 1,
-                    cmd: Admin::DevSetup {
-                        root_token_id: Some(ROOT.into()),
-                    },
-                },
-            );
-            while node.poll_output().is_some() {}
+            let node = Node::dev_in_memory([5; 32], ROOT);
             let mut w = World {
                 node,
                 id: 0,

@@ -521,6 +521,31 @@ impl<S: Storage> Node<S> {
     }
 }
 
+impl Node<crate::storage::MemStorage> {
+    /// A dev-mode node over in-memory storage (initialised with one key share, unsealed,
+    /// `secret/` and `auth/ldap/` mounted) whose root token is `root`, set up at 1 s: the
+    /// starting point of unit tests, fuzz harnesses and models.
+    #[doc(hidden)]
+    pub fn dev_in_memory(seed: [u8; 32], root: &str) -> Self {
+        let mut n = Node::new(
+            crate::storage::MemStorage::new(),
+            seed,
+            NodeConfig::default(),
+        );
+        n.handle(
+            1_000,
+            Input::Admin {
+                id: 0,
+                cmd: Admin::DevSetup {
+                    root_token_id: Some(root.to_string()),
+                },
+            },
+        );
+        while n.poll_output().is_some() {}
+        n
+    }
+}
+
 /// The request's `X-Vault-Wrap-TTL`, parsed once (`None`: no wrapping).
 fn wrap_ttl(req: &Request) -> ApiResult<Option<u64>> {
     match req.wrap_ttl.as_deref().map(str::trim) {
