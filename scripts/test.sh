@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command: installs what it needs, builds, runs every test
-# (unit, property, end-to-end against real processes and a real slapd), then the
-# simulator's regression seeds and a batch of fresh random seeds, then every fuzz target for
-# a few seconds.
+# (unit, property, end-to-end against real processes and a real slapd, the fuzz targets'
+# entry points on their corpora and seeded mutations), and, beside them, the simulator's
+# regression seeds and a batch of fresh random seeds on both tiers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase prints its time, so a slow phase shows where it is.
@@ -22,26 +22,50 @@ cargo clippy --workspace --all-targets -- -D warnings
 phase clippy
 cargo build --workspace --all-targets
 phase debug build
-cargo build --release -p cairn-sim
-phase release sim build
-# The end-to-end tests run the binary built above, not a second build of their own.
+# The simulator runs in the background while the end-to-end tests (which mostly wait on
+# sockets and child processes) use the debug build: its release build, its own tests
+# (determinism, the planted-bug checks, the regression seeds; in release they take seconds),
+# then the CLI runs: regression seeds, fresh fast-tier seeds, the turmoil tier (real async
+# sockets: connection breaks, backpressure, partitions during a Merkle sync), and one seed
+# run twice that must give the same trace hash. Its output goes to target/sim.log, printed
+# when it ends.
+sim_phase() {
+    set -e
+    cargo build --release -p cairn-sim --all-targets
+    cargo test --release -p cairn-sim --no-fail-fast
+    local sim=target/release/cairn-sim
+    "$sim" --regressions
+    "$sim" --seeds "${SIM_SEEDS:-300}"
+    "$sim" --tier turmoil --seeds "${SIM_TURMOIL_SEEDS:-20}"
+    local a b
+    a=$("$sim" --tier turmoil --seed 7 | tail -1); b=$("$sim" --tier turmoil --seed 7 | tail -1)
+    [ "$a" = "$b" ] || { echo "turmoil seed 7 did not replay: $a vs $b" >&2; exit 1; }
+    a=$("$sim" --seed 7 | tail -1); b=$("$sim" --seed 7 | tail -1)
+    [ "$a" = "$b" ] || { echo "fast-tier seed 7 did not replay: $a vs $b" >&2; exit 1; }
+    echo "simulator: ok"
+}
+( sim_phase ) > target/sim.log 2>&1 &
+sim_pid=$!
+# The end-to-end tests run the binary built above, not a second build of their own. The
+# fuzz targets' entry points run here too, on their corpora and seeded mutations of them
+# (cairn-core `fuzzing::tests`); the coverage-guided campaigns are `scripts/fuzz.sh`.
 export CAIRN_BIN="$PWD/target/debug/cairn"
 rm -rf target/debug/e2e-logs
-cargo test --workspace --no-fail-fast -- --test-threads=2
-phase tests
+tests_rc=0
+cargo test --workspace --exclude cairn-sim --no-fail-fast -- --test-threads=2 || tests_rc=$?
+phase "tests (debug; the simulator running beside them)"
+sim_rc=0
+wait "$sim_pid" || sim_rc=$?
+sed 's/^/sim: /' target/sim.log
+phase "simulator (release, in the background)"
+[ "$tests_rc" = 0 ] || { echo "test.sh: cargo test failed (exit $tests_rc)" >&2; exit 1; }
+[ "$sim_rc" = 0 ] || { echo "test.sh: the simulator phase failed (exit $sim_rc); see the sim: lines above" >&2; exit 1; }
 scripts/check-secrets.sh target/debug/e2e-logs
-SIM=target/release/cairn-sim
-"$SIM" --regressions
-"$SIM" --seeds "${SIM_SEEDS:-300}"
-# The turmoil tier (real async sockets: connection breaks, backpressure, partitions during a
-# Merkle sync), then one seed twice: the same trace hash.
-"$SIM" --tier turmoil --seeds "${SIM_TURMOIL_SEEDS:-20}"
-a=$("$SIM" --tier turmoil --seed 7 | tail -1); b=$("$SIM" --tier turmoil --seed 7 | tail -1)
-[ "$a" = "$b" ] || { echo "turmoil seed 7 did not replay: $a vs $b" >&2; exit 1; }
-phase simulator
-# Every fuzz target briefly (cargo-fuzz, installed if missing); FUZZ_SECONDS=0 skips.
-if [ "${FUZZ_SECONDS:-10}" != 0 ]; then
-    scripts/fuzz.sh all "${FUZZ_SECONDS:-10}"
+# Coverage-guided fuzzing (cargo-fuzz, a build of its own) is not part of this command:
+# FUZZ_SECONDS=N runs every target N seconds after the rest (as `scripts/fuzz.sh all N`).
+if [ "${FUZZ_SECONDS:-0}" != 0 ]; then
+    scripts/fuzz.sh all "$FUZZ_SECONDS"
+    phase fuzz
 fi
-phase fuzz
+echo "test.sh: all passed in $((SECONDS - t0)) s"
 du -sh target 2>/dev/null | sed 's/^/disk used by target: /' || true
