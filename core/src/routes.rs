@@ -369,13 +369,10 @@ pub fn lookup<H: Copy>(table: &'static [Route<H>], path: &str) -> Option<&'stati
     table.iter().find(|r| matches(r.pattern, path))
 }
 
-/// The audit behaviour of a request path before anything is resolved (sys routes are
+/// The audit behaviour of a canonical request path before anything is resolved (sys routes are
 /// static; everything else is [`Audit::Required`]).
 pub fn audit_of(path: &str) -> Audit {
-    match canonical(path) {
-        Ok(p) => lookup(SYS, &p).map(|r| r.audit).unwrap_or(Required),
-        Err(_) => Required,
-    }
+    lookup(SYS, path).map(|r| r.audit).unwrap_or(Required)
 }
 
 /// The one canonical form of a request path, decided before anything else looks at it:

@@ -19,6 +19,7 @@ macro_rules! node_ctx {
     };
 }
 
+mod head;
 mod seal_endpoints;
 pub use crate::admin::{Admin, AdminAnswer, AdminId, AdminResult, DevKeys};
 use crate::api::{self, ApiError, ApiResult, Method, Reply, Request, RequestId, Response};
@@ -31,9 +32,10 @@ use crate::router;
 use crate::routes;
 use crate::seal::Barrier;
 use crate::storage::{Storage, Txn, WriteSet};
-use crate::time::{self, Millis};
+use crate::time::Millis;
 use crate::token;
 use crate::{crypto, wrapping};
+use head::Head;
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 use serde_json::{json, Value};
@@ -274,12 +276,19 @@ impl<S: Storage> Node<S> {
             log::error!("replication state not loaded: {e}");
         }
         match input {
-            Input::Request(req) => {
+            Input::Request(mut req) => {
                 let id = req.id;
                 let wal_before = self.st.repl.wal.last;
-                let result = match self.observe(&req) {
-                    Ok(()) => self.request(req),
-                    Err(e) => Err(e),
+                // The head is read once; a bad one is refused after it is counted and
+                // audited (as a request whose route is unknown: audit required).
+                let head = Head::parse(&mut req);
+                let mode = match &head {
+                    Ok(h) => routes::audit_of(&h.path),
+                    Err(_) => routes::Audit::Required,
+                };
+                let result = match (self.observe(&req, mode), head) {
+                    (Ok(()), Ok(head)) => self.request(req, head),
+                    (Err(e), _) | (Ok(()), Err(e)) => Err(e),
                 };
                 self.finish(id, result);
                 self.stamp_index(id, wal_before);
@@ -371,9 +380,8 @@ impl<S: Storage> Node<S> {
 
     /// Counts a request and logs its audit request entry (as its route declares); refuses
     /// it when it must be audited and no device can record it.
-    fn observe(&mut self, req: &Request) -> ApiResult<()> {
+    fn observe(&mut self, req: &Request, mode: routes::Audit) -> ApiResult<()> {
         let mut ctx = node_ctx!(self);
-        let mode = routes::audit_of(&req.path);
         crate::metrics::before_request(&mut ctx, &mut self.st, req, mode)
     }
 
@@ -458,15 +466,14 @@ impl<S: Storage> Node<S> {
         self.st.outputs.push_back(Output::Response(resp));
     }
 
-    fn request(&mut self, mut req: Request) -> ApiResult {
-        if req.method == Method::Get && matches!(req.query("list"), Some("true") | Some("1")) {
-            req.method = Method::List;
-        }
-        // One canonical path before any decision (routing, authorization, audit), and the
-        // wrap TTL read before anything runs: a bad one changes nothing.
-        let path = routes::canonical(&req.path)?;
-        req.path = path.clone();
-        let wrap = wrap_ttl(&req)?;
+    /// Runs a request whose head parsed ([`Head`]: `req` already carries the canonical
+    /// path and method).
+    fn request(&mut self, req: Request, head: Head) -> ApiResult {
+        let Head {
+            path,
+            wrap_ttl: wrap,
+            index,
+        } = head;
         match routes::lookup(routes::SYS, &path).map(|r| r.handler) {
             Some(routes::Sys::Init) => return self.init(&req),
             Some(routes::Sys::Unseal) => return self.unseal(&req),
@@ -478,7 +485,7 @@ impl<S: Storage> Node<S> {
             return Err(ApiError::Sealed);
         }
         replication::gate_request(&self.st, &req)?;
-        replication::index_state::check(&self.st.repl, req.index.as_deref())?;
+        replication::index_state::check(&self.st.repl, index.as_ref())?;
         let mut ctx = node_ctx!(self);
         let routed = router::route(&mut ctx, &mut self.st, &req);
         // A limited-use token spends one use on every authorised request, whether or not
@@ -543,16 +550,6 @@ impl Node<crate::storage::MemStorage> {
         );
         while n.poll_output().is_some() {}
         n
-    }
-}
-
-/// The request's `X-Vault-Wrap-TTL`, parsed once (`None`: no wrapping).
-fn wrap_ttl(req: &Request) -> ApiResult<Option<u64>> {
-    match req.wrap_ttl.as_deref().map(str::trim) {
-        None | Some("") => Ok(None),
-        Some(t) => time::parse_duration(t)
-            .map(Some)
-            .map_err(|e| ApiError::bad(format!("X-Vault-Wrap-TTL: {e}"))),
     }
 }
 

@@ -94,12 +94,12 @@ pub fn after_request(r: &Replication, wal_before: u64) -> Option<String> {
 }
 
 /// Refuses a request whose `X-Vault-Index` names a state of this performance secondary's
-/// primary that it has not applied yet (412); a malformed header is a 400.
-pub fn check(r: &Replication, header: Option<&str>) -> ApiResult<()> {
-    let Some(h) = header.filter(|h| !h.trim().is_empty()) else {
+/// primary that it has not applied yet (412; a malformed header was refused with 400 when
+/// the request head was read).
+pub fn check(r: &Replication, want: Option<&IndexState>) -> ApiResult<()> {
+    let Some(want) = want else {
         return Ok(());
     };
-    let want = IndexState::decode(h).map_err(ApiError::BadRequest)?;
     let perf = r.mode(Mode::Performance);
     if perf.role.role != Role::Secondary || want.perf_cluster_id.is_empty() {
         return Ok(());

@@ -1,0 +1,119 @@
+//! The head of a client request, read once before anything runs: the canonical path, the
+//! list form of `GET ?list=true`, the response-wrapping TTL (`X-Vault-Wrap-TTL`) and the
+//! replication state the client asks for (`X-Vault-Index`). A bad value refuses the request
+//! with 400 before routing, authorization or any handler, so it changes nothing; what comes
+//! after (audit, router, handlers, wrapping) reads the typed fields, never the raw headers.
+
+use crate::api::{ApiError, ApiResult, Method, Request};
+use crate::replication::index_state::IndexState;
+use crate::routes;
+use crate::time;
+
+/// A request head that parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Head {
+    /// The canonical path ([`routes::canonical`]), also written back into the request.
+    pub path: String,
+    /// The response-wrapping TTL in seconds, when the client asked for wrapping.
+    pub wrap_ttl: Option<u64>,
+    /// The replication state the request must see applied, when the client sent one.
+    pub index: Option<IndexState>,
+}
+
+impl Head {
+    /// Parses `req`'s head and rewrites `req` to its canonical form: the canonical path, and
+    /// `LIST` for a `GET` with `list=true` (or `1`).
+    pub fn parse(req: &mut Request) -> ApiResult<Head> {
+        if req.method == Method::Get && matches!(req.query("list"), Some("true") | Some("1")) {
+            req.method = Method::List;
+        }
+        let path = routes::canonical(&req.path)?;
+        req.path = path.clone();
+        let wrap_ttl = match req.wrap_ttl.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(t) => Some(
+                time::parse_duration(t)
+                    .map_err(|e| ApiError::bad(format!("X-Vault-Wrap-TTL: {e}")))?,
+            ),
+        };
+        let index = match req.index.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(h) => Some(IndexState::decode(h).map_err(ApiError::BadRequest)?),
+        };
+        Ok(Head {
+            path,
+            wrap_ttl,
+            index,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(path: &str) -> Request {
+        Request::new(1, Method::Get, path)
+    }
+
+    #[test]
+    fn a_good_head_is_read_into_typed_fields() {
+        let mut r = req("/secret//x/".trim_end_matches('/'));
+        assert!(Head::parse(&mut r).is_err(), "a doubled slash is refused");
+        let mut r = req("/sys/mounts/");
+        r.wrap_ttl = Some(" 90s ".into());
+        let st = IndexState {
+            perf_cluster_id: "c1".into(),
+            dr_cluster_id: String::new(),
+            index: 7,
+        };
+        r.index = Some(st.encode());
+        let h = Head::parse(&mut r).unwrap();
+        assert_eq!(h.path, "sys/mounts");
+        assert_eq!(
+            r.path, "sys/mounts",
+            "the request carries the canonical path"
+        );
+        assert_eq!(h.wrap_ttl, Some(90));
+        assert_eq!(h.index, Some(st));
+    }
+
+    #[test]
+    fn get_with_list_true_is_a_list() {
+        for (q, list) in [("true", true), ("1", true), ("false", false)] {
+            let mut r = req("secret/");
+            r.query = vec![("list".into(), q.into())];
+            Head::parse(&mut r).unwrap();
+            assert_eq!(r.method == Method::List, list, "list={q}");
+        }
+    }
+
+    #[test]
+    fn bad_values_are_a_400_naming_the_header() {
+        let mut r = req("secret/x");
+        r.wrap_ttl = Some("zzz".into());
+        let e = Head::parse(&mut r).unwrap_err();
+        assert!(
+            matches!(e, ApiError::BadRequest(ref m) if m.contains("X-Vault-Wrap-TTL")),
+            "{e:?}"
+        );
+        let mut r = req("secret/x");
+        r.index = Some("%%%".into());
+        let e = Head::parse(&mut r).unwrap_err();
+        assert!(
+            matches!(e, ApiError::BadRequest(ref m) if m.contains("X-Vault-Index")),
+            "{e:?}"
+        );
+        let mut r = req("secret/../sys/seal");
+        assert!(matches!(Head::parse(&mut r), Err(ApiError::BadRequest(_))));
+    }
+
+    #[test]
+    fn empty_headers_mean_absent() {
+        let mut r = req("secret/x");
+        r.wrap_ttl = Some(" ".into());
+        r.index = Some(String::new());
+        let h = Head::parse(&mut r).unwrap();
+        assert_eq!((h.wrap_ttl, h.index), (None, None));
+    }
+}
