@@ -22,7 +22,7 @@ macro_rules! node_ctx {
 mod head;
 mod seal_endpoints;
 pub use crate::admin::{Admin, AdminAnswer, AdminId, AdminResult, DevKeys};
-use crate::api::{self, ApiError, ApiResult, Method, Reply, Request, RequestId, Response};
+use crate::api::{self, ApiError, ApiResult, Reply, Request, RequestId, Response};
 use crate::auth::ldap::{self, LdapCall, LdapReply, Logins};
 use crate::ctx::Ctx;
 use crate::replication::{
@@ -600,6 +600,7 @@ fn spend_use(ctx: &mut Ctx, h: &str) -> ApiResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Method;
     use crate::storage::MemStorage;
 
     pub(crate) fn call(n: &mut Node<MemStorage>, now: Millis, req: Request) -> Response {
