@@ -1,7 +1,7 @@
 //! The `cairn` command-line client run as a real process against a real dev server (and an
 //! uninitialised SQLite server for `operator`): outputs, stored token, exit codes.
 
-use cairn_tests::{cairn_bin, free_port_pair, tmpdir, Server};
+use cairn_tests::{cairn_bin, free_port_pair, tmpdir, Server, TempDir};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -65,7 +65,8 @@ impl std::fmt::Debug for Out {
 /// A CLI user: a home directory (for ~/.cairn-token), an address and maybe a token.
 struct User {
     addr: String,
-    home: PathBuf,
+    /// Shared by the users made from this one (`home: u.home.clone()`).
+    home: std::sync::Arc<TempDir>,
     token: Option<String>,
 }
 
@@ -73,7 +74,7 @@ impl User {
     fn new(s: &Server, token: Option<&str>) -> User {
         User {
             addr: s.addr.clone(),
-            home: tmpdir("cli-home"),
+            home: std::sync::Arc::new(tmpdir("cli-home")),
             token: token.map(str::to_string),
         }
     }
@@ -81,7 +82,7 @@ impl User {
     fn run_with(&self, args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Out {
         let mut cmd = Command::new(cairn_bin());
         cmd.args(args)
-            .env("HOME", &self.home)
+            .env("HOME", self.home.path())
             .env("CAIRN_ADDR", &self.addr)
             .env_remove("CAIRN_TOKEN")
             .env_remove("CAIRN_FORMAT")
@@ -502,8 +503,7 @@ fn secrets_and_auth_enable_list_disable() {
 #[test]
 fn operator_init_unseal_seal_on_a_fresh_server() {
     let dir = tmpdir("cli-operator");
-    let port = free_port_pair();
-    let s = Server::with_config(&dir, port, "");
+    let s = Server::start(&dir, "");
     let u = User::new(&s, None);
     let o = u.run(&["operator", "init", "-status"]);
     assert_eq!(o.code, 2, "{o:?}");
@@ -880,7 +880,7 @@ fn tls_with_a_custom_ca_file_directory_or_no_verification() {
     );
     let u = User {
         addr: format!("https://localhost:{port}"),
-        home: tmpdir("cli-tls-home"),
+        home: std::sync::Arc::new(tmpdir("cli-tls-home")),
         token: None,
     };
     let ca_file = cas.join("ca.pem").display().to_string();
@@ -988,16 +988,9 @@ fn namespace_create_list_lookup_delete() {
 
 /// A DR primary and its DR secondary (hosted, SQLite, 3 shares / threshold 2), streaming.
 fn dr_pair() -> (Server, Server) {
-    let p1 = free_port_pair();
-    let p2 = loop {
-        let p = free_port_pair();
-        if p.abs_diff(p1) > 1 {
-            break p;
-        }
-    };
-    let mut p = Server::with_config(&tmpdir("cli-drp"), p1, "hosted = true");
+    let mut p = Server::start_owned("cli-drp", "hosted = true");
     p.init_unseal(3, 2);
-    let mut d = Server::with_config(&tmpdir("cli-drs"), p2, "hosted = true");
+    let mut d = Server::start_owned("cli-drs", "hosted = true");
     d.init_unseal(3, 2);
     let r = p.post("sys/replication/dr/primary/enable", json!({}));
     assert!(r.status < 300, "dr enable: {r:?}");
@@ -1170,7 +1163,7 @@ fn server_run(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Out {
 
 /// A configuration file in a fresh directory: storage at `db` (relative to the directory),
 /// the API on `port`, the cluster on `port + 1`, then `extra` lines in the listener block.
-fn config_file(db: &str, port: u16, extra: &str) -> (PathBuf, PathBuf) {
+fn config_file(db: &str, port: u16, extra: &str) -> (TempDir, PathBuf) {
     let dir = tmpdir("cli-config");
     let text = format!(
         "storage \"sqlite\" {{ path = \"{}\" }}\n\
