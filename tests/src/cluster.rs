@@ -34,8 +34,11 @@ pub fn start(dir: &std::path::Path, extra: &str) -> Server {
     Server::start(dir, extra)
 }
 
-pub fn ok(r: Resp, what: &str) -> Value {
-    assert!(r.status < 300, "{what}: {} {}", r.status, r.body);
+/// The body of an answer with the status the reference gives (`status`: 204 for a write
+/// that returns nothing, 200 for one that returns data or warnings).
+#[track_caller]
+pub fn ok(status: u16, r: Resp, what: &str) -> Value {
+    assert_eq!(r.status, status, "{what}: {} {}", r.status, r.body);
     r.body
 }
 
@@ -58,6 +61,7 @@ pub fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
 
 pub fn token(p: &Server, mode: &str, id: &str) -> String {
     let b = ok(
+        200,
         p.post(
             &format!("sys/replication/{mode}/primary/secondary-token"),
             json!({ "id": id }),
@@ -71,6 +75,7 @@ pub fn token(p: &Server, mode: &str, id: &str) -> String {
 
 pub fn enable_secondary(s: &Server, mode: &str, tok: &str) {
     ok(
+        200,
         s.post(
             &format!("sys/replication/{mode}/secondary/enable"),
             json!({ "token": tok }),
@@ -126,6 +131,7 @@ pub fn generate_noting(s: &Server, base: &str, keys: &[String], note: impl Fn(&s
         }
     };
     let a = data(ok(
+        200,
         s.call_as(None, "POST", &format!("{base}/attempt"), Some(json!({}))),
         "token generation attempt",
     ));
@@ -135,6 +141,7 @@ pub fn generate_noting(s: &Server, base: &str, keys: &[String], note: impl Fn(&s
     let mut last = Value::Null;
     for k in keys {
         last = data(ok(
+            200,
             s.call_as(
                 None,
                 "POST",
