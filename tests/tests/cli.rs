@@ -1,7 +1,7 @@
 //! The `cairn` command-line client run as a real process against a real dev server (and an
 //! uninitialised SQLite server for `operator`): outputs, stored token, exit codes.
 
-use cairn_tests::{cairn_bin, free_port_pair, tmpdir, Server, TempDir};
+use cairn_tests::{cairn_bin, free_port_pair, tmpdir, KillOnDrop, Server, TempDir};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -863,14 +863,7 @@ fn tls_with_a_custom_ca_file_directory_or_no_verification() {
         d = dir.display()
     );
     std::fs::write(dir.join("c.hcl"), cfg).expect("write config");
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _server = Kill(
+    let _server = KillOnDrop(
         Command::new(cairn_bin())
             .args(["server", "--config"])
             .arg(dir.join("c.hcl"))
@@ -1141,7 +1134,7 @@ fn server_run(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Out {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().expect("spawn cairn server");
+    let mut child = KillOnDrop(cmd.spawn().expect("spawn cairn server"));
     let deadline = Instant::now() + limit;
     let code = loop {
         if let Some(st) = child.try_wait().expect("wait cairn") {
@@ -1307,13 +1300,16 @@ fn a_missing_storage_directory_is_created_one_level_deep_and_named_otherwise() {
 
     // One level missing: created (0700), said in the log, and the server starts.
     let (dir, file) = config_file("data/cairn.db", port, "");
-    let mut child = Command::new(cairn_bin())
-        .args(["server", "--config", &file.to_string_lossy()])
-        .env_remove("CAIRN_LOG")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("server.log")).expect("log"))
-        .spawn()
-        .expect("spawn cairn");
+    // Killed when dropped, also if an assertion below fails.
+    let mut child = KillOnDrop(
+        Command::new(cairn_bin())
+            .args(["server", "--config", &file.to_string_lossy()])
+            .env_remove("CAIRN_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("server.log")).expect("log"))
+            .spawn()
+            .expect("spawn cairn"),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let log = loop {
         let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
