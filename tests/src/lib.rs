@@ -403,19 +403,6 @@ fn rand_suffix() -> u64 {
     h.finish()
 }
 
-/// The home directory of this process's dev servers (they write `~/.cairn-token`).
-fn dev_home() -> &'static Path {
-    static HOME: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    // Shared by every dev server of this test process, so it lives as long as the process
-    // (a static is never dropped): one small directory per test binary run.
-    HOME.get_or_init(|| {
-        let d = tmpdir("dev-home");
-        let p = d.0.clone();
-        std::mem::forget(d);
-        p
-    })
-}
-
 impl Server {
     /// `cairn server --dev` with a fixed root token.
     pub fn dev() -> Server {
@@ -439,6 +426,9 @@ impl Server {
         let port = fresh_port_pair();
         let addr = format!("127.0.0.1:{port}");
         let log = log_path(&format!("dev-{port}"));
+        // A dev server stores its root token in ~/.cairn-token: a home of its own (removed
+        // with it), not the developer's.
+        let home = tmpdir("dev-home");
         let mut child = Command::new(cairn_bin())
             .args([
                 "server",
@@ -450,9 +440,7 @@ impl Server {
                 "--log-level",
                 &log_level(),
             ])
-            // A dev server stores its root token in ~/.cairn-token: not in the developer's
-            // home.
-            .env("HOME", dev_home())
+            .env("HOME", home.path())
             .env_remove("CAIRN_DEV_LISTEN_ADDRESS")
             .stdout(Stdio::piped())
             .stderr(log_file(&log))
@@ -484,7 +472,7 @@ impl Server {
             stdout_lines: lines,
             extra: String::new(),
             launch: Launch::default(),
-            owned: Vec::new(),
+            owned: vec![home],
         };
         s.wait_ready();
         Ok(s)
