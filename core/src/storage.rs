@@ -145,8 +145,8 @@ pub struct Txn<'a> {
 pub struct WriteSet {
     /// In key order.
     pub writes: Vec<Write>,
-    /// Keys the handler created under names it drew at random (so no earlier value exists):
-    /// the commit need not read their previous values.
+    /// Keys the handler created under names it drew at random (so no earlier value may
+    /// exist): the commit refuses the whole set if one exists after all.
     pub fresh: BTreeSet<String>,
 }
 
@@ -171,8 +171,9 @@ impl<'a> Txn<'a> {
         }
     }
     /// Writes a key whose name the caller drew at random (a token's hash, an accessor): no
-    /// value can exist under it yet, so the commit skips reading one. Any other write or
-    /// delete of the key in this set makes it an ordinary write again.
+    /// value can exist under it yet, and the commit refuses the set if one does (a collision
+    /// or a bug, never overwritten silently). Any other write or delete of the key in this
+    /// set makes it an ordinary write again.
     pub fn put_new(&mut self, key: &str, value: Vec<u8>) {
         self.writes.insert(key.to_string(), Some(value));
         self.fresh.insert(key.to_string());

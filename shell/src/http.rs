@@ -82,11 +82,86 @@ pub fn serve(
     Ok(local)
 }
 
-fn header(rq: &tiny_http::Request, name: &str) -> Option<String> {
-    rq.headers()
-        .iter()
-        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
-        .map(|h| h.value.as_str().to_string())
+/// The first non-empty value of the first of `names` that has one (`X-Service-*` before
+/// `X-Vault-*`): an empty header is as if absent, as in the reference.
+fn first_header(headers: &[(String, String)], names: &[&str]) -> Option<String> {
+    names.iter().find_map(|n| {
+        headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.trim())
+            .find(|v| !v.is_empty())
+            .map(str::to_string)
+    })
+}
+
+/// The client token, as the reference reads it: `X-Vault-Token` (or its `X-Service-Token`
+/// alias, first) when non-empty, else the first `Authorization` header of the form
+/// `Bearer <token>` (the scheme's case as the reference has it; other schemes are someone
+/// else's and ignored).
+fn request_token(headers: &[(String, String)]) -> Option<String> {
+    first_header(headers, &["X-Service-Token", "X-Vault-Token"]).or_else(|| {
+        headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("Authorization"))
+            .find_map(|(_, v)| v.strip_prefix("Bearer ").map(|t| t.trim().to_string()))
+    })
+}
+
+/// The query string's parameters in order, form-decoded (`+` is a space).
+fn parse_query(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k, true), percent_decode(v, true))
+        })
+        .collect()
+}
+
+/// The core request for an HTTP request: `url` is the request target (path and query),
+/// `headers` its headers in order. A path outside `/v1/` is a 404.
+fn core_request(
+    id: u64,
+    method: Method,
+    url: &str,
+    headers: &[(String, String)],
+    body: Vec<u8>,
+) -> Result<cairn_core::Request, ApiError> {
+    let (raw_path, query) = url.split_once('?').unwrap_or((url, ""));
+    let Some(path) = raw_path.strip_prefix("/v1/") else {
+        return Err(ApiError::NotFound(format!(
+            "no handler for {raw_path}: API paths start with /v1/"
+        )));
+    };
+    let mut req = cairn_core::Request::new(id, method, &percent_decode(path, false));
+    req.token = request_token(headers);
+    req.namespace = first_header(headers, &["X-Service-Namespace", "X-Vault-Namespace"]);
+    req.wrap_ttl = first_header(headers, &["X-Service-Wrap-TTL", "X-Vault-Wrap-TTL"]);
+    req.index = first_header(headers, &["X-Service-Index", "X-Vault-Index"]);
+    req.body = body;
+    req.query = parse_query(query);
+    Ok(req)
+}
+
+/// Reads a request body of at most `max` bytes: a declared length over the limit is refused
+/// before anything is read, and a body that turns out longer (chunked, or lying about its
+/// length) is refused once `max + 1` bytes were read (413 both).
+fn read_body(declared: Option<usize>, reader: impl Read, max: usize) -> Result<Vec<u8>, ApiError> {
+    let too_large = || ApiError::TooLarge(format!("request body larger than {max} bytes"));
+    if declared.is_some_and(|n| n > max) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    reader
+        .take(max as u64 + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| ApiError::bad(format!("cannot read request body: {e}")))?;
+    if body.len() > max {
+        return Err(too_large());
+    }
+    Ok(body)
 }
 
 /// Decodes `%XX` escapes; `plus_is_space` for query strings (form encoding), never for paths.
@@ -168,71 +243,31 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let started = std::time::Instant::now();
     let url = rq.url().to_string();
-    let (raw_path, query) = url.split_once('?').unwrap_or((&url, ""));
-    let Some(path) = raw_path.strip_prefix("/v1/") else {
-        return respond(
-            rq,
-            Response::error(
-                id,
-                &ApiError::NotFound(format!(
-                    "no handler for {raw_path}: API paths start with /v1/"
-                )),
-            ),
-        );
-    };
+    let headers: Vec<(String, String)> = rq
+        .headers()
+        .iter()
+        .map(|h| (h.field.as_str().to_string(), h.value.as_str().to_string()))
+        .collect();
+    if !url.split('?').next().unwrap_or("").starts_with("/v1/") {
+        // Answered before the method or the body is looked at.
+        let e = core_request(id, Method::Get, &url, &headers, Vec::new())
+            .err()
+            .unwrap_or(ApiError::NotFound(String::new()));
+        return respond(rq, Response::error(id, &e));
+    }
     let Some(method) = Method::parse(rq.method().as_str()) else {
         return respond(rq, Response::error(id, &ApiError::MethodNotAllowed));
     };
-    if rq.body_length().is_some_and(|n| n > opts.max_body) {
-        return respond(
-            rq,
-            Response::error(
-                id,
-                &ApiError::TooLarge(format!("request body larger than {} bytes", opts.max_body)),
-            ),
-        );
-    }
-    let mut body = Vec::new();
-    if let Err(e) = rq
-        .as_reader()
-        .take(opts.max_body as u64 + 1)
-        .read_to_end(&mut body)
-    {
-        return respond(
-            rq,
-            Response::error(id, &ApiError::bad(format!("cannot read request body: {e}"))),
-        );
-    }
-    if body.len() > opts.max_body {
-        return respond(
-            rq,
-            Response::error(
-                id,
-                &ApiError::TooLarge(format!("request body larger than {} bytes", opts.max_body)),
-            ),
-        );
-    }
-    let token = header(&rq, "X-Service-Token")
-        .or_else(|| header(&rq, "X-Vault-Token"))
-        .or_else(|| {
-            header(&rq, "Authorization")
-                .and_then(|a| a.strip_prefix("Bearer ").map(|t| t.trim().to_string()))
-        });
-    let mut req = cairn_core::Request::new(id, method, &percent_decode(path, false));
-    req.token = token;
-    req.namespace = header(&rq, "X-Service-Namespace").or_else(|| header(&rq, "X-Vault-Namespace"));
-    req.wrap_ttl = header(&rq, "X-Service-Wrap-TTL").or_else(|| header(&rq, "X-Vault-Wrap-TTL"));
-    req.index = header(&rq, "X-Service-Index").or_else(|| header(&rq, "X-Vault-Index"));
-    req.body = body;
+    let declared = rq.body_length();
+    let body = match read_body(declared, rq.as_reader(), opts.max_body) {
+        Ok(b) => b,
+        Err(e) => return respond(rq, Response::error(id, &e)),
+    };
+    let mut req = match core_request(id, method, &url, &headers, body) {
+        Ok(r) => r,
+        Err(e) => return respond(rq, Response::error(id, &e)),
+    };
     req.remote_addr = rq.remote_addr().map(|a| a.to_string()).unwrap_or_default();
-    req.query = query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k, true), percent_decode(v, true))
-        })
-        .collect();
     let method = cairn_core::metrics::method_name(req.method);
     let class = cairn_core::metrics::path_class(&req.path);
     let metrics = req.path.trim_end_matches('/') == "sys/metrics";
@@ -252,4 +287,211 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
         }
     }
     respond(rq, resp);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn req(url: &str, headers: &[(&str, &str)]) -> cairn_core::Request {
+        core_request(7, Method::Get, url, &h(headers), Vec::new()).expect("a /v1/ request")
+    }
+
+    #[test]
+    fn paths_are_percent_decoded_but_plus_stays_a_plus() {
+        let r = req("/v1/secret/a%2Fb%20c+d", &[]);
+        assert_eq!(r.path, "secret/a/b c+d");
+        // Escapes that are not two hex digits, or cut short, are kept as written.
+        assert_eq!(percent_decode("a%zzb%4", false), "a%zzb%4");
+        assert_eq!(percent_decode("%", false), "%");
+        assert_eq!(percent_decode("%41%42", false), "AB");
+        assert_eq!(percent_decode("x%4", false), "x%4");
+        // Bytes that are not UTF-8 become replacement characters, never a panic.
+        assert_eq!(percent_decode("%ff", false), "\u{fffd}");
+    }
+
+    #[test]
+    fn the_query_is_form_decoded_in_order() {
+        let r = req("/v1/sys/health?standbyok=true&a+b=c%26d+e&flag&&x=1=2", &[]);
+        assert_eq!(r.path, "sys/health");
+        assert_eq!(
+            r.query,
+            vec![
+                ("standbyok".to_string(), "true".to_string()),
+                ("a b".to_string(), "c&d e".to_string()),
+                ("flag".to_string(), String::new()),
+                ("x".to_string(), "1=2".to_string()),
+            ]
+        );
+        assert_eq!(r.query("a b"), Some("c&d e"));
+    }
+
+    #[test]
+    fn paths_outside_v1_are_404_naming_the_path() {
+        for url in ["/v2/secret/x", "/secret/x", "/v1", "/", "v1/secret/x"] {
+            let e = core_request(1, Method::Get, url, &[], Vec::new()).unwrap_err();
+            assert_eq!(e.status(), 404, "{url}");
+            let raw = url.split('?').next().unwrap_or(url);
+            assert!(
+                e.to_string().contains(&format!("no handler for {raw}")),
+                "{url}: {e}"
+            );
+        }
+        // The query is not part of the path it names.
+        let e = core_request(1, Method::Get, "/v2/x?token=abc", &[], Vec::new()).unwrap_err();
+        assert!(!e.to_string().contains("abc"), "{e}");
+    }
+
+    #[test]
+    fn token_header_precedence_follows_the_reference() {
+        let tok = |hs: &[(&str, &str)]| req("/v1/auth/token/lookup-self", hs).token;
+        assert_eq!(tok(&[]), None);
+        assert_eq!(tok(&[("X-Vault-Token", "v")]), Some("v".into()));
+        assert_eq!(tok(&[("Authorization", "Bearer b")]), Some("b".into()));
+        // X-Vault-Token wins over Authorization, in either order.
+        assert_eq!(
+            tok(&[("Authorization", "Bearer b"), ("X-Vault-Token", "v")]),
+            Some("v".into())
+        );
+        assert_eq!(
+            tok(&[("X-Vault-Token", "v"), ("Authorization", "Bearer b")]),
+            Some("v".into())
+        );
+        // Cairn's own alias comes first.
+        assert_eq!(
+            tok(&[("X-Vault-Token", "v"), ("X-Service-Token", "s")]),
+            Some("s".into())
+        );
+        // Header names compare without case.
+        assert_eq!(tok(&[("x-vault-token", "v")]), Some("v".into()));
+        assert_eq!(tok(&[("AUTHORIZATION", "Bearer b")]), Some("b".into()));
+        // An empty X-Vault-Token is as if absent: the bearer token is used.
+        assert_eq!(
+            tok(&[("X-Vault-Token", ""), ("Authorization", "Bearer b")]),
+            Some("b".into())
+        );
+        assert_eq!(tok(&[("X-Vault-Token", "  ")]), None);
+        // The token is trimmed.
+        assert_eq!(tok(&[("Authorization", "Bearer   b  ")]), Some("b".into()));
+    }
+
+    #[test]
+    fn malformed_authorization_headers_give_no_token() {
+        let tok = |v: &str| req("/v1/sys/mounts", &[("Authorization", v)]).token;
+        // Other schemes belong to someone else; the scheme is matched as the reference does
+        // (`Bearer ` with its case and a space).
+        for v in [
+            "Basic dXNlcjpwYXNz",
+            "Bearer",
+            "bearer b",
+            "BEARER b",
+            "Bearerb",
+            "",
+        ] {
+            assert_eq!(tok(v), None, "{v:?}");
+        }
+        // The first Authorization header with a bearer token counts.
+        let r = req(
+            "/v1/sys/mounts",
+            &[
+                ("Authorization", "Basic x"),
+                ("Authorization", "Bearer second"),
+            ],
+        );
+        assert_eq!(r.token.as_deref(), Some("second"));
+    }
+
+    #[test]
+    fn namespace_wrap_ttl_and_index_headers_alias_and_precedence() {
+        let r = req(
+            "/v1/secret/x",
+            &[
+                ("X-Vault-Namespace", "ns1/"),
+                ("X-Vault-Wrap-TTL", "5m"),
+                ("X-Vault-Index", "idx"),
+            ],
+        );
+        assert_eq!(r.namespace.as_deref(), Some("ns1/"));
+        assert_eq!(r.wrap_ttl.as_deref(), Some("5m"));
+        assert_eq!(r.index.as_deref(), Some("idx"));
+        let r = req(
+            "/v1/secret/x",
+            &[
+                ("X-Vault-Namespace", "vault/"),
+                ("x-service-namespace", "service/"),
+                ("X-Vault-Wrap-TTL", "5m"),
+                ("X-Service-Wrap-TTL", "1h"),
+            ],
+        );
+        assert_eq!(r.namespace.as_deref(), Some("service/"));
+        assert_eq!(r.wrap_ttl.as_deref(), Some("1h"));
+        assert_eq!(r.index, None);
+        // Empty values are absent (no wrapping asked for with an empty TTL).
+        let r = req(
+            "/v1/secret/x",
+            &[("X-Vault-Wrap-TTL", ""), ("X-Vault-Namespace", " ")],
+        );
+        assert_eq!(r.wrap_ttl, None);
+        assert_eq!(r.namespace, None);
+    }
+
+    #[test]
+    fn body_limit_refuses_declared_and_actual_overruns() {
+        // Within the limit, and exactly at it.
+        assert_eq!(read_body(Some(3), &b"abc"[..], 3).unwrap(), b"abc");
+        assert_eq!(read_body(None, &b"abc"[..], 3).unwrap(), b"abc");
+        assert_eq!(read_body(None, &b""[..], 0).unwrap(), b"");
+        // A declared length over the limit is refused before reading: the reader would fail.
+        struct Unread;
+        impl Read for Unread {
+            fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+                panic!("the body was read");
+            }
+        }
+        let e = read_body(Some(4), Unread, 3).unwrap_err();
+        assert_eq!(e.status(), 413);
+        assert!(e.to_string().contains("larger than 3 bytes"), "{e}");
+        // No declared length (chunked) or a lying one: refused once one byte too many came.
+        for declared in [None, Some(1)] {
+            let e = read_body(declared, &b"abcd"[..], 3).unwrap_err();
+            assert_eq!(e.status(), 413, "{declared:?}");
+        }
+        // Only max + 1 bytes are read of an endless body.
+        let e = read_body(None, std::io::repeat(b'x'), 1 << 10).unwrap_err();
+        assert_eq!(e.status(), 413);
+        // A read error is a 400 saying so.
+        struct Broken;
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("connection reset"))
+            }
+        }
+        let e = read_body(None, Broken, 10).unwrap_err();
+        assert_eq!(e.status(), 400);
+        assert!(e.to_string().contains("connection reset"), "{e}");
+    }
+
+    #[test]
+    fn the_body_and_method_reach_the_core_request() {
+        let r = core_request(
+            9,
+            Method::Put,
+            "/v1//secret/x",
+            &h(&[("Content-Type", "application/json")]),
+            b"{\"v\":1}".to_vec(),
+        )
+        .unwrap();
+        assert_eq!(r.id, 9);
+        assert_eq!(r.method, Method::Put);
+        assert_eq!(r.path, "secret/x");
+        assert_eq!(r.body, b"{\"v\":1}");
+        assert_eq!(r.token, None);
+    }
 }

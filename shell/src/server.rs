@@ -272,10 +272,13 @@ fn start(a: &ServerArgs) -> Result<(Core, Option<tempfile::TempDir>), String> {
         dev_lines = dev_setup(&core, a, addr)?;
     }
     // Printed before the API answers (connections wait in the listener's backlog meanwhile):
-    // whoever sees the API answer finds these lines written.
+    // whoever sees the API answer finds these lines written. Both listeners are bound by
+    // now, and the process id tells a supervisor (the e2e harness) that the server answering
+    // on these addresses is the process it started, not another one on a reused port.
     out!(
-        "==> Cairn server started. API: {scheme}://{addr}  Cluster: {}",
-        cfg.cluster_address
+        "==> Cairn server started. API: {scheme}://{addr}  Cluster: {}  PID: {}",
+        cfg.cluster_address,
+        std::process::id()
     );
     for l in dev_lines {
         out!("{l}");

@@ -1,25 +1,16 @@
 //! Helpers shared by the replication end-to-end tests: licensed servers on fresh port pairs,
 //! activation, status reads and waiting until a secondary caught up with its primary.
 
-use crate::{free_port_pair, tmpdir, Resp, Server, TEST_ISSUER_KEY, TEST_LICENSE};
+use crate::{tmpdir, Resp, Server, TEST_ISSUER_KEY, TEST_LICENSE};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
 /// Small WAL retention so a secondary kept away must resync through Merkle diff/sync.
 pub const TUNING: &str = "replication {\n wal_max_entries = 50\n pull_wait_ms = 500\n}\n";
 
-/// A free API/cluster port pair not handed out before in this process (tests run in
-/// parallel threads, and `free_port_pair` alone can give two of them overlapping pairs).
+/// A free API/cluster port pair not handed out before in this process.
 pub fn port() -> u16 {
-    static USED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut used = USED.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        let p = free_port_pair();
-        if !used.iter().any(|u| u.abs_diff(p) <= 1) {
-            used.push(p);
-            return p;
-        }
-    }
+    crate::fresh_port_pair()
 }
 
 /// A server with the signed test license, initialised and unsealed.
@@ -32,27 +23,22 @@ pub fn licensed(tag: &str) -> Server {
         lic.display()
     );
     let mut s = start(&dir, &extra);
+    s.own(dir);
     s.init_unseal(3, 2);
     s
 }
 
-/// Starts a server on a fresh port pair, retrying when a port was taken meanwhile (outgoing
-/// connections of other tests draw local ports from the same ephemeral range).
+/// Starts a server on a fresh port pair, retrying on another pair when a port was taken
+/// meanwhile (outgoing connections of other tests draw local ports from the same range).
 pub fn start(dir: &std::path::Path, extra: &str) -> Server {
-    for attempt in 0..4 {
-        let p = port();
-        let r = std::panic::catch_unwind(|| Server::with_config(dir, p, extra));
-        match r {
-            Ok(s) => return s,
-            Err(e) if attempt == 3 => std::panic::resume_unwind(e),
-            Err(_) => eprintln!("server on port {p} did not start; retrying on another port"),
-        }
-    }
-    unreachable!()
+    Server::start(dir, extra)
 }
 
-pub fn ok(r: Resp, what: &str) -> Value {
-    assert!(r.status < 300, "{what}: {} {}", r.status, r.body);
+/// The body of an answer with the status the reference gives (`status`: 204 for a write
+/// that returns nothing, 200 for one that returns data or warnings).
+#[track_caller]
+pub fn ok(status: u16, r: Resp, what: &str) -> Value {
+    assert_eq!(r.status, status, "{what}: {} {}", r.status, r.body);
     r.body
 }
 
@@ -75,6 +61,7 @@ pub fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
 
 pub fn token(p: &Server, mode: &str, id: &str) -> String {
     let b = ok(
+        200,
         p.post(
             &format!("sys/replication/{mode}/primary/secondary-token"),
             json!({ "id": id }),
@@ -88,6 +75,7 @@ pub fn token(p: &Server, mode: &str, id: &str) -> String {
 
 pub fn enable_secondary(s: &Server, mode: &str, tok: &str) {
     ok(
+        200,
         s.post(
             &format!("sys/replication/{mode}/secondary/enable"),
             json!({ "token": tok }),
@@ -143,6 +131,7 @@ pub fn generate_noting(s: &Server, base: &str, keys: &[String], note: impl Fn(&s
         }
     };
     let a = data(ok(
+        200,
         s.call_as(None, "POST", &format!("{base}/attempt"), Some(json!({}))),
         "token generation attempt",
     ));
@@ -152,6 +141,7 @@ pub fn generate_noting(s: &Server, base: &str, keys: &[String], note: impl Fn(&s
     let mut last = Value::Null;
     for k in keys {
         last = data(ok(
+            200,
             s.call_as(
                 None,
                 "POST",

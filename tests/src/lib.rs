@@ -62,16 +62,26 @@ pub fn log_dir() -> PathBuf {
     d
 }
 
-fn log_file(tag: &str) -> Stdio {
-    let p = log_dir().join(format!("{tag}-{}.log", std::process::id()));
+fn log_path(tag: &str) -> PathBuf {
+    log_dir().join(format!("{tag}-{}.log", std::process::id()))
+}
+
+fn log_file(p: &Path) -> Stdio {
     match std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&p)
+        .open(p)
     {
         Ok(f) => Stdio::from(f),
         Err(_) => Stdio::inherit(),
     }
+}
+
+/// The last `n` lines of a log file (what a server said before it exited).
+fn log_tail(p: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(p).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Records a secret (token, password, key share, OTP) that must never appear in a log.
@@ -133,11 +143,8 @@ pub fn free_port_pair() -> u16 {
     if low > 12_000 {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let span = u32::from(low) - 10_000;
-        let seed = std::process::id().wrapping_mul(7919)
-            ^ std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
+        // Spreads concurrent test processes over the range (a port choice, not a test seed).
+        let seed = std::process::id().wrapping_mul(7919) ^ (rand_suffix() as u32);
         for _ in 0..400 {
             let n = NEXT.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
             let p = (10_000 + (seed.wrapping_add(n) % (span - 2))) as u16;
@@ -158,7 +165,34 @@ pub fn free_port_pair() -> u16 {
     panic!("no free port pair");
 }
 
-/// A running `cairn` server.
+/// A free API/cluster port pair not handed out before in this process (tests run in
+/// parallel threads, and `free_port_pair` alone can give two of them overlapping pairs).
+pub fn fresh_port_pair() -> u16 {
+    static USED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut used = USED.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let p = free_port_pair();
+        if !used.iter().any(|u| u.abs_diff(p) <= 1) {
+            used.push(p);
+            return p;
+        }
+    }
+}
+
+/// How a server process is started, besides its directory and configuration.
+#[derive(Debug, Clone, Default)]
+pub struct Launch {
+    /// A command the server runs under (a command line ending where the server's own begins,
+    /// e.g. `nsenter -t PID -U -m --`, to run it in a namespace). It must exec the server, so
+    /// that the PID the server prints is the child's. Empty: none.
+    pub wrapper: Vec<String>,
+    /// Where the configuration file is written (default `<dir>/cairn.hcl`), e.g. outside a
+    /// data directory that only the server's namespace sees.
+    pub config_file: Option<PathBuf>,
+}
+
+/// A running `cairn` server. Dropping it (also when a test panics) kills its process, then
+/// removes the temporary directories it owns.
 pub struct Server {
     pub child: Option<Child>,
     pub addr: String,
@@ -167,6 +201,12 @@ pub struct Server {
     pub unseal_keys: Vec<String>,
     pub dir: PathBuf,
     pub stdout_lines: Vec<String>,
+    /// The configuration's extra lines, for [`Server::restart`].
+    pub extra: String,
+    /// How the process is started, for [`Server::restart`].
+    pub launch: Launch,
+    /// Removed after the process is killed (fields drop after [`Drop::drop`]).
+    owned: Vec<TempDir>,
 }
 
 /// A response: status and JSON body (Null when empty).
@@ -182,14 +222,178 @@ impl Resp {
     }
 }
 
-pub fn tmpdir(tag: &str) -> PathBuf {
+/// A temporary directory removed when dropped (also when a test panics: it unwinds).
+/// `CAIRN_KEEP_TEMP=1` keeps it (and prints where it is) for a post-mortem.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::env::var_os("CAIRN_KEEP_TEMP").is_some_and(|v| v != "0") {
+            eprintln!("CAIRN_KEEP_TEMP: kept {}", self.0.display());
+            return;
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh temporary directory, removed when the returned guard is dropped.
+pub fn tmpdir(tag: &str) -> TempDir {
     let d = std::env::temp_dir().join(format!(
-        "cairn-e2e-{tag}-{}-{}",
+        "cairn-e2e-{tag}-{}-{:x}",
         std::process::id(),
-        Instant::now().elapsed().as_nanos() ^ (rand_suffix() as u128)
+        rand_suffix()
     ));
     std::fs::create_dir_all(&d).expect("mkdir");
-    d
+    TempDir(d)
+}
+
+/// A child process killed (and reaped) when dropped, also when a test panics.
+#[derive(Debug)]
+pub struct KillOnDrop(pub Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Why a server did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// Its API or cluster port was taken (by another test's server, or any other process).
+    PortTaken(String),
+    /// Anything else (the log's last lines, or what was printed instead of the start line).
+    Failed(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::PortTaken(m) => write!(f, "port taken: {m}"),
+            StartError::Failed(m) => write!(f, "did not start: {m}"),
+        }
+    }
+}
+
+/// Waits for the `==> Cairn server started. API: <api>  Cluster: ...  PID: <pid>` line of
+/// the server `child` (its stdout is `lines`): the line is printed once both listeners are
+/// bound, so a line naming this child's PID and the expected API address proves that the
+/// server answering there is this child and not another process that took the port. On
+/// success a thread keeps draining stdout (the server never writes into a closed pipe) and
+/// the lines read so far are returned.
+fn await_start_line(
+    child: &mut Child,
+    api: &str,
+    log: &Path,
+    until: impl Fn(&str) -> bool + Send + 'static,
+) -> Result<Vec<String>, StartError> {
+    let stdout = child.stdout.take().expect("stdout piped");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(t) = &tx {
+                let done = until(&line);
+                if t.send(line).is_err() || done {
+                    tx = None;
+                }
+            }
+        }
+    });
+    let pid = child.id();
+    let want = format!("API: {api}");
+    let mut lines = Vec::new();
+    let mut started = false;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                if line.starts_with("==> Cairn server started.") {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    let named_pid = fields
+                        .windows(2)
+                        .find(|w| w[0] == "PID:")
+                        .and_then(|w| w[1].parse::<u32>().ok());
+                    if named_pid != Some(pid) || !line.contains(&format!("{want} ")) {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        return Err(StartError::Failed(format!(
+                            "the start line names another server (want pid {pid}, {want}): {line}"
+                        )));
+                    }
+                    started = true;
+                }
+                lines.push(line);
+            }
+            // The drain thread stopped forwarding: the wanted last line was read, or stdout
+            // closed (the server exited).
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(StartError::Failed(format!(
+                    "no start line in 60 s (pid {pid}); log:\n{}",
+                    log_tail(log, 20)
+                )));
+            }
+        }
+    }
+    if started && child.try_wait().ok().flatten().is_none() {
+        return Ok(lines);
+    }
+    // Exited: say why (its log's last lines).
+    let _ = child.kill();
+    let _ = child.wait();
+    let tail = log_tail(log, 20);
+    let taken = tail.contains("in use") || tail.contains("AddrInUse");
+    let msg = format!("pid {pid} for {api} exited; its log ends:\n{tail}");
+    Err(if taken {
+        StartError::PortTaken(msg)
+    } else {
+        StartError::Failed(msg)
+    })
 }
 
 fn rand_suffix() -> u64 {
@@ -199,28 +403,32 @@ fn rand_suffix() -> u64 {
     h.finish()
 }
 
-/// The home directory of this process's dev servers (they write `~/.cairn-token`).
-fn dev_home() -> &'static Path {
-    static HOME: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    HOME.get_or_init(|| tmpdir("dev-home"))
-}
-
 impl Server {
     /// `cairn server --dev` with a fixed root token.
     pub fn dev() -> Server {
-        // A port picked free can be taken by a concurrent test before the server binds it;
-        // a server that exits before printing its token is retried on another port.
+        // A port picked free can be taken by a concurrent test before the server binds it:
+        // such a start is retried on another port.
+        let mut last = None;
         for _ in 0..5 {
-            if let Some(s) = Self::try_dev() {
-                return s;
+            match Self::try_dev() {
+                Ok(s) => return s,
+                Err(e @ StartError::PortTaken(_)) => {
+                    eprintln!("dev server: {e}; retrying on another port");
+                    last = Some(e);
+                }
+                Err(e) => panic!("cairn server --dev {e}"),
             }
         }
-        panic!("cairn server --dev did not start after 5 attempts");
+        panic!("cairn server --dev did not start after 5 attempts: {last:?}");
     }
 
-    fn try_dev() -> Option<Server> {
-        let port = free_port_pair();
+    fn try_dev() -> Result<Server, StartError> {
+        let port = fresh_port_pair();
         let addr = format!("127.0.0.1:{port}");
+        let log = log_path(&format!("dev-{port}"));
+        // A dev server stores its root token in ~/.cairn-token: a home of its own (removed
+        // with it), not the developer's.
+        let home = tmpdir("dev-home");
         let mut child = Command::new(cairn_bin())
             .args([
                 "server",
@@ -232,38 +440,26 @@ impl Server {
                 "--log-level",
                 &log_level(),
             ])
-            // A dev server stores its root token in ~/.cairn-token: not in the developer's
-            // home.
-            .env("HOME", dev_home())
+            .env("HOME", home.path())
             .env_remove("CAIRN_DEV_LISTEN_ADDRESS")
             .stdout(Stdio::piped())
-            .stderr(log_file(&format!("dev-{port}")))
+            .stderr(log_file(&log))
             .spawn()
             .expect("spawn cairn");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = Vec::new();
-        let mut key = String::new();
-        let mut reader = BufReader::new(stdout).lines();
-        let mut started = false;
-        for line in reader.by_ref() {
-            let Ok(line) = line else { break };
-            if let Some(k) = line.strip_prefix("Unseal Key: ") {
-                key = k.to_string();
-            }
-            let done = line.starts_with("Root Token: ");
-            lines.push(line);
-            if done {
-                started = true;
-                break;
-            }
-        }
-        if !started {
+        let lines = await_start_line(&mut child, &format!("http://{addr}"), &log, |l| {
+            l.starts_with("Root Token: ")
+        })?;
+        let Some(key) = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("Unseal Key: "))
+            .map(str::to_string)
+        else {
             let _ = child.kill();
             let _ = child.wait();
-            return None;
-        }
-        // Keep draining stdout so the server never writes into a closed pipe.
-        std::thread::spawn(move || for _ in reader {});
+            return Err(StartError::Failed(format!(
+                "no unseal key printed: {lines:?}"
+            )));
+        };
         note_secret("root-e2e");
         note_secret(&key);
         let s = Server {
@@ -274,39 +470,188 @@ impl Server {
             unseal_keys: vec![key],
             dir: PathBuf::new(),
             stdout_lines: lines,
+            extra: String::new(),
+            launch: Launch::default(),
+            owned: vec![home],
         };
         s.wait_ready();
-        Some(s)
+        Ok(s)
     }
 
-    /// `cairn server --config` on SQLite in `dir` (kept across restarts), not initialised.
+    /// `cairn server --config` on SQLite in `dir` (kept across restarts), not initialised,
+    /// on a fresh API/cluster port pair; a start that finds a port taken (by another test's
+    /// server or any other process) is retried on another pair.
+    pub fn start(dir: &Path, extra: &str) -> Server {
+        Self::start_in(dir, extra, &Launch::default())
+    }
+
+    /// [`Server::start`] started as `launch` says.
+    pub fn start_in(dir: &Path, extra: &str, launch: &Launch) -> Server {
+        let mut last = None;
+        for _ in 0..5 {
+            let port = fresh_port_pair();
+            match Self::try_config_in(dir, port, extra, launch) {
+                Ok(s) => return s,
+                Err(e @ StartError::PortTaken(_)) => {
+                    eprintln!("server in {}: {e}; retrying on another port", dir.display());
+                    last = Some(e);
+                }
+                Err(e) => panic!("server in {}: {e}", dir.display()),
+            }
+        }
+        panic!(
+            "server in {}: no start after 5 port pairs: {last:?}",
+            dir.display()
+        );
+    }
+
+    /// [`Server::start`] in a new temporary directory owned by the server (removed after it
+    /// is killed).
+    pub fn start_owned(tag: &str, extra: &str) -> Server {
+        let dir = tmpdir(tag);
+        let mut s = Self::start(&dir, extra);
+        s.own(dir);
+        s
+    }
+
+    /// A handle for a server process started by the caller (its API at
+    /// `http://127.0.0.1:<port>`), killed when the handle is dropped.
+    pub fn adopt(child: Child, port: u16, root_token: &str) -> Server {
+        Server {
+            child: Some(child),
+            addr: format!("http://127.0.0.1:{port}"),
+            port,
+            root_token: root_token.to_string(),
+            unseal_keys: Vec::new(),
+            dir: PathBuf::new(),
+            stdout_lines: Vec::new(),
+            extra: String::new(),
+            launch: Launch::default(),
+            owned: Vec::new(),
+        }
+    }
+
+    /// Makes `dir` live as long as this server: it is removed after the process is killed.
+    pub fn own(&mut self, dir: TempDir) {
+        self.owned.push(dir);
+    }
+
+    /// `cairn server --config` on SQLite in `dir` on the API port `port` (cluster
+    /// `port + 1`); panics, saying why, when it does not start (a taken port included: the
+    /// caller chose it). See [`Server::start`] for a start that picks its ports.
     pub fn with_config(dir: &Path, port: u16, extra: &str) -> Server {
+        Self::try_with_config(dir, port, extra)
+            .unwrap_or_else(|e| panic!("server on port {port} in {}: {e}", dir.display()))
+    }
+
+    /// [`Server::with_config`] returning why the server did not start.
+    pub fn try_with_config(dir: &Path, port: u16, extra: &str) -> Result<Server, StartError> {
+        Self::try_config_in(dir, port, extra, &Launch::default())
+    }
+
+    fn try_config_in(
+        dir: &Path,
+        port: u16,
+        extra: &str,
+        launch: &Launch,
+    ) -> Result<Server, StartError> {
         let cfg = format!(
             "storage \"sqlite\" {{ path = \"{}\" }}\nlistener \"tcp\" {{\n address = \"127.0.0.1:{port}\"\n cluster_address = \"127.0.0.1:{}\"\n tls_disable = true\n}}\napi_addr = \"http://127.0.0.1:{port}\"\n{extra}\n",
             dir.join("cairn.db").display(),
             port + 1
         );
-        let cfg_path = dir.join("cairn.hcl");
+        let cfg_path = launch
+            .config_file
+            .clone()
+            .unwrap_or_else(|| dir.join("cairn.hcl"));
         std::fs::write(&cfg_path, cfg).expect("write config");
-        let child = Command::new(cairn_bin())
+        let mut s = Self::spawn_config_in(&cfg_path, &format!("http://127.0.0.1:{port}"), launch)?;
+        s.port = port;
+        s.dir = dir.to_path_buf();
+        s.extra = extra.to_string();
+        s.wait_ready();
+        Ok(s)
+    }
+
+    /// `cairn server --config <cfg_path>` whose API is `api` (`http://127.0.0.1:<port>` or
+    /// `https://...`): returns once the process said it bound its listeners (its start line,
+    /// naming its PID and `api`); the API may not answer yet.
+    pub fn spawn_config(cfg_path: &Path, api: &str) -> Result<Server, StartError> {
+        Self::spawn_config_in(cfg_path, api, &Launch::default())
+    }
+
+    fn spawn_config_in(cfg_path: &Path, api: &str, launch: &Launch) -> Result<Server, StartError> {
+        let port: u16 = api
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("api address with a port");
+        let log = log_path(&format!("cfg-{port}"));
+        let mut cmd = match launch.wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(cairn_bin());
+                c
+            }
+            None => Command::new(cairn_bin()),
+        };
+        let mut child = cmd
             .args(["server", "--config"])
-            .arg(&cfg_path)
+            .arg(cfg_path)
             .args(["--log-level", &log_level()])
-            .stdout(Stdio::null())
-            .stderr(log_file(&format!("cfg-{port}")))
+            .stdout(Stdio::piped())
+            .stderr(log_file(&log))
             .spawn()
             .expect("spawn cairn");
-        let s = Server {
+        let lines = await_start_line(&mut child, api, &log, |l| {
+            l.starts_with("==> Cairn server started.")
+        })?;
+        Ok(Server {
             child: Some(child),
-            addr: format!("http://127.0.0.1:{port}"),
+            addr: api.to_string(),
             port,
             root_token: String::new(),
             unseal_keys: Vec::new(),
-            dir: dir.to_path_buf(),
-            stdout_lines: Vec::new(),
-        };
-        s.wait_ready();
-        s
+            dir: cfg_path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            stdout_lines: lines,
+            extra: String::new(),
+            launch: launch.clone(),
+            owned: Vec::new(),
+        })
+    }
+
+    /// Starts the server again (after [`Server::kill9`] or [`Server::terminate`]; a running
+    /// one is killed first) on the same directory, port and configuration, keeping its root
+    /// token and key shares; it comes back sealed. The port must stay the same (a
+    /// replication peer knows it), so when another process took it meanwhile this retries
+    /// for a few seconds and then fails saying so.
+    pub fn restart(&mut self) {
+        self.kill9();
+        let mut last = None;
+        for _ in 0..10 {
+            match Self::try_config_in(&self.dir, self.port, &self.extra, &self.launch) {
+                Ok(mut s) => {
+                    std::mem::swap(&mut s.child, &mut self.child);
+                    self.stdout_lines = std::mem::take(&mut s.stdout_lines);
+                    return;
+                }
+                Err(e @ StartError::PortTaken(_)) => {
+                    last = Some(e);
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) => panic!(
+                    "restart on port {} in {}: {e}",
+                    self.port,
+                    self.dir.display()
+                ),
+            }
+        }
+        panic!(
+            "restart on port {} in {}: the port this server had is taken by another process \
+             (it cannot move: replication peers know it): {last:?}",
+            self.port,
+            self.dir.display()
+        );
     }
 
     /// Initialises with `shares`/`threshold` and unseals.
@@ -347,13 +692,27 @@ impl Server {
         panic!("still sealed after all keys");
     }
 
+    /// Waits until the API answers `sys/health`. The process bound the port (its start line
+    /// said so, with its PID), so the answer is this server's; `sys/health` answers 200, 429,
+    /// 472, 473, 501 or 503 whatever the seal state, so any other status is a failure.
     pub fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Some(r) = self.try_call("GET", "sys/health", None, None) {
-                if r.status != 0 {
-                    return;
-                }
+                assert!(
+                    [200, 429, 472, 473, 501, 503].contains(&r.status),
+                    "server at {}: sys/health answered {} {}",
+                    self.addr,
+                    r.status,
+                    r.body
+                );
+                assert!(
+                    r.body["initialized"].is_boolean(),
+                    "server at {}: not a sys/health answer: {}",
+                    self.addr,
+                    r.body
+                );
+                return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -1,7 +1,7 @@
 //! The `cairn` command-line client run as a real process against a real dev server (and an
 //! uninitialised SQLite server for `operator`): outputs, stored token, exit codes.
 
-use cairn_tests::{cairn_bin, free_port_pair, tmpdir, Server};
+use cairn_tests::{cairn_bin, free_port_pair, tmpdir, KillOnDrop, Server, TempDir};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -33,9 +33,9 @@ fn ldap_server() -> Server {
             "groupdn": format!("ou=groups,{base}"),
         }),
     );
-    assert!(r.status < 300, "ldap config: {r:?}");
+    assert!(r.status == 204, "ldap config: {r:?}");
     let r = s.post("auth/ldap/groups/engineers", json!({"policies": "eng"}));
-    assert!(r.status < 300, "group mapping: {r:?}");
+    assert!(r.status == 204, "group mapping: {r:?}");
     s
 }
 
@@ -65,7 +65,8 @@ impl std::fmt::Debug for Out {
 /// A CLI user: a home directory (for ~/.cairn-token), an address and maybe a token.
 struct User {
     addr: String,
-    home: PathBuf,
+    /// Shared by the users made from this one (`home: u.home.clone()`).
+    home: std::sync::Arc<TempDir>,
     token: Option<String>,
 }
 
@@ -73,7 +74,7 @@ impl User {
     fn new(s: &Server, token: Option<&str>) -> User {
         User {
             addr: s.addr.clone(),
-            home: tmpdir("cli-home"),
+            home: std::sync::Arc::new(tmpdir("cli-home")),
             token: token.map(str::to_string),
         }
     }
@@ -81,7 +82,7 @@ impl User {
     fn run_with(&self, args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Out {
         let mut cmd = Command::new(cairn_bin());
         cmd.args(args)
-            .env("HOME", &self.home)
+            .env("HOME", self.home.path())
             .env("CAIRN_ADDR", &self.addr)
             .env_remove("CAIRN_TOKEN")
             .env_remove("CAIRN_FORMAT")
@@ -502,8 +503,7 @@ fn secrets_and_auth_enable_list_disable() {
 #[test]
 fn operator_init_unseal_seal_on_a_fresh_server() {
     let dir = tmpdir("cli-operator");
-    let port = free_port_pair();
-    let s = Server::with_config(&dir, port, "");
+    let s = Server::start(&dir, "");
     let u = User::new(&s, None);
     let o = u.run(&["operator", "init", "-status"]);
     assert_eq!(o.code, 2, "{o:?}");
@@ -656,12 +656,12 @@ fn login_ldap_against_a_directory_stores_the_token() {
 
     // password= on the command line, -format=json, another mount path.
     let r = s.post("sys/auth/corp", json!({"type": "ldap"}));
-    assert!(r.status < 300, "{r:?}");
+    assert!(r.status == 204, "{r:?}");
     let cfg = s.get("auth/ldap/config").body["data"].clone();
     let mut cfg = cfg.as_object().cloned().unwrap_or_default();
     cfg.insert("bindpass".into(), json!(directory()["CAIRN_LDAP_BINDPASS"]));
     let r = s.post("auth/corp/config", Value::Object(cfg));
-    assert!(r.status < 300, "{r:?}");
+    assert!(r.status == 204, "{r:?}");
     let j = u
         .ok(&[
             "login",
@@ -863,14 +863,7 @@ fn tls_with_a_custom_ca_file_directory_or_no_verification() {
         d = dir.display()
     );
     std::fs::write(dir.join("c.hcl"), cfg).expect("write config");
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _server = Kill(
+    let _server = KillOnDrop(
         Command::new(cairn_bin())
             .args(["server", "--config"])
             .arg(dir.join("c.hcl"))
@@ -880,7 +873,7 @@ fn tls_with_a_custom_ca_file_directory_or_no_verification() {
     );
     let u = User {
         addr: format!("https://localhost:{port}"),
-        home: tmpdir("cli-tls-home"),
+        home: std::sync::Arc::new(tmpdir("cli-tls-home")),
         token: None,
     };
     let ca_file = cas.join("ca.pem").display().to_string();
@@ -988,24 +981,17 @@ fn namespace_create_list_lookup_delete() {
 
 /// A DR primary and its DR secondary (hosted, SQLite, 3 shares / threshold 2), streaming.
 fn dr_pair() -> (Server, Server) {
-    let p1 = free_port_pair();
-    let p2 = loop {
-        let p = free_port_pair();
-        if p.abs_diff(p1) > 1 {
-            break p;
-        }
-    };
-    let mut p = Server::with_config(&tmpdir("cli-drp"), p1, "hosted = true");
+    let mut p = Server::start_owned("cli-drp", "hosted = true");
     p.init_unseal(3, 2);
-    let mut d = Server::with_config(&tmpdir("cli-drs"), p2, "hosted = true");
+    let mut d = Server::start_owned("cli-drs", "hosted = true");
     d.init_unseal(3, 2);
     let r = p.post("sys/replication/dr/primary/enable", json!({}));
-    assert!(r.status < 300, "dr enable: {r:?}");
+    assert!(r.status == 200, "dr enable: {r:?}");
     let r = p.post(
         "sys/replication/dr/primary/secondary-token",
         json!({"id": "dr-tmux"}),
     );
-    assert!(r.status < 300, "secondary-token: {r:?}");
+    assert!(r.status == 200, "secondary-token: {r:?}");
     let tok = r.body["wrap_info"]["token"]
         .as_str()
         .expect("activation token")
@@ -1014,7 +1000,7 @@ fn dr_pair() -> (Server, Server) {
         "sys/replication/dr/secondary/enable",
         json!({ "token": tok }),
     );
-    assert!(r.status < 300, "secondary enable: {r:?}");
+    assert!(r.status == 200, "secondary enable: {r:?}");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let st = d.call_as(None, "GET", "sys/replication/dr/status", None);
@@ -1148,7 +1134,7 @@ fn server_run(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Out {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().expect("spawn cairn server");
+    let mut child = KillOnDrop(cmd.spawn().expect("spawn cairn server"));
     let deadline = Instant::now() + limit;
     let code = loop {
         if let Some(st) = child.try_wait().expect("wait cairn") {
@@ -1170,7 +1156,7 @@ fn server_run(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Out {
 
 /// A configuration file in a fresh directory: storage at `db` (relative to the directory),
 /// the API on `port`, the cluster on `port + 1`, then `extra` lines in the listener block.
-fn config_file(db: &str, port: u16, extra: &str) -> (PathBuf, PathBuf) {
+fn config_file(db: &str, port: u16, extra: &str) -> (TempDir, PathBuf) {
     let dir = tmpdir("cli-config");
     let text = format!(
         "storage \"sqlite\" {{ path = \"{}\" }}\n\
@@ -1314,13 +1300,16 @@ fn a_missing_storage_directory_is_created_one_level_deep_and_named_otherwise() {
 
     // One level missing: created (0700), said in the log, and the server starts.
     let (dir, file) = config_file("data/cairn.db", port, "");
-    let mut child = Command::new(cairn_bin())
-        .args(["server", "--config", &file.to_string_lossy()])
-        .env_remove("CAIRN_LOG")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("server.log")).expect("log"))
-        .spawn()
-        .expect("spawn cairn");
+    // Killed when dropped, also if an assertion below fails.
+    let mut child = KillOnDrop(
+        Command::new(cairn_bin())
+            .args(["server", "--config", &file.to_string_lossy()])
+            .env_remove("CAIRN_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("server.log")).expect("log"))
+            .spawn()
+            .expect("spawn cairn"),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let log = loop {
         let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();

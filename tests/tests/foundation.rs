@@ -1,14 +1,13 @@
 //! End-to-end tests of the foundation against real `cairn` processes: seal, tokens, ACL,
 //! wrapping, errors, KV, restart, and durability under `kill -9`.
 
-use cairn_tests::{free_port_pair, tmpdir, Server};
+use cairn_tests::{tmpdir, Server};
 use serde_json::json;
 
 #[test]
 fn init_unseal_restart_keeps_data_and_comes_back_sealed() {
     let dir = tmpdir("restart");
-    let port = free_port_pair();
-    let mut s = Server::with_config(&dir, port, "");
+    let mut s = Server::start(&dir, "");
     let r = s.get("sys/seal-status");
     assert_eq!(r.body["initialized"], json!(false));
     s.init_unseal(5, 3);
@@ -23,11 +22,9 @@ fn init_unseal_restart_keeps_data_and_comes_back_sealed() {
     );
     assert_eq!(s.post("sys/mounts/kv", json!({"type": "kv"})).status, 204);
     assert_eq!(s.put("kv/a", json!({"v": "one"})).status, 204);
-    let (root, keys) = (s.root_token.clone(), s.unseal_keys.clone());
     s.kill9();
-    let mut s = Server::with_config(&dir, port, "");
-    s.root_token = root;
-    s.unseal_keys = keys;
+    // The same directory and port; the root token and the key shares are kept.
+    s.restart();
     // Sealed after restart: 503 for ordinary requests, seal endpoints still answer.
     let r = s.get("kv/a");
     assert_eq!(r.status, 503, "{:?}", r.body);
@@ -324,11 +321,10 @@ fn kv_round_trip_and_list() {
 #[test]
 fn kill9_during_acknowledged_writes_loses_none() {
     let dir = tmpdir("kill9");
-    let port = free_port_pair();
-    let mut s = Server::with_config(&dir, port, "");
+    let mut s = Server::start(&dir, "");
     s.init_unseal(1, 1);
     assert_eq!(s.post("sys/mounts/kv", json!({"type": "kv"})).status, 204);
-    let (root, keys) = (s.root_token.clone(), s.unseal_keys.clone());
+    let root = s.root_token.clone();
     let addr = s.addr.clone();
     // Four writers stream writes; each records only writes acknowledged with 204.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -366,9 +362,7 @@ fn kill9_during_acknowledged_writes_loses_none() {
         total > 50,
         "too few writes acknowledged ({total}) to be meaningful"
     );
-    let mut s = Server::with_config(&dir, port, "");
-    s.root_token = root;
-    s.unseal_keys = keys;
+    s.restart();
     s.unseal();
     for (w, list) in acked.iter().enumerate() {
         for i in list {

@@ -16,15 +16,17 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
 
     // Data before replication is enabled reaches the secondaries by Merkle sync.
     ok(
+        204,
         p.post("sys/mounts/secret", json!({"type": "kv"})),
         "mount secret",
     );
     ok(
+        204,
         p.post("sys/mounts/team", json!({"type": "kv"})),
         "mount team",
     );
-    ok(p.put("secret/before", json!({"v": "1"})), "write");
-    ok(p.put("team/before", json!({"v": "1"})), "write");
+    ok(204, p.put("secret/before", json!({"v": "1"})), "write");
+    ok(204, p.put("team/before", json!({"v": "1"})), "write");
 
     // Disabled shape, and the combined status.
     assert_eq!(status(&p, "performance")["mode"], "disabled");
@@ -32,10 +34,12 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
     assert_eq!(all.body["data"]["dr"]["mode"], "disabled", "{}", all.body);
 
     ok(
+        200,
         p.post("sys/replication/performance/primary/enable", json!({})),
         "perf enable",
     );
     ok(
+        200,
         p.post("sys/replication/dr/primary/enable", json!({})),
         "dr enable",
     );
@@ -47,6 +51,7 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
     let t2 = token(&p, "performance", "perf-2");
     let td = token(&p, "dr", "dr-1");
     ok(
+        204,
         p.post(
             "sys/replication/performance/primary/paths-filter/perf-2",
             json!({"mode": "deny", "paths": ["team/"]}),
@@ -59,8 +64,12 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
 
     // Streaming after the initial sync.
     for i in 0..20 {
-        ok(p.put(&format!("secret/k{i}"), json!({"v": i})), "write");
-        ok(p.put(&format!("team/k{i}"), json!({"v": i})), "write");
+        ok(
+            204,
+            p.put(&format!("secret/k{i}"), json!({"v": i})),
+            "write",
+        );
+        ok(204, p.put(&format!("team/k{i}"), json!({"v": i})), "write");
     }
     wait_caught_up("perf-1 to catch up", 30, &p, &s1, "performance", "perf-1");
     wait_caught_up("perf-2 to catch up", 30, &p, &s2, "performance", "perf-2");
@@ -85,11 +94,13 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
         status(&p, "performance")["merkle_root"]
     );
     let dyn_f = ok(
+        200,
         p.get("sys/replication/performance/primary/dynamic-filter/perf-2"),
         "dynamic filter",
     );
     assert_eq!(dyn_f["data"]["dynamic_filtered_mounts"], json!(["team/"]));
     let pf = ok(
+        200,
         p.get("sys/replication/performance/primary/paths-filter/perf-2"),
         "read filter",
     );
@@ -131,6 +142,7 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
 
     // Revoke perf-1: it receives nothing afterwards.
     ok(
+        204,
         p.post(
             "sys/replication/performance/primary/revoke-secondary",
             json!({"id": "perf-1"}),
@@ -139,7 +151,11 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
     );
     let before = status(&s1, "performance")["last_remote_wal"].clone();
     for i in 0..5 {
-        ok(p.put(&format!("secret/after{i}"), json!({"v": i})), "write");
+        ok(
+            204,
+            p.put(&format!("secret/after{i}"), json!({"v": i})),
+            "write",
+        );
     }
     wait_caught_up(
         "perf-2 to catch up after revoke",
@@ -173,10 +189,12 @@ fn bad_activation_tokens_get_clear_errors_and_change_nothing() {
     let p = licensed("bprim");
     let s = licensed("bsec");
     ok(
+        200,
         p.post("sys/replication/performance/primary/enable", json!({})),
         "perf enable",
     );
     ok(
+        200,
         p.post("sys/replication/dr/primary/enable", json!({})),
         "dr enable",
     );
@@ -189,7 +207,7 @@ fn bad_activation_tokens_get_clear_errors_and_change_nothing() {
         assert!(r.errors().contains(want), "want {want:?} in {}", r.errors());
         assert_eq!(status(&s, mode)["mode"], "disabled");
         // Still serving its own data with its own root token.
-        ok(s.get("sys/policies/acl"), "secondary still usable");
+        ok(200, s.get("sys/policies/acl"), "secondary still usable");
     };
     check("garbage", "performance", "invalid activation token");
     let dr = token(&p, "dr", "x1");
@@ -205,6 +223,7 @@ fn bad_activation_tokens_get_clear_errors_and_change_nothing() {
     check(&used, "performance", "error unwrapping secondary token");
     let revoked = token(&p, "performance", "x3");
     ok(
+        204,
         p.post(
             "sys/replication/performance/primary/revoke-secondary",
             json!({"id": "x3"}),
@@ -259,10 +278,11 @@ fn gates_license_and_root_namespace() {
     );
     assert_eq!(r.status, 400, "{}", r.body);
     assert!(r.errors().contains("root namespace"), "{}", r.errors());
-    let lic = ok(p.get("sys/license/status"), "license status");
+    let lic = ok(200, p.get("sys/license/status"), "license status");
     assert_eq!(lic["data"]["autoloaded"]["license_id"], "e2e-test-license");
     // Once primary, the cluster listener speaks TLS only.
     ok(
+        200,
         p.post("sys/replication/dr/primary/enable", json!({})),
         "dr enable",
     );
@@ -296,13 +316,19 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
     let mut p = licensed("fprim");
     let mut s = licensed("fperf");
     let mut d = licensed("fdr");
-    ok(p.post("sys/mounts/secret", json!({"type": "kv"})), "mount");
-    ok(p.put("secret/one", json!({"v": "1"})), "write");
     ok(
+        204,
+        p.post("sys/mounts/secret", json!({"type": "kv"})),
+        "mount",
+    );
+    ok(204, p.put("secret/one", json!({"v": "1"})), "write");
+    ok(
+        200,
         p.post("sys/replication/performance/primary/enable", json!({})),
         "perf enable",
     );
     ok(
+        200,
         p.post("sys/replication/dr/primary/enable", json!({})),
         "dr enable",
     );
@@ -329,6 +355,7 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
         &keys,
     );
     ok(
+        200,
         d.call_as(
             None,
             "POST",
@@ -349,6 +376,7 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
     let root = p.root_token.clone();
     d.root_token = root.clone();
     ok(
+        204,
         d.call_as(Some(&root), "PUT", "secret/two", Some(json!({"v": "2"}))),
         "write on new primary",
     );
@@ -358,6 +386,7 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
     // The perf secondary gets a token from the primary's shares and is re-pointed by address.
     s.root_token = generate(&s, "sys/generate-root", &keys);
     ok(
+        204,
         s.post(
             "sys/replication/performance/secondary/update-primary",
             json!({"update_primary_addrs": ["127.0.0.1:1", cluster_addr(&d)]}),
@@ -396,10 +425,12 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
     old.unseal_keys = p.unseal_keys.clone();
     old.unseal();
     ok(
+        204,
         old.post("sys/replication/performance/primary/demote", json!({})),
         "demote perf",
     );
     ok(
+        204,
         old.post("sys/replication/dr/primary/demote", json!({})),
         "demote dr",
     );
@@ -410,6 +441,7 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
         &keys,
     );
     ok(
+        204,
         old.call_as(
             None,
             "POST",
@@ -418,7 +450,7 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
         ),
         "update-primary by token",
     );
-    ok(d.put("secret/three", json!({"v": "3"})), "write");
+    ok(204, d.put("secret/three", json!({"v": "3"})), "write");
     wait_caught_up(
         "old primary to follow as DR secondary",
         30,
@@ -438,14 +470,23 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
 fn secondary_kept_away_past_retention_resyncs_by_merkle() {
     let p = licensed("rprim");
     let mut s = licensed("rsec");
-    ok(p.post("sys/mounts/secret", json!({"type": "kv"})), "mount");
     ok(
+        204,
+        p.post("sys/mounts/secret", json!({"type": "kv"})),
+        "mount",
+    );
+    ok(
+        200,
         p.post("sys/replication/performance/primary/enable", json!({})),
         "perf enable",
     );
     enable_secondary(&s, "performance", &token(&p, "performance", "r"));
     for i in 0..10 {
-        ok(p.put(&format!("secret/k{i}"), json!({"v": i})), "write");
+        ok(
+            204,
+            p.put(&format!("secret/k{i}"), json!({"v": i})),
+            "write",
+        );
     }
     wait_caught_up("catch up", 30, &p, &s, "performance", "r");
     // Stop the secondary, write well past the WAL retention (50 entries), restart it.
@@ -453,11 +494,12 @@ fn secondary_kept_away_past_retention_resyncs_by_merkle() {
     s.kill9();
     for i in 0..120 {
         ok(
+            204,
             p.put(&format!("secret/k{}", i % 40), json!({"v": i})),
             "write",
         );
     }
-    ok(p.delete("secret/k3"), "delete");
+    ok(204, p.delete("secret/k3"), "delete");
     let extra = std::fs::read_to_string(dir.join("cairn.hcl")).expect("config");
     let extra = extra
         .split("api_addr")

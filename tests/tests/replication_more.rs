@@ -10,11 +10,20 @@ use cairn_tests::cluster::*;
 
 fn perf_primary_with_data(tag: &str) -> Server {
     let p = licensed(tag);
-    ok(p.post("sys/mounts/secret", json!({"type": "kv"})), "mount");
+    ok(
+        204,
+        p.post("sys/mounts/secret", json!({"type": "kv"})),
+        "mount",
+    );
     for i in 0..5 {
-        ok(p.put(&format!("secret/k{i}"), json!({"v": i})), "write");
+        ok(
+            204,
+            p.put(&format!("secret/k{i}"), json!({"v": i})),
+            "write",
+        );
     }
     ok(
+        200,
         p.post("sys/replication/performance/primary/enable", json!({})),
         "perf enable",
     );
@@ -26,6 +35,7 @@ fn expired_secondary_tokens_are_refused_and_change_nothing() {
     let p = perf_primary_with_data("xprim");
     let s = licensed("xsec");
     let b = ok(
+        200,
         p.post(
             "sys/replication/performance/primary/secondary-token",
             json!({"id": "late", "ttl": "1s"}),
@@ -36,6 +46,7 @@ fn expired_secondary_tokens_are_refused_and_change_nothing() {
     let wrapped = b["wrap_info"]["token"].as_str().expect("token").to_string();
     // The same for an encrypted token (checked by the secondary itself).
     let pk = ok(
+        200,
         s.post(
             "sys/replication/performance/secondary/generate-public-key",
             json!({}),
@@ -46,6 +57,7 @@ fn expired_secondary_tokens_are_refused_and_change_nothing() {
         .expect("public key")
         .to_string();
     let enc = ok(
+        200,
         p.post(
             "sys/replication/performance/primary/secondary-token",
             json!({"id": "late-enc", "ttl": "1s", "secondary_public_key": pk}),
@@ -56,7 +68,7 @@ fn expired_secondary_tokens_are_refused_and_change_nothing() {
         .expect("token")
         .to_string();
     std::thread::sleep(Duration::from_millis(2_500));
-    let before_keys = ok(s.get("sys/mounts"), "mounts")["data"].clone();
+    let before_keys = ok(200, s.get("sys/mounts"), "mounts")["data"].clone();
     for tok in [&wrapped, &enc] {
         let r = s.post(
             "sys/replication/performance/secondary/enable",
@@ -66,7 +78,7 @@ fn expired_secondary_tokens_are_refused_and_change_nothing() {
         assert!(r.errors().contains("expired"), "{}", r.errors());
         // Nothing changed: still disabled, its own root token and data still work.
         assert_eq!(status(&s, "performance")["mode"], "disabled");
-        assert_eq!(ok(s.get("sys/mounts"), "mounts")["data"], before_keys);
+        assert_eq!(ok(200, s.get("sys/mounts"), "mounts")["data"], before_keys);
     }
     // The primary never heard from it.
     let ps = status(&p, "performance");
@@ -83,6 +95,7 @@ fn encrypted_activation_needs_no_call_to_the_primary_api() {
     let p = perf_primary_with_data("eprim");
     let s = licensed("esec");
     let pk = ok(
+        200,
         s.post(
             "sys/replication/performance/secondary/generate-public-key",
             json!({}),
@@ -93,6 +106,7 @@ fn encrypted_activation_needs_no_call_to_the_primary_api() {
         .expect("public key")
         .to_string();
     let b = ok(
+        200,
         p.post(
             "sys/replication/performance/primary/secondary-token",
             json!({"id": "enc", "secondary_public_key": pk}),
@@ -103,6 +117,7 @@ fn encrypted_activation_needs_no_call_to_the_primary_api() {
     let tok = b["data"]["token"].as_str().expect("token").to_string();
     // An unreachable API address: the secondary decrypts locally and never calls it.
     ok(
+        200,
         s.post(
             "sys/replication/performance/secondary/enable",
             json!({ "token": tok, "primary_api_addr": "https://127.0.0.1:1" }),
@@ -126,11 +141,16 @@ fn disable_and_reenable_on_the_primary_and_on_a_secondary() {
     // Secondary disable (with a root token generated from the primary's key shares).
     s.root_token = generate(&s, "sys/generate-root", &p.unseal_keys);
     ok(
+        204,
         s.post("sys/replication/performance/secondary/disable", json!({})),
         "secondary disable",
     );
     assert_eq!(status(&s, "performance")["mode"], "disabled");
-    ok(p.put("secret/while-disabled", json!({"v": "x"})), "write");
+    ok(
+        204,
+        p.put("secret/while-disabled", json!({"v": "x"})),
+        "write",
+    );
     // Re-activation with a new token: back to streaming, data converges.
     enable_secondary(&s, "performance", &token(&p, "performance", "s1b"));
     wait_caught_up("re-activation", 30, &p, &s, "performance", "s1b");
@@ -142,6 +162,7 @@ fn disable_and_reenable_on_the_primary_and_on_a_secondary() {
     // Primary disable: secondaries can no longer connect.
     let old_id = status(&p, "performance")["cluster_id"].clone();
     ok(
+        204,
         p.post("sys/replication/performance/primary/disable", json!({})),
         "primary disable",
     );
@@ -149,9 +170,14 @@ fn disable_and_reenable_on_the_primary_and_on_a_secondary() {
     wait_for("the secondary to lose its primary", 30, || {
         status(&s, "performance")["state"] != "stream-wals"
     });
-    ok(p.put("secret/after-disable", json!({"v": "y"})), "write");
+    ok(
+        204,
+        p.put("secret/after-disable", json!({"v": "y"})),
+        "write",
+    );
     // Re-enable: a new cluster id; the secondary needs a new token (and a wipe).
     ok(
+        200,
         p.post("sys/replication/performance/primary/enable", json!({})),
         "perf re-enable",
     );
@@ -161,12 +187,17 @@ fn disable_and_reenable_on_the_primary_and_on_a_secondary() {
     assert_eq!(ps["known_secondaries"], json!([]));
     s.root_token = generate(&s, "sys/generate-root", &p.unseal_keys);
     ok(
+        204,
         s.post("sys/replication/performance/secondary/disable", json!({})),
         "secondary disable",
     );
     enable_secondary(&s, "performance", &token(&p, "performance", "s1c"));
     for i in 0..5 {
-        ok(p.put(&format!("secret/new{i}"), json!({"v": i})), "write");
+        ok(
+            204,
+            p.put(&format!("secret/new{i}"), json!({"v": i})),
+            "write",
+        );
     }
     wait_caught_up("after primary re-enable", 30, &p, &s, "performance", "s1c");
     assert_eq!(
@@ -198,12 +229,14 @@ fn namespaces_route_replicate_and_are_path_filtered() {
     let mut s = licensed("nsec");
     for ns in ["ns1", "ns2"] {
         let c = ok(
+            200,
             p.post(&format!("sys/namespaces/{ns}"), json!({})),
             "create ns",
         );
         assert_eq!(c["data"]["path"], format!("{ns}/"));
         // Header form for the mount, path-prefix form for the data.
         ok(
+            204,
             in_ns(
                 &p,
                 ns,
@@ -214,11 +247,13 @@ fn namespaces_route_replicate_and_are_path_filtered() {
             "mount in ns",
         );
         ok(
+            204,
             p.put(&format!("{ns}/app/x"), json!({ "v": ns })),
             "write in ns",
         );
     }
     ok(
+        200,
         in_ns(&p, "ns1", "POST", "sys/namespaces/kid", None),
         "nested ns",
     );
@@ -228,20 +263,22 @@ fn namespaces_route_replicate_and_are_path_filtered() {
     );
     // Invisible from the root and from a sibling.
     assert_eq!(p.get("app/x").status, 404);
-    assert!(ok(p.get("sys/mounts"), "mounts")["data"]["ns1/app/"].is_null());
+    assert!(ok(200, p.get("sys/mounts"), "mounts")["data"]["ns1/app/"].is_null());
     assert_eq!(
         in_ns(&p, "ns2", "GET", "sys/mounts", None).body["data"]["app/"]["type"],
         "kv"
     );
-    let l = ok(p.list("sys/namespaces"), "list");
+    let l = ok(200, p.list("sys/namespaces"), "list");
     assert_eq!(l["data"]["keys"], json!(["ns1/", "ns2/"]));
 
     ok(
+        200,
         p.post("sys/replication/performance/primary/enable", json!({})),
         "perf enable",
     );
     let t = token(&p, "performance", "ns-s");
     ok(
+        204,
         p.post(
             "sys/replication/performance/primary/paths-filter/ns-s",
             json!({"mode": "deny", "paths": ["ns1/"]}),
@@ -251,6 +288,7 @@ fn namespaces_route_replicate_and_are_path_filtered() {
     enable_secondary(&s, "performance", &t);
     wait_caught_up("namespaced data", 30, &p, &s, "performance", "ns-s");
     let d = ok(
+        200,
         p.get("sys/replication/performance/primary/dynamic-filter/ns-s"),
         "dynamic filter",
     );
@@ -262,7 +300,7 @@ fn namespaces_route_replicate_and_are_path_filtered() {
     // The secondary has the namespaces (system data) and ns2's data, not ns1's.
     s.root_token = generate(&s, "sys/generate-root", &p.unseal_keys);
     assert_eq!(
-        ok(s.list("sys/namespaces"), "list on secondary")["data"]["keys"],
+        ok(200, s.list("sys/namespaces"), "list on secondary")["data"]["keys"],
         json!(["ns1/", "ns2/"])
     );
     assert_eq!(s.get("ns2/app/x").body["data"]["v"], "ns2");

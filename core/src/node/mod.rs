@@ -659,13 +659,11 @@ mod tests {
         };
         put(&mut n, &["sys/test/a"]).unwrap();
         let root = n.replication().trees.clone();
-        // `sys/test/a` exists now: claiming it is new is refused (debug builds check), and
+        // `sys/test/a` exists now: claiming it is new is refused (in every build), and
         // nothing of the set is applied.
-        if cfg!(debug_assertions) {
-            let e = put(&mut n, &["sys/test/a"]).unwrap_err();
-            assert!(e.to_string().contains("already exists"), "{e}");
-            assert!(n.replication().trees == root);
-        }
+        let e = put(&mut n, &["sys/test/a"]).unwrap_err();
+        assert!(e.to_string().contains("already exists"), "{e}");
+        assert!(n.replication().trees == root);
         // An honest set goes through.
         put(&mut n, &[]).unwrap();
     }

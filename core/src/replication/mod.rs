@@ -135,8 +135,8 @@ pub struct Change {
     pub class: Option<Class>,
     pub index: Option<u64>,
     pub end: bool,
-    /// A key created under a name drawn at random ([`crate::storage::Txn::put_new`]): no
-    /// earlier value to read.
+    /// A key created under a name drawn at random ([`crate::storage::Txn::put_new`]): an
+    /// earlier value makes the commit fail.
     pub fresh: bool,
 }
 
@@ -466,8 +466,9 @@ impl Replication {
             }
             let old = match overlay.get(c.key.as_str()) {
                 Some(v) => v.clone(),
-                // Debug builds check the claim.
-                None if c.fresh && !cfg!(debug_assertions) => None,
+                // The previous value is read for every key, also one claimed new: the Merkle
+                // trees need it, and a wrong claim (a key drawn at random that exists) is
+                // refused in every build rather than corrupting the trees silently.
                 None => {
                     let v = s.get(&c.key)?;
                     if c.fresh && v.is_some() {

@@ -136,15 +136,7 @@ fn start_cairn(logs: &Path) -> Server {
         }
     }
     std::thread::spawn(move || for _ in reader {});
-    let s = Server {
-        child: Some(child),
-        addr: format!("http://{addr}"),
-        port,
-        root_token: "root-bench".into(),
-        unseal_keys: Vec::new(),
-        dir: PathBuf::new(),
-        stdout_lines: Vec::new(),
-    };
+    let s = Server::adopt(child, port, "root-bench");
     s.wait_ready();
     s
 }

@@ -101,15 +101,9 @@ fn start_server(name: &str, root: &Path, bin: &Path) -> Server {
             std::thread::sleep(Duration::from_millis(50));
         }
         if up {
-            return Server {
-                child: Some(child),
-                addr,
-                port,
-                root_token: String::new(),
-                unseal_keys: Vec::new(),
-                dir,
-                stdout_lines: Vec::new(),
-            };
+            let mut s = Server::adopt(child, port, "");
+            s.dir = dir;
+            return s;
         }
         let _ = child.kill();
         let _ = child.wait();
