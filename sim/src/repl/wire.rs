@@ -1,0 +1,344 @@
+//! Host wiring of the replication world: group commit, crashes, and the routing of what
+//! nodes release (API answers, peer calls and answers, outbound HTTP) over the seeded
+//! network.
+
+use super::*;
+
+impl ReplWorld {
+    pub(super) fn heal(&mut self, a: HostId, b: HostId) {
+        let l = self.params.peer_link;
+        self.net.set_link(Addr::Host(a), Addr::Host(b), l);
+        self.net.set_link(Addr::Host(b), Addr::Host(a), l);
+        self.log(&format!("net HEAL n{a} | n{b}"));
+    }
+
+    pub(super) fn peer_error(&mut self, to: HostId, boot: u64, call: u64, why: &str, from: HostId) {
+        let d = match why {
+            "connection refused" => self.net_delay(from, to),
+            _ => TIMEOUT_MS,
+        };
+        self.schedule(
+            d,
+            Ev::PeerRep {
+                to,
+                boot,
+                call,
+                result: Err(why.to_string()),
+            },
+        );
+    }
+
+    pub(super) fn net_delay(&mut self, from: HostId, to: HostId) -> u64 {
+        let l = self.net.link(Addr::Host(from), Addr::Host(to));
+        self.faults.delay(l.delay_mean)
+    }
+
+    pub(super) fn reply_api(
+        &mut self,
+        from: HostId,
+        to: Caller,
+        id: RequestId,
+        resp: Result<Response, String>,
+    ) {
+        let dest = match to {
+            Caller::Operator => Addr::Client(0),
+            Caller::Http { host, .. } => Addr::Host(host),
+        };
+        match self.net.route(self.now, Addr::Host(from), dest) {
+            Route::Deliver(d) => self.schedule(d, Ev::ApiResp { to, id, resp }),
+            Route::Lost(why) => {
+                self.log(&format!("net n{from}->{dest} dropped a response ({why})"));
+                self.schedule(
+                    TIMEOUT_MS,
+                    Ev::ApiResp {
+                        to,
+                        id,
+                        resp: Err("connection timed out".into()),
+                    },
+                );
+            }
+        }
+    }
+
+    pub(super) fn drain(&mut self, h: HostId) {
+        let host = &mut self.hosts[h];
+        let Some(node) = host.node.as_mut() else {
+            return;
+        };
+        let mut calls = Vec::new();
+        let mut early = Vec::new();
+        let scan_id = self.scan.filter(|s| s.h == h).map(|s| s.id);
+        let mut scan_answer = None;
+        while let Some(o) = node.poll_output() {
+            if let Output::Response(r) = &o {
+                if Some(r.id) == scan_id {
+                    scan_answer = Some(r.clone());
+                }
+            }
+            match o {
+                Output::Audit { .. } | Output::ClusterTls(_) => {}
+                // The shell hands LDAP calls to its pool at once, before the batch commits.
+                Output::Ldap(c) => calls.push(c),
+                // Calls to the primary leave before the batch is durable (the shell sends
+                // them at the end of the batch, before the sync); here even earlier, so a
+                // crash in the commit window loses what a pull already told the primary.
+                o @ Output::PeerSend(_) => early.push(o),
+                other => host.held.push(other),
+            }
+        }
+        let boot = host.boot;
+        if let Some(r) = scan_answer {
+            if self.pending.is_none() {
+                if let Err(v) = self.on_scan_answer(h, &r) {
+                    self.pending = Some(v);
+                }
+            }
+        }
+        for o in early {
+            self.release(h, o);
+        }
+        for c in calls {
+            let reply = self.ldap.dir.answer(&c);
+            let d = 1 + self.faults.delay(2);
+            self.schedule(
+                d,
+                Ev::LdapRep {
+                    host: h,
+                    boot,
+                    reply,
+                },
+            );
+        }
+    }
+
+    pub(super) fn schedule_commit(&mut self, h: HostId) -> Result<(), Violation> {
+        let host = &self.hosts[h];
+        let dirty = host.node.as_ref().is_some_and(|n| n.storage().is_dirty());
+        if host.held.is_empty() && !dirty {
+            return Ok(());
+        }
+        if host.commit_scheduled {
+            return Ok(());
+        }
+        let batch = host.batch;
+        let d = self.faults.range(0, self.params.commit_window_ms);
+        if self.phase == Phase::Chaos && self.faults.chance(self.params.crash_in_batch_permille) {
+            let c = self.faults.range(0, d);
+            self.schedule(c, Ev::Crash(h));
+        }
+        self.hosts[h].commit_scheduled = true;
+        self.schedule(d, Ev::Commit { host: h, batch });
+        Ok(())
+    }
+
+    pub(super) fn commit(&mut self, h: HostId) -> Result<(), Violation> {
+        // The end of the batch: held pulls get the batch's WAL entries.
+        let now = self.now;
+        if let Some(n) = self.hosts[h].node.as_mut() {
+            n.end_batch(now);
+        }
+        self.drain(h);
+        let host = &mut self.hosts[h];
+        let Some(node) = host.node.as_mut() else {
+            return Ok(());
+        };
+        node.storage_mut().commit();
+        host.batch += 1;
+        host.commit_scheduled = false;
+        self.stats.commits += 1;
+        let held = std::mem::take(&mut host.held);
+        for o in held {
+            self.release(h, o);
+        }
+        self.check_wal(h)?;
+        self.check_host(h)
+    }
+
+    pub(super) fn resolve(&self, addr: &str, api: bool) -> Option<HostId> {
+        (0..self.hosts.len()).find(|&j| {
+            if api {
+                addr.starts_with(&format!("{}/", api_addr(j)))
+            } else {
+                addr.trim_start_matches("https://")
+                    .trim_start_matches("http://")
+                    == cluster_addr(j)
+            }
+        })
+    }
+
+    pub(super) fn release(&mut self, h: HostId, o: Output) {
+        let boot = self.hosts[h].boot;
+        match o {
+            Output::Response(r) => {
+                if self.outstanding.as_ref().is_some_and(|o| o.0 == r.id) {
+                    self.out_wal = self.hosts[h]
+                        .node
+                        .as_ref()
+                        .map(|n| n.replication().wal.last);
+                }
+                self.hosts[h].op_in.remove(&r.id);
+                let from = self.hosts[h]
+                    .http_in
+                    .remove(&r.id)
+                    .unwrap_or(Caller::Operator);
+                self.reply_api(h, from, r.id, Ok(r));
+            }
+            Output::PeerSend(s) => {
+                let Some(j) = self.resolve(&s.to, false) else {
+                    self.log(&format!("n{h} peer send to unknown {}", s.to));
+                    self.schedule(
+                        1,
+                        Ev::PeerRep {
+                            to: h,
+                            boot,
+                            call: s.call_id,
+                            result: Err(format!("dns error: unknown host {}", s.to)),
+                        },
+                    );
+                    return;
+                };
+                let what = serde_json::to_value(&s.msg.body)
+                    .map(|v| shorten(&v.to_string(), 80))
+                    .unwrap_or_default();
+                self.log(&format!("n{h} -> n{j} peer call={} {what}", s.call_id));
+                match self.net.route(self.now, Addr::Host(h), Addr::Host(j)) {
+                    Route::Deliver(d) => self.schedule(
+                        d,
+                        Ev::PeerReq {
+                            to: j,
+                            from: h,
+                            boot,
+                            call: s.call_id,
+                            msg: s.msg,
+                        },
+                    ),
+                    Route::Lost(why) => {
+                        let e = if why == "partitioned" {
+                            "connection timed out (partitioned)"
+                        } else {
+                            "connection timed out"
+                        };
+                        self.peer_error(h, boot, s.call_id, e, j);
+                    }
+                }
+            }
+            Output::PeerResponse(r) => {
+                let Some((c, cboot, call)) = self.hosts[h].peer_in.remove(&r.id) else {
+                    return;
+                };
+                let what = serde_json::to_value(&r.msg)
+                    .map(|v| shorten(&v.to_string(), 100))
+                    .unwrap_or_default();
+                self.log(&format!("n{h} -> n{c} peer answer call={call} {what}"));
+                match self.net.route(self.now, Addr::Host(h), Addr::Host(c)) {
+                    Route::Deliver(d) => self.schedule(
+                        d,
+                        Ev::PeerRep {
+                            to: c,
+                            boot: cboot,
+                            call,
+                            result: Ok(r.msg),
+                        },
+                    ),
+                    Route::Lost(_) => self.peer_error(c, cboot, call, "connection reset", h),
+                }
+            }
+            Output::HttpCall(c) => {
+                let target = self.resolve(&c.url, true);
+                let path = c.url.split("/v1/").nth(1).map(str::to_string);
+                let method = match c.method.as_str() {
+                    "GET" => Some(Method::Get),
+                    "PUT" => Some(Method::Put),
+                    "POST" => Some(Method::Post),
+                    "DELETE" => Some(Method::Delete),
+                    _ => None,
+                };
+                let (Some(j), Some(path), Some(method)) = (target, path, method) else {
+                    self.schedule(
+                        1,
+                        Ev::ApiResp {
+                            to: Caller::Http {
+                                host: h,
+                                boot,
+                                call: c.call_id,
+                            },
+                            id: 0,
+                            resp: Err(format!("cannot reach {}", c.url)),
+                        },
+                    );
+                    return;
+                };
+                self.next_id += 1;
+                let id = self.next_id;
+                let mut req = Request::new(id, method, &path);
+                req.body = c.body;
+                let from = Caller::Http {
+                    host: h,
+                    boot,
+                    call: c.call_id,
+                };
+                match self.net.route(self.now, Addr::Host(h), Addr::Host(j)) {
+                    Route::Deliver(d) => self.schedule(d, Ev::ApiReq { to: j, from, req }),
+                    Route::Lost(_) => self.schedule(
+                        TIMEOUT_MS,
+                        Ev::ApiResp {
+                            to: from,
+                            id,
+                            resp: Err("connection timed out".into()),
+                        },
+                    ),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn crash(&mut self, h: HostId) -> Result<(), Violation> {
+        self.stats.crashes += 1;
+        let host = &mut self.hosts[h];
+        let Some(node) = host.node.take() else {
+            return Ok(());
+        };
+        let mut storage = node.into_storage();
+        let info = storage.crash();
+        host.parked = Some(storage);
+        host.batch += 1;
+        host.commit_scheduled = false;
+        let held = std::mem::take(&mut host.held);
+        let http_in = std::mem::take(&mut host.http_in);
+        let peer_in = std::mem::take(&mut host.peer_in);
+        self.log(&format!(
+            "n{h} CRASH dropped sets={} outputs={}",
+            info.dropped_write_sets,
+            held.len()
+        ));
+        // Operator requests handled but not answered: the connection resets.
+        for id in std::mem::take(&mut self.hosts[h].op_in) {
+            self.schedule(
+                1,
+                Ev::ApiResp {
+                    to: Caller::Operator,
+                    id,
+                    resp: Err("connection reset".into()),
+                },
+            );
+        }
+        drop(held);
+        for (id, c) in http_in {
+            self.schedule(
+                1,
+                Ev::ApiResp {
+                    to: c,
+                    id,
+                    resp: Err("connection reset".into()),
+                },
+            );
+        }
+        for (_, (c, boot, call)) in peer_in {
+            self.peer_error(c, boot, call, "connection reset", h);
+        }
+        let d = self.faults.delay(self.params.downtime_mean_ms).max(1);
+        self.schedule(d, Ev::Restart(h));
+        Ok(())
+    }
+}
