@@ -12,7 +12,9 @@
 //! messages over turmoil TCP (connection breaks mid-stream, held links, partitions during
 //! a Merkle sync).
 //!
-//! Module map: [`storage`] (group commit, crashes, planted faults), [`net`] (seeded
+//! Module map: [`host`] (one machine of any tier: node, storage that outlives crashes,
+//! outputs held until their batch commits, boot incarnation), [`storage`] (group commit,
+//! crashes, planted faults), [`net`] (seeded
 //! network), [`operator`] (clients and their ops), [`model`] (expected state, ACL
 //! evaluator), [`check`] (invariants), [`world`] (the driver), [`repl`] (replication
 //! topologies on the fast tier: primary + perf/filtered/DR secondaries, peer and HTTP
@@ -20,6 +22,7 @@
 //! seeds, see [`repl::wants_replication`]), [`trace`] (event log).
 
 pub mod check;
+pub mod host;
 pub mod ldap;
 pub mod logger;
 pub mod model;

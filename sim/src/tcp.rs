@@ -10,9 +10,10 @@
 //! Topology: a primary (host `n0`, performance and, when needed, DR) and one or two
 //! secondaries (performance or DR). The operator runs outside the hosts between turmoil
 //! steps: it calls a node's API directly (the API is not what this tier tests) and carries
-//! the secondaries' activation-token unwraps to the primary the same way. Storage lives
-//! outside the hosts (every input is committed as it is handled), so a crash loses only
-//! what is in flight.
+//! the secondaries' activation-token unwraps to the primary the same way. Each server is a
+//! shared [`crate::host::Host`] whose storage outlives the turmoil host's crashes; this
+//! tier's commit policy makes every input its own batch, committed as it is handled, so a
+//! crash loses only what is in flight.
 //!
 //! Deterministic: turmoil's RNG is a ChaCha stream derived from the master seed, the epoch
 //! is fixed, the tick is 10 ms, hosts are registered in a fixed order, nothing selects at
@@ -24,16 +25,16 @@
 //! acknowledged write reads back from the primary at the end), `no-panic`.
 
 use crate::check::Violation;
+use crate::host::Host;
 use crate::rng::SimRng;
+use crate::storage::SimStorage;
 use crate::trace::{shorten, Trace};
 use crate::{Failure, Outcome, RunConfig};
 use cairn_core::api::RequestId;
 use cairn_core::replication::{
     HttpReply, Mode, PeerAnswer, PeerMsg, PeerReply, PeerRequest, PeerSend, ReplicationConfig,
 };
-use cairn_core::{
-    Admin, AdminResult, Input, MemStorage, Method, Node, NodeConfig, Output, Request, Storage,
-};
+use cairn_core::{Input, Method, NodeConfig, Output, Request, Storage};
 use rand_core::SeedableRng;
 use serde_json::{json, Value};
 use std::cell::RefCell;
@@ -51,22 +52,6 @@ const CHAOS_MS: u64 = 40_000;
 /// Offset of node time from turmoil's elapsed time.
 const T0: u64 = 1_000;
 
-/// Storage shared between a host's incarnations (it survives crashes).
-#[derive(Clone, Default)]
-struct Shared(Rc<RefCell<MemStorage>>);
-
-impl Storage for Shared {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, cairn_core::StorageError> {
-        self.0.borrow().get(key)
-    }
-    fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, cairn_core::StorageError> {
-        self.0.borrow().scan(prefix)
-    }
-    fn apply(&mut self, writes: &[cairn_core::Write]) -> Result<(), cairn_core::StorageError> {
-        self.0.borrow_mut().apply(writes)
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Primary,
@@ -74,12 +59,11 @@ enum Kind {
     Dr,
 }
 
-struct Host {
+/// One turmoil host: the shared [`Host`] (node, storage that outlives crashes, boot) and
+/// the queues between the node and the host's tasks.
+struct Machine {
+    host: Host,
     kind: Kind,
-    node: Option<Node<Shared>>,
-    storage: Shared,
-    seeds: SimRng,
-    boot: u64,
     key: String,
     needs_unseal: bool,
     /// Peer messages the host task is to send.
@@ -101,7 +85,7 @@ struct Ctl {
     peer_msgs: u64,
 }
 
-type Hosts = Rc<RefCell<Vec<Host>>>;
+type Hosts = Rc<RefCell<Vec<Machine>>>;
 
 fn name(h: usize) -> String {
     format!("n{h}")
@@ -114,16 +98,21 @@ fn now_ms() -> u64 {
         + T0
 }
 
-/// Hands `input` to host `h`'s node and sorts its outputs (every input is committed at
-/// once: storage is applied synchronously).
+/// Hands `input` to host `h`'s node and sorts its outputs. This tier's commit policy:
+/// every input is its own batch, committed as soon as it is handled, and its outputs are
+/// released then.
 fn handle(hosts: &Hosts, h: usize, now: u64, input: Input) {
     let mut hs = hosts.borrow_mut();
     let host = &mut hs[h];
-    let Some(node) = host.node.as_mut() else {
+    if !host.host.is_up() {
         return;
-    };
-    node.handle(now, input);
-    while let Some(o) = node.poll_output() {
+    }
+    host.host.handle(now, input);
+    while let Some(o) = host.host.poll_output() {
+        host.host.hold(o);
+    }
+    let released = host.host.commit().map(|(_, out)| out).unwrap_or_default();
+    for o in released {
         match o {
             Output::PeerSend(s) => host.sends.push_back(s),
             Output::PeerResponse(r) => {
@@ -194,7 +183,7 @@ async fn call_peer(
             .trace
             .push(format!("n{h} peer call={} to {to}: {e}", s.call_id));
     }
-    let current = hosts.borrow()[h].boot == boot;
+    let current = hosts.borrow()[h].host.boot() == boot;
     if current {
         handle(
             &hosts,
@@ -346,34 +335,17 @@ fn node_config(h: usize, p: &Params) -> NodeConfig {
 fn boot(hosts: &Hosts, h: usize, p: &Params, now: u64) {
     let mut hs = hosts.borrow_mut();
     let host = &mut hs[h];
-    let seed = host.seeds.seed32();
-    host.boot += 1;
     host.sends.clear();
     host.answers.clear();
     host.driver.clear();
-    let mut node = Node::new(host.storage.clone(), seed, node_config(h, p));
-    if host.boot == 1 {
-        node.handle(
-            now,
-            Input::Admin {
-                id: 1,
-                cmd: Admin::DevSetup {
-                    root_token_id: Some(format!("root-n{h}")),
-                },
-            },
-        );
-        while let Some(o) = node.poll_output() {
-            if let Output::AdminDone {
-                result: Ok(AdminResult::DevSetup(keys)),
-                ..
-            } = o
-            {
-                host.key = keys.keys_base64.first().cloned().unwrap_or_default();
-            }
-        }
+    if host.host.start(node_config(h, p), false).is_none() {
+        return;
     }
-    host.needs_unseal = host.boot > 1;
-    host.node = Some(node);
+    let boot = host.host.boot();
+    if boot == 1 {
+        host.key = host.host.dev_setup(now, &format!("root-n{h}"));
+    }
+    host.needs_unseal = boot > 1;
 }
 
 /// The body of host `h`: boot, listen on the cluster port, send what the node asks,
@@ -387,7 +359,7 @@ async fn host_main(
 ) -> turmoil::Result {
     {
         boot(&hosts, h, &p, now_ms());
-        let b = hosts.borrow()[h].boot;
+        let b = hosts.borrow()[h].host.boot();
         let mut rng = SimRng::derive(seed, &format!("turmoil/host/{h}/boot/{b}"));
         let listener = TcpListener::bind(("0.0.0.0", PORT)).await?;
         {
@@ -417,8 +389,8 @@ async fn host_main(
             }
             let now = now_ms();
             let due = hosts.borrow()[h]
-                .node
-                .as_ref()
+                .host
+                .node()
                 .map(|n| n.poll_timeout())
                 .unwrap_or(u64::MAX);
             if due <= now {
@@ -517,7 +489,7 @@ impl Driver {
             shorten(&String::from_utf8_lossy(&req.body), 60)
         ));
         self.outstanding = Some((req.id, h, op));
-        if self.hosts.borrow()[h].node.is_none() {
+        if !self.hosts.borrow()[h].host.is_up() {
             self.on_reply(None);
             return;
         }
@@ -536,7 +508,7 @@ impl Driver {
                 } else {
                     hs[0].key.clone()
                 };
-                (hs[h].needs_unseal, hs[h].node.is_some(), key)
+                (hs[h].needs_unseal, hs[h].host.is_up(), key)
             };
             if needs && up {
                 let req =
@@ -740,7 +712,7 @@ impl Driver {
                                 .as_ref()
                                 .map(|b| serde_json::to_vec(b).unwrap_or_default())
                                 .unwrap_or_default();
-                            if self.hosts.borrow()[caller].boot == boot {
+                            if self.hosts.borrow()[caller].host.boot() == boot {
                                 handle(
                                     &self.hosts,
                                     caller,
@@ -760,12 +732,12 @@ impl Driver {
                         }
                     }
                     Output::HttpCall(c) => {
-                        let boot = self.hosts.borrow()[h].boot;
+                        let boot = self.hosts.borrow()[h].host.boot();
                         let target = (0..self.p.kinds.len())
                             .find(|j| c.url.starts_with(&format!("http://{}:8200/", name(*j))));
                         let path = c.url.split("/v1/").nth(1).map(str::to_string);
                         match (target, path) {
-                            (Some(j), Some(path)) if self.hosts.borrow()[j].node.is_some() => {
+                            (Some(j), Some(path)) if self.hosts.borrow()[j].host.is_up() => {
                                 self.next_id += 1;
                                 let id = self.next_id;
                                 let mut req = Request::new(id, Method::Post, &path);
@@ -794,8 +766,9 @@ impl Driver {
     fn check_filters(&mut self) -> Result<(), Violation> {
         let hs = self.hosts.borrow();
         let theirs: BTreeSet<String> = hs[0]
-            .storage
-            .scan("sys/token/id/")
+            .host
+            .storage()
+            .and_then(|s| s.scan("sys/token/id/").ok())
             .unwrap_or_default()
             .into_iter()
             .map(|(k, _)| k)
@@ -804,7 +777,12 @@ impl Driver {
             if s.mode != Mode::Performance || !s.enabled {
                 continue;
             }
-            for (k, _) in hs[s.host].storage.scan("sys/token/id/").unwrap_or_default() {
+            let mine = hs[s.host]
+                .host
+                .storage()
+                .and_then(|st| st.scan("sys/token/id/").ok())
+                .unwrap_or_default();
+            for (k, _) in mine {
                 if theirs.contains(&k) {
                     return fail(
                         "filters",
@@ -830,7 +808,7 @@ impl Driver {
         {
             let hs = self.hosts.borrow();
             for s in &self.secs {
-                let (Some(p), Some(n)) = (hs[0].node.as_ref(), hs[s.host].node.as_ref()) else {
+                let (Some(p), Some(n)) = (hs[0].host.node(), hs[s.host].host.node()) else {
                     bad.push(format!("n{} or n0 down", s.host));
                     continue;
                 };
@@ -853,7 +831,7 @@ impl Driver {
                 }
             }
             for (h, x) in hs.iter().enumerate() {
-                if x.needs_unseal || x.node.is_none() {
+                if x.needs_unseal || !x.host.is_up() {
                     bad.push(format!("n{h} sealed or down"));
                 }
             }
@@ -892,12 +870,9 @@ pub fn run(cfg: &RunConfig) -> Outcome {
     let n = p.kinds.len();
     let hosts: Hosts = Rc::new(RefCell::new(
         (0..n)
-            .map(|h| Host {
+            .map(|h| Machine {
+                host: Host::new(h, seed, SimStorage::new()),
                 kind: p.kinds[h],
-                node: None,
-                storage: Shared::default(),
-                seeds: SimRng::derive(seed, &format!("host/{h}/boot-seeds")),
-                boot: 0,
                 key: String::new(),
                 needs_unseal: false,
                 sends: VecDeque::new(),
@@ -1113,8 +1088,7 @@ fn faults(sim: &mut turmoil::Sim<'_>, d: &mut Driver) {
             sim.crash(name(h).as_str());
             {
                 let mut hs = d.hosts.borrow_mut();
-                hs[h].node = None;
-                hs[h].boot += 1;
+                hs[h].host.crash();
             }
             d.crashes += 1;
             if d.outstanding.as_ref().is_some_and(|o| o.1 == h) {

@@ -10,11 +10,7 @@ impl ReplWorld {
         if self.hosts[h].needs_unseal {
             return Ok(());
         }
-        let Some(last) = self.hosts[h]
-            .node
-            .as_ref()
-            .map(|n| n.replication().wal.last)
-        else {
+        let Some(last) = self.hosts[h].host.node().map(|n| n.replication().wal.last) else {
             return Ok(());
         };
         if h == self.primary && last > 0 {
@@ -57,8 +53,8 @@ impl ReplWorld {
 
     pub(super) fn keys(&self, h: HostId, prefix: &str) -> Vec<(String, Vec<u8>)> {
         self.hosts[h]
-            .node
-            .as_ref()
+            .host
+            .node()
             .and_then(|n| n.storage().scan(prefix).ok())
             .unwrap_or_default()
     }
@@ -122,8 +118,8 @@ impl ReplWorld {
 
     pub(super) fn converged(&self, s: &Sec) -> Result<(), String> {
         let (Some(p), Some(n)) = (
-            self.hosts[self.primary].node.as_ref(),
-            self.hosts[s.host].node.as_ref(),
+            self.hosts[self.primary].host.node(),
+            self.hosts[s.host].host.node(),
         ) else {
             return Err("down".into());
         };
@@ -196,7 +192,7 @@ impl ReplWorld {
             } else if !self.hosts[s.host].rot.dirty {
                 // Repaired values (reindex, then the Merkle diff with the primary).
                 let (p, x) = (&self.hosts[self.primary], &self.hosts[s.host]);
-                if let (Some(p), Some(n)) = (p.node.as_ref(), x.node.as_ref()) {
+                if let (Some(p), Some(n)) = (p.host.node(), x.host.node()) {
                     for k in &x.rot.values {
                         if s.filtered && key_number(k).is_some_and(|(o, _)| o) {
                             continue;
@@ -222,7 +218,7 @@ impl ReplWorld {
         }
         for h in 0..self.hosts.len() {
             let x = &self.hosts[h];
-            if (x.needs_unseal || x.node.is_none()) && !tolerated(h) {
+            if (x.needs_unseal || !x.host.is_up()) && !tolerated(h) {
                 let why = if self.uninit.contains(&h) {
                     " (it answers \"Vault is not initialized\": a performance/DR secondary restarted before its first Merkle sync delivered core/seal-config and core/keyring, which activation wiped; core bug secondary-uninitialized-after-restart)"
                 } else {

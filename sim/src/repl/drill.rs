@@ -206,7 +206,7 @@ impl ReplWorld {
                 let o = d.old;
                 if self.held_down == Some(o) {
                     self.held_down = None;
-                    if self.hosts[o].node.is_none() {
+                    if !self.hosts[o].host.is_up() {
                         self.stats.restarts += 1;
                         self.boot(o);
                     }
@@ -486,7 +486,7 @@ impl ReplWorld {
             }
         } else {
             let promoted = ok
-                || self.hosts[h].node.as_ref().is_some_and(|n| {
+                || self.hosts[h].host.node().is_some_and(|n| {
                     n.replication().role(Mode::Dr) == cairn_core::replication::state::Role::Primary
                 });
             if promoted {

@@ -59,6 +59,7 @@ use reply::Answer;
 use scan::{Rot, ScanStart};
 
 use crate::check::Violation;
+use crate::host::Host;
 use crate::net::{Addr, HostId, Network, Route};
 use crate::rng::SimRng;
 use crate::storage::SimStorage;
@@ -70,9 +71,7 @@ use cairn_core::replication::reindex::report_json as reindex_report;
 use cairn_core::replication::{
     HttpReply, Mode, PeerAnswer, PeerMsg, PeerReply, PeerRequest, ReplicationConfig,
 };
-use cairn_core::{
-    Admin, AdminResult, Input, Method, Node, NodeConfig, Output, Request, Response, Storage,
-};
+use cairn_core::{Input, Method, Node, NodeConfig, Output, Request, Response, Storage};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -140,14 +139,11 @@ enum Ev {
     NextCorrupt,
 }
 
-struct Host {
+/// One host of the replication world: the shared [`Host`] (node, storage, held outputs,
+/// boot, batch) and what the wiring and the operator keep per host.
+struct Machine {
+    host: Host,
     kind: Kind,
-    node: Option<Node<SimStorage>>,
-    parked: Option<SimStorage>,
-    boot: u64,
-    batch: u64,
-    held: Vec<Output>,
-    commit_scheduled: bool,
     /// API requests from other nodes' HttpCalls: request id → caller.
     http_in: BTreeMap<RequestId, Caller>,
     /// Operator requests handled and not yet answered.
@@ -155,7 +151,6 @@ struct Host {
     /// Peer requests being served: peer id → (caller host, boot, call id).
     peer_in: BTreeMap<u64, (HostId, u64, u64)>,
     next_peer: u64,
-    seeds: SimRng,
     root: String,
     key: String,
     needs_unseal: bool,
@@ -190,7 +185,7 @@ pub struct ReplWorld {
     pub now: u64,
     seq: u64,
     queue: BTreeMap<(u64, u64), Ev>,
-    hosts: Vec<Host>,
+    hosts: Vec<Machine>,
     net: Network,
     params: Params,
     faults: SimRng,
@@ -293,19 +288,13 @@ impl ReplWorld {
             .kinds
             .iter()
             .enumerate()
-            .map(|(h, k)| Host {
+            .map(|(h, k)| Machine {
+                host: Host::new(h, seed, SimStorage::new()),
                 kind: *k,
-                node: None,
-                parked: Some(SimStorage::new()),
-                boot: 0,
-                batch: 0,
-                held: Vec::new(),
-                commit_scheduled: false,
                 http_in: BTreeMap::new(),
                 op_in: BTreeSet::new(),
                 peer_in: BTreeMap::new(),
                 next_peer: 0,
-                seeds: SimRng::derive(seed, &format!("host/{h}/boot-seeds")),
                 root: format!("root-n{h}"),
                 key: String::new(),
                 needs_unseal: false,
@@ -483,19 +472,12 @@ impl ReplWorld {
     fn boot(&mut self, h: HostId) {
         let config = self.config(h);
         let host = &mut self.hosts[h];
-        let Some(storage) = host.parked.take() else {
-            return;
-        };
-        let seed = host.seeds.seed32();
-        host.boot += 1;
-        host.batch += 1;
-        host.commit_scheduled = false;
-        let mut node = Node::new(storage, seed, config);
         // Batched like the shell: held pulls are answered at the batch's commit.
-        node.set_batched(true);
-        host.node = Some(node);
-        host.needs_unseal = host.boot > 1;
-        let boot = host.boot;
+        if host.host.start(config, true).is_none() {
+            return;
+        }
+        let boot = host.host.boot();
+        host.needs_unseal = boot > 1;
         self.ldap.on_boot(h);
         let kind = host.kind;
         self.log(&format!("n{h} ({kind:?}) start boot={boot}"));
@@ -503,32 +485,10 @@ impl ReplWorld {
 
     /// Dev set-up at time 0, committed at once (not part of the fault model).
     fn dev_setup(&mut self, h: HostId) {
-        let root = self.hosts[h].root.clone();
         let now = self.now;
-        let host = &mut self.hosts[h];
-        let Some(node) = host.node.as_mut() else {
-            return;
-        };
-        node.handle(
-            now,
-            Input::Admin {
-                id: 1,
-                cmd: Admin::DevSetup {
-                    root_token_id: Some(root),
-                },
-            },
-        );
-        while let Some(o) = node.poll_output() {
-            if let Output::AdminDone {
-                result: Ok(AdminResult::DevSetup(keys)),
-                ..
-            } = o
-            {
-                host.key = keys.keys_base64.first().cloned().unwrap_or_default();
-            }
-        }
-        node.storage_mut().commit();
-        let ok = !host.key.is_empty();
+        let x = &mut self.hosts[h];
+        x.key = x.host.dev_setup(now, &x.root);
+        let ok = !x.key.is_empty();
         self.log(&format!(
             "n{h} dev set-up key={}",
             if ok { "ok" } else { "MISSING" }
@@ -539,7 +499,7 @@ impl ReplWorld {
         self.hosts
             .iter()
             .enumerate()
-            .filter_map(|(h, x)| x.node.as_ref().map(|n| (n.poll_timeout(), h)))
+            .filter_map(|(h, x)| x.host.node().map(|n| (n.poll_timeout(), h)))
             .min()
     }
 
@@ -567,7 +527,7 @@ impl ReplWorld {
             self.now = self.now.max(at);
             self.stats.ticks += 1;
             let now = self.now;
-            if let Some(n) = self.hosts[h].node.as_mut() {
+            if let Some(n) = self.hosts[h].host.node_mut() {
                 n.handle(now, Input::Tick);
             }
             self.drain(h);
@@ -588,15 +548,9 @@ impl ReplWorld {
         self.phase = Phase::Final;
         self.final_start = self.now;
         let keys = self.hosts[self.primary]
-            .parked
-            .as_ref()
+            .host
+            .storage()
             .map(|s| s.committed_len())
-            .or_else(|| {
-                self.hosts[self.primary]
-                    .node
-                    .as_ref()
-                    .map(|n| n.storage().committed_len())
-            })
             .unwrap_or(0) as u64;
         self.converge_bound =
             CONVERGE_MS + keys.div_ceil(self.params.fetch_batch.max(1) as u64) * SYNC_MS_PER_CALL;
@@ -611,7 +565,7 @@ impl ReplWorld {
             }
         }
         for h in 0..n {
-            if self.hosts[h].node.is_none() && self.held_down != Some(h) {
+            if !self.hosts[h].host.is_up() && self.held_down != Some(h) {
                 self.boot(h);
             }
         }
@@ -621,7 +575,7 @@ impl ReplWorld {
         match ev {
             Ev::ApiReq { to, from, req } => {
                 let id = req.id;
-                if self.hosts[to].node.is_none() {
+                if !self.hosts[to].host.is_up() {
                     self.log(&format!("n{to} is down: #{id} refused"));
                     self.reply_api(to, from, id, Err("connection refused".into()));
                     return Ok(());
@@ -641,12 +595,12 @@ impl ReplWorld {
                         gen: x.rot.gen,
                         values_gen: x.rot.values_gen,
                         busy: x
-                            .node
-                            .as_ref()
+                            .host
+                            .node()
                             .is_some_and(|n| n.replication().scan_progress().is_some()),
                     });
                 }
-                let Some(node) = self.hosts[to].node.as_mut() else {
+                let Some(node) = self.hosts[to].host.node_mut() else {
                     return Ok(());
                 };
                 if req.path == "sys/replication/dr/secondary/promote" {
@@ -674,7 +628,7 @@ impl ReplWorld {
             }
             Ev::ApiResp { to, id, resp } => match to {
                 Caller::Http { host, boot, call } => {
-                    if self.hosts[host].boot != boot || self.hosts[host].node.is_none() {
+                    if self.hosts[host].host.boot() != boot || !self.hosts[host].host.is_up() {
                         return Ok(());
                     }
                     let result = resp.map(|r| {
@@ -693,7 +647,7 @@ impl ReplWorld {
                         }
                     ));
                     let now = self.now;
-                    if let Some(n) = self.hosts[host].node.as_mut() {
+                    if let Some(n) = self.hosts[host].host.node_mut() {
                         n.handle(
                             now,
                             Input::HttpReply(HttpReply {
@@ -715,7 +669,7 @@ impl ReplWorld {
                 msg,
             } => {
                 self.stats.peer_msgs += 1;
-                if self.hosts[to].node.is_none() {
+                if !self.hosts[to].host.is_up() {
                     self.peer_error(from, boot, call, "connection refused", to);
                     return Ok(());
                 }
@@ -724,7 +678,7 @@ impl ReplWorld {
                 let pid = host.next_peer;
                 host.peer_in.insert(pid, (from, boot, call));
                 let now = self.now;
-                if let Some(n) = host.node.as_mut() {
+                if let Some(n) = host.host.node_mut() {
                     n.handle(now, Input::PeerRequest(PeerRequest { id: pid, msg }));
                 }
                 self.drain(to);
@@ -736,7 +690,7 @@ impl ReplWorld {
                 call,
                 result,
             } => {
-                if self.hosts[to].boot != boot || self.hosts[to].node.is_none() {
+                if self.hosts[to].host.boot() != boot || !self.hosts[to].host.is_up() {
                     return Ok(());
                 }
                 if let Err(e) = &result {
@@ -744,7 +698,7 @@ impl ReplWorld {
                     self.log(&format!("n{to} <- peer error call={call}: {e}"));
                 }
                 let now = self.now;
-                if let Some(n) = self.hosts[to].node.as_mut() {
+                if let Some(n) = self.hosts[to].host.node_mut() {
                     n.handle(
                         now,
                         Input::PeerReply(PeerReply {
@@ -757,7 +711,7 @@ impl ReplWorld {
                 self.schedule_commit(to)
             }
             Ev::Commit { host, batch } => {
-                if self.hosts[host].batch == batch {
+                if self.hosts[host].host.is_open_batch(batch) {
                     self.commit(host)?;
                 }
                 Ok(())
@@ -774,12 +728,12 @@ impl ReplWorld {
             }
             Ev::Wake => self.wake(),
             Ev::LdapRep { host, boot, reply } => {
-                if self.hosts[host].boot != boot || self.hosts[host].node.is_none() {
+                if self.hosts[host].host.boot() != boot || !self.hosts[host].host.is_up() {
                     return Ok(());
                 }
                 let now = self.now;
                 self.ldap_at.insert(host, now);
-                if let Some(n) = self.hosts[host].node.as_mut() {
+                if let Some(n) = self.hosts[host].host.node_mut() {
                     n.handle(now, Input::Ldap(reply));
                 }
                 self.drain(host);
@@ -788,7 +742,7 @@ impl ReplWorld {
             Ev::NextCrash => {
                 if self.phase == Phase::Chaos {
                     let h = self.faults.below(self.hosts.len() as u64) as usize;
-                    if self.hosts[h].node.is_some() {
+                    if self.hosts[h].host.is_up() {
                         self.crash(h)?;
                     }
                     let d = self.faults.delay(self.params.crash_mean_ms).max(1);

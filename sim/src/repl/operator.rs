@@ -160,7 +160,7 @@ impl ReplWorld {
         let id = self.next_id + 1;
         for h in 0..self.hosts.len() {
             if self.hosts[h].needs_unseal
-                && self.hosts[h].node.is_some()
+                && self.hosts[h].host.is_up()
                 && self.unseal_after[h] <= self.now
             {
                 let t = self.unseal_tries[h];
@@ -528,7 +528,7 @@ impl ReplWorld {
     }
 
     pub(super) fn up(&self, h: HostId) -> bool {
-        self.hosts[h].node.is_some() && !self.hosts[h].needs_unseal
+        self.hosts[h].host.is_up() && !self.hosts[h].needs_unseal
     }
 
     /// What secondary `i` needs before it can run a protected operation, if anything: a

@@ -69,11 +69,7 @@ pub(super) fn sample<T: std::fmt::Debug>(v: &[T]) -> String {
 
 impl ReplWorld {
     pub(super) fn storage_of(&mut self, h: HostId) -> Option<&mut SimStorage> {
-        let x = &mut self.hosts[h];
-        match x.node.as_mut() {
-            Some(n) => Some(n.storage_mut()),
-            None => x.parked.as_mut(),
-        }
+        self.hosts[h].host.storage_mut()
     }
 
     /// Plants bit rot: a byte of a stored Merkle record (any host), or of a replicated KV
@@ -272,7 +268,7 @@ impl ReplWorld {
             return Ok(());
         }
         let x = &self.hosts[h];
-        let Some(node) = x.node.as_ref() else {
+        let Some(node) = x.host.node() else {
             return Ok(());
         };
         let rot = &x.rot;

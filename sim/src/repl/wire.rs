@@ -61,15 +61,15 @@ impl ReplWorld {
     }
 
     pub(super) fn drain(&mut self, h: HostId) {
-        let host = &mut self.hosts[h];
-        let Some(node) = host.node.as_mut() else {
+        let host = &mut self.hosts[h].host;
+        if !host.is_up() {
             return;
-        };
+        }
         let mut calls = Vec::new();
         let mut early = Vec::new();
         let scan_id = self.scan.filter(|s| s.h == h).map(|s| s.id);
         let mut scan_answer = None;
-        while let Some(o) = node.poll_output() {
+        while let Some(o) = host.poll_output() {
             if let Output::Response(r) = &o {
                 if Some(r.id) == scan_id {
                     scan_answer = Some(r.clone());
@@ -83,10 +83,10 @@ impl ReplWorld {
                 // them at the end of the batch, before the sync); here even earlier, so a
                 // crash in the commit window loses what a pull already told the primary.
                 o @ Output::PeerSend(_) => early.push(o),
-                other => host.held.push(other),
+                other => host.hold(other),
             }
         }
-        let boot = host.boot;
+        let boot = host.boot();
         if let Some(r) = scan_answer {
             if self.pending.is_none() {
                 if let Err(v) = self.on_scan_answer(h, &r) {
@@ -112,21 +112,18 @@ impl ReplWorld {
     }
 
     pub(super) fn schedule_commit(&mut self, h: HostId) -> Result<(), Violation> {
-        let host = &self.hosts[h];
-        let dirty = host.node.as_ref().is_some_and(|n| n.storage().is_dirty());
-        if host.held.is_empty() && !dirty {
+        let host = &mut self.hosts[h].host;
+        if !host.pending() {
             return Ok(());
         }
-        if host.commit_scheduled {
+        let Some(batch) = host.schedule_commit() else {
             return Ok(());
-        }
-        let batch = host.batch;
+        };
         let d = self.faults.range(0, self.params.commit_window_ms);
         if self.phase == Phase::Chaos && self.faults.chance(self.params.crash_in_batch_permille) {
             let c = self.faults.range(0, d);
             self.schedule(c, Ev::Crash(h));
         }
-        self.hosts[h].commit_scheduled = true;
         self.schedule(d, Ev::Commit { host: h, batch });
         Ok(())
     }
@@ -134,19 +131,14 @@ impl ReplWorld {
     pub(super) fn commit(&mut self, h: HostId) -> Result<(), Violation> {
         // The end of the batch: held pulls get the batch's WAL entries.
         let now = self.now;
-        if let Some(n) = self.hosts[h].node.as_mut() {
+        if let Some(n) = self.hosts[h].host.node_mut() {
             n.end_batch(now);
         }
         self.drain(h);
-        let host = &mut self.hosts[h];
-        let Some(node) = host.node.as_mut() else {
+        let Some((_, held)) = self.hosts[h].host.commit() else {
             return Ok(());
         };
-        node.storage_mut().commit();
-        host.batch += 1;
-        host.commit_scheduled = false;
         self.stats.commits += 1;
-        let held = std::mem::take(&mut host.held);
         for o in held {
             self.release(h, o);
         }
@@ -167,14 +159,11 @@ impl ReplWorld {
     }
 
     pub(super) fn release(&mut self, h: HostId, o: Output) {
-        let boot = self.hosts[h].boot;
+        let boot = self.hosts[h].host.boot();
         match o {
             Output::Response(r) => {
                 if self.outstanding.as_ref().is_some_and(|o| o.0 == r.id) {
-                    self.out_wal = self.hosts[h]
-                        .node
-                        .as_ref()
-                        .map(|n| n.replication().wal.last);
+                    self.out_wal = self.hosts[h].host.node().map(|n| n.replication().wal.last);
                 }
                 self.hosts[h].op_in.remove(&r.id);
                 let from = self.hosts[h]
@@ -296,15 +285,9 @@ impl ReplWorld {
     pub(super) fn crash(&mut self, h: HostId) -> Result<(), Violation> {
         self.stats.crashes += 1;
         let host = &mut self.hosts[h];
-        let Some(node) = host.node.take() else {
+        let Some((info, held)) = host.host.crash() else {
             return Ok(());
         };
-        let mut storage = node.into_storage();
-        let info = storage.crash();
-        host.parked = Some(storage);
-        host.batch += 1;
-        host.commit_scheduled = false;
-        let held = std::mem::take(&mut host.held);
         let http_in = std::mem::take(&mut host.http_in);
         let peer_in = std::mem::take(&mut host.peer_in);
         self.log(&format!(
