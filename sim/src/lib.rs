@@ -19,7 +19,8 @@
 //! evaluator), [`check`] (invariants), [`world`] (the driver), [`repl`] (replication
 //! topologies on the fast tier: primary + perf/filtered/DR secondaries, peer and HTTP
 //! calls over the seeded network, their own operator and checkers; about a third of the
-//! seeds, see [`repl::wants_replication`]), [`trace`] (event log).
+//! seeds, see [`repl::wants_replication`]), [`trace`] (event log, with the core's log
+//! records, see [`logger`]).
 
 pub mod check;
 pub mod host;
@@ -195,6 +196,7 @@ pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 pub fn run(cfg: &RunConfig) -> Outcome {
     logger::init();
     let _ = logger::take_errors();
+    let _ = logger::take_records();
     let o = match cfg.tier {
         Tier::Fast => run_fast(cfg),
         Tier::Turmoil => tcp::run(cfg),

@@ -1003,6 +1003,7 @@ fn step(sim: &mut turmoil::Sim<'_>, d: &mut Driver) -> Result<bool, Violation> {
     for l in lines {
         d.log(&l);
     }
+    d.trace.log_core_records(d.now);
     let n = d.p.kinds.len();
     if d.phase == Phase::Chaos && d.now > T0 + CHAOS_MS {
         d.phase = Phase::Final;
@@ -1035,6 +1036,7 @@ fn step(sim: &mut turmoil::Sim<'_>, d: &mut Driver) -> Result<bool, Violation> {
         }
         d.pump()?;
     }
+    d.trace.log_core_records(d.now);
     if d.now % 500 < TICK_MS {
         d.check_filters()?;
     }

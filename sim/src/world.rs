@@ -357,6 +357,7 @@ impl World {
             self.now = self.now.max(at);
             self.event(ev)?;
         }
+        self.trace.log_core_records(self.now);
         self.after_event()?;
         Ok(Step::Continue)
     }

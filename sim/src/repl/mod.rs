@@ -538,6 +538,7 @@ impl ReplWorld {
         } else {
             return fail("liveness", "nothing left to happen");
         }
+        self.trace.log_core_records(self.now);
         if let Some(v) = self.pending.take() {
             return Err(v);
         }
