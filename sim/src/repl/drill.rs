@@ -100,7 +100,7 @@ impl ReplWorld {
                 self.isolated = Some(old);
                 for b in 0..self.hosts.len() {
                     if b != old {
-                        self.net.partition(Addr::Host(old), Addr::Host(b));
+                        self.cut_link(old, b);
                     }
                 }
             } else {

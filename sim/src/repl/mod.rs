@@ -89,6 +89,15 @@ pub fn wants_replication(seed: u64) -> bool {
     SimRng::derive(seed, "topology-0").chance(350)
 }
 
+/// Who waits for the answer to a peer request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PeerFrom {
+    /// Host `host`, incarnation `boot`, call `call`, over the seeded network.
+    Net { host: HostId, boot: u64, call: u64 },
+    /// A turmoil connection, under this key ([`crate::tcp::TcpNet::answer`]).
+    Tcp(u64),
+}
+
 /// Who waits for an API response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Caller {
@@ -148,8 +157,8 @@ struct Machine {
     http_in: BTreeMap<RequestId, Caller>,
     /// Operator requests handled and not yet answered.
     op_in: BTreeSet<RequestId>,
-    /// Peer requests being served: peer id → (caller host, boot, call id).
-    peer_in: BTreeMap<u64, (HostId, u64, u64)>,
+    /// Peer requests being served: peer id → who waits for the answer.
+    peer_in: BTreeMap<u64, PeerFrom>,
     next_peer: u64,
     root: String,
     key: String,
@@ -255,6 +264,8 @@ pub struct ReplWorld {
     scan: Option<ScanStart>,
     /// A violation found while draining a node's outputs (returned by the next step).
     pending: Option<Violation>,
+    /// The turmoil tier: peer messages over turmoil TCP, time from turmoil's clock.
+    tcp: Option<crate::tcp::TcpNet>,
 }
 
 /// A write of a key: (upper bound of its WAL index, value or delete).
@@ -276,13 +287,29 @@ fn key_name(other: bool, n: u64) -> String {
 }
 
 impl ReplWorld {
+    /// The replication world of the fast tier: every message over the seeded network.
     pub fn new(cfg: &crate::RunConfig) -> ReplWorld {
+        ReplWorld::build(cfg, false)
+    }
+
+    /// The replication world of the turmoil tier ([`crate::tcp`]): peer messages over
+    /// turmoil TCP, the world's clock is turmoil's.
+    pub fn new_turmoil(cfg: &crate::RunConfig) -> ReplWorld {
+        ReplWorld::build(cfg, true)
+    }
+
+    fn build(cfg: &crate::RunConfig, turmoil: bool) -> ReplWorld {
         let seed = cfg.seed;
         let params = Params::derive(seed);
+        let tcp = turmoil.then(|| crate::tcp::TcpNet::new(seed, params.kinds.len()));
         let mut trace = Trace::new(cfg.print_trace);
+        let tier = match &tcp {
+            Some(t) => format!("turmoil {}", t.params().describe()),
+            None => "fast".to_string(),
+        };
         trace.log(
             0,
-            &format!("seed={seed} tier=fast replication {}", params.describe()),
+            &format!("seed={seed} tier={tier} replication {}", params.describe()),
         );
         let hosts = params
             .kinds
@@ -393,6 +420,7 @@ impl ReplWorld {
             scan_rng: SimRng::derive(seed, "repl-scan"),
             scan: None,
             pending: None,
+            tcp,
             params,
         };
         {
@@ -429,6 +457,19 @@ impl ReplWorld {
 
     pub fn params(&self) -> &Params {
         &self.params
+    }
+
+    /// The run's parameters for the outcome (with the socket faults on the turmoil tier).
+    pub fn describe(&self) -> String {
+        match &self.tcp {
+            Some(t) => format!("{} {}", self.params.describe(), t.params().describe()),
+            None => self.params.describe(),
+        }
+    }
+
+    /// Turmoil tier: (answers broken mid-stream, peer messages sent over TCP).
+    pub fn tcp_counts(&self) -> Option<(u64, u64)> {
+        self.tcp.as_ref().map(|t| t.counts())
     }
 
     pub fn trace(&self) -> &Trace {
@@ -478,6 +519,9 @@ impl ReplWorld {
         }
         let boot = host.host.boot();
         host.needs_unseal = boot > 1;
+        if let Some(t) = self.tcp.as_mut() {
+            t.restart(h);
+        }
         self.ldap.on_boot(h);
         let kind = host.kind;
         self.log(&format!("n{h} ({kind:?}) start boot={boot}"));
@@ -522,7 +566,15 @@ impl ReplWorld {
             (None, _) => false,
         };
         self.stats.events += 1;
-        if take_tick {
+        let due = match (tick, queued) {
+            (Some((t, _)), Some(q)) => Some(t.min(q)),
+            (Some((t, _)), None) => Some(t),
+            (None, q) => q,
+        };
+        if self.tcp.is_some() && due.is_none_or(|t| t > self.now) {
+            // Turmoil tier: nothing due yet; turmoil's clock moves one tick.
+            self.turmoil_step()?;
+        } else if take_tick {
             let (at, h) = tick.unwrap_or_default();
             self.now = self.now.max(at);
             self.stats.ticks += 1;
@@ -545,6 +597,42 @@ impl ReplWorld {
         Ok(true)
     }
 
+    /// Turmoil tier: one turmoil tick, then what its tasks reported (trace lines, peer
+    /// requests and answers) and, in the chaos phase, the socket faults.
+    fn turmoil_step(&mut self) -> Result<(), Violation> {
+        let Some(t) = self.tcp.as_mut() else {
+            return Ok(());
+        };
+        let at = t.step().map_err(|e| Violation {
+            invariant: "no-panic",
+            detail: e,
+        })?;
+        let (lines, inbound) = t.take();
+        let faults = if self.phase == Phase::Chaos {
+            t.faults(at)
+        } else {
+            Vec::new()
+        };
+        self.now = self.now.max(at);
+        for l in lines.iter().chain(&faults) {
+            self.log(l);
+        }
+        for m in inbound {
+            match m {
+                crate::tcp::Inbound::Request { to, key, msg } => {
+                    self.peer_request(to, PeerFrom::Tcp(key), msg)?;
+                }
+                crate::tcp::Inbound::Reply {
+                    to,
+                    boot,
+                    call,
+                    result,
+                } => self.peer_reply(to, boot, call, result)?,
+            }
+        }
+        Ok(())
+    }
+
     fn begin_final(&mut self) {
         self.phase = Phase::Final;
         self.final_start = self.now;
@@ -562,8 +650,14 @@ impl ReplWorld {
                 if a != b && self.isolated != Some(a) && self.isolated != Some(b) {
                     self.net
                         .set_link(Addr::Host(a), Addr::Host(b), self.params.peer_link);
+                    if let Some(t) = self.tcp.as_mut() {
+                        t.repair(a, b);
+                    }
                 }
             }
+        }
+        if let Some(t) = self.tcp.as_mut() {
+            t.heal_faults();
         }
         for h in 0..n {
             if !self.hosts[h].host.is_up() && self.held_down != Some(h) {
@@ -669,48 +763,19 @@ impl ReplWorld {
                 call,
                 msg,
             } => {
-                self.stats.peer_msgs += 1;
-                if !self.hosts[to].host.is_up() {
-                    self.peer_error(from, boot, call, "connection refused", to);
-                    return Ok(());
-                }
-                let host = &mut self.hosts[to];
-                host.next_peer += 1;
-                let pid = host.next_peer;
-                host.peer_in.insert(pid, (from, boot, call));
-                let now = self.now;
-                if let Some(n) = host.host.node_mut() {
-                    n.handle(now, Input::PeerRequest(PeerRequest { id: pid, msg }));
-                }
-                self.drain(to);
-                self.schedule_commit(to)
+                let from = PeerFrom::Net {
+                    host: from,
+                    boot,
+                    call,
+                };
+                self.peer_request(to, from, msg)
             }
             Ev::PeerRep {
                 to,
                 boot,
                 call,
                 result,
-            } => {
-                if self.hosts[to].host.boot() != boot || !self.hosts[to].host.is_up() {
-                    return Ok(());
-                }
-                if let Err(e) = &result {
-                    self.stats.peer_errors += 1;
-                    self.log(&format!("n{to} <- peer error call={call}: {e}"));
-                }
-                let now = self.now;
-                if let Some(n) = self.hosts[to].host.node_mut() {
-                    n.handle(
-                        now,
-                        Input::PeerReply(PeerReply {
-                            call_id: call,
-                            result,
-                        }),
-                    );
-                }
-                self.drain(to);
-                self.schedule_commit(to)
-            }
+            } => self.peer_reply(to, boot, call, result),
             Ev::Commit { host, batch } => {
                 if self.hosts[host].host.is_open_batch(batch) {
                     self.commit(host)?;
@@ -758,7 +823,7 @@ impl ReplWorld {
                         % self.hosts.len();
                     if self.isolated != Some(p) && self.isolated != Some(s) {
                         self.stats.partitions += 1;
-                        self.net.partition(Addr::Host(p), Addr::Host(s));
+                        self.cut_link(p, s);
                         self.log(&format!("net PARTITION n{p} | n{s}"));
                         let d = self.faults.delay(self.params.partition_len_ms).max(1);
                         self.schedule(d, Ev::Heal(p, s));

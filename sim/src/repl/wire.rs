@@ -5,10 +5,73 @@
 use super::*;
 
 impl ReplWorld {
+    /// Cuts the link between hosts `a` and `b` (both ways).
+    pub(super) fn cut_link(&mut self, a: HostId, b: HostId) {
+        self.net.partition(Addr::Host(a), Addr::Host(b));
+        if let Some(t) = self.tcp.as_mut() {
+            t.partition(a, b);
+        }
+    }
+
+    /// A peer request arrives at host `to`.
+    pub(super) fn peer_request(
+        &mut self,
+        to: HostId,
+        from: PeerFrom,
+        msg: PeerMsg,
+    ) -> Result<(), Violation> {
+        self.stats.peer_msgs += 1;
+        if !self.hosts[to].host.is_up() {
+            if let PeerFrom::Net { host, boot, call } = from {
+                self.peer_error(host, boot, call, "connection refused", to);
+            }
+            return Ok(());
+        }
+        let host = &mut self.hosts[to];
+        host.next_peer += 1;
+        let pid = host.next_peer;
+        host.peer_in.insert(pid, from);
+        let now = self.now;
+        host.host
+            .handle(now, Input::PeerRequest(PeerRequest { id: pid, msg }));
+        self.drain(to);
+        self.schedule_commit(to)
+    }
+
+    /// The answer (or transport error) to call `call` of incarnation `boot` of host `to`.
+    pub(super) fn peer_reply(
+        &mut self,
+        to: HostId,
+        boot: u64,
+        call: u64,
+        result: Result<PeerAnswer, String>,
+    ) -> Result<(), Violation> {
+        if self.hosts[to].host.boot() != boot || !self.hosts[to].host.is_up() {
+            return Ok(());
+        }
+        if let Err(e) = &result {
+            self.stats.peer_errors += 1;
+            self.log(&format!("n{to} <- peer error call={call}: {e}"));
+        }
+        let now = self.now;
+        self.hosts[to].host.handle(
+            now,
+            Input::PeerReply(PeerReply {
+                call_id: call,
+                result,
+            }),
+        );
+        self.drain(to);
+        self.schedule_commit(to)
+    }
+
     pub(super) fn heal(&mut self, a: HostId, b: HostId) {
         let l = self.params.peer_link;
         self.net.set_link(Addr::Host(a), Addr::Host(b), l);
         self.net.set_link(Addr::Host(b), Addr::Host(a), l);
+        if let Some(t) = self.tcp.as_mut() {
+            t.repair(a, b);
+        }
         self.log(&format!("net HEAL n{a} | n{b}"));
     }
 
@@ -190,6 +253,10 @@ impl ReplWorld {
                     .map(|v| shorten(&v.to_string(), 80))
                     .unwrap_or_default();
                 self.log(&format!("n{h} -> n{j} peer call={} {what}", s.call_id));
+                if let Some(t) = self.tcp.as_mut() {
+                    t.send(h, boot, s);
+                    return;
+                }
                 match self.net.route(self.now, Addr::Host(h), Addr::Host(j)) {
                     Route::Deliver(d) => self.schedule(
                         d,
@@ -212,12 +279,20 @@ impl ReplWorld {
                 }
             }
             Output::PeerResponse(r) => {
-                let Some((c, cboot, call)) = self.hosts[h].peer_in.remove(&r.id) else {
-                    return;
-                };
                 let what = serde_json::to_value(&r.msg)
                     .map(|v| shorten(&v.to_string(), 100))
                     .unwrap_or_default();
+                let (c, cboot, call) = match self.hosts[h].peer_in.remove(&r.id) {
+                    None => return,
+                    Some(PeerFrom::Net { host, boot, call }) => (host, boot, call),
+                    Some(PeerFrom::Tcp(key)) => {
+                        self.log(&format!("n{h} -> tcp peer answer key={key} {what}"));
+                        if let Some(t) = self.tcp.as_mut() {
+                            t.answer(key, r.msg);
+                        }
+                        return;
+                    }
+                };
                 self.log(&format!("n{h} -> n{c} peer answer call={call} {what}"));
                 match self.net.route(self.now, Addr::Host(h), Addr::Host(c)) {
                     Route::Deliver(d) => self.schedule(
@@ -317,8 +392,14 @@ impl ReplWorld {
                 },
             );
         }
-        for (_, (c, boot, call)) in peer_in {
-            self.peer_error(c, boot, call, "connection reset", h);
+        for (_, from) in peer_in {
+            // Turmoil connections break with the turmoil host.
+            if let PeerFrom::Net { host, boot, call } = from {
+                self.peer_error(host, boot, call, "connection reset", h);
+            }
+        }
+        if let Some(t) = self.tcp.as_mut() {
+            t.crash(h);
         }
         let d = self.faults.delay(self.params.downtime_mean_ms).max(1);
         self.schedule(d, Ev::Restart(h));
