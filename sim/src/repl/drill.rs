@@ -47,7 +47,13 @@ pub(super) enum DrillNext {
     /// A drill is running and waits (for a host to come up, a step to finish).
     Wait,
     /// The drill's next request.
-    Send((HostId, Op, Request)),
+    Send(Box<(HostId, Op, Request)>),
+}
+
+impl DrillNext {
+    fn send(r: (HostId, Op, Request)) -> DrillNext {
+        DrillNext::Send(Box::new(r))
+    }
 }
 
 impl ReplWorld {
@@ -119,7 +125,7 @@ impl ReplWorld {
                     return DrillNext::Wait;
                 }
                 if self.optok[dh].token.is_none() {
-                    return DrillNext::Send(self.optok_req(dh, id));
+                    return DrillNext::send(self.optok_req(dh, id));
                 }
                 let path = "sys/replication/dr/secondary/promote";
                 if !d.gate_probed {
@@ -131,7 +137,7 @@ impl ReplWorld {
                     let req = Request::new(id, Method::Post, path)
                         .with_token(&self.root(0))
                         .with_json(bogus);
-                    return DrillNext::Send((
+                    return DrillNext::send((
                         dh,
                         Op::Promote {
                             h: dh,
@@ -150,7 +156,7 @@ impl ReplWorld {
                 let req = Request::new(id, Method::Post, path)
                     .with_token(&self.root(0))
                     .with_json(body);
-                DrillNext::Send((
+                DrillNext::send((
                     dh,
                     Op::Promote {
                         h: dh,
@@ -171,7 +177,7 @@ impl ReplWorld {
                         continue;
                     }
                     if let Some(r) = self.sec_auth_req(i, id) {
-                        return DrillNext::Send(r);
+                        return DrillNext::send(r);
                     }
                     let r0 = self.root(0);
                     if by_token && s.token.is_none() {
@@ -182,7 +188,7 @@ impl ReplWorld {
                         )
                         .with_token(&r0)
                         .with_json(json!({ "id": s.id }));
-                        return DrillNext::Send((self.primary, Op::SecToken(i), req));
+                        return DrillNext::send((self.primary, Op::SecToken(i), req));
                     }
                     if by_token && s.filtered && !s.filter_set {
                         let req = Request::new(
@@ -192,9 +198,9 @@ impl ReplWorld {
                         )
                         .with_token(&r0)
                         .with_json(json!({"mode": "deny", "paths": ["other/"]}));
-                        return DrillNext::Send((self.primary, Op::Filter(i), req));
+                        return DrillNext::send((self.primary, Op::Filter(i), req));
                     }
-                    return DrillNext::Send(self.update_primary_req(i, id, by_token));
+                    return DrillNext::send(self.update_primary_req(i, id, by_token));
                 }
                 if !waiting {
                     self.set_step(DStep::Rejoin);
@@ -235,7 +241,7 @@ impl ReplWorld {
                         )
                         .with_token(&r0)
                         .with_json(json!({}));
-                        return DrillNext::Send((o, Op::OldPrimary { h: o, mode }, req));
+                        return DrillNext::send((o, Op::OldPrimary { h: o, mode }, req));
                     }
                 }
                 let i = match d.rejoin {
@@ -292,12 +298,12 @@ impl ReplWorld {
                     )
                     .with_token(&r0)
                     .with_json(json!({ "id": s.id }));
-                    return DrillNext::Send((self.primary, Op::SecToken(i), req));
+                    return DrillNext::send((self.primary, Op::SecToken(i), req));
                 }
                 if let Some(r) = self.sec_auth_req(i, id) {
-                    return DrillNext::Send(r);
+                    return DrillNext::send(r);
                 }
-                DrillNext::Send(self.update_primary_req(i, id, true))
+                DrillNext::send(self.update_primary_req(i, id, true))
             }
         }
     }

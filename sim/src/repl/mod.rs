@@ -1,6 +1,17 @@
-//! The fast tier with replication: a performance primary (host 0) and 1–3 secondaries
-//! (performance, some path-filtered, or DR) as real [`cairn_core::Node`]s on [`SimStorage`],
-//! with the cluster channel and outbound HTTP routed over the seeded [`Network`].
+//! The replication world: a performance primary (host 0) and 1–3 secondaries
+//! (performance, some path-filtered, or DR) as real [`cairn_core::Node`]s on [`SimStorage`]
+//! (each a shared [`Host`]), with the cluster channel and outbound HTTP routed over the
+//! seeded [`Network`] (fast tier, [`ReplWorld::new`]) — or, on the turmoil tier
+//! ([`ReplWorld::new_turmoil`], [`crate::tcp`]), the cluster channel over turmoil TCP and the
+//! world's clock from turmoil. Both tiers run the same operator, drills and checkers.
+//!
+//! This module owns the world and its driver (events, time, the step loop, boot and dev
+//! set-up, the final phase). The rest: [`params`] (per-seed parameters and addresses),
+//! [`wire`] (group commit, crashes, routing what nodes release), [`operator`] (what the
+//! operator manages and its next request), [`reply`] (its handling of answers, one handler
+//! per request kind), [`drill`] (the failover drill state machine), [`scan`] (planted
+//! corruption, reindex and Merkle-check requests and their checks), [`checks`]
+//! (convergence, filters, revocation, WAL, durability and failover checkers).
 //!
 //! Wiring, as the shell does it (`shell/src/cluster.rs`, `shell/src/runtime.rs`):
 //! * `Output::PeerSend` → the peer's `Input::PeerRequest`; its `Output::PeerResponse` (perhaps
@@ -146,6 +157,7 @@ enum Ev {
     NextPartition,
     Heal(HostId, HostId),
     NextCorrupt,
+    NextJump,
 }
 
 /// One host of the replication world: the shared [`Host`] (node, storage, held outputs,
@@ -188,6 +200,9 @@ pub struct Stats {
     pub peer_errors: u64,
     pub partitions: u64,
     pub converge_ms: u64,
+    pub clock_jumps: u64,
+    /// Simulated ms skipped by clock jumps.
+    pub jumped_ms: u64,
 }
 
 pub struct ReplWorld {
@@ -266,6 +281,11 @@ pub struct ReplWorld {
     pending: Option<Violation>,
     /// The turmoil tier: peer messages over turmoil TCP, time from turmoil's clock.
     tcp: Option<crate::tcp::TcpNet>,
+    /// Forward clock jumps of the chaos phase: (mean time between them, largest), ms.
+    /// Turmoil tier only for now (on the fast tier they would change what the replication
+    /// regression seeds exercise).
+    jumps: Option<(u64, u64)>,
+    jump_rng: SimRng,
 }
 
 /// A write of a key: (upper bound of its WAL index, value or delete).
@@ -421,6 +441,8 @@ impl ReplWorld {
             scan: None,
             pending: None,
             tcp,
+            jumps: None,
+            jump_rng: SimRng::derive(seed, "repl-jumps"),
             params,
         };
         {
@@ -451,6 +473,17 @@ impl ReplWorld {
         if w.params.corrupt_mean_ms > 0 {
             let d = w.corrupt_rng.delay(w.params.corrupt_mean_ms).max(1);
             w.schedule(d, Ev::NextCorrupt);
+        }
+        if turmoil {
+            let mean = *w.jump_rng.pick(&[5_000, 20_000, 60_000]).unwrap_or(&20_000);
+            let max = *w
+                .jump_rng
+                .pick(&[5_000, 60_000, 300_000])
+                .unwrap_or(&60_000);
+            w.jumps = Some((mean, max));
+            w.log(&format!("clock jumps every~{mean}ms up to {max}ms"));
+            let d = w.jump_rng.delay(mean).max(1);
+            w.schedule(d, Ev::NextJump);
         }
         w
     }
@@ -630,6 +663,39 @@ impl ReplWorld {
                 } => self.peer_reply(to, boot, call, result)?,
             }
         }
+        Ok(())
+    }
+
+    /// The clock jumps forward (chaos phase): nothing happens in the world meanwhile, and
+    /// everything due in the skipped time is late. On the turmoil tier turmoil's clock runs
+    /// through the jump (sockets time out) while the world waits.
+    fn clock_jump(&mut self) -> Result<(), Violation> {
+        let Some((mean, max)) = self.jumps.filter(|_| self.phase == Phase::Chaos) else {
+            return Ok(());
+        };
+        let jump = self.jump_rng.range(1_000, max.max(1_000));
+        match self.tcp.as_mut() {
+            Some(t) => {
+                let mut at = self.now;
+                while at < self.now + jump {
+                    at = t.step().map_err(|e| Violation {
+                        invariant: "no-panic",
+                        detail: e,
+                    })?;
+                }
+                self.now = at;
+            }
+            None => self.now += jump,
+        }
+        self.stats.clock_jumps += 1;
+        self.stats.jumped_ms += jump;
+        self.log(&format!(
+            "clock jumps forward {}.{:03}s",
+            jump / 1000,
+            jump % 1000
+        ));
+        let d = self.jump_rng.delay(mean).max(1);
+        self.schedule(d, Ev::NextJump);
         Ok(())
     }
 
@@ -848,6 +914,7 @@ impl ReplWorld {
                 }
                 Ok(())
             }
+            Ev::NextJump => self.clock_jump(),
         }
     }
 }

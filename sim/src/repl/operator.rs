@@ -178,7 +178,7 @@ impl ReplWorld {
             match self.choose_drill(id) {
                 DrillNext::Off => {}
                 DrillNext::Wait => return None,
-                DrillNext::Send(r) => return Some(r),
+                DrillNext::Send(r) => return Some(*r),
             }
         }
         if self.phase == Phase::Final {
