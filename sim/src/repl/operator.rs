@@ -158,21 +158,8 @@ impl ReplWorld {
     /// The operator's next request, if any.
     pub(super) fn choose(&mut self) -> Option<(HostId, Op, Request)> {
         let id = self.next_id + 1;
-        for h in 0..self.hosts.len() {
-            if self.hosts[h].needs_unseal
-                && self.hosts[h].host.is_up()
-                && self.unseal_after[h] <= self.now
-            {
-                let t = self.unseal_tries[h];
-                let key = if t.is_multiple_of(2) || h == 0 {
-                    self.hosts[h].key.clone()
-                } else {
-                    self.hosts[0].key.clone()
-                };
-                let req =
-                    Request::new(id, Method::Put, "sys/unseal").with_json(json!({ "key": key }));
-                return Some((h, Op::Unseal(h), req));
-            }
+        if let Some(r) = self.choose_unseal(id) {
+            return Some(r);
         }
         if matches!(self.phase, Phase::Chaos | Phase::Final) {
             match self.choose_drill(id) {
@@ -196,6 +183,48 @@ impl ReplWorld {
             }
             _ => return None,
         }
+        if let Some(r) = self.choose_setup(id) {
+            return Some(r);
+        }
+        if let Some(r) = self.choose_sec_root(id) {
+            return Some(r);
+        }
+        if let Some(r) = self.choose_disable(id) {
+            return Some(r);
+        }
+        if self.scan_rng.chance(self.params.scan_permille) {
+            if let Some(r) = self.choose_scan(id) {
+                return Some(r);
+            }
+        }
+        self.choose_traffic(id)
+    }
+
+    /// An unseal of a host that needs one (every tier restarts sealed).
+    fn choose_unseal(&mut self, id: RequestId) -> Option<(HostId, Op, Request)> {
+        for h in 0..self.hosts.len() {
+            if self.hosts[h].needs_unseal
+                && self.hosts[h].host.is_up()
+                && self.unseal_after[h] <= self.now
+            {
+                let t = self.unseal_tries[h];
+                let key = if t.is_multiple_of(2) || h == 0 {
+                    self.hosts[h].key.clone()
+                } else {
+                    self.hosts[0].key.clone()
+                };
+                let req =
+                    Request::new(id, Method::Put, "sys/unseal").with_json(json!({ "key": key }));
+                return Some((h, Op::Unseal(h), req));
+            }
+        }
+        None
+    }
+
+    /// The cluster set-up, one step at a time until acknowledged: the LDAP mount and its
+    /// configuration, the second KV mount, the performance (and DR) primary, and for each
+    /// secondary its revocations, activation token, paths filter and enable.
+    fn choose_setup(&mut self, id: RequestId) -> Option<(HostId, Op, Request)> {
         let r0 = self.root(0);
         if self.mounted && !self.ldap_mounted {
             let req = Request::new(id, Method::Post, "sys/auth/ldap")
@@ -277,6 +306,12 @@ impl ReplWorld {
             .with_json(json!({ "token": s.token.clone().unwrap_or_default() }));
             return Some((s.host, Op::SecEnable(i), req));
         }
+        None
+    }
+
+    /// Now and then, a root token generated on a performance secondary with the primary's
+    /// key (its own tokens are gone once it follows a performance primary).
+    fn choose_sec_root(&mut self, id: RequestId) -> Option<(HostId, Op, Request)> {
         // A root token on each performance secondary, generated with the primary's key.
         for i in 0..self.secs.len() {
             let s = &self.secs[i];
@@ -293,14 +328,12 @@ impl ReplWorld {
             }
             return Some(self.gen_root_req(i, id));
         }
-        // Traffic.
-        let perf_secs: Vec<HostId> = self
-            .secs
-            .iter()
-            .filter(|s| s.enabled && s.mode == Mode::Performance && s.local_root.is_some())
-            .map(|s| s.host)
-            .collect();
-        // Disable and re-enable a secondary now and then.
+        None
+    }
+
+    /// The disable-and-re-enable drill of a secondary marked for it (its credentials
+    /// first).
+    fn choose_disable(&mut self, id: RequestId) -> Option<(HostId, Op, Request)> {
         if let Some(i) = self
             .secs
             .iter()
@@ -322,11 +355,21 @@ impl ReplWorld {
                 return Some((s.host, Op::SecDisable(i), req));
             }
         }
-        if self.scan_rng.chance(self.params.scan_permille) {
-            if let Some(r) = self.choose_scan(id) {
-                return Some(r);
-            }
-        }
+        None
+    }
+
+    /// Traffic: KV writes and deletes on two mounts, policies, tokens, probes of primary
+    /// tokens and reads (some at an `X-Vault-Index`) on performance secondaries, LDAP
+    /// logins, mapping writes and directory changes, token creation on secondaries, and
+    /// the occasional disable or revocation of a secondary.
+    fn choose_traffic(&mut self, id: RequestId) -> Option<(HostId, Op, Request)> {
+        let r0 = self.root(0);
+        let perf_secs: Vec<HostId> = self
+            .secs
+            .iter()
+            .filter(|s| s.enabled && s.mode == Mode::Performance && s.local_root.is_some())
+            .map(|s| s.host)
+            .collect();
         let pick = self
             .oprng
             .weighted(&[35, 15, 8, 5, 4, 6, 15, 2, 1, 10, 3, 2, 2]);
