@@ -1,16 +1,16 @@
-//! One simulated machine, shared by every tier ([`crate::world`], [`crate::repl`],
-//! [`crate::tcp`]): a [`Node`] while it is up, its [`SimStorage`] always (the storage
-//! outlives crashes), the node's outputs held until the batch that produced them commits,
-//! the boot incarnation, and the open batch's bookkeeping.
+//! One simulated machine, shared by every tier ([`crate::world`], and [`crate::repl`] on
+//! the fast and turmoil tiers): a [`Node`] while it is up, its [`SimStorage`] always (the
+//! storage outlives crashes), the node's outputs held until the batch that produced them
+//! commits, the boot incarnation, and the open batch's bookkeeping.
 //!
 //! Group commit works as in the shell: a node's writes land in the storage's uncommitted
 //! buffer and its outputs are [held](Host::hold) until [`Host::commit`] makes the batch
 //! durable and hands them back for release. [`Host::crash`] is a power loss: the node and
 //! its uncommitted writes vanish, and the held outputs are handed back to be answered with
 //! a reset connection. [`Host::start`] boots a new incarnation on the parked storage (sealed,
-//! as after any restart). When to commit is the driver's policy: the fast tiers commit after
-//! a seeded window (or when a batch is full); the turmoil tier commits every input as it is
-//! handled.
+//! as after any restart). When to commit is the driver's policy: the single-node world
+//! commits after a seeded window or when a batch is full, the replication world (both
+//! tiers) after a seeded window, ending the batch first (held long polls are answered).
 
 use crate::net::HostId;
 use crate::rng::SimRng;
