@@ -8,18 +8,22 @@
 //! for byte, which the trace hash ([`trace`]) proves.
 //!
 //! Tiers: [`Tier::Fast`] drives bare `cairn_core::Node`s from one thread ([`world`],
-//! [`repl`]); [`Tier::Turmoil`] ([`tcp`]) runs nodes as turmoil hosts with the peer
-//! messages over turmoil TCP (connection breaks mid-stream, held links, partitions during
-//! a Merkle sync).
+//! [`repl`]); [`Tier::Turmoil`] ([`tcp`]) runs the same replication world (operator,
+//! drills, checkers) with the peer messages over turmoil TCP between turmoil hosts
+//! (connection breaks mid-stream, held links, partitions during a Merkle sync).
 //!
-//! Module map: [`storage`] (group commit, crashes, planted faults), [`net`] (seeded
+//! Module map: [`host`] (one machine of any tier: node, storage that outlives crashes,
+//! outputs held until their batch commits, boot incarnation), [`storage`] (group commit,
+//! crashes, planted faults), [`net`] (seeded
 //! network), [`operator`] (clients and their ops), [`model`] (expected state, ACL
 //! evaluator), [`check`] (invariants), [`world`] (the driver), [`repl`] (replication
 //! topologies on the fast tier: primary + perf/filtered/DR secondaries, peer and HTTP
 //! calls over the seeded network, their own operator and checkers; about a third of the
-//! seeds, see [`repl::wants_replication`]), [`trace`] (event log).
+//! seeds, see [`repl::wants_replication`]), [`trace`] (event log, with the core's log
+//! records, see [`logger`]).
 
 pub mod check;
+pub mod host;
 pub mod ldap;
 pub mod logger;
 pub mod model;
@@ -192,6 +196,7 @@ pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 pub fn run(cfg: &RunConfig) -> Outcome {
     logger::init();
     let _ = logger::take_errors();
+    let _ = logger::take_records();
     let o = match cfg.tier {
         Tier::Fast => run_fast(cfg),
         Tier::Turmoil => tcp::run(cfg),
@@ -220,7 +225,7 @@ fn run_fast(cfg: &RunConfig) -> Outcome {
     // Replication topologies on a fraction of the seeds; a planted storage fault keeps the
     // single-node world, whose durability checker is the one it is meant for.
     if cfg.fault.is_none() && repl::wants_replication(cfg.seed) {
-        return run_repl(cfg);
+        return run_repl(cfg, repl::ReplWorld::new(cfg));
     }
     let mut w = world::World::new(cfg);
     let failure = loop {
@@ -249,8 +254,9 @@ fn run_fast(cfg: &RunConfig) -> Outcome {
     }
 }
 
-fn run_repl(cfg: &RunConfig) -> Outcome {
-    let mut w = repl::ReplWorld::new(cfg);
+/// Runs a replication world (fast or turmoil tier) to the end or to the first broken
+/// invariant.
+pub(crate) fn run_repl(cfg: &RunConfig, mut w: repl::ReplWorld) -> Outcome {
     let failure = loop {
         match catch_unwind(AssertUnwindSafe(|| w.step())) {
             Ok(Ok(true)) => {}
@@ -266,9 +272,14 @@ fn run_repl(cfg: &RunConfig) -> Outcome {
         last_events: w.trace().tail(),
     });
     let s = w.stats;
+    let mut checks = w.checks.clone();
+    if let Some((breaks, msgs)) = w.tcp_counts() {
+        checks.insert("turmoil:breaks-mid-stream", breaks);
+        checks.insert("turmoil:peer-msgs", msgs);
+    }
     Outcome {
         config: cfg.clone(),
-        params: w.params().describe(),
+        params: w.describe(),
         events: s.events,
         sim_ms: w.now,
         trace_hash: w.trace().hash(),
@@ -279,11 +290,11 @@ fn run_repl(cfg: &RunConfig) -> Outcome {
             commits: s.commits,
             crashes: s.crashes,
             restarts: s.restarts,
-            clock_jumps: 0,
-            jumped_ms: 0,
+            clock_jumps: s.clock_jumps,
+            jumped_ms: s.jumped_ms,
             lost_requests: s.lost_requests,
         },
-        checks: w.checks.clone(),
+        checks,
         failure,
     }
 }

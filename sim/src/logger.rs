@@ -1,13 +1,17 @@
 //! The simulator's logger: the core's `log` records (a commit that failed, state that
-//! could not be loaded) reach stderr, so the runs built to find faults do not swallow what
-//! the core says about them. Errors by default; `CAIRN_SIM_LOG=warn` (or `info`, `debug`,
-//! `trace`, `off`) changes what is printed. Records go to stderr only: traces and their
-//! hashes never see them.
+//! could not be loaded, LDAP lockouts, reindex progress) become trace lines.
 //!
-//! Every ERROR record is also kept (per thread: a seed runs on one thread) until
-//! [`take_errors`] collects it: the core logs an error only when something went wrong that
-//! it could not answer with a status, so [`crate::run`] fails a seed whose core logged one
-//! (invariant `core-logged-no-error`).
+//! Every record at INFO or above is kept (per thread: a seed runs on one thread) until the
+//! driver collects it with [`take_records`] after each event and writes it to the trace at
+//! the simulated time of that event (`core <LEVEL> <target>: <message>`), so the records
+//! are part of the trace hash and of failure reports. What is captured does not depend on
+//! the environment, so the trace stays a pure function of the seed. `CAIRN_SIM_LOG=warn`
+//! (or `info`, `debug`, `trace`, `off`; errors by default) additionally prints records to
+//! stderr as they happen.
+//!
+//! Every ERROR record is also kept until [`take_errors`] collects it: the core logs an
+//! error only when something went wrong that it could not answer with a status, so
+//! [`crate::run`] fails a seed whose core logged one (invariant `core-logged-no-error`).
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 use std::cell::RefCell;
@@ -15,17 +19,46 @@ use std::cell::RefCell;
 /// Most error records kept per seed (the first ones tell the story).
 const MAX_KEPT: usize = 16;
 
+/// Records at this level or above reach the trace, whatever is printed.
+const CAPTURE: LevelFilter = LevelFilter::Info;
+
+/// Most records kept between two collections (a driver collects after every event).
+const MAX_RECORDS: usize = 1_000;
+
 thread_local! {
     static ERRORS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    static RECORDS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
 }
+
+/// What `CAIRN_SIM_LOG` asks to print to stderr.
+static PRINTED: std::sync::OnceLock<LevelFilter> = std::sync::OnceLock::new();
 
 struct SimLogger;
 
+fn tag(l: Level) -> &'static str {
+    match l {
+        Level::Error => "ERROR",
+        Level::Warn => "WARN",
+        Level::Info => "INFO",
+        Level::Debug => "DEBUG",
+        Level::Trace => "TRACE",
+    }
+}
+
 impl Log for SimLogger {
     fn enabled(&self, m: &Metadata) -> bool {
-        m.level() <= log::max_level() || m.level() == Level::Error
+        m.level() <= log::max_level()
     }
     fn log(&self, r: &Record) {
+        if r.level() <= CAPTURE {
+            let line = format!("core {} {}: {}", tag(r.level()), r.target(), r.args());
+            RECORDS.with(|c| {
+                let mut c = c.borrow_mut();
+                if c.len() < MAX_RECORDS {
+                    c.push(line);
+                }
+            });
+        }
         if r.level() == Level::Error {
             let line = format!("{}: {}", r.target(), r.args());
             ERRORS.with(|e| {
@@ -35,15 +68,8 @@ impl Log for SimLogger {
                 }
             });
         }
-        if r.level() <= log::max_level() {
-            let tag = match r.level() {
-                Level::Error => "ERROR",
-                Level::Warn => "WARN",
-                Level::Info => "INFO",
-                Level::Debug => "DEBUG",
-                Level::Trace => "TRACE",
-            };
-            eprintln!("[{tag} {}] {}", r.target(), r.args());
+        if r.level() <= *PRINTED.get().unwrap_or(&LevelFilter::Error) {
+            eprintln!("[{} {}] {}", tag(r.level()), r.target(), r.args());
         }
     }
     fn flush(&self) {}
@@ -62,12 +88,18 @@ pub fn init() {
         _ => LevelFilter::Error,
     };
     if log::set_logger(&LOGGER).is_ok() {
-        // Errors are always collected, whatever is printed.
-        log::set_max_level(level.max(LevelFilter::Error));
+        let _ = PRINTED.set(level);
+        // Records down to CAPTURE always reach the trace, whatever is printed.
+        log::set_max_level(level.max(CAPTURE));
     }
 }
 
 /// The error records logged on this thread since the last call.
 pub fn take_errors() -> Vec<String> {
     ERRORS.with(|e| std::mem::take(&mut *e.borrow_mut()))
+}
+
+/// The records (INFO and above) logged on this thread since the last call, oldest first.
+pub fn take_records() -> Vec<String> {
+    RECORDS.with(|c| std::mem::take(&mut *c.borrow_mut()))
 }

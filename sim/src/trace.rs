@@ -4,7 +4,8 @@
 //! are hashed (SHA-256 over each line plus a newline) as they are written, so the trace hash
 //! of a run identifies it byte for byte: the same seed must give the same hash. The last
 //! lines are kept for failure reports; with `--trace` every line is also printed as it is
-//! written.
+//! written. The core's log records (INFO and above) become lines too, at the simulated time
+//! of the event that produced them ([`Trace::log_core_records`]).
 
 use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
@@ -48,6 +49,14 @@ impl Trace {
             self.tail.pop_front();
         }
         self.tail.push_back(shown);
+    }
+
+    /// Writes the core's log records collected since the last call ([`crate::logger`]) as
+    /// lines at simulated time `now_ms`. Drivers call it after every event.
+    pub fn log_core_records(&mut self, now_ms: u64) {
+        for r in crate::logger::take_records() {
+            self.log(now_ms, &r);
+        }
     }
 
     /// The most recent lines, oldest first.

@@ -1,8 +1,9 @@
 //! The fast-tier driver: bare [`cairn_core::Node`]s in one thread, one event queue,
 //! simulated time that jumps straight to the next event or deadline.
 //!
-//! A world holds hosts (a node plus its storage, which outlives crashes), the seeded
-//! network, the operator's clients, the fault injector and the checker. Each call to
+//! A world holds hosts ([`crate::host::Host`]: a node plus its storage, which outlives
+//! crashes, and its held outputs), the seeded network, the operator's clients, the fault
+//! injector and the checker. Each call to
 //! [`World::step`] processes exactly one event: the earliest of the queued events
 //! (message deliveries, batch commits, crashes, restarts, client wake-ups, faults) and
 //! the nodes' own tick deadlines (`poll_timeout`). Ties go to the queue in insertion
@@ -13,19 +14,19 @@
 //! (their clients see a reset connection). Released outputs go to the checker first, in
 //! the order the node produced them, then onto the network.
 //!
-//! Extending: a new kind of node gets a [`NodeKind`] variant and its set-up in
-//! [`World::boot`]; peer messages (replication) get a [`Payload`] variant, are routed with
-//! [`World::send`] over links configured on the [`Network`] (loss, delay, partitions),
-//! and are handed to the node in [`World::deliver`].
+//! Extending: a new kind of node gets its set-up in [`World::boot`]; peer messages get a
+//! [`Payload`] variant, are routed with [`World::send`] over links configured on the
+//! [`Network`] (loss, delay, partitions), and are handed to the node in [`World::deliver`].
 
 use crate::check::{Checker, Observed, Violation};
+use crate::host::Host;
 use crate::net::{Addr, ClientId, HostId, Link, Network, Payload, Route};
 use crate::operator::{Next, Op, Operator, OperatorParams, Reply, Role};
 use crate::rng::SimRng;
 use crate::storage::SimStorage;
 use crate::trace::Trace;
 use cairn_core::api::RequestId;
-use cairn_core::{AdminAnswer, Input, Node, NodeConfig, Output, Response};
+use cairn_core::{Input, NodeConfig, Output, Response};
 use std::collections::BTreeMap;
 
 /// Events the final phase may take before it counts as stuck.
@@ -109,54 +110,6 @@ impl Params {
             self.jump_mean_ms,
             self.jump_max_ms,
         )
-    }
-}
-
-/// What a host runs. Replication will add primaries and secondaries of either mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeKind {
-    /// A single node, its own cluster.
-    Standalone,
-}
-
-#[derive(Debug, Clone)]
-enum Held {
-    Response(Response),
-    Admin(RequestId, AdminAnswer),
-}
-
-impl Held {
-    fn id(&self) -> RequestId {
-        match self {
-            Held::Response(r) => r.id,
-            Held::Admin(id, _) => *id,
-        }
-    }
-}
-
-/// One machine: a node while it is up, its storage always.
-pub struct Host {
-    pub id: HostId,
-    pub kind: NodeKind,
-    node: Option<Node<SimStorage>>,
-    /// The storage while the node is down.
-    parked: Option<SimStorage>,
-    /// Incremented at every start.
-    pub boot: u64,
-    /// Outputs waiting for their batch to commit, in production order.
-    held: Vec<Held>,
-    /// Identifies the open batch; bumped by every commit and crash.
-    batch: u64,
-    commit_scheduled: bool,
-    seeds: SimRng,
-}
-
-impl Host {
-    pub fn is_up(&self) -> bool {
-        self.node.is_some()
-    }
-    fn dirty(&self) -> bool {
-        self.node.as_ref().is_some_and(|n| n.storage().is_dirty())
     }
 }
 
@@ -258,17 +211,7 @@ impl World {
         }
         let operator = Operator::new(SimRng::derive(seed, "operator"), params.operator.clone());
         let hosts = (0..params.hosts)
-            .map(|h| Host {
-                id: h,
-                kind: NodeKind::Standalone,
-                node: None,
-                parked: Some(SimStorage::with_fault(fault)),
-                boot: 0,
-                held: Vec::new(),
-                batch: 0,
-                commit_scheduled: false,
-                seeds: SimRng::derive(seed, &format!("host/{h}/boot-seeds")),
-            })
+            .map(|h| Host::new(h, seed, SimStorage::with_fault(fault)))
             .collect();
         let mut w = World {
             now: 0,
@@ -350,25 +293,17 @@ impl World {
 
     /// Starts the node of host `h` on its storage (sealed, as after any restart).
     fn boot(&mut self, h: HostId) {
-        let host = &mut self.hosts[h];
-        let Some(storage) = host.parked.take() else {
-            return;
-        };
-        let seed = host.seeds.seed32();
-        host.boot += 1;
-        host.batch += 1;
-        host.commit_scheduled = false;
         let config = NodeConfig {
             node_id: format!("n{h}"),
             tick_ms: self.params.tick_ms,
             ..NodeConfig::default()
         };
-        let node = match host.kind {
-            NodeKind::Standalone => Node::new(storage, seed, config),
+        let host = &mut self.hosts[h];
+        let Some(node) = host.start(config, false) else {
+            return;
         };
         let keys = node.storage().committed_len();
-        host.node = Some(node);
-        let boot = host.boot;
+        let boot = host.boot();
         self.log(&format!("n{h} start boot={boot} durable-keys={keys}"));
     }
 
@@ -376,7 +311,7 @@ impl World {
     fn next_tick(&self) -> Option<(u64, HostId)> {
         self.hosts
             .iter()
-            .filter_map(|h| h.node.as_ref().map(|n| (n.poll_timeout(), h.id)))
+            .filter_map(|h| h.node().map(|n| (n.poll_timeout(), h.id)))
             .min()
     }
 
@@ -422,6 +357,7 @@ impl World {
             self.now = self.now.max(at);
             self.event(ev)?;
         }
+        self.trace.log_core_records(self.now);
         self.after_event()?;
         Ok(Step::Continue)
     }
@@ -430,8 +366,8 @@ impl World {
     fn after_event(&mut self) -> Result<(), Violation> {
         for h in 0..self.hosts.len() {
             let host = &self.hosts[h];
-            if let Some(node) = &host.node {
-                if host.held.is_empty() && !host.dirty() {
+            if let Some(node) = host.node() {
+                if !host.pending() {
                     let sealed = node.is_sealed();
                     self.checker.check_seal(h, sealed)?;
                 }
@@ -461,9 +397,7 @@ impl World {
     fn tick(&mut self, h: HostId) -> Result<(), Violation> {
         self.stats.ticks += 1;
         self.log(&format!("n{h} tick"));
-        if let Some(node) = self.hosts[h].node.as_mut() {
-            node.handle(self.now, Input::Tick);
-        }
+        self.hosts[h].handle(self.now, Input::Tick);
         self.drain(h);
         self.schedule_commit(h)
     }
@@ -472,7 +406,7 @@ impl World {
         match ev {
             Event::Deliver { from, to, payload } => self.deliver(from, to, *payload),
             Event::Commit { host, batch } => {
-                if self.hosts[host].is_up() && self.hosts[host].batch == batch {
+                if self.hosts[host].is_up() && self.hosts[host].is_open_batch(batch) {
                     self.commit(host)
                 } else {
                     self.log(&format!("n{host} stale commit ignored"));
@@ -602,21 +536,19 @@ impl World {
                 if let Some(f) = self.requests.get_mut(&id) {
                     f.handled_at = Some(self.now);
                 }
-                let sealed = self.hosts[h].node.as_ref().is_some_and(|n| n.is_sealed());
+                let sealed = self.hosts[h].node().is_some_and(|n| n.is_sealed());
                 self.log(&format!(
                     "n{h} handles #{id}{}",
                     if sealed { " (sealed)" } else { "" }
                 ));
                 let now = self.now;
                 let host = &mut self.hosts[h];
-                if let Some(node) = host.node.as_mut() {
-                    match payload {
-                        Payload::Request(req) => node.handle(now, Input::Request(req)),
-                        Payload::Admin { id, admin } => {
-                            node.handle(now, Input::Admin { id, cmd: admin });
-                        }
-                        _ => {}
+                match payload {
+                    Payload::Request(req) => host.handle(now, Input::Request(req)),
+                    Payload::Admin { id, admin } => {
+                        host.handle(now, Input::Admin { id, cmd: admin });
                     }
+                    _ => {}
                 }
                 self.drain(h);
                 self.schedule_commit(h)
@@ -659,29 +591,27 @@ impl World {
         let mut notes = Vec::new();
         let now = self.now;
         let host = &mut self.hosts[h];
-        let Some(node) = host.node.as_mut() else {
+        if !host.is_up() {
             return;
-        };
+        }
         loop {
             let mut probes = Vec::new();
-            while let Some(o) = node.poll_output() {
-                if let Output::Response(r) = o {
-                    host.held.push(Held::Response(r));
-                } else if let Output::AdminDone { id, result } = o {
-                    host.held.push(Held::Admin(id, result));
-                } else if let Output::AuditProbe { id, file_path } = o {
-                    notes.push(format!("audit file {file_path} opened for #{id}"));
-                    probes.push(id);
-                } else {
+            while let Some(o) = host.poll_output() {
+                match o {
+                    o @ (Output::Response(_) | Output::AdminDone { .. }) => host.hold(o),
+                    Output::AuditProbe { id, file_path } => {
+                        notes.push(format!("audit file {file_path} opened for #{id}"));
+                        probes.push(id);
+                    }
                     // LDAP operations and anything newer: no directory or peers in this tier yet.
-                    notes.push(format!("output not handled by the fast tier: {o:?}"));
+                    o => notes.push(format!("output not handled by the fast tier: {o:?}")),
                 }
             }
             if probes.is_empty() {
                 break;
             }
             for id in probes {
-                node.handle(now, Input::AuditProbed { id, result: Ok(()) });
+                host.handle(now, Input::AuditProbed { id, result: Ok(()) });
             }
         }
         for n in notes {
@@ -691,46 +621,40 @@ impl World {
 
     /// Arranges for the open batch to commit (or commits now when it is full).
     fn schedule_commit(&mut self, h: HostId) -> Result<(), Violation> {
-        let host = &self.hosts[h];
-        if host.held.is_empty() && !host.dirty() {
+        let host = &mut self.hosts[h];
+        if !host.pending() {
             return Ok(());
         }
-        if host.held.len() >= self.params.max_batch {
+        if host.held().len() >= self.params.max_batch {
             return self.commit(h);
         }
-        if host.commit_scheduled {
+        let Some(batch) = host.schedule_commit() else {
             return Ok(());
-        }
-        let batch = host.batch;
+        };
         let d = self.faults.range(0, self.params.commit_window_ms);
         if self.phase == Phase::Chaos && self.faults.chance(self.params.crash_in_batch_permille) {
             let c = self.faults.range(0, d);
             self.schedule(c, Event::Crash(h));
         }
-        self.hosts[h].commit_scheduled = true;
         self.schedule(d, Event::Commit { host: h, batch });
         Ok(())
     }
 
     /// Commits the open batch and releases its outputs: checker first, then network.
     fn commit(&mut self, h: HostId) -> Result<(), Violation> {
-        let host = &mut self.hosts[h];
-        let Some(node) = host.node.as_mut() else {
+        let Some((info, held)) = self.hosts[h].commit() else {
             return Ok(());
         };
-        let info = node.storage_mut().commit();
-        host.batch += 1;
-        host.commit_scheduled = false;
-        let held = std::mem::take(&mut host.held);
         self.stats.commits += 1;
         let released: Vec<String> = held
             .iter()
-            .map(|o| match o {
-                Held::Response(r) => format!("#{}={} {}", r.id, r.status, brief(r)),
-                Held::Admin(id, result) => format!(
+            .filter_map(|o| match o {
+                Output::Response(r) => Some(format!("#{}={} {}", r.id, r.status, brief(r))),
+                Output::AdminDone { id, result } => Some(format!(
                     "#{id}=admin {}",
                     crate::trace::shorten(&format!("{result:?}"), 120)
-                ),
+                )),
+                _ => None,
             })
             .collect();
         self.log(&format!(
@@ -740,26 +664,25 @@ impl World {
             released.join(", ")
         ));
         for o in held {
-            let id = o.id();
+            let Some(id) = answer_id(&o) else {
+                continue;
+            };
             let Some(f) = self.requests.get(&id).cloned() else {
                 continue;
             };
             let at = f.handled_at.unwrap_or(self.now);
-            match &o {
-                Held::Response(r) => {
-                    self.checker
-                        .observe(h, &f.op, at, Observed::Response(r))
-                        .map_err(|v| with_request(v, id, at))?;
-                }
-                Held::Admin(_, result) => {
-                    self.checker
-                        .observe(h, &f.op, at, Observed::Admin(result))
-                        .map_err(|v| with_request(v, id, at))?;
-                }
-            }
+            let observed = match &o {
+                Output::Response(r) => Observed::Response(r),
+                Output::AdminDone { result, .. } => Observed::Admin(result),
+                _ => continue,
+            };
+            self.checker
+                .observe(h, &f.op, at, observed)
+                .map_err(|v| with_request(v, id, at))?;
             let payload = match o {
-                Held::Response(r) => Payload::Response(r),
-                Held::Admin(id, result) => Payload::AdminDone { id, result },
+                Output::AdminDone { id, result } => Payload::AdminDone { id, result },
+                Output::Response(r) => Payload::Response(r),
+                _ => continue,
             };
             self.send(Addr::Host(h), Addr::Client(f.client), payload);
         }
@@ -769,17 +692,10 @@ impl World {
     /// Power loss on host `h`: the node and its uncommitted batch vanish.
     fn crash(&mut self, h: HostId) -> Result<(), Violation> {
         self.stats.crashes += 1;
-        let host = &mut self.hosts[h];
-        let Some(node) = host.node.take() else {
+        let Some((info, held)) = self.hosts[h].crash() else {
             return Ok(());
         };
-        let mut storage = node.into_storage();
-        let info = storage.crash();
-        host.parked = Some(storage);
-        host.batch += 1;
-        host.commit_scheduled = false;
-        let held = std::mem::take(&mut host.held);
-        let dropped: Vec<RequestId> = held.iter().map(Held::id).collect();
+        let dropped: Vec<RequestId> = held.iter().filter_map(answer_id).collect();
         let fault = info
             .fault_reverted
             .as_ref()
@@ -790,7 +706,7 @@ impl World {
             info.dropped_write_sets, info.dropped_keys, dropped
         ));
         self.checker.on_crash(h);
-        if let Some(durable) = self.hosts[h].parked.as_ref() {
+        if let Some(durable) = self.hosts[h].storage() {
             let now = self.now;
             let summary = self.checker.inspect(h, durable, now)?;
             self.log(&format!("n{h} inspection: {summary}"));
@@ -811,6 +727,15 @@ impl World {
         let d = self.faults.delay(self.params.downtime_mean_ms).max(1);
         self.schedule(d, Event::Restart(h));
         Ok(())
+    }
+}
+
+/// The request a held answer belongs to.
+fn answer_id(o: &Output) -> Option<RequestId> {
+    match o {
+        Output::Response(r) => Some(r.id),
+        Output::AdminDone { id, .. } => Some(*id),
+        _ => None,
     }
 }
 

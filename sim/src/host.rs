@@ -1,0 +1,242 @@
+//! One simulated machine, shared by every tier ([`crate::world`], and [`crate::repl`] on
+//! the fast and turmoil tiers): a [`Node`] while it is up, its [`SimStorage`] always (the
+//! storage outlives crashes), the node's outputs held until the batch that produced them
+//! commits, the boot incarnation, and the open batch's bookkeeping.
+//!
+//! Group commit works as in the shell: a node's writes land in the storage's uncommitted
+//! buffer and its outputs are [held](Host::hold) until [`Host::commit`] makes the batch
+//! durable and hands them back for release. [`Host::crash`] is a power loss: the node and
+//! its uncommitted writes vanish, and the held outputs are handed back to be answered with
+//! a reset connection. [`Host::start`] boots a new incarnation on the parked storage (sealed,
+//! as after any restart). When to commit is the driver's policy: the single-node world
+//! commits after a seeded window or when a batch is full, the replication world (both
+//! tiers) after a seeded window, ending the batch first (held long polls are answered).
+
+use crate::net::HostId;
+use crate::rng::SimRng;
+use crate::storage::{CommitInfo, CrashInfo, SimStorage};
+use cairn_core::{Admin, AdminResult, Input, Node, NodeConfig, Output};
+
+/// One machine: a node while it is up, its storage always.
+pub struct Host {
+    pub id: HostId,
+    node: Option<Node<SimStorage>>,
+    /// The storage while the node is down.
+    parked: Option<SimStorage>,
+    /// Incremented at every start.
+    boot: u64,
+    /// Outputs waiting for their batch to commit, in production order.
+    held: Vec<Output>,
+    /// Identifies the open batch; bumped by every start, commit and crash.
+    batch: u64,
+    commit_scheduled: bool,
+    /// RNG seeds of the node's incarnations.
+    seeds: SimRng,
+}
+
+impl Host {
+    /// Host `id` of the run of master seed `seed`, down, on `storage`.
+    pub fn new(id: HostId, seed: u64, storage: SimStorage) -> Host {
+        Host {
+            id,
+            node: None,
+            parked: Some(storage),
+            boot: 0,
+            held: Vec::new(),
+            batch: 0,
+            commit_scheduled: false,
+            seeds: SimRng::derive(seed, &format!("host/{id}/boot-seeds")),
+        }
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.node.is_some()
+    }
+
+    /// The boot incarnation: 0 before the first start.
+    pub fn boot(&self) -> u64 {
+        self.boot
+    }
+
+    pub fn node(&self) -> Option<&Node<SimStorage>> {
+        self.node.as_ref()
+    }
+
+    pub fn node_mut(&mut self) -> Option<&mut Node<SimStorage>> {
+        self.node.as_mut()
+    }
+
+    /// The storage, whether the node is up or down.
+    pub fn storage(&self) -> Option<&SimStorage> {
+        match &self.node {
+            Some(n) => Some(n.storage()),
+            None => self.parked.as_ref(),
+        }
+    }
+
+    /// The storage, whether the node is up or down (for planting faults behind its back).
+    pub fn storage_mut(&mut self) -> Option<&mut SimStorage> {
+        match self.node.as_mut() {
+            Some(n) => Some(n.storage_mut()),
+            None => self.parked.as_mut(),
+        }
+    }
+
+    /// Whether the running node has writes waiting for a commit.
+    pub fn dirty(&self) -> bool {
+        self.node.as_ref().is_some_and(|n| n.storage().is_dirty())
+    }
+
+    /// Whether the open batch holds anything (writes or outputs).
+    pub fn pending(&self) -> bool {
+        !self.held.is_empty() || self.dirty()
+    }
+
+    /// Outputs held in the open batch.
+    pub fn held(&self) -> &[Output] {
+        &self.held
+    }
+
+    /// Holds an output until the open batch commits.
+    pub fn hold(&mut self, o: Output) {
+        self.held.push(o);
+    }
+
+    /// Whether `batch` is still the open batch (a commit scheduled for it is not stale).
+    pub fn is_open_batch(&self, batch: u64) -> bool {
+        self.batch == batch
+    }
+
+    /// Marks a commit of the open batch as scheduled and returns the batch; `None` when one
+    /// is scheduled already.
+    pub fn schedule_commit(&mut self) -> Option<u64> {
+        if self.commit_scheduled {
+            return None;
+        }
+        self.commit_scheduled = true;
+        Some(self.batch)
+    }
+
+    /// Starts a new incarnation on the parked storage with `config` (`batched`: held
+    /// long polls are answered at the end of the batch, as in the shell). `None` when the
+    /// node is up already.
+    pub fn start(&mut self, config: NodeConfig, batched: bool) -> Option<&mut Node<SimStorage>> {
+        let storage = self.parked.take()?;
+        let seed = self.seeds.seed32();
+        self.boot += 1;
+        self.batch += 1;
+        self.commit_scheduled = false;
+        let mut node = Node::new(storage, seed, config);
+        if batched {
+            node.set_batched(true);
+        }
+        self.node = Some(node);
+        self.node.as_mut()
+    }
+
+    /// Hands `input` to the node, if it is up.
+    pub fn handle(&mut self, now: u64, input: Input) {
+        if let Some(n) = self.node.as_mut() {
+            n.handle(now, input);
+        }
+    }
+
+    /// The node's next output, if it is up and has one.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.node.as_mut().and_then(|n| n.poll_output())
+    }
+
+    /// The dev set-up of a fresh node (initialized and unsealed with one key share, root
+    /// token `root`), committed at once: it is not part of the fault model. Returns the
+    /// unseal key (base64; empty if the node gave none).
+    pub fn dev_setup(&mut self, now: u64, root: &str) -> String {
+        let mut key = String::new();
+        let Some(node) = self.node.as_mut() else {
+            return key;
+        };
+        node.handle(
+            now,
+            Input::Admin {
+                id: 1,
+                cmd: Admin::DevSetup {
+                    root_token_id: Some(root.to_string()),
+                },
+            },
+        );
+        while let Some(o) = node.poll_output() {
+            if let Output::AdminDone {
+                result: Ok(AdminResult::DevSetup(keys)),
+                ..
+            } = o
+            {
+                key = keys.keys_base64.first().cloned().unwrap_or_default();
+            }
+        }
+        node.storage_mut().commit();
+        key
+    }
+
+    /// Makes the open batch durable and opens the next one; returns what was committed and
+    /// the held outputs, now to be released in production order. `None` when down.
+    pub fn commit(&mut self) -> Option<(CommitInfo, Vec<Output>)> {
+        let node = self.node.as_mut()?;
+        let info = node.storage_mut().commit();
+        self.batch += 1;
+        self.commit_scheduled = false;
+        Some((info, std::mem::take(&mut self.held)))
+    }
+
+    /// Power loss: the node and its uncommitted writes vanish; returns what the storage
+    /// dropped and the held outputs (never released). `None` when already down.
+    pub fn crash(&mut self) -> Option<(CrashInfo, Vec<Output>)> {
+        let node = self.node.take()?;
+        let mut storage = node.into_storage();
+        let info = storage.crash();
+        self.parked = Some(storage);
+        self.batch += 1;
+        self.commit_scheduled = false;
+        Some((info, std::mem::take(&mut self.held)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_core::Storage;
+
+    #[test]
+    fn held_outputs_wait_for_the_commit_and_a_crash_drops_them() {
+        let mut h = Host::new(0, 1, SimStorage::new());
+        assert!(h.start(NodeConfig::default(), false).is_some());
+        assert!(h.start(NodeConfig::default(), false).is_none());
+        h.handle(
+            0,
+            Input::Admin {
+                id: 1,
+                cmd: Admin::DevSetup {
+                    root_token_id: None,
+                },
+            },
+        );
+        while let Some(o) = h.poll_output() {
+            h.hold(o);
+        }
+        assert!(h.pending());
+        let b = h.schedule_commit();
+        assert!(b.is_some() && h.schedule_commit().is_none());
+        let (info, out) = h.commit().expect("up");
+        assert!(info.write_sets > 0 && !out.is_empty());
+        assert!(!h.pending() && !h.is_open_batch(b.unwrap_or(0)));
+        let keys = h.storage().map(|s| s.committed_len()).unwrap_or(0);
+        h.storage_mut()
+            .map(|s| s.apply(&[("x".into(), Some(vec![1]))]))
+            .transpose()
+            .expect("apply");
+        let (info, _) = h.crash().expect("up");
+        assert_eq!(info.dropped_write_sets, 1);
+        assert!(!h.is_up() && h.crash().is_none());
+        assert_eq!(h.storage().map(|s| s.committed_len()), Some(keys));
+        assert!(h.start(NodeConfig::default(), false).is_some());
+        assert_eq!(h.boot(), 2);
+    }
+}
