@@ -9,9 +9,7 @@
 # The first broken invariant stops the soak with a non-zero exit and the replay command;
 # add that seed to sim/regressions once it is understood.
 #
-# Known core bugs (KNOWN_CORE_BUGS in sim/src/lib.rs) are tolerated so the soak looks for
-# new ones; set SOAK_STRICT=1 to fail on them too. SOAK_BATCH (default 200) sets the seeds
-# per batch.
+# Every invariant is checked strictly. SOAK_BATCH (default 200) sets the seeds per batch.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -29,9 +27,6 @@ esac
 
 batch="${SOAK_BATCH:-200}"
 extra=("$@")
-if [[ -z "${SOAK_STRICT:-}" ]]; then
-  extra+=(--tolerate-known-bugs)
-fi
 
 echo "soak: ${budget}s wall budget, ${batch} seeds per batch, extra args: ${extra[*]:-none}"
 cargo build -p cairn-sim --release --quiet

@@ -97,17 +97,13 @@ pub fn short(secret: &str) -> String {
 pub struct Checker {
     hosts: Vec<Expected>,
     counts: BTreeMap<&'static str, u64>,
-    /// Follow the core's current behaviour where it has a known bug
-    /// ([`crate::KNOWN_CORE_BUGS`]) and count the divergences instead of failing.
-    tolerate_known: bool,
 }
 
 impl Checker {
-    pub fn new(hosts: usize, tolerate_known: bool) -> Checker {
+    pub fn new(hosts: usize) -> Checker {
         Checker {
             hosts: (0..hosts).map(|_| Expected::new()).collect(),
             counts: BTreeMap::new(),
-            tolerate_known,
         }
     }
 
@@ -239,17 +235,13 @@ impl Checker {
             );
         }
         self.check_response(h, op, at, status, body, &what)?;
-        // A request that got past the token check spent one use of a use-limited token.
-        // (Known core bug: the core spends it only when the request succeeds.)
+        // A request that got past the token check spent one use of a use-limited token,
+        // whatever its outcome.
         if status != 403 {
             if let Some(secret) = op_token(op) {
                 if let Some(f) = self.hosts[h].tokens.get_mut(secret) {
                     if let Some(n) = f.uses_left.as_mut() {
-                        if self.tolerate_known && !(200..300).contains(&status) {
-                            bump(&mut self.counts, "known-bug:token-use-limit");
-                        } else {
-                            *n = n.saturating_sub(1);
-                        }
+                        *n = n.saturating_sub(1);
                     }
                 }
             }

@@ -44,12 +44,6 @@ pub use storage::StorageFault;
 /// Events of the chaos phase per seed unless `--steps` says otherwise.
 pub const DEFAULT_STEPS: u64 = 3_000;
 
-/// Core bugs the simulator knows about: (invariant, description). With
-/// [`RunConfig::tolerate_known_bugs`] the model follows the core's current behaviour for
-/// these and counts the divergences (`known-bug:<invariant>` in the check counts) instead
-/// of failing, so soak runs can look for new bugs. Remove an entry once the core is fixed.
-pub const KNOWN_CORE_BUGS: &[(&str, &str)] = &[];
-
 /// Which simulator runs a seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
@@ -90,8 +84,6 @@ pub struct RunConfig {
     pub print_trace: bool,
     /// A planted storage bug (for testing the checkers).
     pub fault: Option<StorageFault>,
-    /// See [`KNOWN_CORE_BUGS`].
-    pub tolerate_known_bugs: bool,
 }
 
 impl RunConfig {
@@ -102,7 +94,6 @@ impl RunConfig {
             steps: DEFAULT_STEPS,
             print_trace: false,
             fault: None,
-            tolerate_known_bugs: false,
         }
     }
 
@@ -117,9 +108,6 @@ impl RunConfig {
         }
         if self.fault == Some(StorageFault::DropCommittedWrite) {
             cmd.push_str(" --plant-fault drop-committed-write");
-        }
-        if self.tolerate_known_bugs {
-            cmd.push_str(" --tolerate-known-bugs");
         }
         cmd
     }

@@ -37,9 +37,6 @@ usage: cairn-sim [options] (--seed N | --seeds K [--start S] | --regressions [FI
   --trace           print the event log
   --plant-fault drop-committed-write
                     plant a storage bug the durability checker must catch
-  --tolerate-known-bugs
-                    follow the core's current behaviour for the known core bugs
-                    (listed below) and count them instead of failing
 ";
 
 enum Mode {
@@ -54,7 +51,6 @@ struct Args {
     tier: Tier,
     trace: bool,
     fault: Option<StorageFault>,
-    tolerate: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -67,7 +63,6 @@ fn parse_args() -> Result<Args, String> {
     let mut tier = Tier::Fast;
     let mut trace = false;
     let mut fault = None;
-    let mut tolerate = false;
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
         match a.as_str() {
@@ -87,7 +82,6 @@ fn parse_args() -> Result<Args, String> {
             }
             "--tier" => tier = value("--tier")?.parse()?,
             "--trace" => trace = true,
-            "--tolerate-known-bugs" => tolerate = true,
             "--plant-fault" => match value("--plant-fault")?.as_str() {
                 "drop-committed-write" => fault = Some(StorageFault::DropCommittedWrite),
                 other => return Err(format!("unknown fault {other:?}")),
@@ -115,7 +109,6 @@ fn parse_args() -> Result<Args, String> {
         tier,
         trace,
         fault,
-        tolerate,
     })
 }
 
@@ -136,7 +129,6 @@ fn config(args: &Args, seed: u64) -> RunConfig {
         steps: args.steps,
         print_trace: args.trace,
         fault: args.fault,
-        tolerate_known_bugs: args.tolerate,
     }
 }
 
@@ -270,10 +262,6 @@ fn main() -> ExitCode {
                 eprintln!("cairn-sim: {e}");
             }
             eprint!("{USAGE}");
-            eprintln!("\nknown core bugs:");
-            for (inv, what) in cairn_sim::KNOWN_CORE_BUGS {
-                eprintln!("  {inv}: {what}");
-            }
             return ExitCode::from(2);
         }
     };

@@ -221,7 +221,7 @@ impl World {
             net: Network::new(SimRng::derive(seed, "network"), params.client_link),
             clients: vec![ClientState::Waiting; operator.clients().len()],
             operator,
-            checker: Checker::new(params.hosts, cfg.tolerate_known_bugs),
+            checker: Checker::new(params.hosts),
             trace,
             faults: SimRng::derive(seed, "faults"),
             params,

@@ -3,12 +3,10 @@
 
 use cairn_sim::{parse_regressions, run, seed_sequence, RunConfig, StorageFault};
 
-/// A run that tolerates the known core bugs (see `KNOWN_CORE_BUGS`), so these tests fail
-/// only on something new.
+/// A strict run of `steps` chaos events (no core bug is tolerated anywhere).
 fn cfg(seed: u64, steps: u64) -> RunConfig {
     RunConfig {
         steps,
-        tolerate_known_bugs: true,
         ..RunConfig::new(seed)
     }
 }
@@ -69,7 +67,7 @@ fn planted_lost_write_is_caught_within_five_seeds() {
             assert!(
                 report.contains(&format!(
                     "replay: cargo run -p cairn-sim --release -- --seed {seed} --steps 1500 \
-                     --plant-fault drop-committed-write --tolerate-known-bugs"
+                     --plant-fault drop-committed-write"
                 )),
                 "{report}"
             );
@@ -90,7 +88,7 @@ fn planted_lost_write_is_caught_within_five_seeds() {
 }
 
 #[test]
-fn regression_seeds_pass_apart_from_known_core_bugs() {
+fn regression_seeds_pass() {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/regressions"))
         .expect("sim/regressions is readable");
     let seeds = parse_regressions(&text).expect("sim/regressions parses");

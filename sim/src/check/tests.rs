@@ -38,7 +38,7 @@ fn see(
 /// A checker whose node 0 is initialised (1 share), unsealed, mounted, with a token T1
 /// carrying policy `team-a` (read on `secret/a/*`) that expires at 100s.
 fn ready() -> Checker {
-    let mut c = Checker::new(1, false);
+    let mut c = Checker::new(1);
     let dev = Ok(AdminResult::DevSetup(DevKeys {
         keys: vec!["00".into()],
         keys_base64: vec!["AA==".into()],
@@ -363,7 +363,7 @@ fn tenant_probes_are_refused_and_reveal_nothing() {
 
 #[test]
 fn unseal_follows_the_threshold() {
-    let mut c = Checker::new(1, false);
+    let mut c = Checker::new(1);
     let init = Op::Init {
         shares: 3,
         threshold: 2,
@@ -389,7 +389,7 @@ fn unseal_follows_the_threshold() {
     )
     .unwrap_err();
     assert_eq!(e.invariant, "unseal-threshold");
-    let mut c2 = Checker::new(1, false);
+    let mut c2 = Checker::new(1);
     let body = json!({"keys": ["0a", "0b", "0c"], "keys_base64": [], "root_token": ROOT});
     see(&mut c2, &init, 0, 200, Some(body)).unwrap();
     see(

@@ -220,10 +220,9 @@ pub struct ReplWorld {
     unseal_tries: Vec<usize>,
     /// No unseal attempt on a host before this time (it answered "not initialized").
     unseal_after: Vec<u64>,
-    /// Hosts that answered "not initialized" to an unseal (known core bug
-    /// `secondary-uninitialized-after-restart`).
+    /// Hosts that answered "not initialized" to an unseal (what the fixed core bug
+    /// `secondary-uninitialized-after-restart` did; named in the convergence failure).
     uninit: BTreeSet<HostId>,
-    tolerate: bool,
     last_conv_check: u64,
     secs: Vec<Sec>,
     mounted: bool,
@@ -401,7 +400,6 @@ impl ReplWorld {
             unseal_tries: vec![0; n],
             unseal_after: vec![0; n],
             uninit: BTreeSet::new(),
-            tolerate: cfg.tolerate_known_bugs,
             last_conv_check: 0,
             secs,
             mounted: false,
