@@ -21,12 +21,12 @@
 
 use crate::api::{self, ApiError, ApiResult, Method, Reply, Request, RequestId, Response};
 use crate::ctx::Ctx;
-use crate::node::{NodeState, Output};
+use crate::node::Output;
 use crate::routes;
 use crate::{crypto, time, token};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Storage prefix of device configurations.
 pub const PREFIX: &str = "core/audit/";
@@ -362,7 +362,15 @@ fn valid_name(name: &str) -> bool {
 }
 
 /// `sys/audit` (list) and `sys/audit/<name>` (enable, read, disable).
-pub fn handle(ctx: &mut Ctx, st: &mut NodeState, req: &Request, tail: &str) -> ApiResult {
+/// An enable is answered once the shell has opened the file: it queues an
+/// [`Output::AuditProbe`] on `outputs` and waits in `health`.
+pub fn handle(
+    ctx: &mut Ctx,
+    health: &mut DeviceHealth,
+    outputs: &mut VecDeque<Output>,
+    req: &Request,
+    tail: &str,
+) -> ApiResult {
     let name = tail.trim_end_matches('/');
     if name.is_empty() {
         if req.method != Method::Get {
@@ -427,16 +435,16 @@ pub fn handle(ctx: &mut Ctx, st: &mut NodeState, req: &Request, tail: &str) -> A
                 hmac_key: hex::encode(crypto::random_key(ctx.rng)),
             };
             // Stored once the shell has opened the file ([`on_probed`]).
-            st.outputs.push_back(Output::AuditProbe {
+            outputs.push_back(Output::AuditProbe {
                 id: req.id,
                 file_path: d.file_path(),
             });
-            st.audit.probes.insert(req.id, (key, d));
+            health.probes.insert(req.id, (key, d));
             Ok(Reply::Pending)
         }
         Method::Delete => {
             if let Some(d) = ctx.get_json::<Device>(&key)? {
-                st.audit.failing.remove(&d.file_path());
+                health.failing.remove(&d.file_path());
             }
             ctx.delete(&key);
             Ok(Reply::Empty)

@@ -10,7 +10,6 @@
 use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request};
 use crate::crypto;
 use crate::ctx::Ctx;
-use crate::node::NodeState;
 use crate::replication::dr_token;
 use crate::seal::{self, Added, SealConfig, ShareAttempt};
 use crate::token::{self, NewToken};
@@ -46,9 +45,9 @@ fn view(a: Option<&Attempt>, required: u8, encoded: &str) -> serde_json::Value {
 }
 
 /// `sys/generate-root/<tail>`.
-pub fn handle(ctx: &mut Ctx, st: &mut NodeState, req: &Request, tail: &str) -> ApiResult {
+/// `slot` is the node's attempt in progress (at most one).
+pub fn handle(ctx: &mut Ctx, slot: &mut Option<Attempt>, req: &Request, tail: &str) -> ApiResult {
     let cfg = config(ctx)?;
-    let slot = &mut st.root_gen;
     match (req.method, tail) {
         (Method::Get, "attempt") => Ok(Reply::Raw(
             200,

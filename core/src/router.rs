@@ -281,12 +281,18 @@ fn route_sys(
         }
         Sys::Policy => sys::policies(ctx, req, tail, true),
         Sys::Capabilities => sys::capabilities(ctx, req, rest, caller),
-        Sys::DrToken => replication::dr_token::handle(ctx, st, req, tail),
+        Sys::DrToken => replication::dr_token::handle(
+            ctx,
+            &st.config.license,
+            st.repl.is_dr_secondary(),
+            req,
+            tail,
+        ),
         Sys::ReplicationStatus | Sys::Replication => {
             replication::handle(ctx, st, req, tail, caller)
         }
-        Sys::GenerateRoot => crate::generate_root::handle(ctx, st, req, tail),
-        Sys::Audit => crate::audit::handle(ctx, st, req, tail),
+        Sys::GenerateRoot => crate::generate_root::handle(ctx, &mut st.root_gen, req, tail),
+        Sys::Audit => crate::audit::handle(ctx, &mut st.audit, &mut st.outputs, req, tail),
         Sys::AuditHash => crate::audit::hash_handler(ctx, req, tail),
         Sys::Metrics => crate::metrics::handle(ctx, st, req, tail),
         Sys::LockedUsers => ldap::lockout::handle(ctx, &mut st.logins.failures, req, tail),

@@ -147,8 +147,8 @@ fn scan_endpoint(
             super::dr_token::check_body(ctx, &body_object(&req.body)?)?;
         }
         match op {
-            "reindex" => super::reindex::start_reindex(ctx, st, req),
-            _ => super::reindex::start_check(ctx, st, req),
+            "reindex" => super::reindex::start_reindex(ctx, &mut st.repl.jobs, req),
+            _ => super::reindex::start_check(ctx, &mut st.repl.jobs, req),
         }
     })())
 }

@@ -32,7 +32,6 @@
 use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request};
 use crate::crypto;
 use crate::ctx::Ctx;
-use crate::node::NodeState;
 use crate::seal::{self, Added, SealConfig, ShareAttempt};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -117,7 +116,14 @@ struct TokenHash {
 
 /// Handles `sys/replication/<tail>` for the paths [`owns`] names: root namespace, license and
 /// (when switched on) the DR secondary role first, then the operation.
-pub fn handle(ctx: &mut Ctx, st: &NodeState, req: &Request, tail: &str) -> ApiResult {
+/// Reads only the node's license and whether it is a DR secondary.
+pub fn handle(
+    ctx: &mut Ctx,
+    license: &crate::license::LicenseState,
+    is_dr_secondary: bool,
+    req: &Request,
+    tail: &str,
+) -> ApiResult {
     let op = tail
         .strip_prefix("dr/secondary/")
         .filter(|t| owns_tail(t))
@@ -128,12 +134,8 @@ pub fn handle(ctx: &mut Ctx, st: &NodeState, req: &Request, tail: &str) -> ApiRe
             "replication endpoints can be called only from the root namespace, not from namespace {ns:?}"
         )));
     }
-    crate::license::require(
-        &st.config.license,
-        ctx.now,
-        crate::license::FEATURE_REPLICATION,
-    )?;
-    require_dr_secondary(st.repl.is_dr_secondary())?;
+    crate::license::require(license, ctx.now, crate::license::FEATURE_REPLICATION)?;
+    require_dr_secondary(is_dr_secondary)?;
     dispatch(ctx, req, op)
 }
 

@@ -26,7 +26,6 @@ use super::wal::{self, WalEntry};
 use super::{Env, Mode, Phase};
 use crate::api::{body_object, ApiError, ApiResult, Fields, Reply, Request, RequestId};
 use crate::ctx::Ctx;
-use crate::node::NodeState;
 use crate::storage::Write;
 use crate::time::{rfc3339, Millis};
 use serde::{Deserialize, Serialize};
@@ -177,7 +176,7 @@ impl Jobs {
 }
 
 /// `POST sys/replication/reindex` (and the DR secondary variant, once its token is checked).
-pub(crate) fn start_reindex(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
+pub(crate) fn start_reindex(ctx: &mut Ctx, jobs: &mut Jobs, req: &Request) -> ApiResult {
     let body = body_object(&req.body)?;
     let f = Fields(&body);
     let flags = Flags {
@@ -185,15 +184,10 @@ pub(crate) fn start_reindex(ctx: &mut Ctx, st: &mut NodeState, req: &Request) ->
         force: f.bool("force")?.unwrap_or(false),
         skip_flush: f.bool("skip_flush")?.unwrap_or(false),
     };
-    refuse_if_busy(&st.repl.jobs)?;
+    refuse_if_busy(jobs)?;
     let marker = serde_json::to_vec(&flags).map_err(|e| ApiError::Internal(e.to_string()))?;
     ctx.txn.put(REINDEX_KEY, marker);
-    begin(
-        &mut st.repl.jobs,
-        Kind::Reindex(flags),
-        Some(req.id),
-        ctx.now,
-    );
+    begin(jobs, Kind::Reindex(flags), Some(req.id), ctx.now);
     log::info!(
         "reindex started (diff={}, force={}, skip_flush={})",
         flags.diff,
@@ -204,10 +198,10 @@ pub(crate) fn start_reindex(ctx: &mut Ctx, st: &mut NodeState, req: &Request) ->
 }
 
 /// `POST sys/replication/merkle-check` (and the DR secondary variant).
-pub(crate) fn start_check(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
+pub(crate) fn start_check(ctx: &mut Ctx, jobs: &mut Jobs, req: &Request) -> ApiResult {
     body_object(&req.body)?;
-    refuse_if_busy(&st.repl.jobs)?;
-    begin(&mut st.repl.jobs, Kind::Check, Some(req.id), ctx.now);
+    refuse_if_busy(jobs)?;
+    begin(jobs, Kind::Check, Some(req.id), ctx.now);
     Ok(Reply::Pending)
 }
 
