@@ -6,9 +6,8 @@ use super::*;
 /// The DR operation token state of one host.
 #[derive(Debug, Clone, Default)]
 pub(super) struct OpTok {
-    pub(super) gen: Option<(String, String)>,
-    pub(super) cancel: bool,
-    pub(super) tries: u32,
+    /// The generation flow (attempt, key shares, decode).
+    pub(super) flow: ShareFlow,
     pub(super) token: Option<String>,
     pub(super) wrong_tried: bool,
 }
@@ -249,31 +248,8 @@ impl ReplWorld {
                     None => {
                         let i = self.secs.len();
                         self.secs.push(Sec {
-                            host: o,
-                            mode: Mode::Dr,
-                            filtered: false,
-                            attempt: 0,
-                            id: format!("n{o}-r0"),
-                            ids: Vec::new(),
-                            revoke_left: Vec::new(),
-                            token: None,
-                            filter_set: false,
-                            filter_wal: u64::MAX,
-                            filter_unsure: false,
-                            enabled: false,
-                            revoked_from: None,
-                            revoke_sent: false,
-                            gen: None,
-                            gen_cancel: false,
-                            gen_tries: 0,
-                            local_root: None,
-                            repoint: None,
-                            repoint_fails: 0,
                             rejoin: true,
-                            gone: false,
-                            synced_once: false,
-                            disable: false,
-                            ldap_ready: false,
+                            ..Sec::new(o, Mode::Dr, false, format!("n{o}-r0"))
                         });
                         if let Some(dr) = self.drill.as_mut() {
                             dr.rejoin = Some(i);
@@ -388,33 +364,13 @@ impl ReplWorld {
 
     /// The answer to `Op::TokAttempt`.
     pub(super) fn on_tok_attempt(&mut self, a: &Answer, h: HostId) -> Result<(), Violation> {
-        let ok = a.ok;
-        let body = &a.body;
-        let resp = &a.resp;
-        let otp = body["otp"]
-            .as_str()
-            .or_else(|| body["data"]["otp"].as_str());
-        let nonce = body["nonce"]
-            .as_str()
-            .or_else(|| body["data"]["nonce"].as_str());
-        match (ok, otp, nonce) {
-            (true, Some(o), Some(n)) => self.optok[h].gen = Some((o.to_string(), n.to_string())),
-            _ if resp.is_ok() => {
-                self.optok[h].cancel = true;
-                self.optok[h].tries += 1;
-            }
-            _ => {}
-        }
+        self.optok[h].flow.on_started(a);
         Ok(())
     }
 
     /// The answer to `Op::TokCancel`.
     pub(super) fn on_tok_cancelled(&mut self, a: &Answer, h: HostId) -> Result<(), Violation> {
-        let resp = &a.resp;
-        if resp.is_ok() {
-            self.optok[h].cancel = false;
-            self.optok[h].gen = None;
-        }
+        self.optok[h].flow.on_cancelled(a);
         Ok(())
     }
 
@@ -444,25 +400,9 @@ impl ReplWorld {
             if resp.is_ok() && !ok {
                 // Refused, progress reset: the attempt goes on with the right share.
             }
-        } else {
-            let otp = self.optok[h]
-                .gen
-                .as_ref()
-                .map(|g| g.0.clone())
-                .unwrap_or_default();
-            match enc.map(|e| cairn_core::replication::dr_token::decode_token(e, &otp)) {
-                Some(Ok(t)) if ok => {
-                    self.log(&format!("n{h} DR operation token generated"));
-                    self.optok[h].token = Some(t);
-                    self.optok[h].gen = None;
-                }
-                _ if resp.is_ok() => {
-                    self.optok[h].gen = None;
-                    self.optok[h].cancel = true;
-                    self.optok[h].tries += 1;
-                }
-                _ => {}
-            }
+        } else if let Some(t) = self.optok[h].flow.on_update(a) {
+            self.log(&format!("n{h} DR operation token generated"));
+            self.optok[h].token = Some(t);
         }
         Ok(())
     }

@@ -60,6 +60,7 @@ mod operator;
 mod params;
 mod reply;
 mod scan;
+mod share_flow;
 mod wire;
 
 use drill::{DStep, Drill, DrillNext, OpTok};
@@ -68,6 +69,7 @@ use params::{api_addr, cluster_addr};
 pub use params::{Kind, Params};
 use reply::Answer;
 use scan::{Rot, ScanStart};
+use share_flow::{ShareFlow, ShareStep};
 
 use crate::check::Violation;
 use crate::host::Host;
@@ -356,33 +358,7 @@ impl ReplWorld {
                 Kind::Perf { filtered } => Some((h, Mode::Performance, *filtered)),
                 Kind::Dr => Some((h, Mode::Dr, false)),
             })
-            .map(|(host, mode, filtered)| Sec {
-                host,
-                mode,
-                filtered,
-                attempt: 0,
-                id: format!("n{host}-0"),
-                ids: Vec::new(),
-                revoke_left: Vec::new(),
-                token: None,
-                filter_set: false,
-                filter_wal: u64::MAX,
-                filter_unsure: false,
-                enabled: false,
-                revoked_from: None,
-                revoke_sent: false,
-                gen: None,
-                gen_cancel: false,
-                gen_tries: 0,
-                local_root: None,
-                repoint: None,
-                repoint_fails: 0,
-                rejoin: false,
-                gone: false,
-                synced_once: false,
-                disable: false,
-                ldap_ready: false,
-            })
+            .map(|(host, mode, filtered)| Sec::new(host, mode, filtered, format!("n{host}-0")))
             .collect();
         let mut net = Network::new(SimRng::derive(seed, "network"), params.client_link);
         let n = params.kinds.len();

@@ -98,10 +98,8 @@ pub(super) struct Sec {
     pub(super) revoked_from: Option<u64>,
     pub(super) revoke_sent: bool,
     /// A root token generated on the secondary itself (its own tokens are gone once it
-    /// follows a performance primary): (otp, nonce) of the attempt, then the token.
-    pub(super) gen: Option<(String, String)>,
-    pub(super) gen_cancel: bool,
-    pub(super) gen_tries: u32,
+    /// follows a performance primary): the `sys/generate-root` flow, then the token.
+    pub(super) root_gen: ShareFlow,
     pub(super) local_root: Option<String>,
     /// Pending re-point to a new primary: Some(true) by activation token, Some(false) by
     /// `update_primary_addrs`.
@@ -117,6 +115,37 @@ pub(super) struct Sec {
     pub(super) disable: bool,
     /// Holds the LDAP mount and config (it matched the primary since they were written).
     pub(super) ldap_ready: bool,
+}
+
+impl Sec {
+    /// A secondary of the topology, not yet enabled, whose first activation id is `id`.
+    pub(super) fn new(host: HostId, mode: Mode, filtered: bool, id: String) -> Sec {
+        Sec {
+            host,
+            mode,
+            filtered,
+            attempt: 0,
+            id,
+            ids: Vec::new(),
+            revoke_left: Vec::new(),
+            token: None,
+            filter_set: false,
+            filter_wal: u64::MAX,
+            filter_unsure: false,
+            enabled: false,
+            revoked_from: None,
+            revoke_sent: false,
+            root_gen: ShareFlow::default(),
+            local_root: None,
+            repoint: None,
+            repoint_fails: 0,
+            rejoin: false,
+            gone: false,
+            synced_once: false,
+            disable: false,
+            ldap_ready: false,
+        }
+    }
 }
 
 pub(super) fn status_ok(r: &Result<Response, String>) -> bool {
@@ -318,7 +347,7 @@ impl ReplWorld {
             if !s.enabled
                 || s.mode != Mode::Performance
                 || s.local_root.is_some()
-                || s.gen_tries > 20
+                || s.root_gen.tries > 20
                 || self.hosts[s.host].needs_unseal
             {
                 continue;
@@ -509,17 +538,15 @@ impl ReplWorld {
         let s = &self.secs[i];
         let h = s.host;
         let base = "sys/generate-root/attempt";
-        if s.gen_cancel {
-            return (h, Op::GenCancel(i), Request::new(id, Method::Delete, base));
-        }
-        match &s.gen {
-            None => (
+        match s.root_gen.next() {
+            ShareStep::Cancel => (h, Op::GenCancel(i), Request::new(id, Method::Delete, base)),
+            ShareStep::Start => (
                 h,
                 Op::GenAttempt(i),
                 Request::new(id, Method::Post, base).with_json(json!({})),
             ),
-            Some((_, nonce)) => {
-                let key = if s.gen_tries.is_multiple_of(2) {
+            ShareStep::Update(nonce) => {
+                let key = if s.root_gen.tries.is_multiple_of(2) {
                     self.hosts[0].key.clone()
                 } else {
                     self.hosts[h].key.clone()
@@ -540,16 +567,14 @@ impl ReplWorld {
     pub(super) fn optok_req(&self, h: HostId, id: RequestId) -> (HostId, Op, Request) {
         let t = &self.optok[h];
         let base = "sys/replication/dr/secondary/generate-operation-token/attempt";
-        if t.cancel {
-            return (h, Op::TokCancel(h), Request::new(id, Method::Delete, base));
-        }
-        match &t.gen {
-            None => (
+        match t.flow.next() {
+            ShareStep::Cancel => (h, Op::TokCancel(h), Request::new(id, Method::Delete, base)),
+            ShareStep::Start => (
                 h,
                 Op::TokAttempt(h),
                 Request::new(id, Method::Post, base).with_json(json!({})),
             ),
-            Some((_, nonce)) => {
+            ShareStep::Update(nonce) => {
                 let wrong = h != 0 && !t.wrong_tried;
                 let key = if wrong {
                     self.hosts[h].key.clone()

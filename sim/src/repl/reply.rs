@@ -380,61 +380,21 @@ impl ReplWorld {
 
     /// The answer to `Op::GenAttempt`.
     pub(super) fn on_gen_attempt(&mut self, a: &Answer, i: usize) -> Result<(), Violation> {
-        let ok = a.ok;
-        let body = &a.body;
-        let resp = &a.resp;
-        let otp = body["otp"]
-            .as_str()
-            .or_else(|| body["data"]["otp"].as_str());
-        let nonce = body["nonce"]
-            .as_str()
-            .or_else(|| body["data"]["nonce"].as_str());
-        match (ok, otp, nonce) {
-            (true, Some(o), Some(n)) => self.secs[i].gen = Some((o.to_string(), n.to_string())),
-            _ if resp.is_ok() => {
-                self.secs[i].gen_cancel = true;
-                self.secs[i].gen_tries += 1;
-            }
-            _ => {}
-        }
+        self.secs[i].root_gen.on_started(a);
         Ok(())
     }
 
     /// The answer to `Op::GenCancel`.
     pub(super) fn on_gen_cancelled(&mut self, a: &Answer, i: usize) -> Result<(), Violation> {
-        let resp = &a.resp;
-        if resp.is_ok() {
-            self.secs[i].gen_cancel = false;
-            self.secs[i].gen = None;
-        }
+        self.secs[i].root_gen.on_cancelled(a);
         Ok(())
     }
 
     /// The answer to `Op::GenUpdate`.
     pub(super) fn on_gen_update(&mut self, a: &Answer, i: usize) -> Result<(), Violation> {
-        let ok = a.ok;
-        let body = &a.body;
-        let resp = &a.resp;
-        let enc = body["encoded_token"]
-            .as_str()
-            .or_else(|| body["data"]["encoded_token"].as_str());
-        let otp = self.secs[i]
-            .gen
-            .as_ref()
-            .map(|g| g.0.clone())
-            .unwrap_or_default();
-        match enc.map(|e| cairn_core::replication::dr_token::decode_token(e, &otp)) {
-            Some(Ok(t)) if ok => {
-                self.log(&format!("n{} root token generated", self.secs[i].host));
-                self.secs[i].local_root = Some(t);
-                self.secs[i].gen = None;
-            }
-            _ if resp.is_ok() => {
-                self.secs[i].gen = None;
-                self.secs[i].gen_cancel = true;
-                self.secs[i].gen_tries += 1;
-            }
-            _ => {}
+        if let Some(t) = self.secs[i].root_gen.on_update(a) {
+            self.log(&format!("n{} root token generated", self.secs[i].host));
+            self.secs[i].local_root = Some(t);
         }
         Ok(())
     }
@@ -448,8 +408,8 @@ impl ReplWorld {
             s.enabled = false;
             s.disable = false;
             s.local_root = None;
-            s.gen = None;
-            s.gen_tries = 0;
+            s.root_gen.gen = None;
+            s.root_gen.tries = 0;
             s.synced_once = false;
             s.ldap_ready = false;
             let h = s.host;
