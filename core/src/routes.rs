@@ -270,6 +270,14 @@ pub static SYS: &[Route<Sys>] = &[
         Required,
         Sys::GenerateRoot,
     ),
+    // OpenBao 2.6's path for the same attempt (its `sys/generate-root/` answers 405).
+    r(
+        "sys/generate-root-token/*",
+        Class::Proof(Proof::KeyShares),
+        Root,
+        Required,
+        Sys::GenerateRoot,
+    ),
     r("sys/audit", Sudo, Root, BestEffort, Sys::Audit),
     r("sys/audit/+", Sudo, Root, BestEffort, Sys::Audit),
     r("sys/audit-hash/+", Token, Root, Required, Sys::AuditHash),
@@ -298,6 +306,7 @@ pub static SYS: &[Route<Sys>] = &[
         Sys::Wrapping,
     ),
     r("sys/wrapping/wrap", Token, Ns, Required, Sys::Wrapping),
+    r("sys/wrapping/rewrap", Token, Ns, Required, Sys::Wrapping),
 ];
 
 /// `auth/token/...`, relative to `auth/token/`.
@@ -309,6 +318,7 @@ pub static TOKEN: &[Route<Endpoint>] = &[
     r("lookup-accessor", Token, Ns, Required, Endpoint::Token),
     r("renew-self", Token, Ns, Required, Endpoint::Token),
     r("renew", Token, Ns, Required, Endpoint::Token),
+    r("renew-accessor", Token, Ns, Required, Endpoint::Token),
     r("revoke-self", Token, Ns, Required, Endpoint::Token),
     r("revoke", Token, Ns, Required, Endpoint::Token),
     r("revoke-orphan", Sudo, Ns, Required, Endpoint::Token),

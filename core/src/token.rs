@@ -69,11 +69,34 @@ pub struct TokenEntry {
     /// Id of that namespace (a token outlives neither its namespace nor a re-creation).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace_id: String,
+    /// When it was last renewed (lookups show it, as the reference does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_renewal: Option<Millis>,
 }
 
 impl TokenEntry {
     pub fn is_root(&self) -> bool {
         self.policies.iter().any(|p| p == "root")
+    }
+    /// A batch token: not renewable, not revocable on its own, no accessor shown.
+    pub fn is_batch(&self) -> bool {
+        self.kind == "batch"
+    }
+    /// `service` or `batch`, as responses name the type.
+    pub fn type_name(&self) -> &'static str {
+        if self.is_batch() {
+            "batch"
+        } else {
+            "service"
+        }
+    }
+    /// The accessor as responses show it (a batch token has none).
+    pub fn shown_accessor(&self) -> &str {
+        if self.is_batch() {
+            ""
+        } else {
+            &self.accessor
+        }
     }
     pub fn remaining_ttl(&self, now: Millis) -> u64 {
         match self.expire_time {
@@ -238,6 +261,7 @@ pub fn create(ctx: &mut Ctx, req: NewToken) -> ApiResult<(String, TokenEntry)> {
         login_name: req.login_name,
         namespace,
         namespace_id,
+        last_renewal: None,
     };
     store(ctx, &h, &entry, None, generated)?;
     ctx.put_new(&format!("{ACCESSOR}{accessor}"), h.as_bytes())?;
@@ -390,6 +414,19 @@ pub fn expire(ctx: &mut Ctx, limit: usize) -> ApiResult<usize> {
 /// never past `creation_time + explicit_max_ttl`, nor past `creation_time + MAX_TTL` unless
 /// periodic.
 pub fn renew(ctx: &mut Ctx, h: &str, e: &mut TokenEntry, increment: Option<u64>) -> ApiResult<()> {
+    renew_capped(ctx, h, e, increment).map(|_| ())
+}
+
+/// [`renew`], returning the reference's warning when the increment asked for was capped.
+pub fn renew_capped(
+    ctx: &mut Ctx,
+    h: &str,
+    e: &mut TokenEntry,
+    increment: Option<u64>,
+) -> ApiResult<Option<String>> {
+    if e.is_batch() {
+        return Err(ApiError::bad("batch tokens cannot be renewed"));
+    }
     if !e.renewable || e.expire_time.is_none() {
         return Err(ApiError::bad("lease is not renewable"));
     }
@@ -408,25 +445,32 @@ pub fn renew(ctx: &mut Ctx, h: &str, e: &mut TokenEntry, increment: Option<u64>)
     if e.period == 0 {
         new_exp = new_exp.min(ceiling(e.creation_time, MAX_TTL));
     }
+    let asked = increment.filter(|i| *i > 0 && e.period == 0);
     let old = e.expire_time;
     e.expire_time = Some(new_exp);
     e.ttl = (new_exp.saturating_sub(ctx.now)) / 1000;
-    store(ctx, h, e, old, false)
+    e.last_renewal = Some(ctx.now);
+    store(ctx, h, e, old, false)?;
+    Ok(asked.filter(|a| *a > e.ttl).map(|a| {
+        format!(
+            "TTL of \"{a}s\" exceeded the effective max_ttl of \"{}s\"; TTL value is capped accordingly",
+            e.ttl
+        )
+    }))
 }
 
 /// The `auth` block of a response for a freshly created token.
 pub fn auth_block(id: &str, e: &TokenEntry, token_policies: &[String]) -> Value {
     json!({
         "client_token": id,
-        "accessor": e.accessor,
+        "accessor": e.shown_accessor(),
         "policies": e.policies,
         "token_policies": token_policies,
-        "identity_policies": null,
-        "metadata": e.meta,
+        "metadata": if e.meta.is_empty() { Value::Null } else { json!(e.meta) },
         "lease_duration": e.ttl,
         "renewable": e.renewable,
         "entity_id": "",
-        "token_type": "service",
+        "token_type": e.type_name(),
         "orphan": e.orphan,
         "mfa_requirement": null,
         "num_uses": e.num_uses,
@@ -435,8 +479,8 @@ pub fn auth_block(id: &str, e: &TokenEntry, token_policies: &[String]) -> Value 
 
 /// The data of a token lookup.
 pub fn lookup_data(e: &TokenEntry, id: Option<&str>, now: Millis) -> Value {
-    json!({
-        "accessor": e.accessor,
+    let mut d = json!({
+        "accessor": e.shown_accessor(),
         "creation_time": e.creation_time / 1000,
         "creation_ttl": e.ttl,
         "display_name": e.display_name,
@@ -449,12 +493,29 @@ pub fn lookup_data(e: &TokenEntry, id: Option<&str>, now: Millis) -> Value {
         "num_uses": e.num_uses,
         "orphan": e.orphan,
         "path": e.path,
-        "period": if e.period > 0 { json!(e.period) } else { Value::Null },
         "policies": e.policies,
         "renewable": e.renewable,
         "ttl": e.remaining_ttl(now),
-        "type": "service",
-    })
+        "type": e.type_name(),
+    });
+    // The reference shows a period and a last renewal only when there is one.
+    if e.period > 0 {
+        d["period"] = json!(e.period);
+    }
+    if let Some(at) = e.last_renewal {
+        d["last_renewal"] = json!(rfc3339(at));
+        d["last_renewal_time"] = json!(at / 1000);
+    }
+    d
+}
+
+/// A renewal's envelope: the `auth` block and the capping warning, if any.
+fn renewed(auth: Value, warning: Option<String>) -> Reply {
+    let mut env = json!({ "auth": auth });
+    if let Some(w) = warning {
+        env["warnings"] = json!([w]);
+    }
+    Reply::Envelope(env)
 }
 
 /// Whether token `e` lives in namespace `ns` or below it: a caller in `ns` may look it up,
@@ -566,11 +627,23 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
             if !root {
                 for p in &policies {
                     if p != "default" && !caller.entry.policies.contains(p) {
-                        return Err(ApiError::Forbidden(format!(
+                        // A 400, as the reference answers.
+                        return Err(ApiError::bad(format!(
                             "child policies must be subset of parent: {p:?} is not held by the caller"
                         )));
                     }
                 }
+            }
+            let batch = match f.str("type")?.as_deref() {
+                None | Some("" | "service" | "default" | "default-service") => false,
+                Some("batch" | "default-batch") => true,
+                Some(_) => return Err(ApiError::bad("invalid 'token_type' value")),
+            };
+            if batch && f.duration("period")?.unwrap_or(0) > 0 {
+                return Err(ApiError::bad("batch tokens cannot have \"period\" set"));
+            }
+            if batch && f.bool("renewable")? == Some(true) {
+                return Err(ApiError::bad("batch tokens cannot be renewable"));
             }
             let add_default = !no_default && !policies.iter().any(|p| p == "root");
             let policies = normalize_policies(policies, add_default);
@@ -614,7 +687,8 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                 period: lifetimes.period,
                 no_parent,
                 parent: Some(caller.hash.clone()),
-                renewable: f.bool("renewable")?.unwrap_or(true),
+                renewable: !batch && f.bool("renewable")?.unwrap_or(true),
+                kind: if batch { "batch".into() } else { String::new() },
                 path: "auth/token/create".into(),
                 namespace: crate::namespace::of(req),
                 ..Default::default()
@@ -633,10 +707,18 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
             let t = f
                 .str("token")?
                 .or_else(|| req.query("token").map(str::to_string))
-                .ok_or_else(|| ApiError::bad("missing required field \"token\""))?;
+                .unwrap_or_default();
+            // No token named: the caller's own, as the reference answers.
+            if t.is_empty() {
+                return Ok(Reply::Data(lookup_data(
+                    &caller.entry,
+                    Some(&caller.id),
+                    ctx.now,
+                )));
+            }
             match lookup_in(ctx, &t, &ns)? {
                 Some((_, e)) => Ok(Reply::Data(lookup_data(&e, Some(&t), ctx.now))),
-                None => Err(ApiError::bad("bad token")),
+                None => Err(ApiError::Forbidden("bad token".into())),
             }
         }
         (Method::Post | Method::Put, "lookup-accessor") => {
@@ -648,18 +730,33 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
         }
         (Method::Post | Method::Put, "renew-self") => {
             let mut e = caller.entry.clone();
-            renew(ctx, &caller.hash, &mut e, f.duration("increment")?)?;
+            let w = renew_capped(ctx, &caller.hash, &mut e, f.duration("increment")?)?;
             let tp = e.policies.clone();
-            Ok(Reply::Envelope(
-                json!({ "auth": auth_block(&caller.id, &e, &tp) }),
-            ))
+            Ok(renewed(auth_block(&caller.id, &e, &tp), w))
         }
         (Method::Post | Method::Put, "renew") => {
             let t = f.req_str("token")?;
             let (h, mut e) = lookup_in(ctx, &t, &ns)?.ok_or_else(|| ApiError::bad("bad token"))?;
-            renew(ctx, &h, &mut e, f.duration("increment")?)?;
+            let w = renew_capped(ctx, &h, &mut e, f.duration("increment")?)?;
             let tp = e.policies.clone();
-            Ok(Reply::Envelope(json!({ "auth": auth_block(&t, &e, &tp) })))
+            Ok(renewed(auth_block(&t, &e, &tp), w))
+        }
+        (Method::Post | Method::Put, "renew-accessor") => {
+            let a = f.req_str("accessor")?;
+            let h = hash_by_accessor_in(ctx, &a, &ns)?
+                .ok_or_else(|| ApiError::bad("invalid accessor"))?;
+            let mut e = lookup_hash(ctx, &h)?.ok_or_else(|| ApiError::bad("invalid accessor"))?;
+            // A login token's renewal re-checks its auth method (`auth/token/renew` does
+            // that, see `auth::ldap::renew`); by accessor it is not offered.
+            if e.auth_mount.is_some() {
+                return Err(ApiError::bad(
+                    "tokens from an auth method are renewed with auth/token/renew or renew-self",
+                ));
+            }
+            let w = renew_capped(ctx, &h, &mut e, f.duration("increment")?)?;
+            let tp = e.policies.clone();
+            // The secret id is not shown to a caller who named the token by accessor.
+            Ok(renewed(auth_block("", &e, &tp), w))
         }
         (Method::Post | Method::Put, "revoke-self") => {
             revoke_tree(ctx, &caller.hash)?;
@@ -667,7 +764,10 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
         }
         (Method::Post | Method::Put, "revoke") => {
             let t = f.req_str("token")?;
-            if let Some((h, _)) = lookup_in(ctx, &t, &ns)? {
+            if let Some((h, e)) = lookup_in(ctx, &t, &ns)? {
+                if e.is_batch() {
+                    return Err(ApiError::bad("batch tokens cannot be revoked"));
+                }
                 revoke_tree(ctx, &h)?;
             }
             Ok(Reply::Empty)
@@ -681,10 +781,16 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
         }
         (Method::Post | Method::Put, "revoke-accessor") => {
             let a = f.req_str("accessor")?;
-            if let Some(h) = hash_by_accessor_in(ctx, &a, &ns)? {
-                revoke_tree(ctx, &h)?;
+            match hash_by_accessor_in(ctx, &a, &ns)? {
+                Some(h) => {
+                    revoke_tree(ctx, &h)?;
+                    Ok(Reply::Empty)
+                }
+                // The reference's answer: 200 with a warning.
+                None => Ok(Reply::Envelope(
+                    json!({ "warnings": ["No token found with this accessor"] }),
+                )),
             }
-            Ok(Reply::Empty)
         }
         (Method::List, "accessors") => {
             let mut keys = Vec::new();
@@ -699,8 +805,8 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
         (
             _,
             "create" | "create-orphan" | "lookup-self" | "lookup" | "lookup-accessor"
-            | "renew-self" | "renew" | "revoke-self" | "revoke" | "revoke-orphan"
-            | "revoke-accessor" | "accessors",
+            | "renew-self" | "renew" | "renew-accessor" | "revoke-self" | "revoke"
+            | "revoke-orphan" | "revoke-accessor" | "accessors",
         ) => Err(ApiError::MethodNotAllowed),
         _ => Err(ApiError::NotFound(String::new())),
     }
@@ -1002,5 +1108,88 @@ mod tests {
         assert_eq!(e.status(), 400);
         assert_eq!(ceiling(5, u64::MAX), u64::MAX);
         assert_eq!(ceiling(5, 1), 1_005);
+    }
+
+    /// Shapes the differential test against the reference checks (tests/tests/differential.rs).
+    #[test]
+    fn answers_are_shaped_like_the_reference() {
+        let mut t = T::new();
+        let root = t.root.clone();
+        // A token without metadata shows `metadata: null` and no identity policies.
+        let r = t.create(&root, json!({ "ttl": "1h", "explicit_max_ttl": "2h" }));
+        let b = r.body.clone().unwrap();
+        assert_eq!(b["auth"]["metadata"], Value::Null);
+        assert!(b["auth"].get("identity_policies").is_none(), "{b}");
+        let id = b["auth"]["client_token"].as_str().unwrap().to_string();
+        // No period key unless periodic; a last renewal only after one.
+        let l = t.lookup_self(&id);
+        assert!(
+            l.get("period").is_none() && l.get("last_renewal").is_none(),
+            "{l}"
+        );
+        // A renewal capped by the explicit max says so in a warning.
+        let r = t.call(
+            &root,
+            Method::Post,
+            "auth/token/renew",
+            json!({ "token": id, "increment": "10h" }),
+        );
+        assert_eq!(r.status, 200);
+        assert!(r.body.unwrap()["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("capped"));
+        assert!(t.lookup_self(&id)["last_renewal_time"].is_u64());
+        // Lookup of an unknown token is a 403; without a token, of the caller's own.
+        let r = t.call(
+            &root,
+            Method::Post,
+            "auth/token/lookup",
+            json!({"token": "cs.nope"}),
+        );
+        assert_eq!(r.status, 403);
+        let r = t.call(&root, Method::Post, "auth/token/lookup", json!({}));
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body.unwrap()["data"]["id"], json!(root));
+        // Revoking an unknown accessor: 200 with a warning.
+        let r = t.call(
+            &root,
+            Method::Post,
+            "auth/token/revoke-accessor",
+            json!({"accessor": "nope"}),
+        );
+        assert_eq!(r.status, 200);
+        assert!(r.body.unwrap()["warnings"].is_array());
+        // A `null` body is an empty one (the reference's CLI sends it).
+        let r = t.call(&id, Method::Post, "auth/token/renew-self", Value::Null);
+        assert_eq!(r.status, 200, "{:?}", r.body);
+    }
+
+    #[test]
+    fn batch_tokens_are_neither_renewed_nor_revoked_and_types_are_checked() {
+        let mut t = T::new();
+        let root = t.root.clone();
+        let r = t.create(&root, json!({ "type": "weird" }));
+        assert_eq!(r.status, 400);
+        let r = t.create(&root, json!({ "type": "batch", "period": "1h" }));
+        assert_eq!(r.status, 400);
+        let r = t.create(&root, json!({ "type": "batch", "ttl": "30m" }));
+        assert_eq!(r.status, 200);
+        let b = r.body.unwrap();
+        assert_eq!(b["auth"]["token_type"], "batch");
+        assert_eq!(b["auth"]["accessor"], "");
+        assert_eq!(b["auth"]["renewable"], false);
+        let id = b["auth"]["client_token"].as_str().unwrap().to_string();
+        assert_eq!(t.lookup_self(&id)["type"], "batch");
+        let r = t.call(&id, Method::Post, "auth/token/renew-self", json!({}));
+        assert_eq!(r.status, 400);
+        let r = t.call(
+            &root,
+            Method::Post,
+            "auth/token/revoke",
+            json!({ "token": id }),
+        );
+        assert_eq!(r.status, 400);
+        assert_eq!(t.lookup_self(&id)["type"], "batch");
     }
 }
