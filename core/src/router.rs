@@ -302,6 +302,7 @@ fn route_sys(
             ctx.now,
         ))),
         Sys::License => Err(ApiError::MethodNotAllowed),
+        Sys::Leases => crate::leases::handle(ctx, req, tail),
         Sys::Wrapping => match (req.method, tail) {
             (Method::Post | Method::Put, "unwrap") => {
                 match replication::activation::unwrap_request(ctx, req)? {
@@ -613,6 +614,7 @@ mod table_tests {
             Sys::LockedUsers,
             Sys::License,
             Sys::Wrapping,
+            Sys::Leases,
         ];
         // Exhaustive: a new variant must be listed above.
         for h in all {
@@ -638,7 +640,8 @@ mod table_tests {
                 | Sys::Metrics
                 | Sys::LockedUsers
                 | Sys::License
-                | Sys::Wrapping => {}
+                | Sys::Wrapping
+                | Sys::Leases => {}
             }
             assert!(
                 routes::SYS.iter().any(|r| r.handler == h),

@@ -92,6 +92,7 @@ pub enum Sys {
     LockedUsers,
     License,
     Wrapping,
+    Leases,
 }
 
 /// The handlers of a secrets engine or auth method mount, and `auth/token/`.
@@ -306,6 +307,21 @@ pub static SYS: &[Route<Sys>] = &[
         Sys::Wrapping,
     ),
     r("sys/wrapping/wrap", Token, Ns, Required, Sys::Wrapping),
+    // Listing needs sudo, as in the reference; so does a lookup here (one route: `LIST
+    // sys/leases/lookup/` is the lookup's path).
+    r("sys/leases/lookup/*", Sudo, Ns, Required, Sys::Leases),
+    r("sys/leases/renew", Token, Ns, Required, Sys::Leases),
+    r("sys/leases/renew/*", Token, Ns, Required, Sys::Leases),
+    r("sys/leases/revoke", Token, Ns, Required, Sys::Leases),
+    r("sys/leases/revoke/*", Token, Ns, Required, Sys::Leases),
+    r(
+        "sys/leases/revoke-prefix/*",
+        Sudo,
+        Ns,
+        Required,
+        Sys::Leases,
+    ),
+    r("sys/leases/tidy", Token, Ns, Required, Sys::Leases),
     r("sys/wrapping/rewrap", Token, Ns, Required, Sys::Wrapping),
 ];
 
@@ -313,6 +329,9 @@ pub static SYS: &[Route<Sys>] = &[
 pub static TOKEN: &[Route<Endpoint>] = &[
     r("create", Token, Ns, Required, Endpoint::Token),
     r("create-orphan", Sudo, Ns, Required, Endpoint::Token),
+    r("create/+", Token, Ns, Required, Endpoint::Token),
+    r("roles", Token, Ns, Required, Endpoint::Token),
+    r("roles/+", Token, Ns, Required, Endpoint::Token),
     r("lookup-self", Token, Ns, Required, Endpoint::Token),
     r("lookup", Token, Ns, Required, Endpoint::Token),
     r("lookup-accessor", Token, Ns, Required, Endpoint::Token),

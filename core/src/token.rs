@@ -28,6 +28,120 @@ const ID: &str = "sys/token/id/";
 const ACCESSOR: &str = "sys/token/accessor/";
 const PARENT: &str = "sys/token/parent/";
 const EXPIRY: &str = "sys/token/expiry/";
+/// Token roles: `sys/token/role/<namespace path><name>`.
+const ROLE: &str = "sys/token/role/";
+
+/// A token role (`auth/token/roles/<name>`): what `auth/token/create/<name>` may issue.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Role {
+    pub name: String,
+    /// Empty: any policy (of the caller's) may be asked for.
+    pub allowed_policies: Vec<String>,
+    pub disallowed_policies: Vec<String>,
+    pub orphan: bool,
+    pub renewable: bool,
+    /// Seconds; 0 = not periodic.
+    pub period: u64,
+    pub explicit_max_ttl: u64,
+    pub path_suffix: String,
+    pub no_default_policy: bool,
+}
+
+impl Role {
+    fn view(&self) -> Value {
+        json!({
+            "name": self.name,
+            "allowed_policies": self.allowed_policies,
+            "allowed_policies_glob": [],
+            "disallowed_policies": self.disallowed_policies,
+            "disallowed_policies_glob": [],
+            "allowed_entity_aliases": null,
+            "orphan": self.orphan,
+            "renewable": self.renewable,
+            "period": 0,
+            "token_period": self.period,
+            "explicit_max_ttl": 0,
+            "token_explicit_max_ttl": self.explicit_max_ttl,
+            "path_suffix": self.path_suffix,
+            "token_no_default_policy": self.no_default_policy,
+            "token_type": "default-service",
+        })
+    }
+}
+
+fn role_key(ns: &str, name: &str) -> String {
+    format!("{ROLE}{ns}{name}")
+}
+
+/// `auth/token/roles[/<name>]`.
+fn roles(ctx: &mut Ctx, req: &Request, f: &Fields, ns: &str, name: &str) -> ApiResult {
+    if name.contains('/') {
+        return Err(ApiError::NotFound(String::new()));
+    }
+    match (req.method, name) {
+        (Method::List | Method::Get, "") => {
+            let prefix = format!("{ROLE}{ns}");
+            let keys: Vec<String> = ctx
+                .keys(&prefix)?
+                .into_iter()
+                .map(|k| k[prefix.len()..].to_string())
+                .filter(|k| !k.contains('/'))
+                .collect();
+            if keys.is_empty() {
+                return Err(ApiError::NotFound(String::new()));
+            }
+            Ok(Reply::Data(json!({ "keys": keys })))
+        }
+        (Method::Get, n) => match ctx.get_json::<Role>(&role_key(ns, n))? {
+            Some(r) => Ok(Reply::Data(r.view())),
+            None => Err(ApiError::NotFound(String::new())),
+        },
+        (Method::Post | Method::Put, n) => {
+            let mut r = ctx
+                .get_json::<Role>(&role_key(ns, n))?
+                .unwrap_or_else(|| Role {
+                    name: n.to_string(),
+                    renewable: true,
+                    ..Default::default()
+                });
+            if let Some(p) = f.list("allowed_policies")? {
+                r.allowed_policies = normalize_policies(p, false);
+            }
+            if let Some(p) = f.list("disallowed_policies")? {
+                r.disallowed_policies = normalize_policies(p, false);
+            }
+            if let Some(b) = f.bool("orphan")? {
+                r.orphan = b;
+            }
+            if let Some(b) = f.bool("renewable")? {
+                r.renewable = b;
+            }
+            if let Some(b) = f.bool("token_no_default_policy")? {
+                r.no_default_policy = b;
+            }
+            for k in ["token_period", "period"] {
+                if let Some(d) = f.duration(k)? {
+                    r.period = d;
+                }
+            }
+            for k in ["token_explicit_max_ttl", "explicit_max_ttl"] {
+                if let Some(d) = f.duration(k)? {
+                    r.explicit_max_ttl = d;
+                }
+            }
+            if let Some(p) = f.str("path_suffix")? {
+                r.path_suffix = p;
+            }
+            ctx.put_json(&role_key(ns, n), &r)?;
+            Ok(Reply::Empty)
+        }
+        (Method::Delete, n) => {
+            ctx.delete(&role_key(ns, n));
+            Ok(Reply::Empty)
+        }
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
 
 /// Default and ceiling TTL of tokens (the reference's 768h).
 pub const DEFAULT_TTL: u64 = 768 * 3600;
@@ -72,6 +186,9 @@ pub struct TokenEntry {
     /// When it was last renewed (lookups show it, as the reference does).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_renewal: Option<Millis>,
+    /// The token role it was created through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
 }
 
 impl TokenEntry {
@@ -127,6 +244,8 @@ pub struct NewToken {
     pub no_default_policy: bool,
     /// Namespace to create it in (`""`: root, or the namespace of `auth_mount`).
     pub namespace: String,
+    /// The token role it is created through.
+    pub role: Option<String>,
 }
 
 pub fn salt(ctx: &mut Ctx) -> ApiResult<Vec<u8>> {
@@ -262,6 +381,7 @@ pub fn create(ctx: &mut Ctx, req: NewToken) -> ApiResult<(String, TokenEntry)> {
         namespace,
         namespace_id,
         last_renewal: None,
+        role: req.role,
     };
     store(ctx, &h, &entry, None, generated)?;
     ctx.put_new(&format!("{ACCESSOR}{accessor}"), h.as_bytes())?;
@@ -299,6 +419,15 @@ fn store(
     } else {
         ctx.put_json(&format!("{ID}{h}"), e)
     }
+}
+
+/// The hashes of every stored token (expired ones not yet swept included).
+pub fn hashes(ctx: &Ctx) -> ApiResult<Vec<String>> {
+    Ok(ctx
+        .keys(ID)?
+        .into_iter()
+        .map(|k| k[ID.len()..].to_string())
+        .collect())
 }
 
 /// Looks a token up by its secret id; expired tokens are treated as absent.
@@ -498,9 +627,13 @@ pub fn lookup_data(e: &TokenEntry, id: Option<&str>, now: Millis) -> Value {
         "ttl": e.remaining_ttl(now),
         "type": e.type_name(),
     });
-    // The reference shows a period and a last renewal only when there is one.
-    if e.period > 0 {
+    // The reference shows a period and a last renewal only when there is one (a role's
+    // period is the role's: not shown on its tokens).
+    if e.period > 0 && e.role.is_none() {
         d["period"] = json!(e.period);
+    }
+    if let Some(r) = &e.role {
+        d["role"] = json!(r);
     }
     if let Some(at) = e.last_renewal {
         d["last_renewal"] = json!(rfc3339(at));
@@ -608,14 +741,36 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
     // Tokens named in the body are looked for in the request's namespace and below only.
     let ns = crate::namespace::of(req);
     match (req.method, rest) {
-        (Method::Post | Method::Put, "create" | "create-orphan") => {
+        (Method::List | Method::Get | Method::Post | Method::Put | Method::Delete, r)
+            if r == "roles" || r.starts_with("roles/") =>
+        {
+            let name = r
+                .strip_prefix("roles")
+                .unwrap_or("")
+                .trim_start_matches('/');
+            roles(ctx, req, &f, &ns, name)
+        }
+        (Method::Post | Method::Put, op)
+            if op == "create" || op == "create-orphan" || op.starts_with("create/") =>
+        {
+            // Through a role: its allowed policies replace the caller's as the bound, and
+            // its orphan, period and renewable settings apply without sudo.
+            let role = match op.strip_prefix("create/") {
+                Some(n) => Some(
+                    ctx.get_json::<Role>(&role_key(&ns, n))?
+                        .ok_or_else(|| ApiError::bad(format!("unknown role {n}")))?,
+                ),
+                None => None,
+            };
             let root = caller.entry.is_root();
             // Root, or `sudo` on this path (the router sets it; root always has it).
             let privileged = root || caller.sudo;
             let policies = f.list("policies")?;
-            let no_default = f.bool("no_default_policy")?.unwrap_or(false);
-            let policies = match policies {
-                Some(p) if !p.is_empty() => p,
+            let no_default = f.bool("no_default_policy")?.unwrap_or(false)
+                || role.as_ref().is_some_and(|r| r.no_default_policy);
+            let policies = match (policies, &role) {
+                (Some(p), _) if !p.is_empty() => p,
+                (_, Some(r)) if !r.allowed_policies.is_empty() => r.allowed_policies.clone(),
                 _ => caller
                     .entry
                     .policies
@@ -624,7 +779,20 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                     .cloned()
                     .collect(),
             };
-            if !root {
+            if let Some(r) = &role {
+                let allowed = |p: &String| p == "default" || r.allowed_policies.contains(p);
+                if (!r.allowed_policies.is_empty() && !policies.iter().all(allowed))
+                    || policies.iter().any(|p| r.disallowed_policies.contains(p))
+                {
+                    return Err(ApiError::bad(format!(
+                        "token policies ({policies:?}) must be subset of the role's allowed policies ({:?}) and not in its disallowed policies ({:?})",
+                        r.allowed_policies, r.disallowed_policies
+                    )));
+                }
+            }
+            if !root
+                && (role.is_none() || role.as_ref().is_some_and(|r| r.allowed_policies.is_empty()))
+            {
                 for p in &policies {
                     if p != "default" && !caller.entry.policies.contains(p) {
                         // A 400, as the reference answers.
@@ -653,7 +821,9 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                     "id: only root tokens may set a token id".into(),
                 ));
             }
-            let no_parent = rest == "create-orphan" || f.bool("no_parent")?.unwrap_or(false);
+            let no_parent = rest == "create-orphan"
+                || role.as_ref().is_some_and(|r| r.orphan)
+                || (role.is_none() && f.bool("no_parent")?.unwrap_or(false));
             // `create-orphan` is sudo-only by its route; `no_parent` on `create` needs the
             // same privilege (the reference's answer is a 400).
             if no_parent && !privileged && rest != "create-orphan" {
@@ -661,7 +831,18 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                     "no_parent: root or sudo privileges required to create orphan token",
                 ));
             }
-            let (lifetimes, warnings) = Lifetimes::read(&f, privileged)?;
+            let (mut lifetimes, warnings) = Lifetimes::read(&f, privileged)?;
+            if let Some(r) = &role {
+                if r.period > 0 {
+                    lifetimes.period = r.period;
+                }
+                if r.explicit_max_ttl > 0 {
+                    lifetimes.explicit_max_ttl = match lifetimes.explicit_max_ttl {
+                        0 => r.explicit_max_ttl,
+                        e => e.min(r.explicit_max_ttl),
+                    };
+                }
+            }
             let meta: BTreeMap<String, String> = match body.get("meta") {
                 None | Some(Value::Null) => BTreeMap::new(),
                 Some(v) => serde_json::from_value(v.clone())
@@ -687,9 +868,15 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                 period: lifetimes.period,
                 no_parent,
                 parent: Some(caller.hash.clone()),
-                renewable: !batch && f.bool("renewable")?.unwrap_or(true),
+                renewable: !batch
+                    && f.bool("renewable")?.unwrap_or(true)
+                    && role.as_ref().is_none_or(|r| r.renewable),
                 kind: if batch { "batch".into() } else { String::new() },
-                path: "auth/token/create".into(),
+                path: match &role {
+                    Some(r) => format!("auth/token/create/{}", r.name),
+                    None => "auth/token/create".into(),
+                },
+                role: role.as_ref().map(|r| r.name.clone()),
                 namespace: crate::namespace::of(req),
                 ..Default::default()
             };
@@ -804,7 +991,7 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
         }
         (
             _,
-            "create" | "create-orphan" | "lookup-self" | "lookup" | "lookup-accessor"
+            "create" | "create-orphan" | "lookup-self" | "lookup" | "lookup-accessor" | "roles"
             | "renew-self" | "renew" | "renew-accessor" | "revoke-self" | "revoke"
             | "revoke-orphan" | "revoke-accessor" | "accessors",
         ) => Err(ApiError::MethodNotAllowed),
@@ -1191,5 +1378,50 @@ mod tests {
         );
         assert_eq!(r.status, 400);
         assert_eq!(t.lookup_self(&id)["type"], "batch");
+    }
+
+    #[test]
+    fn token_roles_bound_policies_and_set_orphan_and_period() {
+        let mut t = T::new();
+        let root = t.root.clone();
+        let r = t.call(&root, Method::List, "auth/token/roles", json!({}));
+        assert_eq!(r.status, 404);
+        let r = t.call(
+            &root,
+            Method::Post,
+            "auth/token/roles/r1",
+            json!({"allowed_policies": ["reader"], "orphan": true, "token_period": "1h"}),
+        );
+        assert_eq!(r.status, 204, "{:?}", r.body);
+        let r = t.call(&root, Method::Get, "auth/token/roles/r1", json!({}));
+        let d = r.body.unwrap()["data"].clone();
+        assert_eq!(d["allowed_policies"], json!(["reader"]));
+        assert_eq!(d["token_period"], 3600);
+        let r = t.call(&root, Method::List, "auth/token/roles", json!({}));
+        assert_eq!(r.body.unwrap()["data"]["keys"], json!(["r1"]));
+        let r = t.call(
+            &root,
+            Method::Post,
+            "auth/token/create/r1",
+            json!({"policies": ["writer"]}),
+        );
+        assert_eq!(r.status, 400, "outside the role's allowed policies");
+        let r = t.call(&root, Method::Post, "auth/token/create/r1", json!({}));
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        let id = client_token(&r);
+        let l = t.lookup_self(&id);
+        assert_eq!(l["policies"], json!(["default", "reader"]));
+        assert_eq!(
+            (l["orphan"].clone(), l["role"].clone()),
+            (json!(true), json!("r1"))
+        );
+        assert_eq!(l["path"], "auth/token/create/r1");
+        assert_eq!(l["creation_ttl"], 3600);
+        let r = t.call(&root, Method::Post, "auth/token/create/nope", json!({}));
+        assert_eq!(r.status, 400);
+        let r = t.call(&root, Method::Delete, "auth/token/roles/r1", json!({}));
+        assert_eq!(r.status, 204);
+        let r = t.call(&root, Method::Get, "auth/token/roles/r1", json!({}));
+        assert_eq!(r.status, 404);
     }
 }

@@ -32,8 +32,6 @@ const KV2: &str = "the reference's dev secret/ is KV v2 (options.version 2); Cai
 const UIMOUNTS: &str = "not implemented yet: sys/internal/ui/mounts (the CLI's KV-version probe; its 404 makes the CLI assume KV v1, which Cairn's KV is)";
 const POLICY: &str = "not implemented yet: OpenBao's policy versioning fields (version, modified, cas_required, identity-template flags)";
 const ORPHAN: &str = "deliberate: create-orphan needs sudo in Cairn (tests/tests/security.rs); the reference only wants the path's capabilities";
-const ROLES: &str =
-    "not implemented yet: token roles (auth/token/roles/*, auth/token/create/<role>)";
 const WRAPUSE: &str = "the reference spends the single use of a wrapping token on a denied lookup-self; Cairn spends uses only on authorised requests";
 const LDAPCFG: &str = "Cairn extension: the lockout settings (user_lockout_*) live in the LDAP config (the reference's in sys/auth tune) and client_tls_cert is shown";
 const DEREF: &str = "spec lists never/finding/searching/always for dereference_aliases: Cairn refuses other values, the reference stores anything";
@@ -41,7 +39,6 @@ const LOGINDATA: &str = "spec: the LDAP login response's data is null (the refer
 const ALIAS: &str =
     "Cairn extension: auth.alias shows the alias name (there is no identity store to read it from)";
 const UNWRAPLOGIN: &str = "deliberate: Cairn lets the wrapping token itself authorize an unwrap; the reference also wants a client token when the wrapping token is in the body";
-const LEASES: &str = "not implemented yet: sys/leases (Cairn issues no leases besides tokens)";
 const GENROOT: &str = "the reference (2.6) serves the attempt under sys/generate-root-token/ only (405 here); Cairn serves both paths";
 
 /// Known differences: (request label, aspect, reason). Every entry must still differ.
@@ -87,30 +84,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     ("token create-orphan without sudo", "auth", ORPHAN),
     ("token create-orphan without sudo", "wrap_info", ORPHAN),
     ("token create-orphan without sudo", "warnings", ORPHAN),
-    // not implemented yet: token roles (auth/token/roles/*, auth/token/create/<role>)
-    ("token role write", "status", ROLES),
-    ("token role read", "status", ROLES),
-    ("token role read", "data", ROLES),
-    ("token role read", "auth", ROLES),
-    ("token role read", "wrap_info", ROLES),
-    ("token role read", "warnings", ROLES),
-    ("token roles list", "status", ROLES),
-    ("token roles list", "data", ROLES),
-    ("token roles list", "auth", ROLES),
-    ("token roles list", "wrap_info", ROLES),
-    ("token roles list", "warnings", ROLES),
-    ("token create with role", "status", ROLES),
-    ("token create with role", "data", ROLES),
-    ("token create with role", "auth", ROLES),
-    ("token create with role", "wrap_info", ROLES),
-    ("token create with role", "warnings", ROLES),
-    ("token create with role bad policy", "status", ROLES),
-    ("lookup-self role token", "status", ROLES),
-    ("lookup-self role token", "data", ROLES),
-    ("lookup-self role token", "auth", ROLES),
-    ("lookup-self role token", "wrap_info", ROLES),
-    ("lookup-self role token", "warnings", ROLES),
-    ("token role delete", "status", ROLES),
     // the reference spends the single use of a wrapping token on a denied lookup-self; Cairn spends uses only on authorised requests
     ("wrapping unwrap wrap3", "status", WRAPUSE),
     ("wrapping unwrap wrap3", "data", WRAPUSE),
@@ -136,27 +109,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     ("wrapping unwrap login", "auth", UNWRAPLOGIN),
     ("wrapping unwrap login", "wrap_info", UNWRAPLOGIN),
     ("wrapping unwrap login", "warnings", UNWRAPLOGIN),
-    // not implemented yet: sys/leases (Cairn issues no leases besides tokens)
-    ("leases lookup list", "status", LEASES),
-    ("leases lookup list", "data", LEASES),
-    ("leases lookup list", "auth", LEASES),
-    ("leases lookup list", "wrap_info", LEASES),
-    ("leases lookup list", "warnings", LEASES),
-    ("leases lookup token prefix", "status", LEASES),
-    ("leases lookup token prefix", "data", LEASES),
-    ("leases lookup token prefix", "auth", LEASES),
-    ("leases lookup token prefix", "wrap_info", LEASES),
-    ("leases lookup token prefix", "warnings", LEASES),
-    ("leases lookup bogus", "status", LEASES),
-    ("leases renew bogus", "status", LEASES),
-    ("leases revoke bogus", "status", LEASES),
-    ("leases lookup empty", "status", LEASES),
-    ("leases revoke-prefix ldap", "status", LEASES),
-    ("leases tidy", "status", LEASES),
-    ("leases tidy", "data", LEASES),
-    ("leases tidy", "auth", LEASES),
-    ("leases tidy", "wrap_info", LEASES),
-    ("leases tidy", "warnings", LEASES),
     // the reference (2.6) serves the attempt under sys/generate-root-token/ only (405 here); Cairn serves both paths
     ("generate-root status", "status", GENROOT),
     ("generate-root start", "status", GENROOT),
