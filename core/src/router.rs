@@ -303,6 +303,10 @@ fn route_sys(
         ))),
         Sys::License => Err(ApiError::MethodNotAllowed),
         Sys::Leases => crate::leases::handle(ctx, req, tail),
+        Sys::UiMounts => {
+            let sub = rest.strip_prefix("internal/ui/mounts").unwrap_or("");
+            mounts::ui_mounts(ctx, req, sub, caller)
+        }
         Sys::Wrapping => match (req.method, tail) {
             (Method::Post | Method::Put, "unwrap") => {
                 match replication::activation::unwrap_request(ctx, req)? {
@@ -615,6 +619,7 @@ mod table_tests {
             Sys::License,
             Sys::Wrapping,
             Sys::Leases,
+            Sys::UiMounts,
         ];
         // Exhaustive: a new variant must be listed above.
         for h in all {
@@ -641,7 +646,8 @@ mod table_tests {
                 | Sys::LockedUsers
                 | Sys::License
                 | Sys::Wrapping
-                | Sys::Leases => {}
+                | Sys::Leases
+                | Sys::UiMounts => {}
             }
             assert!(
                 routes::SYS.iter().any(|r| r.handler == h),

@@ -93,6 +93,7 @@ pub enum Sys {
     License,
     Wrapping,
     Leases,
+    UiMounts,
 }
 
 /// The handlers of a secrets engine or auth method mount, and `auth/token/`.
@@ -322,6 +323,13 @@ pub static SYS: &[Route<Sys>] = &[
         Sys::Leases,
     ),
     r("sys/leases/tidy", Token, Ns, Required, Sys::Leases),
+    r(
+        "sys/internal/ui/mounts/*",
+        Token,
+        Ns,
+        Required,
+        Sys::UiMounts,
+    ),
     r("sys/wrapping/rewrap", Token, Ns, Required, Sys::Wrapping),
 ];
 

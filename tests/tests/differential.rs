@@ -55,23 +55,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     ("mounts end", "data", MOUNTS),
     // the reference's dev secret/ is KV v2 (options.version 2); Cairn's dev secret/ is KV v1 without options
     ("tune secret read", "data", KV2),
-    // not implemented yet: sys/internal/ui/mounts (the CLI's KV-version probe; its 404 makes the CLI assume KV v1, which Cairn's KV is)
-    ("internal ui mounts", "status", UIMOUNTS),
-    ("internal ui mounts", "data", UIMOUNTS),
-    ("internal ui mounts", "auth", UIMOUNTS),
-    ("internal ui mounts", "wrap_info", UIMOUNTS),
-    ("internal ui mounts", "warnings", UIMOUNTS),
-    ("internal ui mounts kv1", "status", UIMOUNTS),
-    ("internal ui mounts kv1", "data", UIMOUNTS),
-    ("internal ui mounts kv1", "auth", UIMOUNTS),
-    ("internal ui mounts kv1", "wrap_info", UIMOUNTS),
-    ("internal ui mounts kv1", "warnings", UIMOUNTS),
-    ("internal ui mounts secret", "status", UIMOUNTS),
-    ("internal ui mounts secret", "data", UIMOUNTS),
-    ("internal ui mounts secret", "auth", UIMOUNTS),
-    ("internal ui mounts secret", "wrap_info", UIMOUNTS),
-    ("internal ui mounts secret", "warnings", UIMOUNTS),
-    ("internal ui mounts missing", "status", UIMOUNTS),
     // not implemented yet: OpenBao's policy versioning fields (version, modified, cas_required, identity-template flags)
     ("policy acl read reader", "data", POLICY),
     ("policy read writer", "data", POLICY),
