@@ -474,6 +474,62 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
     }
 }
 
+/// `sys/internal/ui/mounts[/<path>]`: the mounts the caller may use (both tables), or the
+/// mount owning `<path>` with its `path` (the reference's CLI asks this before every `kv`
+/// command to learn the KV version). A caller without root sees a mount when its policies
+/// grant something on the mount's own path; an unknown or hidden mount is a 403, as in the
+/// reference.
+pub fn ui_mounts(
+    ctx: &Ctx,
+    req: &Request,
+    rest: &str,
+    caller: Option<&crate::token::Caller>,
+) -> ApiResult {
+    if req.method != Method::Get {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let caller = caller.ok_or(ApiError::PermissionDenied)?;
+    let ns = crate::namespace::of(req);
+    let tns = caller.entry.namespace.clone();
+    let acl = crate::sys::acl_for_in(ctx, &tns, &caller.entry.policies)?;
+    let visible = |rel: &str, table: Table| {
+        let p = match table {
+            Table::Secrets => rel.to_string(),
+            Table::Auth => format!("auth/{rel}"),
+        };
+        acl.is_root() || acl.capabilities(&format!("{}{p}", &ns[tns.len().min(ns.len())..])) != 0
+    };
+    let path = rest.trim_matches('/');
+    if path.is_empty() {
+        let mut data = Map::new();
+        for (key, table) in [("secret", Table::Secrets), ("auth", Table::Auth)] {
+            let t: Map<String, Value> = table_view(ctx, table, &ns)?
+                .into_iter()
+                .filter(|(rel, _)| visible(rel, table))
+                .collect();
+            data.insert(key.into(), Value::Object(t));
+        }
+        return Ok(Reply::Data(Value::Object(data)));
+    }
+    let (table, inner) = match path.strip_prefix("auth/") {
+        Some(p) => (Table::Auth, p),
+        None => (Table::Secrets, path),
+    };
+    let denied = || {
+        ApiError::Forbidden(format!(
+            "preflight capability check returned 403, please ensure client's policies grant access to path \"{path}/\""
+        ))
+    };
+    let (m, _) = resolve_in(ctx, table, &ns, inner)?.ok_or_else(denied)?;
+    let rel = m.path[m.namespace.len()..].to_string();
+    if !visible(&rel, table) {
+        return Err(denied());
+    }
+    let mut v = m.api_view();
+    v["path"] = json!(rel);
+    Ok(Reply::Data(v))
+}
+
 #[cfg(test)]
 mod tests {
     //! Tune, rewrap and OpenBao's generate-root path, driven through a dev node.
@@ -689,60 +745,4 @@ mod tests {
         );
         assert_eq!(r.body.unwrap()["started"], true);
     }
-}
-
-/// `sys/internal/ui/mounts[/<path>]`: the mounts the caller may use (both tables), or the
-/// mount owning `<path>` with its `path` (the reference's CLI asks this before every `kv`
-/// command to learn the KV version). A caller without root sees a mount when its policies
-/// grant something on the mount's own path; an unknown or hidden mount is a 403, as in the
-/// reference.
-pub fn ui_mounts(
-    ctx: &Ctx,
-    req: &Request,
-    rest: &str,
-    caller: Option<&crate::token::Caller>,
-) -> ApiResult {
-    if req.method != Method::Get {
-        return Err(ApiError::MethodNotAllowed);
-    }
-    let caller = caller.ok_or(ApiError::PermissionDenied)?;
-    let ns = crate::namespace::of(req);
-    let tns = caller.entry.namespace.clone();
-    let acl = crate::sys::acl_for_in(ctx, &tns, &caller.entry.policies)?;
-    let visible = |rel: &str, table: Table| {
-        let p = match table {
-            Table::Secrets => rel.to_string(),
-            Table::Auth => format!("auth/{rel}"),
-        };
-        acl.is_root() || acl.capabilities(&format!("{}{p}", &ns[tns.len().min(ns.len())..])) != 0
-    };
-    let path = rest.trim_matches('/');
-    if path.is_empty() {
-        let mut data = Map::new();
-        for (key, table) in [("secret", Table::Secrets), ("auth", Table::Auth)] {
-            let t: Map<String, Value> = table_view(ctx, table, &ns)?
-                .into_iter()
-                .filter(|(rel, _)| visible(rel, table))
-                .collect();
-            data.insert(key.into(), Value::Object(t));
-        }
-        return Ok(Reply::Data(Value::Object(data)));
-    }
-    let (table, inner) = match path.strip_prefix("auth/") {
-        Some(p) => (Table::Auth, p),
-        None => (Table::Secrets, path),
-    };
-    let denied = || {
-        ApiError::Forbidden(format!(
-            "preflight capability check returned 403, please ensure client's policies grant access to path \"{path}/\""
-        ))
-    };
-    let (m, _) = resolve_in(ctx, table, &ns, inner)?.ok_or_else(denied)?;
-    let rel = m.path[m.namespace.len()..].to_string();
-    if !visible(&rel, table) {
-        return Err(denied());
-    }
-    let mut v = m.api_view();
-    v["path"] = json!(rel);
-    Ok(Reply::Data(v))
 }
