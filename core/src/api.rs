@@ -318,6 +318,8 @@ pub fn body_object(body: &[u8]) -> ApiResult<Map<String, Value>> {
     }
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),
+        // The reference's CLI sends `null` for `write -force` and a bare `unwrap`.
+        Ok(Value::Null) => Ok(Map::new()),
         Ok(_) => Err(ApiError::bad("request body must be a JSON object")),
         Err(e) => Err(ApiError::bad(format!("failed to parse JSON input: {e}"))),
     }
@@ -461,6 +463,8 @@ mod tests {
         assert_eq!(e.status(), 400);
         assert!(e.to_string().contains("failed to parse JSON"));
         assert_eq!(body_object(b"[1]").unwrap_err().status(), 400);
+        // `null` (the reference's CLI sends it for `write -force`) is an empty body.
+        assert!(body_object(b"null").unwrap().is_empty());
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod generate_root;
 #[doc(hidden)]
 pub mod isolation;
 pub mod kv;
+pub mod leases;
 pub mod license;
 pub mod metrics;
 #[cfg(test)]

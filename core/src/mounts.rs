@@ -43,6 +43,8 @@ impl MountEntry {
         }
     }
     fn api_view(&self) -> Value {
+        // Built-in mounts have no options; an enabled one shows `{}` when it has none.
+        let builtin = self.uuid == self.kind;
         json!({
             "type": self.kind,
             "description": self.description,
@@ -51,7 +53,11 @@ impl MountEntry {
             "local": self.local,
             "seal_wrap": false,
             "external_entropy_access": false,
-            "options": if self.options.is_empty() { Value::Null } else { Value::Object(self.options.clone()) },
+            "deprecation_status": "supported",
+            "plugin_version": "",
+            "running_plugin_version": format!("v{}+builtin.cairn", env!("CARGO_PKG_VERSION")),
+            "running_sha256": "",
+            "options": if builtin && self.options.is_empty() { Value::Null } else { Value::Object(self.options.clone()) },
             "config": {
                 "default_lease_ttl": self.default_lease_ttl,
                 "max_lease_ttl": self.max_lease_ttl,
@@ -295,6 +301,58 @@ pub fn disable(ctx: &mut Ctx, table: Table, path: &str) -> ApiResult<()> {
     Ok(())
 }
 
+/// The mount a `<path>/tune` request names (in namespace `ns`); 400 when there is none.
+fn tuned_mount(ctx: &Ctx, table: Table, ns: &str, p: &str) -> ApiResult<MountEntry> {
+    let path = normalize_path(p.strip_suffix("tune").unwrap_or(p))?;
+    let full = format!("{ns}{path}");
+    all(ctx, table)?
+        .into_iter()
+        .find(|m| m.path == full && (m.namespace == ns || m.uuid == m.kind))
+        .ok_or_else(|| {
+            ApiError::bad(format!(
+                "cannot fetch mount configuration: no mount at {path:?}"
+            ))
+        })
+}
+
+/// The answer to a `GET <mount>/tune`: lease TTLs (the system's when the mount has none).
+fn tune_view(m: &MountEntry, table: Table) -> Value {
+    let or_system = |t: u64| if t > 0 { t } else { crate::token::MAX_TTL };
+    let mut v = json!({
+        "default_lease_ttl": or_system(m.default_lease_ttl),
+        "max_lease_ttl": or_system(m.max_lease_ttl),
+        "description": m.description,
+        "force_no_cache": false,
+    });
+    match table {
+        Table::Auth => v["token_type"] = json!("default-service"),
+        Table::Secrets if !m.options.is_empty() => v["options"] = Value::Object(m.options.clone()),
+        Table::Secrets => {}
+    }
+    v
+}
+
+/// Applies `f` to the stored entry of the mount at `path` (a built-in one cannot be tuned).
+fn tune(
+    ctx: &mut Ctx,
+    table: Table,
+    path: &str,
+    f: impl Fn(&mut MountEntry) -> ApiResult<()>,
+) -> ApiResult<()> {
+    let (r, l) = table.keys();
+    for key in [r, l] {
+        let mut v: Vec<MountEntry> = ctx.get_json(key)?.unwrap_or_default();
+        if let Some(m) = v.iter_mut().find(|m| m.path == path) {
+            f(m)?;
+            ctx.put_json(key, &v)?;
+            return Ok(());
+        }
+    }
+    Err(ApiError::bad(format!(
+        "cannot tune built-in mount {path:?}"
+    )))
+}
+
 /// The mounts of namespace `ns` (and the built-ins), by path relative to `ns`.
 fn table_view(ctx: &Ctx, table: Table, ns: &str) -> ApiResult<Map<String, Value>> {
     let mut out = Map::new();
@@ -319,6 +377,41 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
             let mut env = t.clone();
             env.insert("data".into(), Value::Object(t));
             Ok(Reply::Envelope(Value::Object(env)))
+        }
+        (Method::Get, p) if p.ends_with("/tune") || p == "tune" => {
+            let m = tuned_mount(ctx, table, &ns, p)?;
+            Ok(Reply::Data(tune_view(&m, table)))
+        }
+        (Method::Post | Method::Put, p) if p.ends_with("/tune") => {
+            let m = tuned_mount(ctx, table, &ns, p)?;
+            let body = body_object(&req.body)?;
+            let f = Fields(&body);
+            let default_ttl = f.duration("default_lease_ttl")?;
+            let max_ttl = f.duration("max_lease_ttl")?;
+            let description = f.str("description")?;
+            tune(ctx, table, &m.path, |e| {
+                if let Some(t) = default_ttl {
+                    e.default_lease_ttl = t;
+                }
+                if let Some(t) = max_ttl {
+                    e.max_lease_ttl = t;
+                }
+                if let Some(d) = &description {
+                    e.description = d.clone();
+                }
+                let max = if e.max_lease_ttl > 0 {
+                    e.max_lease_ttl
+                } else {
+                    crate::token::MAX_TTL
+                };
+                if e.default_lease_ttl > max {
+                    return Err(ApiError::bad(
+                        "default_lease_ttl: cannot be longer than max_lease_ttl",
+                    ));
+                }
+                Ok(())
+            })?;
+            Ok(Reply::Empty)
         }
         (Method::Post | Method::Put, p) if !p.is_empty() => {
             let body = body_object(&req.body)?;
@@ -378,5 +471,278 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
             Ok(Reply::Empty)
         }
         _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+/// `sys/internal/ui/mounts[/<path>]`: the mounts the caller may use (both tables), or the
+/// mount owning `<path>` with its `path` (the reference's CLI asks this before every `kv`
+/// command to learn the KV version). A caller without root sees a mount when its policies
+/// grant something on the mount's own path; an unknown or hidden mount is a 403, as in the
+/// reference.
+pub fn ui_mounts(
+    ctx: &Ctx,
+    req: &Request,
+    rest: &str,
+    caller: Option<&crate::token::Caller>,
+) -> ApiResult {
+    if req.method != Method::Get {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let caller = caller.ok_or(ApiError::PermissionDenied)?;
+    let ns = crate::namespace::of(req);
+    let tns = caller.entry.namespace.clone();
+    let acl = crate::sys::acl_for_in(ctx, &tns, &caller.entry.policies)?;
+    let visible = |rel: &str, table: Table| {
+        let p = match table {
+            Table::Secrets => rel.to_string(),
+            Table::Auth => format!("auth/{rel}"),
+        };
+        acl.is_root() || acl.capabilities(&format!("{}{p}", &ns[tns.len().min(ns.len())..])) != 0
+    };
+    let path = rest.trim_matches('/');
+    if path.is_empty() {
+        let mut data = Map::new();
+        for (key, table) in [("secret", Table::Secrets), ("auth", Table::Auth)] {
+            let t: Map<String, Value> = table_view(ctx, table, &ns)?
+                .into_iter()
+                .filter(|(rel, _)| visible(rel, table))
+                .collect();
+            data.insert(key.into(), Value::Object(t));
+        }
+        return Ok(Reply::Data(Value::Object(data)));
+    }
+    let (table, inner) = match path.strip_prefix("auth/") {
+        Some(p) => (Table::Auth, p),
+        None => (Table::Secrets, path),
+    };
+    let denied = || {
+        ApiError::Forbidden(format!(
+            "preflight capability check returned 403, please ensure client's policies grant access to path \"{path}/\""
+        ))
+    };
+    let (m, _) = resolve_in(ctx, table, &ns, inner)?.ok_or_else(denied)?;
+    let rel = m.path[m.namespace.len()..].to_string();
+    if !visible(&rel, table) {
+        return Err(denied());
+    }
+    let mut v = m.api_view();
+    v["path"] = json!(rel);
+    Ok(Reply::Data(v))
+}
+
+#[cfg(test)]
+mod tests {
+    //! Tune, rewrap and OpenBao's generate-root path, driven through a dev node.
+
+    use crate::api::{Method, Request, Response};
+    use crate::node::{Input, Node, Output};
+    use crate::storage::MemStorage;
+    use serde_json::{json, Value};
+
+    fn call(n: &mut Node<MemStorage>, id: u64, m: Method, path: &str, body: Value) -> Response {
+        let mut req = Request::new(id, m, path).with_token("root").with_json(body);
+        if path == "sys/wrapping/wrap" {
+            req.wrap_ttl = Some("5m".into());
+        }
+        n.handle(2_000, Input::Request(req));
+        while let Some(o) = n.poll_output() {
+            if let Output::Response(r) = o {
+                if r.id == id {
+                    return r;
+                }
+            }
+        }
+        panic!("no response for {path}");
+    }
+
+    fn data(r: &Response) -> Value {
+        r.body.as_ref().expect("body")["data"].clone()
+    }
+
+    #[test]
+    fn mounts_and_auth_methods_are_tuned_and_read_back() {
+        let mut n = Node::dev_in_memory([3; 32], "root");
+        let r = call(&mut n, 1, Method::Get, "sys/mounts/secret/tune", json!({}));
+        assert_eq!(r.status, 200);
+        assert_eq!(data(&r)["default_lease_ttl"], crate::token::MAX_TTL);
+        let r = call(
+            &mut n,
+            2,
+            Method::Post,
+            "sys/mounts/secret/tune",
+            json!({"default_lease_ttl": "1h", "max_lease_ttl": "2h", "description": "d"}),
+        );
+        assert_eq!(r.status, 204, "{:?}", r.body);
+        let d = data(&call(
+            &mut n,
+            3,
+            Method::Get,
+            "sys/mounts/secret/tune",
+            json!({}),
+        ));
+        assert_eq!(
+            (d["default_lease_ttl"].clone(), d["max_lease_ttl"].clone()),
+            (json!(3600), json!(7200))
+        );
+        assert_eq!(d["description"], "d");
+        // Not a new mount at `secret/tune/`.
+        let m = call(&mut n, 4, Method::Get, "sys/mounts", json!({}));
+        assert!(data(&m).get("secret/tune/").is_none());
+        let r = call(
+            &mut n,
+            5,
+            Method::Post,
+            "sys/mounts/secret/tune",
+            json!({"default_lease_ttl": "3h"}),
+        );
+        assert_eq!(r.status, 400, "default over max");
+        let r = call(
+            &mut n,
+            6,
+            Method::Post,
+            "sys/mounts/secret/tune",
+            json!({"max_lease_ttl": "x"}),
+        );
+        assert_eq!(r.status, 400);
+        let r = call(&mut n, 7, Method::Get, "sys/mounts/nothere/tune", json!({}));
+        assert_eq!(r.status, 400);
+        let r = call(&mut n, 8, Method::Get, "sys/auth/token/tune", json!({}));
+        assert_eq!(data(&r)["token_type"], "default-service");
+        let r = call(
+            &mut n,
+            9,
+            Method::Post,
+            "sys/auth/ldap/tune",
+            json!({"default_lease_ttl": "30m"}),
+        );
+        assert_eq!(r.status, 204, "{:?}", r.body);
+        let d = data(&call(&mut n, 10, Method::Get, "sys/auth/ldap", json!({})));
+        assert_eq!(d["config"]["default_lease_ttl"], 1800);
+        assert_eq!(d["options"], json!({}));
+        assert_eq!(d["deprecation_status"], "supported");
+    }
+
+    #[test]
+    fn ui_mounts_list_both_tables_and_name_the_mount_of_a_path() {
+        let mut n = Node::dev_in_memory([7; 32], "root");
+        let d = data(&call(
+            &mut n,
+            1,
+            Method::Get,
+            "sys/internal/ui/mounts",
+            json!({}),
+        ));
+        assert!(
+            d["secret"]["secret/"].is_object() && d["auth"]["token/"].is_object(),
+            "{d}"
+        );
+        let d = data(&call(
+            &mut n,
+            2,
+            Method::Get,
+            "sys/internal/ui/mounts/secret/a/b",
+            json!({}),
+        ));
+        assert_eq!(
+            (d["path"].clone(), d["type"].clone()),
+            (json!("secret/"), json!("kv"))
+        );
+        let d = data(&call(
+            &mut n,
+            3,
+            Method::Get,
+            "sys/internal/ui/mounts/auth/ldap",
+            json!({}),
+        ));
+        assert_eq!(d["type"], "ldap");
+        let r = call(
+            &mut n,
+            4,
+            Method::Get,
+            "sys/internal/ui/mounts/nothere",
+            json!({}),
+        );
+        assert_eq!(r.status, 403);
+    }
+
+    #[test]
+    fn rewrap_moves_the_response_to_a_new_token() {
+        let mut n = Node::dev_in_memory([4; 32], "root");
+        let r = call(
+            &mut n,
+            1,
+            Method::Post,
+            "sys/wrapping/wrap",
+            json!({"a": 1}),
+        );
+        let info = r.body.unwrap()["wrap_info"].clone();
+        assert!(info.get("wrapped_accessor").is_none(), "{info}");
+        let old = info["token"].as_str().unwrap().to_string();
+        let r = call(
+            &mut n,
+            2,
+            Method::Post,
+            "sys/wrapping/rewrap",
+            json!({"token": old}),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        let new = r.body.unwrap()["wrap_info"]["token"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_ne!(new, old);
+        let r = call(
+            &mut n,
+            3,
+            Method::Post,
+            "sys/wrapping/unwrap",
+            json!({"token": old}),
+        );
+        assert_eq!(r.status, 400);
+        let r = call(
+            &mut n,
+            4,
+            Method::Post,
+            "sys/wrapping/unwrap",
+            json!({"token": new}),
+        );
+        assert_eq!(data(&r)["a"], 1);
+    }
+
+    #[test]
+    fn openbao_generate_root_token_path_answers_in_the_envelope() {
+        let mut n = Node::dev_in_memory([5; 32], "root");
+        let r = call(
+            &mut n,
+            1,
+            Method::Get,
+            "sys/generate-root-token/attempt",
+            json!({}),
+        );
+        assert_eq!(r.status, 200);
+        let d = data(&r);
+        assert_eq!(d["started"], false);
+        assert_eq!(d["otp"], "");
+        assert!(
+            d.get("nonce").is_none() && d.get("encoded_root_token").is_none(),
+            "{d}"
+        );
+        let r = call(
+            &mut n,
+            2,
+            Method::Put,
+            "sys/generate-root-token/attempt",
+            json!({}),
+        );
+        assert!(data(&r)["nonce"].is_string());
+        // The Vault path still answers with the bare object.
+        let r = call(
+            &mut n,
+            3,
+            Method::Get,
+            "sys/generate-root/attempt",
+            json!({}),
+        );
+        assert_eq!(r.body.unwrap()["started"], true);
     }
 }

@@ -36,11 +36,22 @@ pub struct Namespace {
     pub path: String,
     #[serde(default)]
     pub custom_metadata: BTreeMap<String, String>,
+    /// A UUID shown on reads, as the reference does (empty for namespaces created before).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uuid: String,
 }
 
 impl Namespace {
     fn view(&self) -> Value {
-        json!({ "id": self.id, "path": self.path, "custom_metadata": self.custom_metadata })
+        // Cairn never locks or taints a namespace; the reference's flags are shown false.
+        json!({
+            "id": self.id,
+            "path": self.path,
+            "custom_metadata": self.custom_metadata,
+            "uuid": self.uuid,
+            "locked": false,
+            "tainted": false,
+        })
     }
 }
 
@@ -231,6 +242,7 @@ pub fn handle(ctx: &mut Ctx, req: &Request, tail: &str) -> ApiResult {
                 id: crate::crypto::base62(ctx.rng(), 5),
                 path: full.clone(),
                 custom_metadata: meta.unwrap_or_default(),
+                uuid: crate::crypto::uuid(ctx.rng()),
             };
             ctx.put_json(&format!("{PREFIX}{full}"), &n)?;
             Ok(Reply::Data(n.view()))
@@ -248,7 +260,8 @@ pub fn handle(ctx: &mut Ctx, req: &Request, tail: &str) -> ApiResult {
                 )));
             }
             ctx.delete(&format!("{PREFIX}{full}"));
-            Ok(Reply::Empty)
+            // The reference answers 200 with the deletion's status; Cairn's is done at once.
+            Ok(Reply::Data(json!({ "status": "deleted" })))
         }
         _ => Err(ApiError::MethodNotAllowed),
     }
@@ -302,6 +315,12 @@ mod tests {
         let c = t.ok("", "root", Method::Post, "sys/namespaces/ns1", json!({}));
         assert_eq!(c["data"]["path"], "ns1/");
         assert_eq!(c["data"]["id"].as_str().unwrap().len(), 5);
+        // The reference's fields: a UUID, and the lock and taint flags (never set here).
+        assert_eq!(c["data"]["uuid"].as_str().unwrap().len(), 36);
+        assert_eq!(
+            (&c["data"]["locked"], &c["data"]["tainted"]),
+            (&json!(false), &json!(false))
+        );
         // Nested: from inside ns1, and from the root by full path.
         t.ok("ns1", "root", Method::Put, "sys/namespaces/kid", json!({}));
         let r = t.call("", "root", Method::Post, "sys/namespaces/x/y", json!({}));

@@ -92,6 +92,8 @@ pub enum Sys {
     LockedUsers,
     License,
     Wrapping,
+    Leases,
+    UiMounts,
 }
 
 /// The handlers of a secrets engine or auth method mount, and `auth/token/`.
@@ -270,6 +272,14 @@ pub static SYS: &[Route<Sys>] = &[
         Required,
         Sys::GenerateRoot,
     ),
+    // OpenBao 2.6's path for the same attempt (its `sys/generate-root/` answers 405).
+    r(
+        "sys/generate-root-token/*",
+        Class::Proof(Proof::KeyShares),
+        Root,
+        Required,
+        Sys::GenerateRoot,
+    ),
     r("sys/audit", Sudo, Root, BestEffort, Sys::Audit),
     r("sys/audit/+", Sudo, Root, BestEffort, Sys::Audit),
     r("sys/audit-hash/+", Token, Root, Required, Sys::AuditHash),
@@ -298,17 +308,44 @@ pub static SYS: &[Route<Sys>] = &[
         Sys::Wrapping,
     ),
     r("sys/wrapping/wrap", Token, Ns, Required, Sys::Wrapping),
+    // Listing needs sudo, as in the reference; so does a lookup here (one route: `LIST
+    // sys/leases/lookup/` is the lookup's path).
+    r("sys/leases/lookup/*", Sudo, Ns, Required, Sys::Leases),
+    r("sys/leases/renew", Token, Ns, Required, Sys::Leases),
+    r("sys/leases/renew/*", Token, Ns, Required, Sys::Leases),
+    r("sys/leases/revoke", Token, Ns, Required, Sys::Leases),
+    r("sys/leases/revoke/*", Token, Ns, Required, Sys::Leases),
+    r(
+        "sys/leases/revoke-prefix/*",
+        Sudo,
+        Ns,
+        Required,
+        Sys::Leases,
+    ),
+    r("sys/leases/tidy", Token, Ns, Required, Sys::Leases),
+    r(
+        "sys/internal/ui/mounts/*",
+        Token,
+        Ns,
+        Required,
+        Sys::UiMounts,
+    ),
+    r("sys/wrapping/rewrap", Token, Ns, Required, Sys::Wrapping),
 ];
 
 /// `auth/token/...`, relative to `auth/token/`.
 pub static TOKEN: &[Route<Endpoint>] = &[
     r("create", Token, Ns, Required, Endpoint::Token),
     r("create-orphan", Sudo, Ns, Required, Endpoint::Token),
+    r("create/+", Token, Ns, Required, Endpoint::Token),
+    r("roles", Token, Ns, Required, Endpoint::Token),
+    r("roles/+", Token, Ns, Required, Endpoint::Token),
     r("lookup-self", Token, Ns, Required, Endpoint::Token),
     r("lookup", Token, Ns, Required, Endpoint::Token),
     r("lookup-accessor", Token, Ns, Required, Endpoint::Token),
     r("renew-self", Token, Ns, Required, Endpoint::Token),
     r("renew", Token, Ns, Required, Endpoint::Token),
+    r("renew-accessor", Token, Ns, Required, Endpoint::Token),
     r("revoke-self", Token, Ns, Required, Endpoint::Token),
     r("revoke", Token, Ns, Required, Endpoint::Token),
     r("revoke-orphan", Sudo, Ns, Required, Endpoint::Token),

@@ -28,6 +28,120 @@ const ID: &str = "sys/token/id/";
 const ACCESSOR: &str = "sys/token/accessor/";
 const PARENT: &str = "sys/token/parent/";
 const EXPIRY: &str = "sys/token/expiry/";
+/// Token roles: `sys/token/role/<namespace path><name>`.
+const ROLE: &str = "sys/token/role/";
+
+/// A token role (`auth/token/roles/<name>`): what `auth/token/create/<name>` may issue.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Role {
+    pub name: String,
+    /// Empty: any policy (of the caller's) may be asked for.
+    pub allowed_policies: Vec<String>,
+    pub disallowed_policies: Vec<String>,
+    pub orphan: bool,
+    pub renewable: bool,
+    /// Seconds; 0 = not periodic.
+    pub period: u64,
+    pub explicit_max_ttl: u64,
+    pub path_suffix: String,
+    pub no_default_policy: bool,
+}
+
+impl Role {
+    fn view(&self) -> Value {
+        json!({
+            "name": self.name,
+            "allowed_policies": self.allowed_policies,
+            "allowed_policies_glob": [],
+            "disallowed_policies": self.disallowed_policies,
+            "disallowed_policies_glob": [],
+            "allowed_entity_aliases": null,
+            "orphan": self.orphan,
+            "renewable": self.renewable,
+            "period": 0,
+            "token_period": self.period,
+            "explicit_max_ttl": 0,
+            "token_explicit_max_ttl": self.explicit_max_ttl,
+            "path_suffix": self.path_suffix,
+            "token_no_default_policy": self.no_default_policy,
+            "token_type": "default-service",
+        })
+    }
+}
+
+fn role_key(ns: &str, name: &str) -> String {
+    format!("{ROLE}{ns}{name}")
+}
+
+/// `auth/token/roles[/<name>]`.
+fn roles(ctx: &mut Ctx, req: &Request, f: &Fields, ns: &str, name: &str) -> ApiResult {
+    if name.contains('/') {
+        return Err(ApiError::NotFound(String::new()));
+    }
+    match (req.method, name) {
+        (Method::List | Method::Get, "") => {
+            let prefix = format!("{ROLE}{ns}");
+            let keys: Vec<String> = ctx
+                .keys(&prefix)?
+                .into_iter()
+                .map(|k| k[prefix.len()..].to_string())
+                .filter(|k| !k.contains('/'))
+                .collect();
+            if keys.is_empty() {
+                return Err(ApiError::NotFound(String::new()));
+            }
+            Ok(Reply::Data(json!({ "keys": keys })))
+        }
+        (Method::Get, n) => match ctx.get_json::<Role>(&role_key(ns, n))? {
+            Some(r) => Ok(Reply::Data(r.view())),
+            None => Err(ApiError::NotFound(String::new())),
+        },
+        (Method::Post | Method::Put, n) => {
+            let mut r = ctx
+                .get_json::<Role>(&role_key(ns, n))?
+                .unwrap_or_else(|| Role {
+                    name: n.to_string(),
+                    renewable: true,
+                    ..Default::default()
+                });
+            if let Some(p) = f.list("allowed_policies")? {
+                r.allowed_policies = normalize_policies(p, false);
+            }
+            if let Some(p) = f.list("disallowed_policies")? {
+                r.disallowed_policies = normalize_policies(p, false);
+            }
+            if let Some(b) = f.bool("orphan")? {
+                r.orphan = b;
+            }
+            if let Some(b) = f.bool("renewable")? {
+                r.renewable = b;
+            }
+            if let Some(b) = f.bool("token_no_default_policy")? {
+                r.no_default_policy = b;
+            }
+            for k in ["token_period", "period"] {
+                if let Some(d) = f.duration(k)? {
+                    r.period = d;
+                }
+            }
+            for k in ["token_explicit_max_ttl", "explicit_max_ttl"] {
+                if let Some(d) = f.duration(k)? {
+                    r.explicit_max_ttl = d;
+                }
+            }
+            if let Some(p) = f.str("path_suffix")? {
+                r.path_suffix = p;
+            }
+            ctx.put_json(&role_key(ns, n), &r)?;
+            Ok(Reply::Empty)
+        }
+        (Method::Delete, n) => {
+            ctx.delete(&role_key(ns, n));
+            Ok(Reply::Empty)
+        }
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
 
 /// Default and ceiling TTL of tokens (the reference's 768h).
 pub const DEFAULT_TTL: u64 = 768 * 3600;
@@ -69,11 +183,37 @@ pub struct TokenEntry {
     /// Id of that namespace (a token outlives neither its namespace nor a re-creation).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace_id: String,
+    /// When it was last renewed (lookups show it, as the reference does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_renewal: Option<Millis>,
+    /// The token role it was created through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
 }
 
 impl TokenEntry {
     pub fn is_root(&self) -> bool {
         self.policies.iter().any(|p| p == "root")
+    }
+    /// A batch token: not renewable, not revocable on its own, no accessor shown.
+    pub fn is_batch(&self) -> bool {
+        self.kind == "batch"
+    }
+    /// `service` or `batch`, as responses name the type.
+    pub fn type_name(&self) -> &'static str {
+        if self.is_batch() {
+            "batch"
+        } else {
+            "service"
+        }
+    }
+    /// The accessor as responses show it (a batch token has none).
+    pub fn shown_accessor(&self) -> &str {
+        if self.is_batch() {
+            ""
+        } else {
+            &self.accessor
+        }
     }
     pub fn remaining_ttl(&self, now: Millis) -> u64 {
         match self.expire_time {
@@ -104,6 +244,8 @@ pub struct NewToken {
     pub no_default_policy: bool,
     /// Namespace to create it in (`""`: root, or the namespace of `auth_mount`).
     pub namespace: String,
+    /// The token role it is created through.
+    pub role: Option<String>,
 }
 
 pub fn salt(ctx: &mut Ctx) -> ApiResult<Vec<u8>> {
@@ -238,6 +380,8 @@ pub fn create(ctx: &mut Ctx, req: NewToken) -> ApiResult<(String, TokenEntry)> {
         login_name: req.login_name,
         namespace,
         namespace_id,
+        last_renewal: None,
+        role: req.role,
     };
     store(ctx, &h, &entry, None, generated)?;
     ctx.put_new(&format!("{ACCESSOR}{accessor}"), h.as_bytes())?;
@@ -275,6 +419,15 @@ fn store(
     } else {
         ctx.put_json(&format!("{ID}{h}"), e)
     }
+}
+
+/// The hashes of every stored token (expired ones not yet swept included).
+pub fn hashes(ctx: &Ctx) -> ApiResult<Vec<String>> {
+    Ok(ctx
+        .keys(ID)?
+        .into_iter()
+        .map(|k| k[ID.len()..].to_string())
+        .collect())
 }
 
 /// Looks a token up by its secret id; expired tokens are treated as absent.
@@ -390,6 +543,19 @@ pub fn expire(ctx: &mut Ctx, limit: usize) -> ApiResult<usize> {
 /// never past `creation_time + explicit_max_ttl`, nor past `creation_time + MAX_TTL` unless
 /// periodic.
 pub fn renew(ctx: &mut Ctx, h: &str, e: &mut TokenEntry, increment: Option<u64>) -> ApiResult<()> {
+    renew_capped(ctx, h, e, increment).map(|_| ())
+}
+
+/// [`renew`], returning the reference's warning when the increment asked for was capped.
+pub fn renew_capped(
+    ctx: &mut Ctx,
+    h: &str,
+    e: &mut TokenEntry,
+    increment: Option<u64>,
+) -> ApiResult<Option<String>> {
+    if e.is_batch() {
+        return Err(ApiError::bad("batch tokens cannot be renewed"));
+    }
     if !e.renewable || e.expire_time.is_none() {
         return Err(ApiError::bad("lease is not renewable"));
     }
@@ -408,25 +574,32 @@ pub fn renew(ctx: &mut Ctx, h: &str, e: &mut TokenEntry, increment: Option<u64>)
     if e.period == 0 {
         new_exp = new_exp.min(ceiling(e.creation_time, MAX_TTL));
     }
+    let asked = increment.filter(|i| *i > 0 && e.period == 0);
     let old = e.expire_time;
     e.expire_time = Some(new_exp);
     e.ttl = (new_exp.saturating_sub(ctx.now)) / 1000;
-    store(ctx, h, e, old, false)
+    e.last_renewal = Some(ctx.now);
+    store(ctx, h, e, old, false)?;
+    Ok(asked.filter(|a| *a > e.ttl).map(|a| {
+        format!(
+            "TTL of \"{a}s\" exceeded the effective max_ttl of \"{}s\"; TTL value is capped accordingly",
+            e.ttl
+        )
+    }))
 }
 
 /// The `auth` block of a response for a freshly created token.
 pub fn auth_block(id: &str, e: &TokenEntry, token_policies: &[String]) -> Value {
     json!({
         "client_token": id,
-        "accessor": e.accessor,
+        "accessor": e.shown_accessor(),
         "policies": e.policies,
         "token_policies": token_policies,
-        "identity_policies": null,
-        "metadata": e.meta,
+        "metadata": if e.meta.is_empty() { Value::Null } else { json!(e.meta) },
         "lease_duration": e.ttl,
         "renewable": e.renewable,
         "entity_id": "",
-        "token_type": "service",
+        "token_type": e.type_name(),
         "orphan": e.orphan,
         "mfa_requirement": null,
         "num_uses": e.num_uses,
@@ -435,8 +608,8 @@ pub fn auth_block(id: &str, e: &TokenEntry, token_policies: &[String]) -> Value 
 
 /// The data of a token lookup.
 pub fn lookup_data(e: &TokenEntry, id: Option<&str>, now: Millis) -> Value {
-    json!({
-        "accessor": e.accessor,
+    let mut d = json!({
+        "accessor": e.shown_accessor(),
         "creation_time": e.creation_time / 1000,
         "creation_ttl": e.ttl,
         "display_name": e.display_name,
@@ -449,12 +622,33 @@ pub fn lookup_data(e: &TokenEntry, id: Option<&str>, now: Millis) -> Value {
         "num_uses": e.num_uses,
         "orphan": e.orphan,
         "path": e.path,
-        "period": if e.period > 0 { json!(e.period) } else { Value::Null },
         "policies": e.policies,
         "renewable": e.renewable,
         "ttl": e.remaining_ttl(now),
-        "type": "service",
-    })
+        "type": e.type_name(),
+    });
+    // The reference shows a period and a last renewal only when there is one (a role's
+    // period is the role's: not shown on its tokens).
+    if e.period > 0 && e.role.is_none() {
+        d["period"] = json!(e.period);
+    }
+    if let Some(r) = &e.role {
+        d["role"] = json!(r);
+    }
+    if let Some(at) = e.last_renewal {
+        d["last_renewal"] = json!(rfc3339(at));
+        d["last_renewal_time"] = json!(at / 1000);
+    }
+    d
+}
+
+/// A renewal's envelope: the `auth` block and the capping warning, if any.
+fn renewed(auth: Value, warning: Option<String>) -> Reply {
+    let mut env = json!({ "auth": auth });
+    if let Some(w) = warning {
+        env["warnings"] = json!([w]);
+    }
+    Reply::Envelope(env)
 }
 
 /// Whether token `e` lives in namespace `ns` or below it: a caller in `ns` may look it up,
@@ -547,14 +741,36 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
     // Tokens named in the body are looked for in the request's namespace and below only.
     let ns = crate::namespace::of(req);
     match (req.method, rest) {
-        (Method::Post | Method::Put, "create" | "create-orphan") => {
+        (Method::List | Method::Get | Method::Post | Method::Put | Method::Delete, r)
+            if r == "roles" || r.starts_with("roles/") =>
+        {
+            let name = r
+                .strip_prefix("roles")
+                .unwrap_or("")
+                .trim_start_matches('/');
+            roles(ctx, req, &f, &ns, name)
+        }
+        (Method::Post | Method::Put, op)
+            if op == "create" || op == "create-orphan" || op.starts_with("create/") =>
+        {
+            // Through a role: its allowed policies replace the caller's as the bound, and
+            // its orphan, period and renewable settings apply without sudo.
+            let role = match op.strip_prefix("create/") {
+                Some(n) => Some(
+                    ctx.get_json::<Role>(&role_key(&ns, n))?
+                        .ok_or_else(|| ApiError::bad(format!("unknown role {n}")))?,
+                ),
+                None => None,
+            };
             let root = caller.entry.is_root();
             // Root, or `sudo` on this path (the router sets it; root always has it).
             let privileged = root || caller.sudo;
             let policies = f.list("policies")?;
-            let no_default = f.bool("no_default_policy")?.unwrap_or(false);
-            let policies = match policies {
-                Some(p) if !p.is_empty() => p,
+            let no_default = f.bool("no_default_policy")?.unwrap_or(false)
+                || role.as_ref().is_some_and(|r| r.no_default_policy);
+            let policies = match (policies, &role) {
+                (Some(p), _) if !p.is_empty() => p,
+                (_, Some(r)) if !r.allowed_policies.is_empty() => r.allowed_policies.clone(),
                 _ => caller
                     .entry
                     .policies
@@ -563,14 +779,39 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                     .cloned()
                     .collect(),
             };
-            if !root {
+            if let Some(r) = &role {
+                let allowed = |p: &String| p == "default" || r.allowed_policies.contains(p);
+                if (!r.allowed_policies.is_empty() && !policies.iter().all(allowed))
+                    || policies.iter().any(|p| r.disallowed_policies.contains(p))
+                {
+                    return Err(ApiError::bad(format!(
+                        "token policies ({policies:?}) must be subset of the role's allowed policies ({:?}) and not in its disallowed policies ({:?})",
+                        r.allowed_policies, r.disallowed_policies
+                    )));
+                }
+            }
+            if !root
+                && (role.is_none() || role.as_ref().is_some_and(|r| r.allowed_policies.is_empty()))
+            {
                 for p in &policies {
                     if p != "default" && !caller.entry.policies.contains(p) {
-                        return Err(ApiError::Forbidden(format!(
+                        // A 400, as the reference answers.
+                        return Err(ApiError::bad(format!(
                             "child policies must be subset of parent: {p:?} is not held by the caller"
                         )));
                     }
                 }
+            }
+            let batch = match f.str("type")?.as_deref() {
+                None | Some("" | "service" | "default" | "default-service") => false,
+                Some("batch" | "default-batch") => true,
+                Some(_) => return Err(ApiError::bad("invalid 'token_type' value")),
+            };
+            if batch && f.duration("period")?.unwrap_or(0) > 0 {
+                return Err(ApiError::bad("batch tokens cannot have \"period\" set"));
+            }
+            if batch && f.bool("renewable")? == Some(true) {
+                return Err(ApiError::bad("batch tokens cannot be renewable"));
             }
             let add_default = !no_default && !policies.iter().any(|p| p == "root");
             let policies = normalize_policies(policies, add_default);
@@ -580,7 +821,9 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                     "id: only root tokens may set a token id".into(),
                 ));
             }
-            let no_parent = rest == "create-orphan" || f.bool("no_parent")?.unwrap_or(false);
+            let no_parent = rest == "create-orphan"
+                || role.as_ref().is_some_and(|r| r.orphan)
+                || (role.is_none() && f.bool("no_parent")?.unwrap_or(false));
             // `create-orphan` is sudo-only by its route; `no_parent` on `create` needs the
             // same privilege (the reference's answer is a 400).
             if no_parent && !privileged && rest != "create-orphan" {
@@ -588,7 +831,18 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                     "no_parent: root or sudo privileges required to create orphan token",
                 ));
             }
-            let (lifetimes, warnings) = Lifetimes::read(&f, privileged)?;
+            let (mut lifetimes, warnings) = Lifetimes::read(&f, privileged)?;
+            if let Some(r) = &role {
+                if r.period > 0 {
+                    lifetimes.period = r.period;
+                }
+                if r.explicit_max_ttl > 0 {
+                    lifetimes.explicit_max_ttl = match lifetimes.explicit_max_ttl {
+                        0 => r.explicit_max_ttl,
+                        e => e.min(r.explicit_max_ttl),
+                    };
+                }
+            }
             let meta: BTreeMap<String, String> = match body.get("meta") {
                 None | Some(Value::Null) => BTreeMap::new(),
                 Some(v) => serde_json::from_value(v.clone())
@@ -614,8 +868,15 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                 period: lifetimes.period,
                 no_parent,
                 parent: Some(caller.hash.clone()),
-                renewable: f.bool("renewable")?.unwrap_or(true),
-                path: "auth/token/create".into(),
+                renewable: !batch
+                    && f.bool("renewable")?.unwrap_or(true)
+                    && role.as_ref().is_none_or(|r| r.renewable),
+                kind: if batch { "batch".into() } else { String::new() },
+                path: match &role {
+                    Some(r) => format!("auth/token/create/{}", r.name),
+                    None => "auth/token/create".into(),
+                },
+                role: role.as_ref().map(|r| r.name.clone()),
                 namespace: crate::namespace::of(req),
                 ..Default::default()
             };
@@ -633,10 +894,18 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
             let t = f
                 .str("token")?
                 .or_else(|| req.query("token").map(str::to_string))
-                .ok_or_else(|| ApiError::bad("missing required field \"token\""))?;
+                .unwrap_or_default();
+            // No token named: the caller's own, as the reference answers.
+            if t.is_empty() {
+                return Ok(Reply::Data(lookup_data(
+                    &caller.entry,
+                    Some(&caller.id),
+                    ctx.now,
+                )));
+            }
             match lookup_in(ctx, &t, &ns)? {
                 Some((_, e)) => Ok(Reply::Data(lookup_data(&e, Some(&t), ctx.now))),
-                None => Err(ApiError::bad("bad token")),
+                None => Err(ApiError::Forbidden("bad token".into())),
             }
         }
         (Method::Post | Method::Put, "lookup-accessor") => {
@@ -648,18 +917,33 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
         }
         (Method::Post | Method::Put, "renew-self") => {
             let mut e = caller.entry.clone();
-            renew(ctx, &caller.hash, &mut e, f.duration("increment")?)?;
+            let w = renew_capped(ctx, &caller.hash, &mut e, f.duration("increment")?)?;
             let tp = e.policies.clone();
-            Ok(Reply::Envelope(
-                json!({ "auth": auth_block(&caller.id, &e, &tp) }),
-            ))
+            Ok(renewed(auth_block(&caller.id, &e, &tp), w))
         }
         (Method::Post | Method::Put, "renew") => {
             let t = f.req_str("token")?;
             let (h, mut e) = lookup_in(ctx, &t, &ns)?.ok_or_else(|| ApiError::bad("bad token"))?;
-            renew(ctx, &h, &mut e, f.duration("increment")?)?;
+            let w = renew_capped(ctx, &h, &mut e, f.duration("increment")?)?;
             let tp = e.policies.clone();
-            Ok(Reply::Envelope(json!({ "auth": auth_block(&t, &e, &tp) })))
+            Ok(renewed(auth_block(&t, &e, &tp), w))
+        }
+        (Method::Post | Method::Put, "renew-accessor") => {
+            let a = f.req_str("accessor")?;
+            let h = hash_by_accessor_in(ctx, &a, &ns)?
+                .ok_or_else(|| ApiError::bad("invalid accessor"))?;
+            let mut e = lookup_hash(ctx, &h)?.ok_or_else(|| ApiError::bad("invalid accessor"))?;
+            // A login token's renewal re-checks its auth method (`auth/token/renew` does
+            // that, see `auth::ldap::renew`); by accessor it is not offered.
+            if e.auth_mount.is_some() {
+                return Err(ApiError::bad(
+                    "tokens from an auth method are renewed with auth/token/renew or renew-self",
+                ));
+            }
+            let w = renew_capped(ctx, &h, &mut e, f.duration("increment")?)?;
+            let tp = e.policies.clone();
+            // The secret id is not shown to a caller who named the token by accessor.
+            Ok(renewed(auth_block("", &e, &tp), w))
         }
         (Method::Post | Method::Put, "revoke-self") => {
             revoke_tree(ctx, &caller.hash)?;
@@ -667,7 +951,10 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
         }
         (Method::Post | Method::Put, "revoke") => {
             let t = f.req_str("token")?;
-            if let Some((h, _)) = lookup_in(ctx, &t, &ns)? {
+            if let Some((h, e)) = lookup_in(ctx, &t, &ns)? {
+                if e.is_batch() {
+                    return Err(ApiError::bad("batch tokens cannot be revoked"));
+                }
                 revoke_tree(ctx, &h)?;
             }
             Ok(Reply::Empty)
@@ -681,10 +968,16 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
         }
         (Method::Post | Method::Put, "revoke-accessor") => {
             let a = f.req_str("accessor")?;
-            if let Some(h) = hash_by_accessor_in(ctx, &a, &ns)? {
-                revoke_tree(ctx, &h)?;
+            match hash_by_accessor_in(ctx, &a, &ns)? {
+                Some(h) => {
+                    revoke_tree(ctx, &h)?;
+                    Ok(Reply::Empty)
+                }
+                // The reference's answer: 200 with a warning.
+                None => Ok(Reply::Envelope(
+                    json!({ "warnings": ["No token found with this accessor"] }),
+                )),
             }
-            Ok(Reply::Empty)
         }
         (Method::List, "accessors") => {
             let mut keys = Vec::new();
@@ -698,9 +991,9 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
         }
         (
             _,
-            "create" | "create-orphan" | "lookup-self" | "lookup" | "lookup-accessor"
-            | "renew-self" | "renew" | "revoke-self" | "revoke" | "revoke-orphan"
-            | "revoke-accessor" | "accessors",
+            "create" | "create-orphan" | "lookup-self" | "lookup" | "lookup-accessor" | "roles"
+            | "renew-self" | "renew" | "renew-accessor" | "revoke-self" | "revoke"
+            | "revoke-orphan" | "revoke-accessor" | "accessors",
         ) => Err(ApiError::MethodNotAllowed),
         _ => Err(ApiError::NotFound(String::new())),
     }

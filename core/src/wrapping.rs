@@ -64,14 +64,18 @@ pub fn wrap(
         ttl,
     };
     ctx.put_json(&format!("{RESPONSE}{h}"), &w)?;
-    Ok(json!({
+    let mut info = json!({
         "token": id,
         "accessor": e.accessor,
         "ttl": ttl,
         "creation_time": rfc3339(ctx.now),
         "creation_path": path,
-        "wrapped_accessor": wrapped_accessor,
-    }))
+    });
+    // Only a wrapped token has an accessor to show (the reference omits the key otherwise).
+    if !wrapped_accessor.is_empty() {
+        info["wrapped_accessor"] = json!(wrapped_accessor);
+    }
+    Ok(info)
 }
 
 fn wrapping_token(req: &Request) -> ApiResult<String> {
@@ -81,7 +85,10 @@ fn wrapping_token(req: &Request) -> ApiResult<String> {
         _ => req
             .token
             .clone()
-            .ok_or_else(|| ApiError::bad("missing required field \"token\"")),
+            // No token at all: the reference's 403.
+            .ok_or_else(|| {
+                ApiError::Forbidden("error validating wrapping token: token is empty".into())
+            }),
     }
 }
 
@@ -106,6 +113,21 @@ pub fn unwrap(ctx: &mut Ctx, req: &Request) -> ApiResult {
         None => Ok(Reply::Empty),
         Some(b) => Ok(Reply::Envelope(b)),
     }
+}
+
+/// `sys/wrapping/rewrap`: the same response under a new wrapping token (same TTL and
+/// creation path); the old token stops working.
+pub fn rewrap(ctx: &mut Ctx, req: &Request) -> ApiResult {
+    let t = wrapping_token(req)?;
+    let (h, w) = load(ctx, &t)?;
+    token::revoke_tree(ctx, &h)?;
+    Ok(Reply::Wrapped(wrap(
+        ctx,
+        w.status,
+        w.body,
+        &w.creation_path,
+        w.ttl,
+    )?))
 }
 
 /// `sys/wrapping/lookup`.

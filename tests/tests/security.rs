@@ -338,7 +338,7 @@ fn namespace_admin_is_held_to_its_namespace() {
         "auth/token/lookup",
         json!({ "token": root }),
     );
-    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(r.status, 403, "{r:?}");
     assert_eq!(error(&r), "bad token");
     let r = call_ns(&s, "ns1", &t, "LIST", "auth/token/accessors", Value::Null);
     assert!(

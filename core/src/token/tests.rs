@@ -659,3 +659,131 @@ mod store {
         assert_eq!(d["ttl"], 0);
     }
 }
+
+/// Shapes the differential test against the reference checks (tests/tests/differential.rs).
+#[test]
+fn answers_are_shaped_like_the_reference() {
+    let mut t = T::new();
+    let root = t.root.clone();
+    // A token without metadata shows `metadata: null` and no identity policies.
+    let r = t.create(&root, json!({ "ttl": "1h", "explicit_max_ttl": "2h" }));
+    let b = r.body.clone().unwrap();
+    assert_eq!(b["auth"]["metadata"], Value::Null);
+    assert!(b["auth"].get("identity_policies").is_none(), "{b}");
+    let id = b["auth"]["client_token"].as_str().unwrap().to_string();
+    // No period key unless periodic; a last renewal only after one.
+    let l = t.lookup_self(&id);
+    assert!(
+        l.get("period").is_none() && l.get("last_renewal").is_none(),
+        "{l}"
+    );
+    // A renewal capped by the explicit max says so in a warning.
+    let r = t.call(
+        &root,
+        Method::Post,
+        "auth/token/renew",
+        json!({ "token": id, "increment": "10h" }),
+    );
+    assert_eq!(r.status, 200);
+    assert!(r.body.unwrap()["warnings"][0]
+        .as_str()
+        .unwrap()
+        .contains("capped"));
+    assert!(t.lookup_self(&id)["last_renewal_time"].is_u64());
+    // Lookup of an unknown token is a 403; without a token, of the caller's own.
+    let r = t.call(
+        &root,
+        Method::Post,
+        "auth/token/lookup",
+        json!({"token": "cs.nope"}),
+    );
+    assert_eq!(r.status, 403);
+    let r = t.call(&root, Method::Post, "auth/token/lookup", json!({}));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.unwrap()["data"]["id"], json!(root));
+    // Revoking an unknown accessor: 200 with a warning.
+    let r = t.call(
+        &root,
+        Method::Post,
+        "auth/token/revoke-accessor",
+        json!({"accessor": "nope"}),
+    );
+    assert_eq!(r.status, 200);
+    assert!(r.body.unwrap()["warnings"].is_array());
+    // A `null` body is an empty one (the reference's CLI sends it).
+    let r = t.call(&id, Method::Post, "auth/token/renew-self", Value::Null);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+}
+
+#[test]
+fn batch_tokens_are_neither_renewed_nor_revoked_and_types_are_checked() {
+    let mut t = T::new();
+    let root = t.root.clone();
+    let r = t.create(&root, json!({ "type": "weird" }));
+    assert_eq!(r.status, 400);
+    let r = t.create(&root, json!({ "type": "batch", "period": "1h" }));
+    assert_eq!(r.status, 400);
+    let r = t.create(&root, json!({ "type": "batch", "ttl": "30m" }));
+    assert_eq!(r.status, 200);
+    let b = r.body.unwrap();
+    assert_eq!(b["auth"]["token_type"], "batch");
+    assert_eq!(b["auth"]["accessor"], "");
+    assert_eq!(b["auth"]["renewable"], false);
+    let id = b["auth"]["client_token"].as_str().unwrap().to_string();
+    assert_eq!(t.lookup_self(&id)["type"], "batch");
+    let r = t.call(&id, Method::Post, "auth/token/renew-self", json!({}));
+    assert_eq!(r.status, 400);
+    let r = t.call(
+        &root,
+        Method::Post,
+        "auth/token/revoke",
+        json!({ "token": id }),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(t.lookup_self(&id)["type"], "batch");
+}
+
+#[test]
+fn token_roles_bound_policies_and_set_orphan_and_period() {
+    let mut t = T::new();
+    let root = t.root.clone();
+    let r = t.call(&root, Method::List, "auth/token/roles", json!({}));
+    assert_eq!(r.status, 404);
+    let r = t.call(
+        &root,
+        Method::Post,
+        "auth/token/roles/r1",
+        json!({"allowed_policies": ["reader"], "orphan": true, "token_period": "1h"}),
+    );
+    assert_eq!(r.status, 204, "{:?}", r.body);
+    let r = t.call(&root, Method::Get, "auth/token/roles/r1", json!({}));
+    let d = r.body.unwrap()["data"].clone();
+    assert_eq!(d["allowed_policies"], json!(["reader"]));
+    assert_eq!(d["token_period"], 3600);
+    let r = t.call(&root, Method::List, "auth/token/roles", json!({}));
+    assert_eq!(r.body.unwrap()["data"]["keys"], json!(["r1"]));
+    let r = t.call(
+        &root,
+        Method::Post,
+        "auth/token/create/r1",
+        json!({"policies": ["writer"]}),
+    );
+    assert_eq!(r.status, 400, "outside the role's allowed policies");
+    let r = t.call(&root, Method::Post, "auth/token/create/r1", json!({}));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let id = client_token(&r);
+    let l = t.lookup_self(&id);
+    assert_eq!(l["policies"], json!(["default", "reader"]));
+    assert_eq!(
+        (l["orphan"].clone(), l["role"].clone()),
+        (json!(true), json!("r1"))
+    );
+    assert_eq!(l["path"], "auth/token/create/r1");
+    assert_eq!(l["creation_ttl"], 3600);
+    let r = t.call(&root, Method::Post, "auth/token/create/nope", json!({}));
+    assert_eq!(r.status, 400);
+    let r = t.call(&root, Method::Delete, "auth/token/roles/r1", json!({}));
+    assert_eq!(r.status, 204);
+    let r = t.call(&root, Method::Get, "auth/token/roles/r1", json!({}));
+    assert_eq!(r.status, 404);
+}

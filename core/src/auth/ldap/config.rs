@@ -685,6 +685,8 @@ impl LdapConfig {
             "token_no_default_policy": self.token_no_default_policy,
             "token_bound_cidrs": self.token_bound_cidrs,
             "token_type": self.token_type,
+            // Cairn does not bind tokens to an IP; shown as the reference's default.
+            "token_strictly_bind_ip": false,
             "user_lockout_threshold": self.user_lockout_threshold,
             "user_lockout_duration": self.user_lockout_duration,
             "user_lockout_counter_reset": self.user_lockout_counter_reset,
