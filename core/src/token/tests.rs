@@ -2,7 +2,7 @@
 //! driven through a whole node (no I/O).
 
 use super::*;
-use crate::node::{Admin, AdminResult, Input, Node, NodeConfig, Output};
+use crate::node::{Input, Node, Output};
 use crate::storage::MemStorage;
 use crate::Response;
 
@@ -17,26 +17,8 @@ const HOUR: Millis = 3_600_000;
 
 impl T {
     fn new() -> T {
-        let mut node = Node::new(MemStorage::new(), [9; 32], NodeConfig::default());
-        node.handle(
-            1_000,
-            Input::Admin {
-                id: 1,
-                cmd: Admin::DevSetup {
-                    root_token_id: None,
-                },
-            },
-        );
-        let mut root = String::new();
-        while let Some(o) = node.poll_output() {
-            if let Output::AdminDone {
-                result: Ok(AdminResult::DevSetup(k)),
-                ..
-            } = o
-            {
-                root = k.root_token;
-            }
-        }
+        let root = "token-tests-root".to_string();
+        let node = Node::dev_in_memory([9; 32], &root);
         T {
             node,
             root,
