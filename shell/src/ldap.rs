@@ -18,6 +18,7 @@
 //! thread instead of queueing behind others. Workers beyond the initial count exit after
 //! [`SPARE_IDLE`] without work.
 
+use cairn_core::auth::ldap::ad;
 use cairn_core::auth::ldap::login::Job;
 use cairn_core::auth::ldap::{
     ConnId, ConnectSpec, Deref, FailKind, LdapCall, LdapDone, LdapEntry, LdapFailure, LdapOp,
@@ -777,20 +778,35 @@ fn search(c: &mut Conn, spec: &SearchSpec) -> Result<LdapDone, LdapFailure> {
         } else {
             res.success().map_err(|e| classify(&e))?.0
         };
+        // Search references (continuation referrals: Active Directory returns them next
+        // to the entries of a subtree search from the domain root, naming the
+        // Configuration and DNS partitions) are not followed: the entries found are the
+        // answer. Intermediate responses are skipped likewise.
         out.extend(
             entries
                 .into_iter()
+                .filter(|e| !e.is_ref() && !e.is_intermediate())
                 .map(|e| entry(SearchEntry::construct(e))),
         );
     }
     Ok(LdapDone::Entries(out))
 }
 
+/// The core's entry: the text attributes, and the binary values of SID attributes
+/// (`objectSid`, `tokenGroups`) in their string form `S-1-5-...`; other binary values are
+/// dropped (no configured attribute of the core's is binary).
 fn entry(e: SearchEntry) -> LdapEntry {
-    LdapEntry {
-        dn: e.dn,
-        attrs: e.attrs.into_iter().collect::<BTreeMap<_, _>>(),
+    let mut attrs = e.attrs.into_iter().collect::<BTreeMap<_, _>>();
+    for (name, values) in e.bin_attrs {
+        if !ad::is_sid_attribute(&name) {
+            continue;
+        }
+        let sids: Vec<String> = values.iter().filter_map(|v| ad::sid_to_string(v)).collect();
+        if !sids.is_empty() {
+            attrs.entry(name).or_default().extend(sids);
+        }
     }
+    LdapEntry { dn: e.dn, attrs }
 }
 
 /// Names of common LDAP result codes (RFC 4511 appendix A).
