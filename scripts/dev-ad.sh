@@ -241,6 +241,9 @@ start() {
         (
             trap '' HUP
             while kill -0 "$watched" 2>/dev/null; do sleep 1; done
+            # bash may exec the last command in place of this subshell: `stop` must not
+            # take it for a watcher to kill.
+            rm -f "$DIR/watcher.pid"
             "$HERE/dev-ad.sh" stop "$DIR"
         ) </dev/null >/dev/null 2>&1 &
         echo $! > "$DIR/watcher.pid"
