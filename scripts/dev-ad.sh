@@ -22,6 +22,8 @@
 #   dave    Dave-Pass1!   must change password at next login -> data 773
 #   frank   Frank-Pass1!  for lockout tests (threshold 3)   -> data 775 once locked
 #   gina    Gina-Pass1!   account expired                   -> data 701
+#   erin    Erin-Pass1!   password expired (made with faketime; passwords expire after 2 days)
+#                                                            -> data 532
 #   "o'brien jr"  Obrien-Pass1!  a name with a space and a quote, in eng
 #   svc-cairn  Svc-Pass1!  a service account for binddn
 #   grp-000..grp-019 twenty groups alice is in (for paged group searches)
@@ -44,6 +46,7 @@ die() { log "$*"; exit 1; }
 ensure_installed() {
     if command -v samba >/dev/null 2>&1 && command -v samba-tool >/dev/null 2>&1 &&
         command -v ldapsearch >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1; then
+        ensure_faketime
         return
     fi
     command -v apt-get >/dev/null 2>&1 || die "samba (AD DC) and ldap-utils are needed and apt-get is not available"
@@ -54,6 +57,14 @@ ensure_installed() {
         apt-get update -q >&2
         apt-get install -y -q samba samba-ad-dc winbind ldap-utils krb5-user openssl >&2
     }
+    ensure_faketime
+}
+
+# faketime (65 kB) makes the password-expired user; without it that user is left out.
+ensure_faketime() {
+    command -v faketime >/dev/null 2>&1 && return
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 0
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q faketime >&2 || log "faketime not installed: no password-expired user"
 }
 
 addr_in_use() {
@@ -111,8 +122,9 @@ provision() {
 seed() {
     local S=(-s "$DIR/etc/smb.conf") out="$DIR/seed.log"
     st() { samba-tool "$@" "${S[@]}" >>"$out" 2>&1 || { tail -5 "$out" >&2; return 1; }; }
+    st_faketime() { faketime -f "$FAKETIME" samba-tool "$@" "${S[@]}" >>"$out" 2>&1 || { tail -5 "$out" >&2; return 1; }; }
     st domain passwordsettings set --complexity=off --history-length=0 \
-        --min-pwd-age=0 --max-pwd-age=0 --min-pwd-length=0 --account-lockout-threshold=3 \
+        --min-pwd-age=0 --max-pwd-age=2 --min-pwd-length=0 --account-lockout-threshold=3 \
         --account-lockout-duration=30 --reset-account-lockout-after=30
     st user create alice 'Alice-Pass1!' --use-username-as-cn --given-name=Alice --surname=Liddell
     st user create bob 'Bob-Pass1!'
@@ -122,6 +134,11 @@ seed() {
     st user create gina 'Gina-Pass1!'
     st user create "o'brien jr" 'Obrien-Pass1!'
     st user create svc-cairn 'Svc-Pass1!'
+    # Passwords expire after 2 days (Samba treats 1 day or less as never): erin's was set 3
+    # days ago.
+    if command -v faketime >/dev/null 2>&1; then
+        FAKETIME='-3d' st_faketime user create erin 'Erin-Pass1!'
+    fi
     st user disable carol
     st user setpassword dave --newpassword='Dave-Pass1!' --must-change-at-next-login
     st user setexpiry gina --days=0
@@ -235,6 +252,7 @@ start() {
         exp AD_BINDDN "CN=svc-cairn,CN=Users,$BASE"
         exp AD_BINDPASS "Svc-Pass1!"
         exp AD_PID "$(cat "$DIR/samba.pid")"
+        exp AD_EXPIRED_USER "$(command -v faketime >/dev/null 2>&1 && echo erin || true)"
     } > "$DIR/env"
     if [ -n "${CAIRN_AD_WATCH_PID:-}" ]; then
         local watched="$CAIRN_AD_WATCH_PID"
