@@ -796,8 +796,21 @@ fn search(c: &mut Conn, spec: &SearchSpec) -> Result<LdapDone, LdapFailure> {
 /// (`objectSid`, `tokenGroups`) in their string form `S-1-5-...`; other binary values are
 /// dropped (no configured attribute of the core's is binary).
 fn entry(e: SearchEntry) -> LdapEntry {
-    let mut attrs = e.attrs.into_iter().collect::<BTreeMap<_, _>>();
-    for (name, values) in e.bin_attrs {
+    let mut attrs = BTreeMap::new();
+    let mut bin_attrs = e.bin_attrs;
+    for (name, values) in e.attrs {
+        if ad::is_sid_attribute(&name) {
+            // ldap3 keeps an attribute whose values all happen to be valid UTF-8 (a SID
+            // may be) as text: these are binary SIDs all the same.
+            bin_attrs
+                .entry(name)
+                .or_default()
+                .extend(values.into_iter().map(String::into_bytes));
+        } else {
+            attrs.insert(name, values);
+        }
+    }
+    for (name, values) in bin_attrs {
         if !ad::is_sid_attribute(&name) {
             continue;
         }
@@ -807,6 +820,39 @@ fn entry(e: SearchEntry) -> LdapEntry {
         }
     }
     LdapEntry { dn: e.dn, attrs }
+}
+
+#[cfg(test)]
+mod entry_tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn sid_values_become_strings_whether_ldap3_kept_them_as_text_or_bytes() {
+        // S-1-5-32-545 is valid UTF-8 byte for byte; a domain SID usually is not.
+        let builtin = ad::sid_from_string("S-1-5-32-545").unwrap();
+        let domain = ad::sid_from_string("S-1-5-21-4294967295-1-2-1101").unwrap();
+        let e = SearchEntry {
+            dn: "CN=alice,CN=Users,DC=cairn,DC=test".into(),
+            attrs: HashMap::from([
+                (
+                    "tokenGroups".to_string(),
+                    vec![String::from_utf8(builtin).unwrap()],
+                ),
+                ("cn".to_string(), vec!["alice".to_string()]),
+            ]),
+            bin_attrs: HashMap::from([
+                ("tokenGroups".to_string(), vec![domain]),
+                ("thumbnailPhoto".to_string(), vec![vec![0xff, 0xd8]]),
+            ]),
+        };
+        let got = entry(e);
+        let mut tg = got.attrs["tokenGroups"].clone();
+        tg.sort();
+        assert_eq!(tg, ["S-1-5-21-4294967295-1-2-1101", "S-1-5-32-545"]);
+        assert_eq!(got.attrs["cn"], ["alice"]);
+        assert!(!got.attrs.contains_key("thumbnailPhoto"));
+    }
 }
 
 /// Names of common LDAP result codes (RFC 4511 appendix A).

@@ -254,3 +254,44 @@ fn token_groups_refuse_a_subtree_search_like_ad() {
     });
     assert_eq!(r.result.unwrap_err().code, Some(1));
 }
+
+#[test]
+fn a_lookup_for_a_renewal_reads_token_groups_as_the_service_identity() {
+    let mut d = ad_directory();
+    let body = body_object(
+        &serde_json::to_vec(&json!({
+            "url": "ldaps://dc1.cairn.test",
+            "binddn": "svc@cairn.test",
+            "bindpass": "Svc-Pass1!",
+            "userdn": "CN=Users,DC=cairn,DC=test",
+            "userattr": "sAMAccountName",
+            "groupdn": BASE,
+            "use_token_groups": true,
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut c = LdapConfig::default();
+    c.apply(&Fields(&body)).unwrap();
+    let (login, first) = Login::lookup(1, mount(), c, "alice", 7);
+    let mut job = Job {
+        login,
+        first,
+        outcome: None,
+    };
+    job.run(|op, close_after| {
+        d.answer(&LdapCall {
+            op_id: 1,
+            conn: 7,
+            op: op.clone(),
+            close_after,
+        })
+        .result
+    });
+    let found = job.outcome.unwrap().unwrap();
+    assert_eq!(found.groups, ["Domain Users", "all-staff", "eng"]);
+    // No bind as alice: the service identity did everything.
+    assert!(!d.log.iter().any(
+        |c| matches!(&c.op, LdapOp::Bind { dn, .. } | LdapOp::CheckBind { dn, .. } if dn.contains("alice"))
+    ));
+}
