@@ -18,6 +18,7 @@
 //! thread instead of queueing behind others. Workers beyond the initial count exit after
 //! [`SPARE_IDLE`] without work.
 
+use cairn_core::auth::ldap::ad;
 use cairn_core::auth::ldap::login::Job;
 use cairn_core::auth::ldap::{
     ConnId, ConnectSpec, Deref, FailKind, LdapCall, LdapDone, LdapEntry, LdapFailure, LdapOp,
@@ -777,19 +778,80 @@ fn search(c: &mut Conn, spec: &SearchSpec) -> Result<LdapDone, LdapFailure> {
         } else {
             res.success().map_err(|e| classify(&e))?.0
         };
+        // Search references (continuation referrals: Active Directory returns them next
+        // to the entries of a subtree search from the domain root, naming the
+        // Configuration and DNS partitions) are not followed: the entries found are the
+        // answer. Intermediate responses are skipped likewise.
         out.extend(
             entries
                 .into_iter()
+                .filter(|e| !e.is_ref() && !e.is_intermediate())
                 .map(|e| entry(SearchEntry::construct(e))),
         );
     }
     Ok(LdapDone::Entries(out))
 }
 
+/// The core's entry: the text attributes, and the binary values of SID attributes
+/// (`objectSid`, `tokenGroups`) in their string form `S-1-5-...`; other binary values are
+/// dropped (no configured attribute of the core's is binary).
 fn entry(e: SearchEntry) -> LdapEntry {
-    LdapEntry {
-        dn: e.dn,
-        attrs: e.attrs.into_iter().collect::<BTreeMap<_, _>>(),
+    let mut attrs = BTreeMap::new();
+    let mut bin_attrs = e.bin_attrs;
+    for (name, values) in e.attrs {
+        if ad::is_sid_attribute(&name) {
+            // ldap3 keeps an attribute whose values all happen to be valid UTF-8 (a SID
+            // may be) as text: these are binary SIDs all the same.
+            bin_attrs
+                .entry(name)
+                .or_default()
+                .extend(values.into_iter().map(String::into_bytes));
+        } else {
+            attrs.insert(name, values);
+        }
+    }
+    for (name, values) in bin_attrs {
+        if !ad::is_sid_attribute(&name) {
+            continue;
+        }
+        let sids: Vec<String> = values.iter().filter_map(|v| ad::sid_to_string(v)).collect();
+        if !sids.is_empty() {
+            attrs.entry(name).or_default().extend(sids);
+        }
+    }
+    LdapEntry { dn: e.dn, attrs }
+}
+
+#[cfg(test)]
+mod entry_tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn sid_values_become_strings_whether_ldap3_kept_them_as_text_or_bytes() {
+        // S-1-5-32-545 is valid UTF-8 byte for byte; a domain SID usually is not.
+        let builtin = ad::sid_from_string("S-1-5-32-545").unwrap();
+        let domain = ad::sid_from_string("S-1-5-21-4294967295-1-2-1101").unwrap();
+        let e = SearchEntry {
+            dn: "CN=alice,CN=Users,DC=cairn,DC=test".into(),
+            attrs: HashMap::from([
+                (
+                    "tokenGroups".to_string(),
+                    vec![String::from_utf8(builtin).unwrap()],
+                ),
+                ("cn".to_string(), vec!["alice".to_string()]),
+            ]),
+            bin_attrs: HashMap::from([
+                ("tokenGroups".to_string(), vec![domain]),
+                ("thumbnailPhoto".to_string(), vec![vec![0xff, 0xd8]]),
+            ]),
+        };
+        let got = entry(e);
+        let mut tg = got.attrs["tokenGroups"].clone();
+        tg.sort();
+        assert_eq!(tg, ["S-1-5-21-4294967295-1-2-1101", "S-1-5-32-545"]);
+        assert_eq!(got.attrs["cn"], ["alice"]);
+        assert!(!got.attrs.contains_key("thumbnailPhoto"));
     }
 }
 

@@ -499,11 +499,6 @@ impl LdapConfig {
             self.case_sensitive_names = v;
         }
         if let Some(v) = b("use_token_groups")? {
-            if v {
-                return Err(bad(
-                    "use_token_groups: the Active Directory tokenGroups lookup is not supported; use groupfilter with the matching-rule-in-chain OID instead",
-                ));
-            }
             self.use_token_groups = v;
         }
         if let Some(v) = b("use_pre111_group_cn_behavior")? {

@@ -3,6 +3,15 @@
 //! `userPrincipalName` binds like Active Directory), searches with scope, filter, attribute
 //! selection, alias dereferencing, a size limit that paging lifts, dead and TLS-failing
 //! URLs. Deterministic: results come in insertion order.
+//!
+//! With [`FakeDirectory::active_directory`] it answers like Active Directory: a refused
+//! bind says why in AD's words (`..., data 52e, v1db1`; an entry's `cairnAdState` value,
+//! e.g. `533`, refuses its right password with that code), `memberOf` is computed from the
+//! groups' `member` values, the in-chain matching rule (`member:1.2.840.113556.1.4.1941:=`)
+//! follows nested groups, and `tokenGroups` (the `objectSid`s of every group the entry is
+//! in, nested ones included) is given to base searches only. (Search references, which AD
+//! returns next to the entries of a subtree search from the domain root, are dropped by
+//! the shell, so no answer of the core's carries them.)
 
 use super::dn;
 use super::filter;
@@ -50,6 +59,13 @@ pub struct FakeDirectory {
     conns: BTreeMap<ConnId, Option<String>>,
     /// Every call answered, in order.
     pub log: Vec<LdapCall>,
+    /// Answer like Active Directory (see the module documentation).
+    pub active_directory: bool,
+}
+
+/// AD's diagnostic message of a refused bind with `code` (`52e`, `533`, ...).
+pub fn ad_refusal(code: &str) -> String {
+    format!("80090308: LdapErr: DSID-0C0903A9, comment: AcceptSecurityContext error, data {code}, v1db1")
 }
 
 fn fail(kind: FailKind, code: Option<u32>, msg: &str) -> LdapFailure {
@@ -82,6 +98,67 @@ impl FakeDirectory {
     /// Number of connections still open.
     pub fn open_connections(&self) -> usize {
         self.conns.len()
+    }
+
+    /// The groups `norm` is in, directly (`nested` false) or through nested groups too,
+    /// in insertion order.
+    fn groups_of(&self, norm: &str, nested: bool) -> Vec<&Entry> {
+        let mut found: Vec<&Entry> = Vec::new();
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        let mut todo = vec![norm.to_string()];
+        while let Some(n) = todo.pop() {
+            for g in &self.entries {
+                let is_member = g
+                    .values("member")
+                    .iter()
+                    .any(|m| dn::normalize(m).as_deref() == Some(n.as_str()));
+                if is_member && seen.insert(g.norm.clone()) {
+                    found.push(g);
+                    if nested {
+                        todo.push(g.norm.clone());
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    /// The members of group `g`, through nested groups too.
+    fn members_in_chain(&self, g: &Entry) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        let mut todo: Vec<String> = g.values("member");
+        while let Some(m) = todo.pop() {
+            let n = dn::normalize(&m).unwrap_or_else(|| m.to_lowercase());
+            if !seen.insert(n) {
+                continue;
+            }
+            if let Some(e) = self.find(&m) {
+                todo.extend(e.values("member"));
+            }
+            out.push(m);
+        }
+        out
+    }
+
+    /// The values of `a` on `e` as searches see them: stored, or computed (AD's
+    /// `memberOf`, and the `;in-chain` values the filter evaluator asks for).
+    fn search_values(&self, e: &Entry, a: &str) -> Vec<String> {
+        let lower = a.to_ascii_lowercase();
+        match lower.as_str() {
+            "member;in-chain" => self.members_in_chain(e),
+            "memberof;in-chain" => self
+                .groups_of(&e.norm, true)
+                .iter()
+                .map(|g| g.dn.clone())
+                .collect(),
+            "memberof" if self.active_directory => self
+                .groups_of(&e.norm, false)
+                .iter()
+                .map(|g| g.dn.clone())
+                .collect(),
+            _ => e.values(a),
+        }
     }
 
     fn find(&self, dn_str: &str) -> Option<&Entry> {
@@ -172,6 +249,31 @@ impl FakeDirectory {
                 .iter()
                 .any(|p| p == password.expose())
         });
+        if self.active_directory {
+            // AD checks the password first: a wrong one is 52e whatever the account's state.
+            let state = entry
+                .and_then(|e| e.values("cairnAdState").first().cloned())
+                .filter(|_| ok);
+            return match (ok, state) {
+                (true, None) => Ok(entry.map(|e| e.norm.clone())),
+                (true, Some(code)) => Err(LdapFailure::new(
+                    FailKind::InvalidCredentials,
+                    Some(49),
+                    format!(
+                        "LDAP result code 49 (invalidCredentials): {}",
+                        ad_refusal(&code)
+                    ),
+                )),
+                (false, _) => Err(LdapFailure::new(
+                    FailKind::InvalidCredentials,
+                    Some(49),
+                    format!(
+                        "LDAP result code 49 (invalidCredentials): {}",
+                        ad_refusal("52e")
+                    ),
+                )),
+            };
+        }
         if ok {
             Ok(entry.map(|e| e.norm.clone()))
         } else {
@@ -236,6 +338,17 @@ impl FakeDirectory {
                 if bound.is_none() && !self.anonymous_search {
                     return Ok(LdapDone::Entries(Vec::new()));
                 }
+                let token_groups = s
+                    .attrs
+                    .iter()
+                    .any(|a| a.eq_ignore_ascii_case("tokenGroups"));
+                if token_groups && s.scope != Scope::Base && self.active_directory {
+                    return Err(fail(
+                        FailKind::Ldap,
+                        Some(1),
+                        "LDAP result code 1 (operationsError): 00002020: operational_search_post_process failed for attribute 'tokenGroups' - Cannot provide tokenGroups attribute, this is not a BASE search",
+                    ));
+                }
                 let f = filter::parse(&s.filter)
                     .map_err(|e| fail(FailKind::Ldap, None, &format!("filter parse error: {e}")))?;
                 let mut base = dn::normalize(&s.base).unwrap_or_default();
@@ -279,18 +392,39 @@ impl FakeDirectory {
                     } else {
                         e
                     };
-                    if !f.matches(&|a: &str| target.values(a)) || !seen.insert(target.norm.clone())
+                    if !f.matches(&|a: &str| self.search_values(target, a))
+                        || !seen.insert(target.norm.clone())
                     {
                         continue;
                     }
                     let all = s.attrs.is_empty() || s.attrs.iter().any(|a| a == "*");
-                    let attrs = target
+                    let mut attrs: BTreeMap<String, Vec<String>> = target
                         .attrs
                         .iter()
-                        .filter(|(k, _)| !k.eq_ignore_ascii_case("userPassword"))
+                        .filter(|(k, _)| {
+                            !k.eq_ignore_ascii_case("userPassword")
+                                && !k.eq_ignore_ascii_case("cairnAdState")
+                        })
                         .filter(|(k, _)| all || s.attrs.iter().any(|a| a.eq_ignore_ascii_case(k)))
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect();
+                    let wants = |n: &str| s.attrs.iter().any(|a| a.eq_ignore_ascii_case(n));
+                    if self.active_directory && (all || wants("memberOf")) {
+                        let v = self.search_values(target, "memberOf");
+                        if !v.is_empty() {
+                            attrs.insert("memberOf".into(), v);
+                        }
+                    }
+                    if token_groups && s.scope == Scope::Base {
+                        let sids: Vec<String> = self
+                            .groups_of(&target.norm, true)
+                            .iter()
+                            .flat_map(|g| g.values("objectSid"))
+                            .collect();
+                        if !sids.is_empty() {
+                            attrs.insert("tokenGroups".into(), sids);
+                        }
+                    }
                     out.push(LdapEntry {
                         dn: target.dn.clone(),
                         attrs,

@@ -27,6 +27,9 @@ pub enum Filter {
     },
 }
 
+/// Active Directory's LDAP_MATCHING_RULE_IN_CHAIN (transitive `member`/`memberOf`).
+pub const IN_CHAIN: &str = "1.2.840.113556.1.4.1941";
+
 /// Parses a complete filter; it must be parenthesised and nothing may follow it.
 pub fn parse(s: &str) -> Result<Filter, String> {
     let mut p = Parser {
@@ -281,11 +284,19 @@ impl Filter {
             }
             Filter::Extensible {
                 attr: Some(a),
+                rule,
                 value,
                 ..
             } => {
                 let want = norm(a, &fold(value));
-                values(a).iter().any(|v| norm(a, v) == want)
+                // LDAP_MATCHING_RULE_IN_CHAIN: the evaluator also asks for
+                // `<attr>;in-chain`, the values reached through nested groups.
+                // Direct values are in the chain too.
+                let mut vals = values(a);
+                if rule.as_deref() == Some(IN_CHAIN) {
+                    vals.extend(values(&format!("{a};in-chain")));
+                }
+                vals.iter().any(|v| norm(a, v) == want)
             }
             Filter::Extensible { attr: None, .. } => false,
             Filter::Ge(a, want) => {

@@ -17,7 +17,10 @@
 //! 5. otherwise re-bind as `binddn` so the service identity searches groups;
 //! 6. with `upndomain`, search the user's DN by `userPrincipalName`;
 //! 7. bind anonymously when `anonymous_group_search`;
-//! 8. search `groupdn` with the rendered `groupfilter`, reading `groupattr`.
+//! 8. search `groupdn` with the rendered `groupfilter`, reading `groupattr`; or, with
+//!    `use_token_groups` (Active Directory), read the user entry's `tokenGroups` (a base
+//!    search: every group the user is in, nested ones included, as SIDs) and search
+//!    `groupdn` for the groups with those `objectSid`s, reading `groupattr`.
 //!
 //! A [`Job`] carries a machine to the executor, which runs it to the end with
 //! [`Login::run`] on one connection (the node sees only the outcome, not each step), and
@@ -55,6 +58,10 @@ pub enum Step {
     UpnSearch,
     AnonBind,
     GroupSearch,
+    /// Reading the user entry's `tokenGroups` (Active Directory).
+    TokenGroups,
+    /// Searching `groupdn` for the groups of the token's SIDs.
+    SidGroups,
 }
 
 /// Why a machine runs.
@@ -131,6 +138,10 @@ pub struct Login {
     /// The name of the entry the user search resolved: its single `userattr` value, else
     /// its DN lower-cased (for the lockout, see [`Login::entry_alias`]).
     entry_alias: Option<String>,
+    /// Why the directory refused the user's bind, when it said (Active Directory's `data`
+    /// code, e.g. "account disabled (AD data 533)"): for the server's log and audit only;
+    /// the client's answer is the same for every refusal.
+    pub directory_reason: Option<String>,
 }
 
 /// A machine sent to the executor to run to the end, and its outcome when it comes back.
@@ -203,6 +214,7 @@ impl Login {
                 bind_aside: false,
                 unresolved: false,
                 entry_alias: None,
+                directory_reason: None,
             },
             op,
         )
@@ -312,7 +324,7 @@ impl Login {
         }
         if let Ok(LdapDone::Entries(e)) = &result {
             if e.len() > MAX_SEARCH_ENTRIES {
-                let narrow = if self.step == Step::GroupSearch {
+                let narrow = if matches!(self.step, Step::GroupSearch | Step::SidGroups) {
                     "groupdn or groupfilter"
                 } else {
                     "userdn or userfilter"
@@ -370,12 +382,22 @@ impl Login {
                 }
             }
             (Step::UserBind, Err(f)) => {
-                log::debug!(
-                    "ldap login {}: bind as {:?} failed: {}",
-                    self.request_id,
-                    self.bind_dn,
-                    f.message
-                );
+                if let Some((code, reason)) = super::ad::bind_refusal(&f.message) {
+                    let r = format!("{reason} (AD data {code})");
+                    log::warn!(
+                        "ldap login {}: the directory refused the bind as {:?}: {r}",
+                        self.request_id,
+                        self.bind_dn,
+                    );
+                    self.directory_reason = Some(r);
+                } else {
+                    log::debug!(
+                        "ldap login {}: bind as {:?} failed: {}",
+                        self.request_id,
+                        self.bind_dn,
+                        f.message
+                    );
+                }
                 let e = match f.kind {
                     FailKind::InvalidCredentials => {
                         self.bad_credentials = true;
@@ -417,6 +439,19 @@ impl Login {
             (Step::GroupSearch, Err(f)) => {
                 self.done(Err(search_failed("LDAP search for groups failed", &f)))
             }
+            (Step::TokenGroups, Ok(LdapDone::Entries(entries))) => self.token_groups(&entries),
+            (Step::TokenGroups, Err(f)) => self.done(Err(search_failed(
+                "LDAP search for the user's tokenGroups failed",
+                &f,
+            ))),
+            (Step::SidGroups, Ok(LdapDone::Entries(entries))) => {
+                let groups = self.group_names(&entries);
+                self.finish(groups)
+            }
+            (Step::SidGroups, Err(f)) => self.done(Err(search_failed(
+                "LDAP search for the groups of the user's tokenGroups failed",
+                &f,
+            ))),
             (step, Ok(other)) => self.done(Err(ApiError::Internal(format!(
                 "unexpected LDAP result {other:?} in step {step:?}"
             )))),
@@ -604,6 +639,21 @@ impl Login {
     }
 
     fn groups(&mut self) -> Next {
+        if self.cfg.use_token_groups {
+            if self.user_dn.is_empty() || self.cfg.groupdn.is_empty() {
+                return self.finish(Vec::new());
+            }
+            // tokenGroups is computed, and AD gives it to base searches only.
+            let op = LdapOp::Search(SearchSpec {
+                base: self.user_dn.clone(),
+                scope: Scope::Base,
+                filter: "(objectClass=*)".into(),
+                attrs: vec!["tokenGroups".into()],
+                deref: self.cfg.deref(),
+                page_size: 0,
+            });
+            return self.call(Step::TokenGroups, op);
+        }
         if self.cfg.groupfilter.is_empty() || self.cfg.groupdn.is_empty() {
             return self.finish(Vec::new());
         }
@@ -624,6 +674,43 @@ impl Login {
         };
         let op = self.search(&self.cfg.groupdn, filter, &self.cfg.groupattr);
         self.step = Step::GroupSearch;
+        self.close_pending = true;
+        Next::Call {
+            op,
+            close_after: true,
+        }
+    }
+
+    /// The SIDs of the user entry's `tokenGroups` (in string form: the shell converts the
+    /// binary values), then one search of `groupdn` for the groups with those SIDs.
+    fn token_groups(&mut self, entries: &[LdapEntry]) -> Next {
+        let mut sids: BTreeSet<String> = BTreeSet::new();
+        for e in entries {
+            for v in e.values("tokenGroups") {
+                // A value the shell could not convert is skipped (never put in a filter).
+                if super::ad::sid_from_string(v).is_some() {
+                    sids.insert(v.to_string());
+                }
+            }
+        }
+        if sids.is_empty() {
+            return self.finish(Vec::new());
+        }
+        let filter = if sids.len() == 1 {
+            format!(
+                "(objectSid={})",
+                sids.first().map(String::as_str).unwrap_or("")
+            )
+        } else {
+            let mut f = String::from("(|");
+            for s in &sids {
+                f.push_str(&format!("(objectSid={s})"));
+            }
+            f.push(')');
+            f
+        };
+        let op = self.search(&self.cfg.groupdn, filter, &self.cfg.groupattr);
+        self.step = Step::SidGroups;
         self.close_pending = true;
         Next::Call {
             op,

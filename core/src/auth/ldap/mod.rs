@@ -18,6 +18,9 @@
 //! that give `root` make the login fail ("auth methods cannot create root tokens"). A
 //! mapping's name is one path segment: a write of a name with `/` is refused.
 
+pub mod ad;
+#[cfg(test)]
+mod ad_tests;
 pub mod config;
 pub mod dn;
 pub mod escape;
@@ -446,11 +449,18 @@ fn login_done(
             finish_login(ctx, login, found)
         }
         Err(e) => {
-            log::info!(
-                "ldap login of {:?} on auth/{} refused: {e}",
-                login.username,
-                login.mount.path
-            );
+            match &login.directory_reason {
+                Some(r) => log::warn!(
+                    "ldap login of {:?} on auth/{} refused: {e}: the directory says: {r}",
+                    login.username,
+                    login.mount.path
+                ),
+                None => log::info!(
+                    "ldap login of {:?} on auth/{} refused: {e}",
+                    login.username,
+                    login.mount.path
+                ),
+            }
             if login.bad_credentials {
                 let failures = &mut st.logins.failures;
                 let mut locked = lockout::failed(ctx, failures, cfg, accessor, &alias)?;
