@@ -160,6 +160,7 @@ pub const FIELDS: &[&str] = &[
     "token_no_default_policy",
     "token_bound_cidrs",
     "token_type",
+    "token_strictly_bind_ip",
     "user_lockout_threshold",
     "user_lockout_duration",
     "user_lockout_counter_reset",
@@ -501,6 +502,13 @@ impl LdapConfig {
         if let Some(v) = b("use_token_groups")? {
             self.use_token_groups = v;
         }
+        // Read back as `false` (what a config read shows); binding tokens to the login's
+        // address is not supported, so only `false` is accepted.
+        if b("token_strictly_bind_ip")? == Some(true) {
+            return Err(bad(
+                "token_strictly_bind_ip: binding tokens to the login's IP address is not supported",
+            ));
+        }
         if let Some(v) = b("use_pre111_group_cn_behavior")? {
             self.use_pre111_group_cn_behavior = Some(v);
         }
@@ -779,6 +787,18 @@ mod tests {
         assert_eq!(v["user_lockout_disable"], false);
         assert!(v.get("bindpass").is_none());
         assert!(v.get("client_tls_key").is_none());
+    }
+
+    /// A config read can be written back as it is (the CLI and hvac round-trip it).
+    #[test]
+    fn a_config_read_is_accepted_as_a_write() {
+        let c = apply(json!({"userdn": "ou=people,dc=x"})).unwrap();
+        let v = c.read_view();
+        let body = v.as_object().unwrap();
+        assert_eq!(unknown_fields(body), Vec::<String>::new());
+        apply(v.clone()).unwrap();
+        let e = apply(json!({"userdn": "o=x", "token_strictly_bind_ip": true})).unwrap_err();
+        assert!(e.to_string().contains("token_strictly_bind_ip"), "{e}");
     }
 
     #[test]
