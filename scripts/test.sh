@@ -51,14 +51,27 @@ sim_pid=$!
 # (cairn-core `fuzzing::tests`); the coverage-guided campaigns are `scripts/fuzz.sh`.
 export CAIRN_BIN="$PWD/target/debug/cairn"
 rm -rf target/debug/e2e-logs
+# The core's unit and property tests (pure CPU, ~2 min) run beside the end-to-end tests
+# too: their test binary directly (a second `cargo test` would wait for the first's lock),
+# from the crate's directory as cargo runs it. Output in target/core-tests.log.
+core_bin=$(cargo test -p cairn-core --lib --no-run 2>&1 | grep -oE 'target/debug/deps/cairn_core-[0-9a-f]+' | tail -1)
+[ -x "$core_bin" ] || { echo "test.sh: no cairn-core test binary found" >&2; exit 1; }
+( cd core && "../$core_bin" --test-threads=2 ) > target/core-tests.log 2>&1 &
+core_pid=$!
 tests_rc=0
-cargo test --workspace --exclude cairn-sim --no-fail-fast -- --test-threads=2 || tests_rc=$?
-phase "tests (debug; the simulator running beside them)"
+cargo test --workspace --exclude cairn-sim --exclude cairn-core --no-fail-fast -- --test-threads=2 || tests_rc=$?
+cargo test -p cairn-core --doc || tests_rc=$?
+phase "end-to-end and shell tests (debug; the core's tests and the simulator beside them)"
+core_rc=0
+wait "$core_pid" || core_rc=$?
+sed 's/^/core: /' target/core-tests.log | grep -vE '^core: test .* \.\.\. ok$' || true
+phase "core unit and property tests (in the background)"
 sim_rc=0
 wait "$sim_pid" || sim_rc=$?
 sed 's/^/sim: /' target/sim.log
 phase "simulator (release, in the background)"
 [ "$tests_rc" = 0 ] || { echo "test.sh: cargo test failed (exit $tests_rc)" >&2; exit 1; }
+[ "$core_rc" = 0 ] || { echo "test.sh: the core's tests failed (exit $core_rc); see the core: lines above" >&2; exit 1; }
 [ "$sim_rc" = 0 ] || { echo "test.sh: the simulator phase failed (exit $sim_rc); see the sim: lines above" >&2; exit 1; }
 scripts/check-secrets.sh target/debug/e2e-logs
 # Coverage-guided fuzzing (cargo-fuzz, a build of its own) is not part of this command:
