@@ -19,7 +19,8 @@
 //! the policies of the mapped groups the directory puts the user in (with AD, nested
 //! membership included) ∪ the user mapping's policies. On the primary the mappings are the
 //! last acknowledged ones (or a later write whose answer was lost); a performance secondary
-//! may serve any earlier version (it lags).
+//! may serve any earlier version (it lags). A success of a user who is in a group only
+//! through the nested one is counted as `login:ok-nested`.
 
 use crate::check::Violation;
 use crate::net::HostId;
@@ -97,6 +98,8 @@ pub struct Attempt {
     pub t0: u64,
     /// Member groups per the directory at login time.
     pub groups: BTreeSet<usize>,
+    /// The user is in a group only through a nested one (AD flavour).
+    pub nested: bool,
 }
 
 impl Ldap {
@@ -372,6 +375,8 @@ impl Ldap {
             right_password: right,
             t0: 0,
             groups: self.groups_of(user),
+            nested: self.groups_of(user).len()
+                > self.members.iter().filter(|m| m.contains(&user)).count(),
         };
         (
             a,
@@ -470,7 +475,7 @@ impl Ldap {
             if sets.contains(&got) {
                 self.locks.remove(&key);
                 self.unsure.remove(&key);
-                return Ok("ok");
+                return Ok(if a.nested { "ok-nested" } else { "ok" });
             }
             return fail(format!(
                 "u{} on n{} got policies {got:?}; the directory (groups {:?}) and the mappings allow only {:?}",
@@ -585,6 +590,7 @@ mod tests {
                 a.user = 0;
                 a.right_password = true;
                 a.groups = l.groups_of(0);
+                a.nested = true;
                 let nested = format!("g{}", NESTED.1);
                 l.maps.insert(
                     nested,
@@ -595,7 +601,10 @@ mod tests {
                     },
                 );
                 let ok = json!({"auth": {"policies": ["default", "nestp"]}});
-                assert_eq!(l.observe(&a, None, Some(200), &ok, true, true), Ok("ok"));
+                assert_eq!(
+                    l.observe(&a, None, Some(200), &ok, true, true),
+                    Ok("ok-nested")
+                );
                 let short = json!({"auth": {"policies": ["default"]}});
                 assert!(l.observe(&a, None, Some(200), &short, true, true).is_err());
             }
