@@ -4,11 +4,23 @@
 //! mappings the operator writes on the primary, and a model of the user lockout of each
 //! host.
 //!
+//! The directory has one of two flavours, drawn per seed from a stream of its own
+//! (`directory-flavour`, so no other stream of a seed moves): an OpenLDAP-style one
+//! (`groupOfNames` groups, `uid` binds under `userdn`, the default group filter), or, for
+//! about a third of the seeds, an Active Directory one ([`FakeDirectory`] in its AD mode):
+//! users carry `userPrincipalName`, `sAMAccountName` and `objectSid`, groups carry
+//! `objectSid`, and group `g0` is nested in group `g2`. The AD config binds as
+//! `user@upndomain` (with `userattr` `userPrincipalName` or `sAMAccountName`) and finds
+//! groups either with the in-chain matching rule (`member:1.2.840.113556.1.4.1941:=`) or
+//! with `use_token_groups`; both are transitive, so a member of `g0` is in `g2` too.
+//!
 //! Invariant `login`: a login succeeds iff the directory, at login time, says the password
 //! is right and the user is not locked out on that host; a token's policies are `default` ∪
-//! the policies of the mapped groups the directory puts the user in ∪ the user mapping's
-//! policies. On the primary the mappings are the last acknowledged ones (or a later write
-//! whose answer was lost); a performance secondary may serve any earlier version (it lags).
+//! the policies of the mapped groups the directory puts the user in (with AD, nested
+//! membership included) ∪ the user mapping's policies. On the primary the mappings are the
+//! last acknowledged ones (or a later write whose answer was lost); a performance secondary
+//! may serve any earlier version (it lags). A success of a user who is in a group only
+//! through the nested one is counted as `login:ok-nested`.
 
 use crate::check::Violation;
 use crate::net::HostId;
@@ -26,8 +38,20 @@ pub const THRESHOLD: u64 = 3;
 pub const DURATION_S: u64 = 20;
 pub const RESET_S: u64 = 60;
 
-fn user_dn(u: usize) -> String {
-    format!("uid=u{u},ou=people,{BASE}")
+/// The AD flavour's domain (`upndomain`) and domain SID.
+pub const AD_DOMAIN: &str = "sim.test";
+const AD_SID: &str = "S-1-5-21-3623811015-3361044348-30300820";
+/// The group nested in another with the AD flavour: `g<NESTED.0>` is a member of
+/// `g<NESTED.1>`.
+pub const NESTED: (usize, usize) = (0, 2);
+
+/// The AD configurations the operator may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdConfig {
+    /// `userattr`: `sAMAccountName` (else `userPrincipalName`).
+    pub sam: bool,
+    /// Groups from `tokenGroups` (else the in-chain group filter).
+    pub token_groups: bool,
 }
 
 /// What one mapping (`g<i>` or `u<i>`) may hold.
@@ -51,6 +75,8 @@ struct Lock {
 
 pub struct Ldap {
     pub dir: FakeDirectory,
+    /// The AD flavour's config (`None`: OpenLDAP-style).
+    pub ad: Option<AdConfig>,
     passwords: Vec<u64>,
     members: Vec<BTreeSet<usize>>,
     maps: BTreeMap<String, NameHist>,
@@ -72,12 +98,40 @@ pub struct Attempt {
     pub t0: u64,
     /// Member groups per the directory at login time.
     pub groups: BTreeSet<usize>,
+    /// The user is in a group only through a nested one (AD flavour).
+    pub nested: bool,
 }
 
 impl Ldap {
+    /// The directory of the run with master seed `seed`: AD-flavoured for about a third
+    /// of the seeds (drawn from the `directory-flavour` stream).
+    pub fn for_seed(seed: u64) -> Ldap {
+        let mut r = SimRng::derive(seed, "directory-flavour");
+        if r.chance(333) {
+            let sam = r.chance(500);
+            let token_groups = r.chance(500);
+            Ldap::build(Some(AdConfig { sam, token_groups }))
+        } else {
+            Ldap::new()
+        }
+    }
+
+    /// An OpenLDAP-style directory.
     pub fn new() -> Ldap {
+        Ldap::build(None)
+    }
+
+    /// An AD-flavoured directory whose config is `ad`.
+    pub fn active_directory(ad: AdConfig) -> Ldap {
+        Ldap::build(Some(ad))
+    }
+
+    fn build(ad: Option<AdConfig>) -> Ldap {
+        let mut dir = FakeDirectory::new();
+        dir.active_directory = ad.is_some();
         let mut l = Ldap {
-            dir: FakeDirectory::new(),
+            dir,
+            ad,
             passwords: vec![0; USERS],
             members: vec![BTreeSet::new(); GROUPS],
             maps: BTreeMap::new(),
@@ -107,6 +161,30 @@ impl Ldap {
         l
     }
 
+    fn user_dn(&self, u: usize) -> String {
+        if self.ad.is_some() {
+            format!("cn=u{u},ou=people,{BASE}")
+        } else {
+            format!("uid=u{u},ou=people,{BASE}")
+        }
+    }
+
+    fn group_dn(g: usize) -> String {
+        format!("cn=g{g},ou=groups,{BASE}")
+    }
+
+    /// The groups user `u` is in per the directory: direct membership, and with AD the
+    /// groups that hold (transitively) a group `u` is in.
+    pub fn groups_of(&self, u: usize) -> BTreeSet<usize> {
+        let mut out: BTreeSet<usize> = (0..GROUPS)
+            .filter(|g| self.members[*g].contains(&u))
+            .collect();
+        if self.ad.is_some() && out.contains(&NESTED.0) {
+            out.insert(NESTED.1);
+        }
+        out
+    }
+
     fn password(&self, u: usize) -> String {
         format!("pw-u{u}-{}", self.passwords[u])
     }
@@ -114,8 +192,24 @@ impl Ldap {
     fn put_user(&mut self, u: usize) {
         let pw = self.password(u);
         let uid = format!("u{u}");
+        if self.ad.is_some() {
+            let upn = format!("u{u}@{AD_DOMAIN}");
+            let sid = format!("{AD_SID}-{}", 1100 + u);
+            self.dir.add(
+                &self.user_dn(u),
+                &[
+                    ("objectClass", &["user"]),
+                    ("cn", &[uid.as_str()]),
+                    ("sAMAccountName", &[uid.as_str()]),
+                    ("userPrincipalName", &[upn.as_str()]),
+                    ("objectSid", &[sid.as_str()]),
+                    ("userPassword", &[pw.as_str()]),
+                ],
+            );
+            return;
+        }
         self.dir.add(
-            &user_dn(u),
+            &self.user_dn(u),
             &[
                 ("objectClass", &["inetOrgPerson"]),
                 ("uid", &[uid.as_str()]),
@@ -125,20 +219,51 @@ impl Ldap {
     }
 
     fn put_group(&mut self, g: usize) {
-        let dns: Vec<String> = self.members[g].iter().map(|u| user_dn(*u)).collect();
+        let mut dns: Vec<String> = self.members[g].iter().map(|u| self.user_dn(*u)).collect();
+        if self.ad.is_some() && g == NESTED.1 {
+            dns.push(Ldap::group_dn(NESTED.0));
+        }
         let dns: Vec<&str> = dns.iter().map(String::as_str).collect();
         let cn = format!("g{g}");
         let cn_ref = [cn.as_str()];
-        let mut attrs: Vec<(&str, &[&str])> =
-            vec![("objectClass", &["groupOfNames"]), ("cn", &cn_ref)];
+        let sid = format!("{AD_SID}-{}", 1200 + g);
+        let sid_ref = [sid.as_str()];
+        let mut attrs: Vec<(&str, &[&str])> = if self.ad.is_some() {
+            vec![
+                ("objectClass", &["group"]),
+                ("cn", &cn_ref),
+                ("objectSid", &sid_ref),
+            ]
+        } else {
+            vec![("objectClass", &["groupOfNames"]), ("cn", &cn_ref)]
+        };
         if !dns.is_empty() {
             attrs.push(("member", &dns));
         }
-        self.dir.add(&format!("cn=g{g},ou=groups,{BASE}"), &attrs);
+        self.dir.add(&Ldap::group_dn(g), &attrs);
     }
 
     /// The config the operator writes on the primary.
-    pub fn config() -> Value {
+    pub fn config(&self) -> Value {
+        if let Some(ad) = self.ad {
+            let mut c = json!({
+                "url": URL,
+                "upndomain": AD_DOMAIN,
+                "userdn": format!("ou=people,{BASE}"),
+                "userattr": if ad.sam { "sAMAccountName" } else { "userPrincipalName" },
+                "groupdn": format!("ou=groups,{BASE}"),
+                "user_lockout_threshold": THRESHOLD,
+                "user_lockout_duration": format!("{DURATION_S}s"),
+                "user_lockout_counter_reset": format!("{RESET_S}s"),
+            });
+            if ad.token_groups {
+                c["use_token_groups"] = json!(true);
+            } else {
+                c["groupfilter"] =
+                    json!("(&(objectClass=group)(member:1.2.840.113556.1.4.1941:={{.UserDN}}))");
+            }
+            return c;
+        }
         json!({
             "url": URL,
             "binddn": format!("cn=admin,{BASE}"),
@@ -249,9 +374,9 @@ impl Ldap {
             user,
             right_password: right,
             t0: 0,
-            groups: (0..GROUPS)
-                .filter(|g| self.members[*g].contains(&user))
-                .collect(),
+            groups: self.groups_of(user),
+            nested: self.groups_of(user).len()
+                > self.members.iter().filter(|m| m.contains(&user)).count(),
         };
         (
             a,
@@ -350,7 +475,7 @@ impl Ldap {
             if sets.contains(&got) {
                 self.locks.remove(&key);
                 self.unsure.remove(&key);
-                return Ok("ok");
+                return Ok(if a.nested { "ok-nested" } else { "ok" });
             }
             return fail(format!(
                 "u{} on n{} got policies {got:?}; the directory (groups {:?}) and the mappings allow only {:?}",
@@ -396,5 +521,105 @@ impl Ldap {
 impl Default for Ldap {
     fn default() -> Self {
         Ldap::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_core::api::{body_object, Fields};
+    use cairn_core::auth::ldap::config::LdapConfig;
+    use cairn_core::auth::ldap::login::{Job, Login};
+    use cairn_core::auth::ldap::LdapCall;
+    use cairn_core::mounts::MountEntry;
+
+    /// Runs one login of `u<user>` with `pw` against the model's directory and config: the
+    /// groups the machine found.
+    fn login(l: &mut Ldap, user: usize, pw: &str) -> Result<BTreeSet<String>, String> {
+        let body = body_object(&serde_json::to_vec(&l.config()).unwrap()).unwrap();
+        let mut c = LdapConfig::default();
+        c.apply(&Fields(&body)).unwrap();
+        c.validate().unwrap();
+        let mount: MountEntry = serde_json::from_value(json!({
+            "path": "ldap/", "type": "ldap", "description": "", "uuid": "u",
+            "accessor": "a", "local": false,
+        }))
+        .unwrap();
+        let (login, first) = Login::start(1, mount, c, &format!("u{user}"), pw, 7, "");
+        let mut job = Job {
+            login,
+            first,
+            outcome: None,
+        };
+        job.run(|op, close_after| {
+            l.dir
+                .answer(&LdapCall {
+                    op_id: 1,
+                    conn: 7,
+                    op: op.clone(),
+                    close_after,
+                })
+                .result
+        });
+        match job.outcome.take().unwrap() {
+            Ok(f) => Ok(f.groups.into_iter().collect()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    #[test]
+    fn ad_logins_find_the_nested_group_and_the_model_expects_it() {
+        for sam in [false, true] {
+            for token_groups in [false, true] {
+                let ad = AdConfig { sam, token_groups };
+                let mut l = Ldap::active_directory(ad);
+                // u0 is in g0 only directly; g0 is nested in g2.
+                l.members[NESTED.1].remove(&0);
+                l.put_group(NESTED.1);
+                assert!(l.members[NESTED.0].contains(&0));
+                let want: BTreeSet<usize> = [NESTED.0, NESTED.1].into();
+                assert_eq!(l.groups_of(0), want);
+                let pw = l.password(0);
+                let got = login(&mut l, 0, &pw).unwrap();
+                let names: BTreeSet<String> = want.iter().map(|g| format!("g{g}")).collect();
+                assert_eq!(got, names, "{ad:?}");
+                assert!(login(&mut l, 0, "wrong").is_err(), "{ad:?}");
+
+                // The model: a token with g2's policies is right, one without is not.
+                let (mut a, _, _) = l.attempt(&mut SimRng::derive(0, "t"), 0);
+                a.user = 0;
+                a.right_password = true;
+                a.groups = l.groups_of(0);
+                a.nested = true;
+                let nested = format!("g{}", NESTED.1);
+                l.maps.insert(
+                    nested,
+                    NameHist {
+                        acked: Some(vec!["nestp".into()]),
+                        lost: Vec::new(),
+                        ever: [vec!["nestp".to_string()]].into(),
+                    },
+                );
+                let ok = json!({"auth": {"policies": ["default", "nestp"]}});
+                assert_eq!(
+                    l.observe(&a, None, Some(200), &ok, true, true),
+                    Ok("ok-nested")
+                );
+                let short = json!({"auth": {"policies": ["default"]}});
+                assert!(l.observe(&a, None, Some(200), &short, true, true).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn the_flavour_comes_from_its_own_stream() {
+        let ad = (1..=300)
+            .filter(|s| Ldap::for_seed(*s).ad.is_some())
+            .count();
+        assert!((60..=140).contains(&ad), "{ad} AD seeds of 300");
+        // The OpenLDAP flavour keeps its config.
+        let l = Ldap::new();
+        assert_eq!(l.config()["userattr"], "uid");
+        assert!(l.config().get("upndomain").is_none());
     }
 }

@@ -405,7 +405,7 @@ impl ReplWorld {
             wal_floor: 0,
             pre_promote_wal: BTreeMap::new(),
             failed_over: false,
-            ldap: crate::ldap::Ldap::new(),
+            ldap: crate::ldap::Ldap::for_seed(seed),
             ldap_rng: SimRng::derive(seed, "ldap"),
             ldap_mounted: false,
             ldap_configured: false,

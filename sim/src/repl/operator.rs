@@ -264,7 +264,7 @@ impl ReplWorld {
         if self.mounted && !self.ldap_configured {
             let req = Request::new(id, Method::Post, "auth/ldap/config")
                 .with_token(&r0)
-                .with_json(crate::ldap::Ldap::config());
+                .with_json(self.ldap.config());
             return Some((self.primary, Op::LdapConfig, req));
         }
         if !self.mounted {

@@ -468,6 +468,7 @@ impl ReplWorld {
         let what = self.ldap.observe(&a, t1, st, &ans.body, primary, ready)?;
         self.bump(match what {
             "ok" => "login:ok",
+            "ok-nested" => "login:ok-nested",
             "refused" => "login:refused",
             "refused-locked" => "login:locked",
             _ => "login:undecided",
