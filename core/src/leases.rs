@@ -153,21 +153,13 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str) -> ApiResult {
 #[cfg(test)]
 mod tests {
     use crate::api::{Method, Request, Response};
-    use crate::node::{Input, Node, Output};
+    use crate::node::Node;
     use crate::storage::MemStorage;
     use serde_json::{json, Value};
 
     fn call(n: &mut Node<MemStorage>, id: u64, m: Method, path: &str, body: Value) -> Response {
         let req = Request::new(id, m, path).with_token("root").with_json(body);
-        n.handle(2_000, Input::Request(req));
-        while let Some(o) = n.poll_output() {
-            if let Output::Response(r) = o {
-                if r.id == id {
-                    return r;
-                }
-            }
-        }
-        panic!("no response for {path}");
+        crate::node::tests::call(n, 2_000, req)
     }
 
     #[test]

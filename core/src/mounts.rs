@@ -535,7 +535,7 @@ mod tests {
     //! Tune, rewrap and OpenBao's generate-root path, driven through a dev node.
 
     use crate::api::{Method, Request, Response};
-    use crate::node::{Input, Node, Output};
+    use crate::node::Node;
     use crate::storage::MemStorage;
     use serde_json::{json, Value};
 
@@ -544,15 +544,7 @@ mod tests {
         if path == "sys/wrapping/wrap" {
             req.wrap_ttl = Some("5m".into());
         }
-        n.handle(2_000, Input::Request(req));
-        while let Some(o) = n.poll_output() {
-            if let Output::Response(r) = o {
-                if r.id == id {
-                    return r;
-                }
-            }
-        }
-        panic!("no response for {path}");
+        crate::node::tests::call(n, 2_000, req)
     }
 
     fn data(r: &Response) -> Value {

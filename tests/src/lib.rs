@@ -849,6 +849,20 @@ impl Drop for Server {
 
 /// One request to the server at `addr` (`http://host:port`) without a `Server` handle (load
 /// generators, writers that outlive a restart). `None` when there is no HTTP answer.
+/// Percent-encodes one path segment (everything but RFC 3986's unreserved characters), for
+/// names with spaces, quotes or slashes in a request path.
+pub fn enc_segment(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 pub fn request(
     agent: &ureq::Agent,
     addr: &str,

@@ -67,18 +67,7 @@ fn dc() -> &'static Dc {
     })
 }
 
-/// Percent-encodes a path segment.
-fn enc(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+use cairn_tests::enc_segment as enc;
 
 fn server_with(config: Value) -> Server {
     let s = Server::dev();

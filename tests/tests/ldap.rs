@@ -70,18 +70,7 @@ fn directory() -> &'static Directory {
     })
 }
 
-/// Percent-encodes a path segment (everything but unreserved characters).
-fn enc(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+use cairn_tests::enc_segment as enc;
 
 /// A dev server with an LDAP mount at `auth/<mount>` configured with `config`.
 fn server_with(mount: &str, config: Value) -> Server {

@@ -598,7 +598,7 @@ fn spend_use(ctx: &mut Ctx, h: &str) -> ApiResult<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::api::Method;
     use crate::storage::MemStorage;
