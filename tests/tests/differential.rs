@@ -332,7 +332,9 @@ impl Target {
                 Some(Value::Null) | None => format!("<missing:{var}>"),
                 Some(other) => other.to_string(),
             };
-            if self.name == "cairn" {
+            // Tokens are secrets the server must never log; accessors (a mount's, a
+            // token's) and nonces are identifiers, which its log may name.
+            if self.name == "cairn" && (ptr.ends_with("client_token") || ptr.ends_with("/token")) {
                 note_secret(&v);
             }
             self.vars.insert(var.to_string(), v);
