@@ -169,6 +169,14 @@ fn authorize(
     })
 }
 
+/// The part of the node's state the LDAP method may change.
+fn ldap_io(st: &mut NodeState) -> ldap::LdapIo<'_> {
+    ldap::LdapIo {
+        logins: &mut st.logins,
+        outputs: &mut st.outputs,
+    }
+}
+
 /// Authenticates and authorizes by the declared route, then dispatches to its handler.
 pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
     // The namespace (header and/or leading path segments) and the path inside it; handlers
@@ -211,7 +219,7 @@ pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
         }
         Target::Token(Some(_), op) => {
             // Renewals of tokens from an LDAP mount re-check the directory first.
-            if let Some(reply) = ldap::renew::start(ctx, st, req, &op, caller)? {
+            if let Some(reply) = ldap::renew::start(ctx, &mut ldap_io(st), req, &op, caller)? {
                 return Ok(reply);
             }
             token::handle(ctx, req, &op, caller)
@@ -230,7 +238,9 @@ pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
                 Endpoint::LdapConfig
                 | Endpoint::LdapGroups
                 | Endpoint::LdapUsers
-                | Endpoint::LdapLogin => ldap::handle(ctx, st, req, &mount, r.handler, &rest),
+                | Endpoint::LdapLogin => {
+                    ldap::handle(ctx, &mut ldap_io(st), req, &mount, r.handler, &rest)
+                }
                 Endpoint::Token => Err(ApiError::NotFound(String::new())),
             }
         }

@@ -300,7 +300,11 @@ impl<S: Storage> Node<S> {
             }
             Input::Ldap(reply) => {
                 let mut ctx = node_ctx!(self);
-                let done = ldap::on_reply(&mut ctx, &mut self.st, reply);
+                let mut io = ldap::LdapIo {
+                    logins: &mut self.st.logins,
+                    outputs: &mut self.st.outputs,
+                };
+                let done = ldap::on_reply(&mut ctx, &mut io, reply);
                 if let Some((id, result)) = done {
                     // The login's writes and its response wrapping: one write set.
                     let pending = self.st.pending.remove(&id);

@@ -40,7 +40,7 @@ pub use ops::{
 use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request, RequestId};
 use crate::ctx::Ctx;
 use crate::mounts::MountEntry;
-use crate::node::{NodeState, Output};
+use crate::node::Output;
 use crate::routes::Endpoint;
 use crate::token::{self, NewToken};
 use config::LdapConfig;
@@ -117,10 +117,17 @@ pub fn load_config(ctx: &Ctx, m: &MountEntry) -> ApiResult<Option<LdapConfig>> {
     ctx.get_json(&config_key(&m.data_prefix(true)))
 }
 
+/// What the LDAP method changes besides storage: its logins in flight and lockout counters,
+/// and the node's output queue (the directory calls it emits).
+pub struct LdapIo<'a> {
+    pub logins: &'a mut Logins,
+    pub outputs: &'a mut std::collections::VecDeque<Output>,
+}
+
 /// Dispatches a request under an LDAP mount; `rest` is the path inside the mount.
 pub fn handle(
     ctx: &mut Ctx,
-    st: &mut NodeState,
+    st: &mut LdapIo<'_>,
     req: &Request,
     m: &MountEntry,
     endpoint: Endpoint,
@@ -288,7 +295,7 @@ fn mapping(ctx: &mut Ctx, req: &Request, m: &MountEntry, kind: Kind, name: &str)
 
 fn login_start(
     ctx: &mut Ctx,
-    st: &mut NodeState,
+    st: &mut LdapIo<'_>,
     req: &Request,
     m: &MountEntry,
     username: &str,
@@ -370,7 +377,7 @@ fn login_start(
 /// otherwise the request's result (its storage writes commit when it is `Ok`).
 pub fn on_reply(
     ctx: &mut Ctx,
-    st: &mut NodeState,
+    st: &mut LdapIo<'_>,
     r: LdapReply,
 ) -> Option<(RequestId, ApiResult<Reply>)> {
     let waiting = st.logins.active.remove(&r.op_id)?;
@@ -413,7 +420,7 @@ pub fn on_reply(
 /// whatever the outcome, so another name of a locked user tells nothing of the password.
 fn login_done(
     ctx: &mut Ctx,
-    st: &mut NodeState,
+    st: &mut LdapIo<'_>,
     login: &Login,
     outcome: Result<Found, ApiError>,
     lock_stored: bool,

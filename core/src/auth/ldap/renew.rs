@@ -16,7 +16,7 @@ use super::{load_config, login_policies, Found, Waiting};
 use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request};
 use crate::ctx::Ctx;
 use crate::mounts::{self, Table};
-use crate::node::{NodeState, Output};
+use crate::node::Output;
 use crate::token::{self, Caller};
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -35,7 +35,7 @@ pub struct Renewal {
 /// store (plain renewal, or its error for a bad token).
 pub fn start(
     ctx: &mut Ctx,
-    st: &mut NodeState,
+    st: &mut super::LdapIo<'_>,
     req: &Request,
     rest: &str,
     caller: Option<&Caller>,
