@@ -113,16 +113,26 @@ pub fn repo_root() -> PathBuf {
 /// when this process exits) and returns its `export` lines as a map.
 pub fn start_dev_ldap(tag: &str) -> std::collections::BTreeMap<String, String> {
     let dir = std::env::temp_dir().join(format!("cairn-e2e-{tag}-ldap-{}", std::process::id()));
+    start_dev_directory("dev-ldap.sh", &dir, "CAIRN_LDAP_WATCH_PID")
+}
+
+/// Runs `scripts/<script> start DIR` (a throwaway directory server that stops when this
+/// process exits, told by `watch_env`) and returns its `export NAME='value'` lines as a map.
+pub fn start_dev_directory(
+    script: &str,
+    dir: &Path,
+    watch_env: &str,
+) -> std::collections::BTreeMap<String, String> {
     let out = Command::new("bash")
-        .arg(repo_root().join("scripts/dev-ldap.sh"))
+        .arg(repo_root().join("scripts").join(script))
         .arg("start")
-        .arg(&dir)
-        .env("CAIRN_LDAP_WATCH_PID", std::process::id().to_string())
+        .arg(dir)
+        .env(watch_env, std::process::id().to_string())
         .output()
-        .expect("run scripts/dev-ldap.sh");
+        .unwrap_or_else(|e| panic!("run scripts/{script}: {e}"));
     assert!(
         out.status.success(),
-        "scripts/dev-ldap.sh start failed:\n{}",
+        "scripts/{script} start failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout)

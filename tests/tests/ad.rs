@@ -10,7 +10,6 @@
 use cairn_tests::{log_dir, Resp, Server};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -42,27 +41,11 @@ fn dc() -> &'static Dc {
     DC.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("cairn-e2e-ad-{}", std::process::id()));
         let started = Instant::now();
-        let out = Command::new("bash")
-            .arg(cairn_tests::repo_root().join("scripts/dev-ad.sh"))
-            .arg("start")
-            .arg(&dir)
-            .env("CAIRN_AD_WATCH_PID", std::process::id().to_string())
-            .output()
-            .expect("run scripts/dev-ad.sh");
-        assert!(
-            out.status.success(),
-            "scripts/dev-ad.sh start failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let env = cairn_tests::start_dev_directory("dev-ad.sh", &dir, "CAIRN_AD_WATCH_PID");
         eprintln!(
             "ad: the domain controller answered after {:.1} s",
             started.elapsed().as_secs_f64()
         );
-        let env = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
-            .collect();
         Dc { env }
     })
 }

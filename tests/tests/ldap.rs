@@ -7,8 +7,6 @@
 use cairn_tests::{Resp, Server};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
 /// The running directory: the `export` lines of `dev-ldap.sh start`.
@@ -42,31 +40,8 @@ const BINDPASS: &str = "reader-secret";
 
 fn directory() -> &'static Directory {
     static DIR: OnceLock<Directory> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("workspace root")
-            .to_path_buf();
-        let dir = std::env::temp_dir().join(format!("cairn-e2e-ldap-{}", std::process::id()));
-        let out = Command::new("bash")
-            .arg(root.join("scripts/dev-ldap.sh"))
-            .arg("start")
-            .arg(&dir)
-            .env("CAIRN_LDAP_WATCH_PID", std::process::id().to_string())
-            .output()
-            .expect("run scripts/dev-ldap.sh");
-        assert!(
-            out.status.success(),
-            "scripts/dev-ldap.sh start failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut env = BTreeMap::new();
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            if let Some((k, v)) = line.strip_prefix("export ").and_then(|l| l.split_once('=')) {
-                env.insert(k.to_string(), v.trim_matches('\'').to_string());
-            }
-        }
-        Directory { env }
+    DIR.get_or_init(|| Directory {
+        env: cairn_tests::start_dev_ldap("ldap-auth"),
     })
 }
 

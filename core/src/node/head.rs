@@ -58,7 +58,7 @@ mod tests {
 
     #[test]
     fn a_good_head_is_read_into_typed_fields() {
-        let mut r = req("/secret//x/".trim_end_matches('/'));
+        let mut r = req("/secret//x");
         assert!(Head::parse(&mut r).is_err(), "a doubled slash is refused");
         let mut r = req("/sys/mounts/");
         r.wrap_ttl = Some(" 90s ".into());
