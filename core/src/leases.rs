@@ -12,6 +12,14 @@ use crate::token::{self, TokenEntry};
 use serde_json::json;
 use std::collections::BTreeSet;
 
+/// The lease of token `h` when it has one visible from namespace `ns`: its lease id.
+fn lease_of(h: &str, e: &TokenEntry, ns: &str) -> Option<String> {
+    if e.expire_time.is_none() || e.kind == "wrapping" || e.is_batch() || !token::within(e, ns) {
+        return None;
+    }
+    Some(format!("{}/{h}", e.path.trim_end_matches('/')))
+}
+
 /// Every token lease of namespace `ns` and below: (lease id, token hash, entry).
 fn all(ctx: &Ctx, ns: &str) -> ApiResult<Vec<(String, String, TokenEntry)>> {
     let mut out = Vec::new();
@@ -19,20 +27,23 @@ fn all(ctx: &Ctx, ns: &str) -> ApiResult<Vec<(String, String, TokenEntry)>> {
         let Some(e) = token::lookup_hash(ctx, &h)? else {
             continue;
         };
-        if e.expire_time.is_none() || e.kind == "wrapping" || e.is_batch() || !token::within(&e, ns)
-        {
-            continue;
+        if let Some(id) = lease_of(&h, &e, ns) {
+            out.push((id, h, e));
         }
-        out.push((format!("{}/{h}", e.path.trim_end_matches('/')), h, e));
     }
     Ok(out)
 }
 
+/// The token whose lease is `id`: the id ends with the token's hash, so one look-up, not
+/// a scan of every token.
 fn find(ctx: &Ctx, ns: &str, id: &str) -> ApiResult<Option<(String, TokenEntry)>> {
-    Ok(all(ctx, ns)?
-        .into_iter()
-        .find(|(l, _, _)| l == id)
-        .map(|(_, h, e)| (h, e)))
+    let Some((_, h)) = id.rsplit_once('/') else {
+        return Ok(None);
+    };
+    let Some(e) = token::lookup_hash(ctx, h)? else {
+        return Ok(None);
+    };
+    Ok((lease_of(h, &e, ns).as_deref() == Some(id)).then(|| (h.to_string(), e)))
 }
 
 /// `sys/leases/<rest>`.
@@ -47,8 +58,8 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str) -> ApiResult {
             .or_else(|| (!suffix.is_empty()).then(|| suffix.to_string()));
         id.ok_or_else(|| ApiError::bad("lease_id must be specified"))
     };
-    let listing = req.method == Method::List
-        || (req.method == Method::Get && req.query("list") == Some("true"));
+    // `GET ?list=true` reaches handlers as LIST (the request head).
+    let listing = req.method == Method::List;
     match (req.method, rest) {
         (_, r) if listing && (r == "lookup" || r.starts_with("lookup/")) => {
             let prefix = r["lookup".len()..].trim_start_matches('/');

@@ -122,16 +122,11 @@ pub fn before_request(
     if obs.inflight.len() >= MAX_INFLIGHT {
         obs.inflight.pop_first();
     }
-    let method =
-        if req.method == Method::Get && matches!(req.query("list"), Some("true") | Some("1")) {
-            Method::List
-        } else {
-            req.method
-        };
+    // The request head already made `GET ?list=true` a LIST.
     obs.inflight.insert(
         req.id,
         Inflight {
-            method: method_name(method),
+            method: method_name(req.method),
             class: path_class(&req.path),
             login_mount: None,
             audit,
