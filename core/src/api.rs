@@ -52,6 +52,9 @@ pub struct Request {
     /// Raw `X-Vault-Index` header: the replication state a write left on the primary,
     /// which this node must have applied before it serves the request.
     pub index: Option<String>,
+    /// Set on a request a standby forwarded to this node (the active one of its HA
+    /// cluster): the standby's signature over the request ([`crate::ha::forward_mac`]).
+    pub forwarded: Option<String>,
 }
 
 impl Request {
@@ -67,6 +70,7 @@ impl Request {
             query: Vec::new(),
             remote_addr: String::new(),
             index: None,
+            forwarded: None,
         }
     }
     pub fn with_token(mut self, t: &str) -> Self {

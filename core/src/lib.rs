@@ -17,6 +17,7 @@ pub mod ctx;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod generate_root;
+pub mod ha;
 #[doc(hidden)]
 pub mod isolation;
 pub mod kv;

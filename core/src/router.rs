@@ -268,20 +268,11 @@ fn route_sys(
             Ok(Reply::Empty)
         }
         Sys::Leader => match req.method {
-            Method::Get => Ok(Reply::Raw(
-                200,
-                json!({
-                    "ha_enabled": false,
-                    "is_self": true,
-                    "active_time": "0001-01-01T00:00:00Z",
-                    "leader_address": "",
-                    "leader_cluster_address": "",
-                    "performance_standby": false,
-                    "performance_standby_last_remote_wal": 0,
-                }),
-            )),
+            Method::Get => Ok(Reply::Raw(200, crate::node::standby::leader_status(st))),
             _ => Err(ApiError::MethodNotAllowed),
         },
+        Sys::StepDown => crate::node::standby::step_down(st, req),
+        Sys::HaStatus => crate::node::standby::ha_status(st, req),
         Sys::Mounts => mounts::handle(ctx, req, Table::Secrets, tail),
         Sys::Namespaces => crate::namespace::handle(ctx, req, tail),
         Sys::Auth => mounts::handle(ctx, req, Table::Auth, tail),
@@ -617,6 +608,8 @@ mod table_tests {
             Sys::SealStatus,
             Sys::Health,
             Sys::Leader,
+            Sys::StepDown,
+            Sys::HaStatus,
             Sys::Seal,
             Sys::Mounts,
             Sys::Auth,
@@ -645,6 +638,8 @@ mod table_tests {
                 | Sys::SealStatus
                 | Sys::Health
                 | Sys::Leader
+                | Sys::StepDown
+                | Sys::HaStatus
                 | Sys::Seal
                 | Sys::Mounts
                 | Sys::Auth

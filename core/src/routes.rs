@@ -75,6 +75,10 @@ pub enum Sys {
     SealStatus,
     Health,
     Leader,
+    /// `sys/step-down`: the active node of an HA cluster gives up its lease.
+    StepDown,
+    /// `sys/ha-status`: the nodes of the HA cluster.
+    HaStatus,
     Seal,
     Mounts,
     Auth,
@@ -167,6 +171,8 @@ pub static SYS: &[Route<Sys>] = &[
     r("sys/health", Public, Ns, Skip, Sys::Health),
     r("sys/leader", Public, Ns, Skip, Sys::Leader),
     r("sys/seal", Sudo, Root, Required, Sys::Seal),
+    r("sys/step-down", Sudo, Root, Required, Sys::StepDown),
+    r("sys/ha-status", Token, Root, Required, Sys::HaStatus),
     r("sys/mounts", Token, Ns, Required, Sys::Mounts),
     r("sys/mounts/*", Token, Ns, Required, Sys::Mounts),
     r("sys/auth", Token, Ns, Required, Sys::Auth),

@@ -424,6 +424,15 @@ impl Delivery {
                     let result = crate::audit_file::probe(&file_path);
                     let _ = tx.send(Msg::Input(Input::AuditProbed { id, result }));
                 }
+                // HA outputs come only from a node with HA settings (PostgreSQL storage).
+                Output::Lease(_) | Output::HaRole(_) => {}
+                Output::Forward(f) => {
+                    let result = Err("this server has no HA cluster to forward to".to_string());
+                    let _ = tx.send(Msg::Input(Input::Forwarded {
+                        id: f.req.id,
+                        result,
+                    }));
+                }
                 // Answers and LDAP calls are not effects (see `run`).
                 Output::Response(_)
                 | Output::Ldap(_)

@@ -21,6 +21,7 @@ macro_rules! node_ctx {
 
 mod head;
 mod seal_endpoints;
+pub mod standby;
 pub use crate::admin::{Admin, AdminAnswer, AdminId, AdminResult, DevKeys};
 use crate::api::{self, ApiError, ApiResult, Reply, Request, RequestId, Response};
 use crate::auth::ldap::{self, LdapCall, LdapReply, Logins};
@@ -64,6 +65,14 @@ pub enum Input {
         id: RequestId,
         result: Result<(), String>,
     },
+    /// The outcome of an [`Output::Lease`] (HA clusters).
+    Lease(crate::ha::LeaseResult),
+    /// The active node's answer to a request this standby forwarded
+    /// ([`Output::Forward`]), or why it could not be had.
+    Forwarded {
+        id: RequestId,
+        result: Result<Response, String>,
+    },
 }
 
 /// Something the node wants done.
@@ -98,6 +107,24 @@ pub enum Output {
         id: RequestId,
         file_path: String,
     },
+    /// Acquire, renew or release the cluster's leadership lease; answer with
+    /// [`Input::Lease`]. The driver commits every batch under [`Node::fence`].
+    Lease(crate::ha::LeaseOp),
+    /// Send a client request to the active node of this HA cluster and answer with
+    /// [`Input::Forwarded`]: sent at most once, never retried after it left.
+    Forward(Forward),
+    /// This node became the active node (`Some(epoch)`) or a standby (`None`). The driver
+    /// drops caches of storage it kept while the other role wrote.
+    HaRole(Option<u64>),
+}
+
+/// A request a standby sends to its cluster's active node.
+#[derive(Debug, Clone)]
+pub struct Forward {
+    /// The request as the client sent it, with its signature in `forwarded`.
+    pub req: Request,
+    /// The active node's cluster address.
+    pub to: String,
 }
 
 /// Settings fixed at start.
@@ -112,6 +139,8 @@ pub struct NodeConfig {
     pub replication: replication::ReplicationConfig,
     /// The verified license (replication needs one).
     pub license: crate::license::LicenseState,
+    /// HA settings when the node is one of several sharing a storage.
+    pub ha: Option<crate::ha::HaConfig>,
 }
 
 impl Default for NodeConfig {
@@ -123,6 +152,7 @@ impl Default for NodeConfig {
             tick_ms: 1000,
             replication: Default::default(),
             license: Default::default(),
+            ha: None,
         }
     }
 }
@@ -141,6 +171,8 @@ pub struct NodeState {
     pub logins: Logins,
     pub(crate) pending: BTreeMap<RequestId, Pending>,
     pub seal_requested: bool,
+    /// `sys/step-down` asked this active node to give up its lease after this input.
+    pub step_down_requested: bool,
     /// Token (hash) whose use the current request spends, if it is use-limited.
     pub spend_use: Option<String>,
     /// Key shares of the unseal in progress.
@@ -156,6 +188,10 @@ pub struct NodeState {
     /// `secondary/enable` / `update-primary` requests whose encrypted activation token was
     /// decrypted locally; finished with the replication environment after the request.
     pub(crate) local_activations: Vec<replication::activation::LocalActivation>,
+    /// Which node of the HA cluster is active (without HA: this one, always).
+    pub ha: crate::ha::Ha,
+    /// Requests forwarded to the active node, waiting for its answer.
+    pub(crate) forwarded: BTreeMap<RequestId, ()>,
 }
 
 pub struct Node<S: Storage> {
@@ -169,6 +205,7 @@ pub struct Node<S: Storage> {
 
 impl<S: Storage> Node<S> {
     pub fn new(storage: S, seed: [u8; 32], config: NodeConfig) -> Self {
+        let config_ha = config.ha.clone();
         Node {
             storage,
             rng: ChaCha20Rng::from_seed(seed),
@@ -179,6 +216,7 @@ impl<S: Storage> Node<S> {
                 logins: Logins::default(),
                 pending: BTreeMap::new(),
                 seal_requested: false,
+                step_down_requested: false,
                 spend_use: None,
                 unseal_progress: Default::default(),
                 root_gen: None,
@@ -186,6 +224,8 @@ impl<S: Storage> Node<S> {
                 obs: Default::default(),
                 audit: Default::default(),
                 local_activations: Vec::new(),
+                ha: crate::ha::Ha::new(config_ha),
+                forwarded: BTreeMap::new(),
             },
             now: 0,
             last_tick: 0,
@@ -219,10 +259,32 @@ impl<S: Storage> Node<S> {
             .last_tick
             .max(self.now.saturating_sub(self.st.config.tick_ms))
             + self.st.config.tick_ms;
-        match self.st.repl.next_wake() {
-            Some(w) => tick.min(w),
-            None => tick,
+        let repl = if self.st.ha.is_standby() {
+            None
+        } else {
+            self.st.repl.next_wake()
+        };
+        [repl, self.st.ha.next_wake(!self.barrier.sealed())]
+            .into_iter()
+            .flatten()
+            .fold(tick, Millis::min)
+    }
+
+    /// The condition under which the driver may commit the batch it is running: an
+    /// active HA node commits only while the lease is still at its epoch (checked by the
+    /// store in the commit's own transaction); a standby must not write at all.
+    pub fn fence(&self) -> crate::ha::Fence {
+        // A sealed node writes only its initialisation (any node of the cluster may be the
+        // one initialised); it serves nothing else.
+        if self.barrier.sealed() {
+            return crate::ha::Fence::None;
         }
+        self.st.ha.fence()
+    }
+
+    /// HA state (role, leader, nodes): for status, tests and the simulator's checkers.
+    pub fn ha(&self) -> &crate::ha::Ha {
+        &self.st.ha
     }
 
     /// The replication environment over this node's parts.
@@ -272,10 +334,24 @@ impl<S: Storage> Node<S> {
     pub fn handle(&mut self, now: Millis, input: Input) {
         self.now = self.now.max(now);
         let obs_from = self.st.outputs.len();
-        if let Err(e) = replication::ensure_loaded(&mut self.env()) {
-            log::error!("replication state not loaded: {e}");
+        // A standby's storage is written by the active node: it derives nothing from it.
+        if !self.st.ha.is_standby() {
+            if let Err(e) = replication::ensure_loaded(&mut self.env()) {
+                log::error!("replication state not loaded: {e}");
+            }
         }
         match input {
+            Input::Request(req) if self.ha_forwards(&req) => self.forward(req),
+            Input::Request(req) if !self.forwarded_ok(&req) => {
+                let e = if self.st.ha.enabled() {
+                    ApiError::PermissionDenied
+                } else {
+                    ApiError::bad(
+                        "this node is not part of an HA cluster: it takes no forwarded requests",
+                    )
+                };
+                self.finish(req.id, Err(e));
+            }
             Input::Request(mut req) => {
                 let id = req.id;
                 let wal_before = self.st.repl.wal.last;
@@ -335,9 +411,18 @@ impl<S: Storage> Node<S> {
                 }
             }
             Input::Tick => {
+                let (op, change) = self.st.ha.tick(self.now, !self.barrier.sealed());
+                if let Some(c) = change {
+                    self.ha_changed(c);
+                }
+                if let Some(op) = op {
+                    self.st.outputs.push_back(Output::Lease(op));
+                }
                 // Replication and background scans may ask for earlier wake-ups; the
                 // periodic work (token expiry) keeps its own pace.
-                if self.now >= self.last_tick + self.st.config.tick_ms {
+                if self.st.ha.is_standby() {
+                    // A standby does no background work: the active does it.
+                } else if self.now >= self.last_tick + self.st.config.tick_ms {
                     self.last_tick = self.now;
                     self.tick();
                 }
@@ -369,16 +454,55 @@ impl<S: Storage> Node<S> {
                 let done = replication::on_http_reply(&mut self.env(), r);
                 self.finish_pending(done);
             }
+            Input::Lease(r) => {
+                if let Some(c) = self.st.ha.on_result(self.now, r) {
+                    self.ha_changed(c);
+                }
+            }
+            Input::Forwarded { id, result } => {
+                if self.st.forwarded.remove(&id).is_some() {
+                    let resp = match result {
+                        Ok(mut r) => {
+                            r.id = id;
+                            r
+                        }
+                        Err(e) => Response::error(
+                            id,
+                            &ApiError::Unavailable(format!(
+                                "this node is a standby and the request could not be \
+                                 forwarded to the active node: {e}"
+                            )),
+                        ),
+                    };
+                    self.st.outputs.push_back(Output::Response(resp));
+                }
+            }
         }
         if self.st.seal_requested {
             self.st.seal_requested = false;
             self.barrier.seal();
             self.st.unseal_progress.clear();
             self.st.repl.on_seal();
+            if let Some(op) = self.st.ha.release(self.now) {
+                self.st.outputs.push_back(Output::Lease(op));
+                self.ha_changed(crate::ha::Change::BecameStandby {
+                    reason: "the node was sealed".into(),
+                });
+            }
         }
-        replication::poll(&mut self.env());
-        let done = replication::poll_jobs(&mut self.env());
-        self.finish_pending(done);
+        if std::mem::take(&mut self.st.step_down_requested) {
+            if let Some(op) = self.st.ha.release(self.now) {
+                self.st.outputs.push_back(Output::Lease(op));
+                self.ha_changed(crate::ha::Change::BecameStandby {
+                    reason: "an operator asked it to step down".into(),
+                });
+            }
+        }
+        if !self.st.ha.is_standby() {
+            replication::poll(&mut self.env());
+            let done = replication::poll_jobs(&mut self.env());
+            self.finish_pending(done);
+        }
         crate::metrics::after_input(&mut self.st, obs_from, self.now);
     }
 

@@ -67,10 +67,19 @@ impl<S: Storage> Node<S> {
                 },
             }
         };
+        let standby = !sealed && self.st.ha.is_standby();
+        let standby_ok = match req.query("standbyok") {
+            None => false,
+            Some(v) => matches!(v, "" | "true" | "1" | "t" | "T" | "TRUE" | "True"),
+        };
         let status = if !init {
             code("uninitcode", 501)?
         } else if sealed {
             code("sealedcode", 503)?
+        } else if standby && standby_ok {
+            code("activecode", 200)?
+        } else if standby {
+            code("standbycode", 429)?
         } else {
             code("activecode", 200)?
         };
@@ -79,7 +88,7 @@ impl<S: Storage> Node<S> {
             json!({
                 "initialized": init,
                 "sealed": sealed,
-                "standby": false,
+                "standby": standby,
                 "performance_standby": false,
                 "replication_performance_mode": "disabled",
                 "replication_dr_mode": "disabled",

@@ -1,0 +1,311 @@
+//! Two nodes of one HA cluster over a shared [`LeaseStore`], driven by hand: leadership,
+//! forwarding, signatures, fencing of a paused active node, step-down.
+
+use super::store::{LeaseStore, NodeIdentity, SharedStorage};
+use super::{Fence, HaConfig, LeaseOp};
+use crate::api::{Method, Request, Response};
+use crate::node::{Forward, Input, Node, NodeConfig, Output};
+use serde_json::{json, Value};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+struct Cluster {
+    store: Rc<RefCell<LeaseStore>>,
+    nodes: Vec<Node<SharedStorage>>,
+    next_id: u64,
+}
+
+fn cfg(i: usize) -> HaConfig {
+    let mut c = HaConfig::new(
+        &format!("http://10.0.0.{i}:8200"),
+        &format!("10.0.0.{i}:8201"),
+    );
+    c.lease_ttl_ms = 10_000;
+    c
+}
+
+fn identity(n: &Node<SharedStorage>) -> NodeIdentity {
+    let c = n.config();
+    let ha = c.ha.clone().unwrap_or_else(|| cfg(0));
+    NodeIdentity {
+        node_id: c.node_id.clone(),
+        api_addr: ha.api_addr,
+        cluster_addr: ha.cluster_addr,
+        version: c.version.clone(),
+    }
+}
+
+impl Cluster {
+    fn new(n: usize) -> Cluster {
+        let store = Rc::new(RefCell::new(LeaseStore::new()));
+        let nodes = (1..=n)
+            .map(|i| {
+                let config = NodeConfig {
+                    node_id: format!("node-{i}"),
+                    ha: Some(cfg(i)),
+                    ..Default::default()
+                };
+                Node::new(SharedStorage::new(store.clone()), [i as u8; 32], config)
+            })
+            .collect();
+        Cluster {
+            store,
+            nodes,
+            next_id: 100,
+        }
+    }
+
+    /// Hands `input` to node `i` at `now`, runs its lease operations against the store
+    /// at once, commits its writes under its fence; returns the other outputs and whether
+    /// the commit went through.
+    fn step(&mut self, i: usize, now: u64, input: Input) -> (Vec<Output>, bool) {
+        let n = &mut self.nodes[i];
+        n.handle(now, input);
+        let mut out = Vec::new();
+        while let Some(o) = n.poll_output() {
+            match o {
+                Output::Lease(op) => {
+                    let ttl = n.config().ha.as_ref().map_or(10_000, |c| c.lease_ttl_ms);
+                    let r = self.store.borrow_mut().lease_op(now, &identity(n), op, ttl);
+                    n.handle(now, Input::Lease(r));
+                }
+                o => out.push(o),
+            }
+        }
+        let fence = n.fence();
+        let ok = n.storage_mut().commit(fence).is_ok();
+        if !ok {
+            n.storage_rolled_back();
+        }
+        (out, ok)
+    }
+
+    fn request(&mut self, i: usize, now: u64, mut req: Request) -> (Vec<Output>, bool) {
+        self.next_id += 1;
+        req.id = self.next_id;
+        self.step(i, now, Input::Request(req))
+    }
+
+    fn tick(&mut self, i: usize, now: u64) {
+        self.step(i, now, Input::Tick);
+    }
+}
+
+fn response(out: &[Output]) -> Option<&Response> {
+    out.iter().find_map(|o| match o {
+        Output::Response(r) => Some(r),
+        _ => None,
+    })
+}
+
+fn forward(out: &[Output]) -> Option<&Forward> {
+    out.iter().find_map(|o| match o {
+        Output::Forward(f) => Some(f),
+        _ => None,
+    })
+}
+
+fn body(r: &Response) -> Value {
+    r.body.clone().unwrap_or(Value::Null)
+}
+
+/// An initialised cluster of `n` nodes, all unsealed, node 0 active; the root token.
+fn unsealed(n: usize) -> (Cluster, String) {
+    let mut c = Cluster::new(n);
+    let (out, ok) = c.request(
+        0,
+        1_000,
+        Request::new(0, Method::Put, "sys/init")
+            .with_json(json!({"secret_shares": 1, "secret_threshold": 1})),
+    );
+    assert!(ok);
+    let init = body(response(&out).expect("init answer"));
+    let key = init["keys"][0].as_str().expect("key").to_string();
+    let root = init["root_token"].as_str().expect("root").to_string();
+    for i in 0..n {
+        let (out, _) = c.request(
+            i,
+            1_100,
+            Request::new(0, Method::Put, "sys/unseal").with_json(json!({ "key": key })),
+        );
+        assert_eq!(
+            body(response(&out).expect("unseal"))["sealed"],
+            json!(false)
+        );
+    }
+    c.tick(0, 2_000);
+    assert_eq!(c.nodes[0].fence(), Fence::Epoch(1));
+    for i in 1..n {
+        c.tick(i, 2_100);
+        assert_eq!(c.nodes[i].fence(), Fence::Standby);
+    }
+    // The active mounts a KV engine (written under its epoch).
+    let (out, ok) = c.request(
+        0,
+        2_200,
+        Request::new(0, Method::Post, "sys/mounts/kv")
+            .with_token(&root)
+            .with_json(json!({"type": "kv"})),
+    );
+    assert!(ok);
+    assert_eq!(response(&out).map(|r| r.status), Some(204));
+    (c, root)
+}
+
+#[test]
+fn one_node_is_active_and_a_standby_forwards_what_it_does_not_serve() {
+    let (mut c, root) = unsealed(3);
+    // The standby's health and leader answers are its own.
+    let (out, _) = c.request(1, 3_000, Request::new(0, Method::Get, "sys/health"));
+    let r = response(&out).expect("health");
+    assert_eq!(r.status, 429);
+    assert_eq!(body(r)["standby"], json!(true));
+    let mut h = Request::new(0, Method::Get, "sys/health");
+    h.query = vec![("standbyok".into(), "true".into())];
+    let (out, _) = c.request(1, 3_000, h);
+    assert_eq!(response(&out).map(|r| r.status), Some(200));
+    let (out, _) = c.request(1, 3_000, Request::new(0, Method::Get, "sys/leader"));
+    let l = body(response(&out).expect("leader"));
+    assert_eq!(l["ha_enabled"], json!(true));
+    assert_eq!(l["is_self"], json!(false));
+    assert_eq!(l["leader_address"], json!("http://10.0.0.1:8200"));
+    assert_eq!(l["leader_cluster_address"], json!("10.0.0.1:8201"));
+    let (out, _) = c.request(0, 3_000, Request::new(0, Method::Get, "sys/leader"));
+    assert_eq!(
+        body(response(&out).expect("leader"))["is_self"],
+        json!(true)
+    );
+
+    // A write through the standby: forwarded, signed, applied once by the active.
+    let (out, ok) = c.request(
+        1,
+        3_100,
+        Request::new(0, Method::Put, "kv/a")
+            .with_token(&root)
+            .with_json(json!({"v": 1})),
+    );
+    assert!(ok, "the standby writes nothing itself");
+    assert!(response(&out).is_none(), "answered only by the active");
+    let f = forward(&out).expect("forwarded").clone();
+    assert_eq!(f.to, "10.0.0.1:8201");
+    let standby_id = f.req.id;
+    let (aout, ok) = c.step(0, 3_110, Input::Request(f.req.clone()));
+    assert!(ok);
+    let answer = response(&aout).expect("active's answer").clone();
+    assert_eq!(answer.status, 204);
+    let (out, _) = c.step(
+        1,
+        3_120,
+        Input::Forwarded {
+            id: standby_id,
+            result: Ok(answer),
+        },
+    );
+    let r = response(&out).expect("the standby's answer");
+    assert_eq!((r.id, r.status), (standby_id, 204));
+
+    // A read through another standby sees it.
+    let (out, _) = c.request(
+        2,
+        3_200,
+        Request::new(0, Method::Get, "kv/a").with_token(&root),
+    );
+    let f = forward(&out).expect("forwarded").clone();
+    let (aout, _) = c.step(0, 3_210, Input::Request(f.req.clone()));
+    assert_eq!(
+        body(response(&aout).expect("read"))["data"],
+        json!({"v": 1})
+    );
+
+    // A forwarded request whose signature does not match is refused, and so is one sent
+    // to a standby (never passed on twice).
+    let mut forged = f.clone();
+    forged.req.path = "kv/b".into();
+    forged.req.method = Method::Put;
+    let (aout, _) = c.step(0, 3_300, Input::Request(forged.req.clone()));
+    assert_eq!(response(&aout).map(|r| r.status), Some(403));
+    let mut to_standby = f.req.clone();
+    to_standby.id = 999;
+    let (sout, _) = c.step(2, 3_300, Input::Request(to_standby));
+    assert_eq!(response(&sout).map(|r| r.status), Some(503));
+    assert!(forward(&sout).is_none());
+}
+
+#[test]
+fn a_paused_active_node_commits_nothing_after_another_took_over() {
+    let (mut c, root) = unsealed(2);
+    // Node 0 is paused past its lease (no ticks); node 1 takes the lease.
+    c.tick(1, 13_000);
+    assert_eq!(c.nodes[1].fence(), Fence::Epoch(2));
+    // Node 0 resumes with a write in the same batch as its first tick: the store refuses
+    // the batch, and the write is not there.
+    let before = c.store.borrow().data.clone();
+    let (out, ok) = c.request(
+        0,
+        13_100,
+        Request::new(0, Method::Put, "kv/late")
+            .with_token(&root)
+            .with_json(json!({"v": 1})),
+    );
+    // The request ran under epoch 1 (its tick had not come yet); the driver answers it
+    // with the commit's error, never with the handler's success.
+    assert!(!ok, "the deposed node's batch must be refused");
+    assert!(response(&out).is_some());
+    assert_eq!(c.store.borrow().data, before);
+    // Its next tick steps it down; then it forwards to the new active.
+    c.tick(0, 13_200);
+    assert_eq!(c.nodes[0].fence(), Fence::Standby);
+    c.tick(0, 13_800);
+    let (out, _) = c.request(
+        0,
+        14_000,
+        Request::new(0, Method::Get, "kv/late").with_token(&root),
+    );
+    assert_eq!(forward(&out).map(|f| f.to.as_str()), Some("10.0.0.2:8201"));
+}
+
+#[test]
+fn step_down_hands_the_lease_over() {
+    let (mut c, root) = unsealed(2);
+    let (out, ok) = c.request(
+        0,
+        3_000,
+        Request::new(0, Method::Put, "sys/step-down").with_token(&root),
+    );
+    assert!(ok);
+    assert_eq!(response(&out).map(|r| r.status), Some(204));
+    assert_eq!(c.nodes[0].fence(), Fence::Standby);
+    assert!(out.iter().any(|o| matches!(o, Output::HaRole(None))));
+    c.tick(1, 3_600);
+    assert_eq!(c.nodes[1].fence(), Fence::Epoch(2));
+    // The node that stepped down leaves the lease alone for a while.
+    c.tick(0, 4_000);
+    assert_eq!(c.nodes[0].fence(), Fence::Standby);
+    let (out, _) = c.request(
+        1,
+        4_100,
+        Request::new(0, Method::Get, "sys/ha-status").with_token(&root),
+    );
+    let nodes = body(response(&out).expect("ha-status"))["nodes"].clone();
+    let nodes = nodes.as_array().cloned().unwrap_or_default();
+    assert_eq!(nodes.len(), 2);
+    assert_eq!(
+        nodes
+            .iter()
+            .filter(|n| n["active_node"] == json!(true))
+            .count(),
+        1
+    );
+    assert!(matches!(
+        c.nodes[0].poll_output(),
+        None | Some(Output::Lease(LeaseOp::Acquire))
+    ));
+}
+
+#[test]
+fn a_sealed_standby_answers_sealed_and_forwards_nothing() {
+    let mut c = Cluster::new(2);
+    let (out, _) = c.request(1, 1_000, Request::new(0, Method::Get, "kv/a"));
+    assert_eq!(response(&out).map(|r| r.status), Some(503));
+    assert!(forward(&out).is_none());
+}

@@ -1,0 +1,184 @@
+//! A node's part in its HA cluster: forwarding a standby's requests to the active node,
+//! checking the requests forwarded to it, acting on role changes, and the HA endpoints
+//! (`sys/leader`, `sys/health`'s standby answer, `sys/step-down`, `sys/ha-status`).
+//! The lease itself is [`crate::ha`]'s.
+
+use super::{Forward, Node, NodeState, Output};
+use crate::api::{ApiError, ApiResult, Method, Reply, Request};
+use crate::ha::{self, Change};
+use crate::storage::Storage;
+use crate::time;
+use serde_json::{json, Value};
+
+impl<S: Storage> Node<S> {
+    /// Whether this request goes to the active node instead of being served here: an
+    /// unsealed standby serves only the node-local endpoints.
+    pub(super) fn ha_forwards(&self, req: &Request) -> bool {
+        self.st.ha.is_standby() && !self.barrier.sealed() && !ha::served_locally(&req.path)
+    }
+
+    /// Sends a standby's request to the active node, signed; the answer comes back as
+    /// `Input::Forwarded`.
+    pub(super) fn forward(&mut self, mut req: Request) {
+        let id = req.id;
+        if req.forwarded.is_some() {
+            // Forwarded to a node that is no longer active: never passed on again.
+            let e = ApiError::Unavailable(
+                "this node is not the active node of its cluster any more; retry the request"
+                    .into(),
+            );
+            return self.finish(id, Err(e));
+        }
+        let (Some(key), Some(leader)) = (self.st.repl.barrier_key, self.st.ha.leader().cloned())
+        else {
+            let e = ApiError::Unavailable(
+                "this node is a standby and no active node is known yet; retry shortly".into(),
+            );
+            return self.finish(id, Err(e));
+        };
+        let own = self.st.ha.config().map(|c| c.cluster_addr.as_str());
+        if own == Some(leader.cluster_addr.as_str()) {
+            let e = ApiError::Unavailable(
+                "this node is a standby and the active node is not known yet (the store still \
+                 names this node, which gave the lease up); retry shortly"
+                    .into(),
+            );
+            return self.finish(id, Err(e));
+        }
+        req.forwarded = Some(ha::forward_mac(&key, &req));
+        self.st.forwarded.insert(id, ());
+        self.st.outputs.push_back(Output::Forward(Forward {
+            req,
+            to: leader.cluster_addr,
+        }));
+    }
+
+    /// A request that says it was forwarded must carry a valid signature of this cluster
+    /// (and this node must be in an HA cluster); one that does not say so passes.
+    pub(super) fn forwarded_ok(&self, req: &Request) -> bool {
+        let Some(mac) = &req.forwarded else {
+            return true;
+        };
+        match self.st.repl.barrier_key {
+            Some(key) if self.st.ha.enabled() => ha::forward_mac_ok(&key, req, mac),
+            _ => false,
+        }
+    }
+
+    /// Acts on a role change: an active node loads what it derives from storage afresh (the
+    /// previous active wrote it); a deposed one answers what it was still working on with
+    /// an error and forgets its derived state.
+    pub(super) fn ha_changed(&mut self, c: Change) {
+        match c {
+            Change::BecameActive { epoch } => {
+                log::info!("this node is now the active node of its cluster (lease epoch {epoch})");
+                self.st.repl.forget_uncommitted();
+                self.st.outputs.push_back(Output::HaRole(Some(epoch)));
+            }
+            Change::BecameStandby { reason } => {
+                log::warn!("this node is now a standby: {reason}");
+                let pending: Vec<_> = std::mem::take(&mut self.st.pending).into_keys().collect();
+                for id in pending {
+                    let e = ApiError::Unavailable(format!(
+                        "this node stopped being the active node before the request finished \
+                         ({reason}); it was not applied here, retry it"
+                    ));
+                    self.finish(id, Err(e));
+                }
+                self.st.logins = Default::default();
+                self.st.repl.forget_uncommitted();
+                self.st.outputs.push_back(Output::HaRole(None));
+            }
+        }
+    }
+}
+
+/// `sys/leader`.
+pub fn leader_status(st: &NodeState) -> Value {
+    let ha = &st.ha;
+    let Some(cfg) = ha.config() else {
+        return json!({
+            "ha_enabled": false,
+            "is_self": true,
+            "active_time": "0001-01-01T00:00:00Z",
+            "leader_address": "",
+            "leader_cluster_address": "",
+            "performance_standby": false,
+            "performance_standby_last_remote_wal": 0,
+        });
+    };
+    let (is_self, active_time, addr, cluster) = match (ha.active_since(), ha.leader()) {
+        (Some(since), _) => (
+            true,
+            time::rfc3339(since),
+            cfg.api_addr.clone(),
+            cfg.cluster_addr.clone(),
+        ),
+        (None, Some(l)) => (
+            false,
+            "0001-01-01T00:00:00Z".to_string(),
+            l.api_addr.clone(),
+            l.cluster_addr.clone(),
+        ),
+        (None, None) => (
+            false,
+            "0001-01-01T00:00:00Z".to_string(),
+            String::new(),
+            String::new(),
+        ),
+    };
+    json!({
+        "ha_enabled": true,
+        "is_self": is_self,
+        "active_time": active_time,
+        "leader_address": addr,
+        "leader_cluster_address": cluster,
+        "performance_standby": false,
+        "performance_standby_last_remote_wal": 0,
+    })
+}
+
+/// `sys/step-down` (sudo): the active node gives up the lease after this input and leaves
+/// it to the others for a while. A node outside an HA cluster has nothing to give up.
+pub fn step_down(st: &mut NodeState, req: &Request) -> ApiResult {
+    if !req.method.is_write() {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    st.step_down_requested = true;
+    Ok(Reply::Empty)
+}
+
+/// `sys/ha-status`: the cluster's nodes as they last announced themselves.
+pub fn ha_status(st: &NodeState, req: &Request) -> ApiResult {
+    if req.method != Method::Get {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let leader = st.ha.leader();
+    let nodes: Vec<Value> = if !st.ha.enabled() {
+        vec![json!({
+            "hostname": st.config.node_id,
+            "api_address": "",
+            "cluster_address": "",
+            "active_node": true,
+            "last_echo": null,
+            "version": st.config.version,
+        })]
+    } else {
+        st.ha
+            .nodes()
+            .iter()
+            .map(|p| {
+                let active = leader.is_some_and(|l| l.node_id == p.node_id);
+                json!({
+                    "hostname": p.node_id,
+                    "api_address": p.api_addr,
+                    "cluster_address": p.cluster_addr,
+                    "active_node": active,
+                    "last_echo": if active { Value::Null } else { json!(time::rfc3339(p.last_echo_ms)) },
+                    "version": p.version,
+                })
+            })
+            .collect()
+    };
+    Ok(Reply::Raw(200, json!({ "nodes": nodes })))
+}
