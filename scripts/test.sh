@@ -37,9 +37,12 @@ sim_phase() {
     "$sim" --regressions
     "$sim" --seeds "${SIM_SEEDS:-300}"
     "$sim" --tier turmoil --seeds "${SIM_TURMOIL_SEEDS:-20}"
+    "$sim" --tier ha --seeds "${SIM_HA_SEEDS:-100}"
     local a b
     a=$("$sim" --tier turmoil --seed 7 | tail -1); b=$("$sim" --tier turmoil --seed 7 | tail -1)
     [ "$a" = "$b" ] || { echo "turmoil seed 7 did not replay: $a vs $b" >&2; exit 1; }
+    a=$("$sim" --tier ha --seed 7 | tail -1); b=$("$sim" --tier ha --seed 7 | tail -1)
+    [ "$a" = "$b" ] || { echo "ha seed 7 did not replay: $a vs $b" >&2; exit 1; }
     a=$("$sim" --seed 7 | tail -1); b=$("$sim" --seed 7 | tail -1)
     [ "$a" = "$b" ] || { echo "fast-tier seed 7 did not replay: $a vs $b" >&2; exit 1; }
     echo "simulator: ok"

@@ -23,6 +23,7 @@
 //! records, see [`logger`]).
 
 pub mod check;
+pub mod ha;
 pub mod host;
 pub mod ldap;
 pub mod logger;
@@ -51,6 +52,9 @@ pub enum Tier {
     Fast,
     /// Nodes as turmoil hosts, peer messages over turmoil TCP ([`tcp`]).
     Turmoil,
+    /// One HA cluster of one to three nodes over a shared store with a leadership lease
+    /// ([`ha`]).
+    Ha,
 }
 
 impl std::str::FromStr for Tier {
@@ -59,7 +63,10 @@ impl std::str::FromStr for Tier {
         match s {
             "fast" => Ok(Tier::Fast),
             "turmoil" => Ok(Tier::Turmoil),
-            other => Err(format!("unknown tier {other:?} (available: fast, turmoil)")),
+            "ha" => Ok(Tier::Ha),
+            other => Err(format!(
+                "unknown tier {other:?} (available: fast, turmoil, ha)"
+            )),
         }
     }
 }
@@ -69,6 +76,7 @@ impl std::fmt::Display for Tier {
         match self {
             Tier::Fast => write!(f, "fast"),
             Tier::Turmoil => write!(f, "turmoil"),
+            Tier::Ha => write!(f, "ha"),
         }
     }
 }
@@ -106,8 +114,12 @@ impl RunConfig {
         if self.steps != DEFAULT_STEPS {
             cmd.push_str(&format!(" --steps {}", self.steps));
         }
-        if self.fault == Some(StorageFault::DropCommittedWrite) {
-            cmd.push_str(" --plant-fault drop-committed-write");
+        match self.fault {
+            Some(StorageFault::DropCommittedWrite) => {
+                cmd.push_str(" --plant-fault drop-committed-write")
+            }
+            Some(StorageFault::SkipFenceCheck) => cmd.push_str(" --plant-fault skip-fence-check"),
+            None => {}
         }
         cmd
     }
@@ -188,6 +200,7 @@ pub fn run(cfg: &RunConfig) -> Outcome {
     let o = match cfg.tier {
         Tier::Fast => run_fast(cfg),
         Tier::Turmoil => tcp::run(cfg),
+        Tier::Ha => ha::run(cfg),
     };
     with_logged_errors(o, logger::take_errors())
 }

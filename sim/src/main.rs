@@ -33,10 +33,13 @@ usage: cairn-sim [options] (--seed N | --seeds K [--start S] | --regressions [FI
   --regressions [F] run every seed listed in F (default: sim/regressions)
   --steps M         events in the chaos phase of each seed (default 3000); a bounded
                     final phase (crash every node, unseal, read everything back) follows
-  --tier T          simulator tier: fast (default) or turmoil (sockets)
+  --tier T          simulator tier: fast (default), turmoil (sockets) or ha (one HA
+                    cluster over a shared store with a leadership lease)
   --trace           print the event log
   --plant-fault drop-committed-write
                     plant a storage bug the durability checker must catch
+  --plant-fault skip-fence-check
+                    (ha tier) the store forgets the lease epoch check on commit
 ";
 
 enum Mode {
@@ -84,6 +87,7 @@ fn parse_args() -> Result<Args, String> {
             "--trace" => trace = true,
             "--plant-fault" => match value("--plant-fault")?.as_str() {
                 "drop-committed-write" => fault = Some(StorageFault::DropCommittedWrite),
+                "skip-fence-check" => fault = Some(StorageFault::SkipFenceCheck),
                 other => return Err(format!("unknown fault {other:?}")),
             },
             "--regressions" => {

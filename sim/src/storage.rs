@@ -23,6 +23,9 @@ pub enum StorageFault {
     /// such commit, if nothing changed that key since, silently reverts to what it was before
     /// (a disk that acknowledged a write it had not made durable). Fires once.
     DropCommittedWrite,
+    /// (HA tier) The shared store applies a commit whatever the lease's epoch: a deposed
+    /// node's late batch lands after its successor's (the fencing bug HA must not have).
+    SkipFenceCheck,
 }
 
 /// What one commit made durable.

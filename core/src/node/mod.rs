@@ -420,11 +420,12 @@ impl<S: Storage> Node<S> {
                 }
                 // Replication and background scans may ask for earlier wake-ups; the
                 // periodic work (token expiry) keeps its own pace.
-                if self.st.ha.is_standby() {
-                    // A standby does no background work: the active does it.
-                } else if self.now >= self.last_tick + self.st.config.tick_ms {
+                if self.now >= self.last_tick + self.st.config.tick_ms {
                     self.last_tick = self.now;
-                    self.tick();
+                    // A standby does no background work: the active does it.
+                    if !self.st.ha.is_standby() {
+                        self.tick();
+                    }
                 }
             }
             Input::Admin {
