@@ -11,7 +11,12 @@
 //! as after any restart). When to commit is the driver's policy: the single-node world
 //! commits after a seeded window or when a batch is full, the replication world (both
 //! tiers) after a seeded window, ending the batch first (held long polls are answered).
+//!
+//! The driver's side of group commit (drain a node's outputs into its batch, schedule the
+//! commit, commit, release what the batch held) is written once, in [`GroupCommit`]; each
+//! world says where outputs go and how released ones travel.
 
+use crate::check::Violation;
 use crate::net::HostId;
 use crate::rng::SimRng;
 use crate::storage::{CommitInfo, CrashInfo, SimStorage};
@@ -30,6 +35,8 @@ pub struct Host {
     /// Identifies the open batch; bumped by every start, commit and crash.
     batch: u64,
     commit_scheduled: bool,
+    /// Whether the running incarnation batches (see [`Host::start`]).
+    batched: bool,
     /// RNG seeds of the node's incarnations.
     seeds: SimRng,
 }
@@ -45,6 +52,7 @@ impl Host {
             held: Vec::new(),
             batch: 0,
             commit_scheduled: false,
+            batched: false,
             seeds: SimRng::derive(seed, &format!("host/{id}/boot-seeds")),
         }
     }
@@ -92,6 +100,12 @@ impl Host {
         !self.held.is_empty() || self.dirty()
     }
 
+    /// Whether the running incarnation batches: held long polls are answered when the batch
+    /// ends, just before it commits.
+    pub fn batched(&self) -> bool {
+        self.batched
+    }
+
     /// Outputs held in the open batch.
     pub fn held(&self) -> &[Output] {
         &self.held
@@ -127,6 +141,7 @@ impl Host {
         self.batch += 1;
         self.commit_scheduled = false;
         let mut node = Node::new(storage, seed, config);
+        self.batched = batched;
         if batched {
             node.set_batched(true);
         }
@@ -196,6 +211,130 @@ impl Host {
         self.batch += 1;
         self.commit_scheduled = false;
         Some((info, std::mem::take(&mut self.held)))
+    }
+}
+
+/// A world's group-commit policy (see [`GroupCommit::schedule_commit`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Batching {
+    /// A batch commits a seeded time in `0..=window_ms` after its first output or write.
+    pub window_ms: u64,
+    /// A batch commits at once when it holds this many outputs (`None`: only the window).
+    pub max_batch: Option<usize>,
+    /// Chance per batch of a crash before it commits; `None` when crashes are off (then no
+    /// draw is made).
+    pub crash_permille: Option<u64>,
+}
+
+/// Where [`GroupCommit::drain`] puts one of a node's outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sort {
+    /// Held until the batch commits, then [released](GroupCommit::release_held).
+    Hold,
+    /// Handed to [`GroupCommit::drained`] after the poll, with the others set aside.
+    Aside,
+    /// Ignored.
+    Drop,
+}
+
+/// The driver's side of group commit, shared by every world: drain a node's outputs into
+/// its open batch, schedule the batch's commit (and perhaps a crash before it), commit it
+/// and release what it held, in production order. The provided methods are the shared
+/// code; a world implements the hooks (where an output goes, how a released one travels,
+/// its events and checks). The order of the seeded draws is part of every trace hash.
+pub trait GroupCommit {
+    fn host_mut(&mut self, h: HostId) -> &mut Host;
+    /// The simulated time.
+    fn sim_now(&self) -> u64;
+    /// The RNG of the commit windows and crashes in a batch.
+    fn faults(&mut self) -> &mut SimRng;
+    fn batching(&self) -> Batching;
+    /// Queues the commit of `batch` of host `h`, `delay` ms from now.
+    fn schedule_commit_at(&mut self, h: HostId, batch: u64, delay: u64);
+    /// Queues a crash of host `h`, `delay` ms from now.
+    fn schedule_crash_at(&mut self, h: HostId, delay: u64);
+    /// Where an output goes.
+    fn sort(&self, o: &Output) -> Sort;
+    /// After a poll of host `h`'s node: the outputs set aside ([`Sort::Aside`]), in
+    /// production order, and the index in [`Host::held`] of the first output this poll
+    /// held. Returns whether it handed the node inputs (the node is then polled again).
+    fn drained(&mut self, h: HostId, aside: Vec<Output>, held_from: usize) -> bool;
+    /// Host `h` committed a batch holding `held` (called before they are released).
+    fn committed(&mut self, h: HostId, info: &CommitInfo, held: &[Output]);
+    /// Releases one output of a committed batch.
+    fn release_held(&mut self, h: HostId, o: Output) -> Result<(), Violation>;
+    /// Checks after a commit's outputs are released.
+    fn after_commit(&mut self, _h: HostId) -> Result<(), Violation> {
+        Ok(())
+    }
+
+    /// Moves host `h`'s new outputs into its open batch (or aside, or nowhere; see
+    /// [`GroupCommit::sort`]) until the node has nothing more to say.
+    fn drain(&mut self, h: HostId) {
+        loop {
+            let host = self.host_mut(h);
+            if !host.is_up() {
+                return;
+            }
+            let held_from = host.held().len();
+            let mut aside = Vec::new();
+            while let Some(o) = self.host_mut(h).poll_output() {
+                match self.sort(&o) {
+                    Sort::Hold => self.host_mut(h).hold(o),
+                    Sort::Aside => aside.push(o),
+                    Sort::Drop => {}
+                }
+            }
+            if !self.drained(h, aside, held_from) {
+                return;
+            }
+        }
+    }
+
+    /// Arranges for host `h`'s open batch to commit after a seeded window (and, by chance,
+    /// for a crash before it), or commits it now when it is full. Nothing when the batch
+    /// is empty or its commit is already queued.
+    fn schedule_commit(&mut self, h: HostId) -> Result<(), Violation> {
+        let b = self.batching();
+        let host = self.host_mut(h);
+        if !host.pending() {
+            return Ok(());
+        }
+        if b.max_batch.is_some_and(|m| host.held().len() >= m) {
+            return self.commit(h);
+        }
+        let Some(batch) = host.schedule_commit() else {
+            return Ok(());
+        };
+        let d = self.faults().range(0, b.window_ms);
+        if let Some(p) = b.crash_permille {
+            if self.faults().chance(p) {
+                let c = self.faults().range(0, d);
+                self.schedule_crash_at(h, c);
+            }
+        }
+        self.schedule_commit_at(h, batch, d);
+        Ok(())
+    }
+
+    /// Commits host `h`'s open batch (a batching node ends it first, and what that answers
+    /// joins the batch) and releases its outputs in production order.
+    fn commit(&mut self, h: HostId) -> Result<(), Violation> {
+        if self.host_mut(h).batched() {
+            let now = self.sim_now();
+            if let Some(n) = self.host_mut(h).node_mut() {
+                n.end_batch(now);
+            }
+            self.drain(h);
+        }
+        let Some((info, held)) = self.host_mut(h).commit() else {
+            return Ok(());
+        };
+        self.committed(h, &info, &held);
+        for o in held {
+            self.release_held(h, o)?;
+        }
+        self.after_commit(h)
     }
 }
 
