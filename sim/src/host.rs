@@ -378,4 +378,88 @@ mod tests {
         assert!(h.start(NodeConfig::default(), false).is_some());
         assert_eq!(h.boot(), 2);
     }
+
+    /// A driver of one host that holds admin answers and records what it queues.
+    struct Toy {
+        host: Host,
+        faults: SimRng,
+        max_batch: Option<usize>,
+        queued: Vec<u64>,
+        released: Vec<Output>,
+    }
+
+    impl GroupCommit for Toy {
+        fn host_mut(&mut self, _h: HostId) -> &mut Host {
+            &mut self.host
+        }
+        fn sim_now(&self) -> u64 {
+            0
+        }
+        fn faults(&mut self) -> &mut SimRng {
+            &mut self.faults
+        }
+        fn batching(&self) -> Batching {
+            Batching {
+                window_ms: 5,
+                max_batch: self.max_batch,
+                crash_permille: None,
+            }
+        }
+        fn schedule_commit_at(&mut self, _h: HostId, batch: u64, _delay: u64) {
+            self.queued.push(batch);
+        }
+        fn schedule_crash_at(&mut self, _h: HostId, _delay: u64) {
+            unreachable!("crashes are off");
+        }
+        fn sort(&self, o: &Output) -> Sort {
+            match o {
+                Output::AdminDone { .. } => Sort::Hold,
+                _ => Sort::Drop,
+            }
+        }
+        fn drained(&mut self, _h: HostId, _aside: Vec<Output>, _held_from: usize) -> bool {
+            false
+        }
+        fn committed(&mut self, _h: HostId, _info: &CommitInfo, _held: &[Output]) {}
+        fn release_held(&mut self, _h: HostId, o: Output) -> Result<(), Violation> {
+            self.released.push(o);
+            Ok(())
+        }
+    }
+
+    fn admin(t: &mut Toy, id: u64) {
+        let cmd = Admin::DevSetup {
+            root_token_id: None,
+        };
+        t.host.handle(0, Input::Admin { id, cmd });
+        t.drain(0);
+    }
+
+    #[test]
+    fn group_commit_queues_one_commit_per_batch_and_commits_a_full_batch_at_once() {
+        let mut t = Toy {
+            host: Host::new(0, 1, SimStorage::new()),
+            faults: SimRng::derive(1, "faults"),
+            max_batch: None,
+            queued: Vec::new(),
+            released: Vec::new(),
+        };
+        assert!(t.host.start(NodeConfig::default(), false).is_some());
+        admin(&mut t, 1);
+        assert_eq!(t.host.held().len(), 1);
+        assert!(t.schedule_commit(0).is_ok() && t.schedule_commit(0).is_ok());
+        assert_eq!(t.queued.len(), 1, "one commit queued per batch");
+        assert!(t.host.is_open_batch(t.queued[0]));
+        assert!(t.commit(0).is_ok());
+        assert_eq!(t.released.len(), 1);
+        assert!(!t.host.pending() && !t.host.is_open_batch(t.queued[0]));
+        t.max_batch = Some(1);
+        admin(&mut t, 2);
+        assert!(t.schedule_commit(0).is_ok());
+        assert_eq!(
+            (t.queued.len(), t.released.len()),
+            (1, 2),
+            "a full batch commits at once"
+        );
+    }
 }

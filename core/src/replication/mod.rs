@@ -661,7 +661,7 @@ impl Env<'_> {
         }
     }
     pub(crate) fn repl(&mut self) -> &mut Replication {
-        &mut self.st.repl
+        self.st.repl
     }
     pub(crate) fn cfg(&self) -> &ReplicationConfig {
         &self.st.config.replication

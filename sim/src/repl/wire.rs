@@ -56,13 +56,10 @@ impl GroupCommit for ReplWorld {
         let boot = host.boot();
         // The answer to a scan request is checked against the node as it answers.
         let scan_id = self.scan.filter(|s| s.h == h).map(|s| s.id);
-        let scan_answer = host.held()[held_from..]
-            .iter()
-            .filter_map(|o| match o {
-                Output::Response(r) if Some(r.id) == scan_id => Some(r.clone()),
-                _ => None,
-            })
-            .last();
+        let scan_answer = host.held()[held_from..].iter().rev().find_map(|o| match o {
+            Output::Response(r) if Some(r.id) == scan_id => Some(r.clone()),
+            _ => None,
+        });
         if let Some(r) = scan_answer {
             if self.pending.is_none() {
                 if let Err(v) = self.on_scan_answer(h, &r) {
