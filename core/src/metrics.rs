@@ -11,7 +11,7 @@ use crate::ctx::Ctx;
 use crate::node::{NodeState, Output};
 use crate::replication::Mode;
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 
 /// Most requests remembered while they wait for their response (LDAP logins).
@@ -38,6 +38,44 @@ pub struct Observability {
     /// (mount, outcome, reason) → count.
     pub logins: BTreeMap<(String, String, String), u64>,
     inflight: BTreeMap<RequestId, Inflight>,
+}
+
+/// What request accounting changes: the counters and requests in flight, and the output
+/// queue (audit entries); it reads the audit devices' health.
+pub struct ObsIo<'a> {
+    pub obs: &'a mut Observability,
+    pub audit: &'a crate::audit::DeviceHealth,
+    pub outputs: &'a mut VecDeque<Output>,
+}
+
+impl<'a> ObsIo<'a> {
+    /// The request accounting part of `st`.
+    pub(crate) fn of(st: &'a mut NodeState) -> ObsIo<'a> {
+        ObsIo {
+            obs: &mut st.obs,
+            audit: &st.audit,
+            outputs: &mut st.outputs,
+        }
+    }
+}
+
+/// What `sys/metrics` reads: the counters, the LDAP logins waiting for the directory and
+/// the replication state (roles, WAL, secondaries, scans).
+pub struct MetricsView<'a> {
+    pub obs: &'a Observability,
+    pub logins_in_progress: usize,
+    pub repl: &'a crate::replication::Replication,
+}
+
+impl<'a> MetricsView<'a> {
+    /// The part of `st` the metrics show.
+    pub(crate) fn of(st: &'a NodeState) -> MetricsView<'a> {
+        MetricsView {
+            obs: &st.obs,
+            logins_in_progress: st.logins.len(),
+            repl: &st.repl,
+        }
+    }
 }
 
 /// The method label of a request.
@@ -71,11 +109,11 @@ pub fn path_class(path: &str) -> String {
 
 /// Marks request `id` as a login on `mount` (the router found a declared login route).
 pub fn mark_login(
-    st: &mut NodeState,
+    obs: &mut Observability,
     id: crate::api::RequestId,
     mount: &crate::mounts::MountEntry,
 ) {
-    if let Some(inf) = st.obs.inflight.get_mut(&id) {
+    if let Some(inf) = obs.inflight.get_mut(&id) {
         inf.login_mount = Some(format!("auth/{}", mount.path.trim_end_matches('/')));
     }
 }
@@ -105,12 +143,12 @@ fn failure_reason(status: u16, error: &str) -> &'static str {
 /// Refuses the request (before it runs) when it must be audited and no device can record it.
 pub fn before_request(
     ctx: &mut Ctx,
-    st: &mut NodeState,
+    st: &mut ObsIo<'_>,
     req: &Request,
     mode: crate::routes::Audit,
 ) -> crate::api::ApiResult<()> {
     let mut lines = Vec::new();
-    let audit = match audit::on_request(ctx, &st.audit, &mut lines, req, mode) {
+    let audit = match audit::on_request(ctx, st.audit, &mut lines, req, mode) {
         Ok(a) => a,
         Err(e) => {
             count_refused(st, req);
@@ -137,7 +175,7 @@ pub fn before_request(
 
 /// Makes a request refused before it ran count like any other (its answer is counted when
 /// it is produced).
-fn count_refused(st: &mut NodeState, req: &Request) {
+fn count_refused(st: &mut ObsIo<'_>, req: &Request) {
     st.obs.inflight.insert(
         req.id,
         Inflight {
@@ -150,7 +188,7 @@ fn count_refused(st: &mut NodeState, req: &Request) {
 }
 
 /// Counts the responses produced since output `from` and logs their audit entries.
-pub fn after_input(st: &mut NodeState, from: usize, now: u64) {
+pub fn after_input(st: &mut ObsIo<'_>, from: usize, now: u64) {
     if st.obs.inflight.is_empty() {
         return;
     }
@@ -220,7 +258,7 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 /// The core's metrics in Prometheus text format.
-pub fn render(st: &NodeState, sealed: bool, now: u64) -> String {
+pub fn render(st: &MetricsView<'_>, sealed: bool, now: u64) -> String {
     let mut out = String::new();
     header(
         &mut out,
@@ -264,9 +302,9 @@ pub fn render(st: &NodeState, sealed: bool, now: u64) -> String {
         "gauge",
         "LDAP logins waiting for the directory.",
     );
-    let _ = writeln!(out, "cairn_logins_in_progress {}", st.logins.len());
+    let _ = writeln!(out, "cairn_logins_in_progress {}", st.logins_in_progress);
 
-    let repl = &st.repl;
+    let repl = st.repl;
     header(
         &mut out,
         "cairn_wal_last_index",
@@ -396,7 +434,7 @@ pub fn render(st: &NodeState, sealed: bool, now: u64) -> String {
 }
 
 /// `GET sys/metrics`: Prometheus text with `format=prometheus`, else the counters as JSON.
-pub fn handle(ctx: &Ctx, st: &NodeState, req: &Request, tail: &str) -> ApiResult {
+pub fn handle(ctx: &Ctx, st: &MetricsView<'_>, req: &Request, tail: &str) -> ApiResult {
     if !tail.is_empty() {
         return Err(ApiError::NotFound(String::new()));
     }

@@ -231,7 +231,7 @@ pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
             ..
         } => {
             if r.class == Class::Login {
-                crate::metrics::mark_login(st, req.id, &mount);
+                crate::metrics::mark_login(&mut st.obs, req.id, &mount);
             }
             match r.handler {
                 Endpoint::Kv => kv::handle(ctx, req, &mount, &rest),
@@ -290,7 +290,7 @@ fn route_sys(
             tail,
         ),
         Sys::ReplicationStatus | Sys::Replication => {
-            replication::handle(ctx, st, req, tail, caller)
+            replication::handle(ctx, &mut replication::ReplIo::of(st), req, tail, caller)
         }
         // OpenBao's `sys/generate-root-token/` answers in the standard envelope.
         Sys::GenerateRoot if rest.starts_with("generate-root-token") => {
@@ -302,7 +302,9 @@ fn route_sys(
         Sys::GenerateRoot => crate::generate_root::handle(ctx, &mut st.root_gen, req, tail),
         Sys::Audit => crate::audit::handle(ctx, &mut st.audit, &mut st.outputs, req, tail),
         Sys::AuditHash => crate::audit::hash_handler(ctx, req, tail),
-        Sys::Metrics => crate::metrics::handle(ctx, st, req, tail),
+        Sys::Metrics => {
+            crate::metrics::handle(ctx, &crate::metrics::MetricsView::of(st), req, tail)
+        }
         Sys::LockedUsers => ldap::lockout::handle(ctx, &mut st.logins.failures, req, tail),
         Sys::License if req.method == Method::Get => Ok(Reply::Data(crate::license::status(
             &st.config.license,

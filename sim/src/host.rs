@@ -11,7 +11,12 @@
 //! as after any restart). When to commit is the driver's policy: the single-node world
 //! commits after a seeded window or when a batch is full, the replication world (both
 //! tiers) after a seeded window, ending the batch first (held long polls are answered).
+//!
+//! The driver's side of group commit (drain a node's outputs into its batch, schedule the
+//! commit, commit, release what the batch held) is written once, in [`GroupCommit`]; each
+//! world says where outputs go and how released ones travel.
 
+use crate::check::Violation;
 use crate::net::HostId;
 use crate::rng::SimRng;
 use crate::storage::{CommitInfo, CrashInfo, SimStorage};
@@ -30,6 +35,8 @@ pub struct Host {
     /// Identifies the open batch; bumped by every start, commit and crash.
     batch: u64,
     commit_scheduled: bool,
+    /// Whether the running incarnation batches (see [`Host::start`]).
+    batched: bool,
     /// RNG seeds of the node's incarnations.
     seeds: SimRng,
 }
@@ -45,6 +52,7 @@ impl Host {
             held: Vec::new(),
             batch: 0,
             commit_scheduled: false,
+            batched: false,
             seeds: SimRng::derive(seed, &format!("host/{id}/boot-seeds")),
         }
     }
@@ -92,6 +100,12 @@ impl Host {
         !self.held.is_empty() || self.dirty()
     }
 
+    /// Whether the running incarnation batches: held long polls are answered when the batch
+    /// ends, just before it commits.
+    pub fn batched(&self) -> bool {
+        self.batched
+    }
+
     /// Outputs held in the open batch.
     pub fn held(&self) -> &[Output] {
         &self.held
@@ -127,6 +141,7 @@ impl Host {
         self.batch += 1;
         self.commit_scheduled = false;
         let mut node = Node::new(storage, seed, config);
+        self.batched = batched;
         if batched {
             node.set_batched(true);
         }
@@ -199,6 +214,130 @@ impl Host {
     }
 }
 
+/// A world's group-commit policy (see [`GroupCommit::schedule_commit`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Batching {
+    /// A batch commits a seeded time in `0..=window_ms` after its first output or write.
+    pub window_ms: u64,
+    /// A batch commits at once when it holds this many outputs (`None`: only the window).
+    pub max_batch: Option<usize>,
+    /// Chance per batch of a crash before it commits; `None` when crashes are off (then no
+    /// draw is made).
+    pub crash_permille: Option<u64>,
+}
+
+/// Where [`GroupCommit::drain`] puts one of a node's outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sort {
+    /// Held until the batch commits, then [released](GroupCommit::release_held).
+    Hold,
+    /// Handed to [`GroupCommit::drained`] after the poll, with the others set aside.
+    Aside,
+    /// Ignored.
+    Drop,
+}
+
+/// The driver's side of group commit, shared by every world: drain a node's outputs into
+/// its open batch, schedule the batch's commit (and perhaps a crash before it), commit it
+/// and release what it held, in production order. The provided methods are the shared
+/// code; a world implements the hooks (where an output goes, how a released one travels,
+/// its events and checks). The order of the seeded draws is part of every trace hash.
+pub trait GroupCommit {
+    fn host_mut(&mut self, h: HostId) -> &mut Host;
+    /// The simulated time.
+    fn sim_now(&self) -> u64;
+    /// The RNG of the commit windows and crashes in a batch.
+    fn faults(&mut self) -> &mut SimRng;
+    fn batching(&self) -> Batching;
+    /// Queues the commit of `batch` of host `h`, `delay` ms from now.
+    fn schedule_commit_at(&mut self, h: HostId, batch: u64, delay: u64);
+    /// Queues a crash of host `h`, `delay` ms from now.
+    fn schedule_crash_at(&mut self, h: HostId, delay: u64);
+    /// Where an output goes.
+    fn sort(&self, o: &Output) -> Sort;
+    /// After a poll of host `h`'s node: the outputs set aside ([`Sort::Aside`]), in
+    /// production order, and the index in [`Host::held`] of the first output this poll
+    /// held. Returns whether it handed the node inputs (the node is then polled again).
+    fn drained(&mut self, h: HostId, aside: Vec<Output>, held_from: usize) -> bool;
+    /// Host `h` committed a batch holding `held` (called before they are released).
+    fn committed(&mut self, h: HostId, info: &CommitInfo, held: &[Output]);
+    /// Releases one output of a committed batch.
+    fn release_held(&mut self, h: HostId, o: Output) -> Result<(), Violation>;
+    /// Checks after a commit's outputs are released.
+    fn after_commit(&mut self, _h: HostId) -> Result<(), Violation> {
+        Ok(())
+    }
+
+    /// Moves host `h`'s new outputs into its open batch (or aside, or nowhere; see
+    /// [`GroupCommit::sort`]) until the node has nothing more to say.
+    fn drain(&mut self, h: HostId) {
+        loop {
+            let host = self.host_mut(h);
+            if !host.is_up() {
+                return;
+            }
+            let held_from = host.held().len();
+            let mut aside = Vec::new();
+            while let Some(o) = self.host_mut(h).poll_output() {
+                match self.sort(&o) {
+                    Sort::Hold => self.host_mut(h).hold(o),
+                    Sort::Aside => aside.push(o),
+                    Sort::Drop => {}
+                }
+            }
+            if !self.drained(h, aside, held_from) {
+                return;
+            }
+        }
+    }
+
+    /// Arranges for host `h`'s open batch to commit after a seeded window (and, by chance,
+    /// for a crash before it), or commits it now when it is full. Nothing when the batch
+    /// is empty or its commit is already queued.
+    fn schedule_commit(&mut self, h: HostId) -> Result<(), Violation> {
+        let b = self.batching();
+        let host = self.host_mut(h);
+        if !host.pending() {
+            return Ok(());
+        }
+        if b.max_batch.is_some_and(|m| host.held().len() >= m) {
+            return self.commit(h);
+        }
+        let Some(batch) = host.schedule_commit() else {
+            return Ok(());
+        };
+        let d = self.faults().range(0, b.window_ms);
+        if let Some(p) = b.crash_permille {
+            if self.faults().chance(p) {
+                let c = self.faults().range(0, d);
+                self.schedule_crash_at(h, c);
+            }
+        }
+        self.schedule_commit_at(h, batch, d);
+        Ok(())
+    }
+
+    /// Commits host `h`'s open batch (a batching node ends it first, and what that answers
+    /// joins the batch) and releases its outputs in production order.
+    fn commit(&mut self, h: HostId) -> Result<(), Violation> {
+        if self.host_mut(h).batched() {
+            let now = self.sim_now();
+            if let Some(n) = self.host_mut(h).node_mut() {
+                n.end_batch(now);
+            }
+            self.drain(h);
+        }
+        let Some((info, held)) = self.host_mut(h).commit() else {
+            return Ok(());
+        };
+        self.committed(h, &info, &held);
+        for o in held {
+            self.release_held(h, o)?;
+        }
+        self.after_commit(h)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,5 +377,89 @@ mod tests {
         assert_eq!(h.storage().map(|s| s.committed_len()), Some(keys));
         assert!(h.start(NodeConfig::default(), false).is_some());
         assert_eq!(h.boot(), 2);
+    }
+
+    /// A driver of one host that holds admin answers and records what it queues.
+    struct Toy {
+        host: Host,
+        faults: SimRng,
+        max_batch: Option<usize>,
+        queued: Vec<u64>,
+        released: Vec<Output>,
+    }
+
+    impl GroupCommit for Toy {
+        fn host_mut(&mut self, _h: HostId) -> &mut Host {
+            &mut self.host
+        }
+        fn sim_now(&self) -> u64 {
+            0
+        }
+        fn faults(&mut self) -> &mut SimRng {
+            &mut self.faults
+        }
+        fn batching(&self) -> Batching {
+            Batching {
+                window_ms: 5,
+                max_batch: self.max_batch,
+                crash_permille: None,
+            }
+        }
+        fn schedule_commit_at(&mut self, _h: HostId, batch: u64, _delay: u64) {
+            self.queued.push(batch);
+        }
+        fn schedule_crash_at(&mut self, _h: HostId, _delay: u64) {
+            unreachable!("crashes are off");
+        }
+        fn sort(&self, o: &Output) -> Sort {
+            match o {
+                Output::AdminDone { .. } => Sort::Hold,
+                _ => Sort::Drop,
+            }
+        }
+        fn drained(&mut self, _h: HostId, _aside: Vec<Output>, _held_from: usize) -> bool {
+            false
+        }
+        fn committed(&mut self, _h: HostId, _info: &CommitInfo, _held: &[Output]) {}
+        fn release_held(&mut self, _h: HostId, o: Output) -> Result<(), Violation> {
+            self.released.push(o);
+            Ok(())
+        }
+    }
+
+    fn admin(t: &mut Toy, id: u64) {
+        let cmd = Admin::DevSetup {
+            root_token_id: None,
+        };
+        t.host.handle(0, Input::Admin { id, cmd });
+        t.drain(0);
+    }
+
+    #[test]
+    fn group_commit_queues_one_commit_per_batch_and_commits_a_full_batch_at_once() {
+        let mut t = Toy {
+            host: Host::new(0, 1, SimStorage::new()),
+            faults: SimRng::derive(1, "faults"),
+            max_batch: None,
+            queued: Vec::new(),
+            released: Vec::new(),
+        };
+        assert!(t.host.start(NodeConfig::default(), false).is_some());
+        admin(&mut t, 1);
+        assert_eq!(t.host.held().len(), 1);
+        assert!(t.schedule_commit(0).is_ok() && t.schedule_commit(0).is_ok());
+        assert_eq!(t.queued.len(), 1, "one commit queued per batch");
+        assert!(t.host.is_open_batch(t.queued[0]));
+        assert!(t.commit(0).is_ok());
+        assert_eq!(t.released.len(), 1);
+        assert!(!t.host.pending() && !t.host.is_open_batch(t.queued[0]));
+        t.max_batch = Some(1);
+        admin(&mut t, 2);
+        assert!(t.schedule_commit(0).is_ok());
+        assert_eq!(
+            (t.queued.len(), t.released.len()),
+            (1, 2),
+            "a full batch commits at once"
+        );
     }
 }

@@ -19,11 +19,11 @@
 //! [`Network`] (loss, delay, partitions), and are handed to the node in [`World::deliver`].
 
 use crate::check::{Checker, Observed, Violation};
-use crate::host::Host;
+use crate::host::{Batching, GroupCommit, Host, Sort};
 use crate::net::{Addr, ClientId, HostId, Link, Network, Payload, Route};
 use crate::operator::{Next, Op, Operator, OperatorParams, Reply, Role};
 use crate::rng::SimRng;
-use crate::storage::SimStorage;
+use crate::storage::{CommitInfo, SimStorage};
 use crate::trace::Trace;
 use cairn_core::api::RequestId;
 use cairn_core::{Input, NodeConfig, Output, Response};
@@ -584,111 +584,6 @@ impl World {
         }
     }
 
-    /// Moves a node's new outputs into its held batch. An audit device's file probe is
-    /// answered at once as opened (the tier has no files: the request that enables the
-    /// device gets its answer, and nobody is left waiting).
-    fn drain(&mut self, h: HostId) {
-        let mut notes = Vec::new();
-        let now = self.now;
-        let host = &mut self.hosts[h];
-        if !host.is_up() {
-            return;
-        }
-        loop {
-            let mut probes = Vec::new();
-            while let Some(o) = host.poll_output() {
-                match o {
-                    o @ (Output::Response(_) | Output::AdminDone { .. }) => host.hold(o),
-                    Output::AuditProbe { id, file_path } => {
-                        notes.push(format!("audit file {file_path} opened for #{id}"));
-                        probes.push(id);
-                    }
-                    // LDAP operations and anything newer: no directory or peers in this tier yet.
-                    o => notes.push(format!("output not handled by the fast tier: {o:?}")),
-                }
-            }
-            if probes.is_empty() {
-                break;
-            }
-            for id in probes {
-                host.handle(now, Input::AuditProbed { id, result: Ok(()) });
-            }
-        }
-        for n in notes {
-            self.log(&format!("n{h} {n}"));
-        }
-    }
-
-    /// Arranges for the open batch to commit (or commits now when it is full).
-    fn schedule_commit(&mut self, h: HostId) -> Result<(), Violation> {
-        let host = &mut self.hosts[h];
-        if !host.pending() {
-            return Ok(());
-        }
-        if host.held().len() >= self.params.max_batch {
-            return self.commit(h);
-        }
-        let Some(batch) = host.schedule_commit() else {
-            return Ok(());
-        };
-        let d = self.faults.range(0, self.params.commit_window_ms);
-        if self.phase == Phase::Chaos && self.faults.chance(self.params.crash_in_batch_permille) {
-            let c = self.faults.range(0, d);
-            self.schedule(c, Event::Crash(h));
-        }
-        self.schedule(d, Event::Commit { host: h, batch });
-        Ok(())
-    }
-
-    /// Commits the open batch and releases its outputs: checker first, then network.
-    fn commit(&mut self, h: HostId) -> Result<(), Violation> {
-        let Some((info, held)) = self.hosts[h].commit() else {
-            return Ok(());
-        };
-        self.stats.commits += 1;
-        let released: Vec<String> = held
-            .iter()
-            .filter_map(|o| match o {
-                Output::Response(r) => Some(format!("#{}={} {}", r.id, r.status, brief(r))),
-                Output::AdminDone { id, result } => Some(format!(
-                    "#{id}=admin {}",
-                    crate::trace::shorten(&format!("{result:?}"), 120)
-                )),
-                _ => None,
-            })
-            .collect();
-        self.log(&format!(
-            "n{h} commit sets={} keys={} release [{}]",
-            info.write_sets,
-            info.keys,
-            released.join(", ")
-        ));
-        for o in held {
-            let Some(id) = answer_id(&o) else {
-                continue;
-            };
-            let Some(f) = self.requests.get(&id).cloned() else {
-                continue;
-            };
-            let at = f.handled_at.unwrap_or(self.now);
-            let observed = match &o {
-                Output::Response(r) => Observed::Response(r),
-                Output::AdminDone { result, .. } => Observed::Admin(result),
-                _ => continue,
-            };
-            self.checker
-                .observe(h, &f.op, at, observed)
-                .map_err(|v| with_request(v, id, at))?;
-            let payload = match o {
-                Output::AdminDone { id, result } => Payload::AdminDone { id, result },
-                Output::Response(r) => Payload::Response(r),
-                _ => continue,
-            };
-            self.send(Addr::Host(h), Addr::Client(f.client), payload);
-        }
-        Ok(())
-    }
-
     /// Power loss on host `h`: the node and its uncommitted batch vanish.
     fn crash(&mut self, h: HostId) -> Result<(), Violation> {
         self.stats.crashes += 1;
@@ -726,6 +621,115 @@ impl World {
         }
         let d = self.faults.delay(self.params.downtime_mean_ms).max(1);
         self.schedule(d, Event::Restart(h));
+        Ok(())
+    }
+}
+
+/// Group commit in the fast tier: answers are held; an audit device's file probe is
+/// answered at once as opened (the tier has no files: the request that enables the device
+/// gets its answer, and nobody is left waiting); anything else is noted in the trace. A
+/// batch commits after a seeded window or when full, and its answers go to the checker
+/// first, then onto the network.
+impl GroupCommit for World {
+    fn host_mut(&mut self, h: HostId) -> &mut Host {
+        &mut self.hosts[h]
+    }
+
+    fn sim_now(&self) -> u64 {
+        self.now
+    }
+
+    fn faults(&mut self) -> &mut SimRng {
+        &mut self.faults
+    }
+
+    fn batching(&self) -> Batching {
+        Batching {
+            window_ms: self.params.commit_window_ms,
+            max_batch: Some(self.params.max_batch),
+            crash_permille: (self.phase == Phase::Chaos)
+                .then_some(self.params.crash_in_batch_permille),
+        }
+    }
+
+    fn schedule_commit_at(&mut self, h: HostId, batch: u64, delay: u64) {
+        self.schedule(delay, Event::Commit { host: h, batch });
+    }
+
+    fn schedule_crash_at(&mut self, h: HostId, delay: u64) {
+        self.schedule(delay, Event::Crash(h));
+    }
+
+    fn sort(&self, o: &Output) -> Sort {
+        match o {
+            Output::Response(_) | Output::AdminDone { .. } => Sort::Hold,
+            _ => Sort::Aside,
+        }
+    }
+
+    fn drained(&mut self, h: HostId, aside: Vec<Output>, _held_from: usize) -> bool {
+        let mut probes = Vec::new();
+        for o in aside {
+            let note = match o {
+                Output::AuditProbe { id, file_path } => {
+                    probes.push(id);
+                    format!("audit file {file_path} opened for #{id}")
+                }
+                // LDAP operations and anything newer: no directory or peers in this tier yet.
+                o => format!("output not handled by the fast tier: {o:?}"),
+            };
+            self.log(&format!("n{h} {note}"));
+        }
+        let now = self.now;
+        for &id in &probes {
+            self.hosts[h].handle(now, Input::AuditProbed { id, result: Ok(()) });
+        }
+        !probes.is_empty()
+    }
+
+    fn committed(&mut self, h: HostId, info: &CommitInfo, held: &[Output]) {
+        self.stats.commits += 1;
+        let released: Vec<String> = held
+            .iter()
+            .filter_map(|o| match o {
+                Output::Response(r) => Some(format!("#{}={} {}", r.id, r.status, brief(r))),
+                Output::AdminDone { id, result } => Some(format!(
+                    "#{id}=admin {}",
+                    crate::trace::shorten(&format!("{result:?}"), 120)
+                )),
+                _ => None,
+            })
+            .collect();
+        self.log(&format!(
+            "n{h} commit sets={} keys={} release [{}]",
+            info.write_sets,
+            info.keys,
+            released.join(", ")
+        ));
+    }
+
+    fn release_held(&mut self, h: HostId, o: Output) -> Result<(), Violation> {
+        let Some(id) = answer_id(&o) else {
+            return Ok(());
+        };
+        let Some(f) = self.requests.get(&id).cloned() else {
+            return Ok(());
+        };
+        let at = f.handled_at.unwrap_or(self.now);
+        let observed = match &o {
+            Output::Response(r) => Observed::Response(r),
+            Output::AdminDone { result, .. } => Observed::Admin(result),
+            _ => return Ok(()),
+        };
+        self.checker
+            .observe(h, &f.op, at, observed)
+            .map_err(|v| with_request(v, id, at))?;
+        let payload = match o {
+            Output::AdminDone { id, result } => Payload::AdminDone { id, result },
+            Output::Response(r) => Payload::Response(r),
+            _ => return Ok(()),
+        };
+        self.send(Addr::Host(h), Addr::Client(f.client), payload);
         Ok(())
     }
 }

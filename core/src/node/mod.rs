@@ -293,7 +293,7 @@ impl<S: Storage> Node<S> {
             storage: &mut self.storage,
             barrier: &mut self.barrier,
             rng: &mut self.rng,
-            st: &mut self.st,
+            st: replication::ReplIo::of(&mut self.st),
             now: self.now,
         }
     }
@@ -504,14 +504,23 @@ impl<S: Storage> Node<S> {
             let done = replication::poll_jobs(&mut self.env());
             self.finish_pending(done);
         }
-        crate::metrics::after_input(&mut self.st, obs_from, self.now);
+        crate::metrics::after_input(
+            &mut crate::metrics::ObsIo::of(&mut self.st),
+            obs_from,
+            self.now,
+        );
     }
 
     /// Counts a request and logs its audit request entry (as its route declares); refuses
     /// it when it must be audited and no device can record it.
     fn observe(&mut self, req: &Request, mode: routes::Audit) -> ApiResult<()> {
         let mut ctx = node_ctx!(self);
-        crate::metrics::before_request(&mut ctx, &mut self.st, req, mode)
+        crate::metrics::before_request(
+            &mut ctx,
+            &mut crate::metrics::ObsIo::of(&mut self.st),
+            req,
+            mode,
+        )
     }
 
     /// The shell could not write a required audit line to `file_path` (it rolled the
@@ -613,7 +622,7 @@ impl<S: Storage> Node<S> {
         if self.barrier.sealed() {
             return Err(ApiError::Sealed);
         }
-        replication::gate_request(&self.st, &req)?;
+        replication::gate_request(&self.st.repl, &req)?;
         replication::index_state::check(&self.st.repl, index.as_ref())?;
         let mut ctx = node_ctx!(self);
         let routed = router::route(&mut ctx, &mut self.st, &req);

@@ -266,7 +266,7 @@ pub(crate) struct LocalActivation {
 /// Finishes the `enable`/`update-primary` requests whose encrypted token was decrypted
 /// locally (queued by the handler, run by the node with the replication environment).
 pub fn finish_local(env: &mut super::Env) -> Vec<(crate::api::RequestId, ApiResult)> {
-    let queued = std::mem::take(&mut env.st.local_activations);
+    let queued = std::mem::take(&mut *env.st.local_activations);
     queued
         .into_iter()
         .map(|a| {

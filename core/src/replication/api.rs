@@ -16,10 +16,10 @@ use super::primary::{self, load_record, load_records, record_key};
 use super::secondary;
 use super::state::{Bundle, Role, RoleState, SecondaryRecord};
 use super::wal;
-use super::{Call, Mode, Phase, SecRt};
+use super::{Call, Mode, Phase, ReplIo, SecRt};
 use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request};
 use crate::ctx::Ctx;
-use crate::node::{NodeState, Output};
+use crate::node::Output;
 use crate::time::rfc3339;
 use crate::token::Caller;
 use serde::{Deserialize, Serialize};
@@ -37,7 +37,7 @@ struct PerfPrimary {
 /// `sys/replication/<tail>`.
 pub fn handle(
     ctx: &mut Ctx,
-    st: &mut NodeState,
+    st: &mut ReplIo<'_>,
     req: &Request,
     tail: &str,
     _caller: Option<&Caller>,
@@ -124,7 +124,7 @@ pub fn handle(
 /// token; on other roles a sudo token, as the reference allows reindex on primaries).
 fn scan_endpoint(
     ctx: &mut Ctx,
-    st: &mut NodeState,
+    st: &mut ReplIo<'_>,
     req: &Request,
     tail: &str,
 ) -> Option<ApiResult> {
@@ -162,7 +162,7 @@ fn only_get(req: &Request) -> ApiResult<()> {
 }
 
 /// Root namespace and license.
-fn gates(ctx: &Ctx, st: &NodeState, req: &Request) -> ApiResult<()> {
+fn gates(ctx: &Ctx, st: &ReplIo<'_>, req: &Request) -> ApiResult<()> {
     let ns = req
         .namespace
         .as_deref()
@@ -181,16 +181,16 @@ fn gates(ctx: &Ctx, st: &NodeState, req: &Request) -> ApiResult<()> {
     )
 }
 
-fn mode_of(st: &NodeState, mode: Mode) -> &RoleState {
+fn mode_of<'s>(st: &'s ReplIo<'_>, mode: Mode) -> &'s RoleState {
     &st.repl.mode(mode).role
 }
 
-fn save_role(ctx: &mut Ctx, st: &NodeState, mode: Mode) -> ApiResult<()> {
+fn save_role(ctx: &mut Ctx, st: &ReplIo<'_>, mode: Mode) -> ApiResult<()> {
     ctx.put_json(&mode.role_key(), &st.repl.mode(mode).role)
 }
 
 /// Turns WAL writing on or off to match the roles (through the handler's write set).
-fn wal_activity(ctx: &mut Ctx, st: &mut NodeState) -> ApiResult<()> {
+fn wal_activity(ctx: &mut Ctx, st: &mut ReplIo<'_>) -> ApiResult<()> {
     let want = st.repl.wal_wanted();
     let meta = st.repl.wal;
     if meta.active == want {
@@ -223,7 +223,7 @@ fn connection(now: u64, last: Option<u64>, timeout: u64) -> &'static str {
     }
 }
 
-fn status(ctx: &Ctx, st: &NodeState, mode: Mode, combined: bool) -> ApiResult<Value> {
+fn status(ctx: &Ctx, st: &ReplIo<'_>, mode: Mode, combined: bool) -> ApiResult<Value> {
     let rt = st.repl.mode(mode);
     let r = &rt.role;
     let now = ctx.now;
@@ -351,7 +351,7 @@ fn new_cluster_id(ctx: &mut Ctx) -> String {
     crate::crypto::uuid(ctx.rng())
 }
 
-fn primary_enable(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiResult {
+fn primary_enable(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode) -> ApiResult {
     let body = body_object(&req.body)?;
     let f = Fields(&body);
     match mode_of(st, mode).role {
@@ -396,7 +396,7 @@ fn primary_enable(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) 
     })))
 }
 
-fn require_role(st: &NodeState, mode: Mode, want: Role) -> ApiResult<()> {
+fn require_role(st: &ReplIo<'_>, mode: Mode, want: Role) -> ApiResult<()> {
     let have = mode_of(st, mode).role;
     if have == want {
         return Ok(());
@@ -417,13 +417,13 @@ fn require_role(st: &NodeState, mode: Mode, want: Role) -> ApiResult<()> {
     )))
 }
 
-fn stop_serving(st: &mut NodeState, mode: Mode, why: &str) {
-    let NodeState { outputs, repl, .. } = st;
+fn stop_serving(st: &mut ReplIo<'_>, mode: Mode, why: &str) {
+    let ReplIo { outputs, repl, .. } = st;
     primary::drop_waiters(outputs, &mut repl.waiters, mode, None, why);
     repl.live.retain(|(m, _), _| *m != mode);
 }
 
-fn primary_demote(ctx: &mut Ctx, st: &mut NodeState, mode: Mode) -> ApiResult {
+fn primary_demote(ctx: &mut Ctx, st: &mut ReplIo<'_>, mode: Mode) -> ApiResult {
     require_role(st, mode, Role::Primary)?;
     stop_serving(st, mode, "the primary was demoted");
     {
@@ -441,7 +441,7 @@ fn primary_demote(ctx: &mut Ctx, st: &mut NodeState, mode: Mode) -> ApiResult {
     Ok(Reply::Empty)
 }
 
-fn primary_disable(ctx: &mut Ctx, st: &mut NodeState, mode: Mode) -> ApiResult {
+fn primary_disable(ctx: &mut Ctx, st: &mut ReplIo<'_>, mode: Mode) -> ApiResult {
     require_role(st, mode, Role::Primary)?;
     stop_serving(st, mode, "replication was disabled on the primary");
     for rec in load_records(ctx, mode)? {
@@ -473,7 +473,7 @@ fn valid_id(id: &str) -> ApiResult<()> {
     Ok(())
 }
 
-fn secondary_token(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiResult {
+fn secondary_token(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode) -> ApiResult {
     require_role(st, mode, Role::Primary)?;
     let body = body_object(&req.body)?;
     let f = Fields(&body);
@@ -574,7 +574,7 @@ fn secondary_token(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode)
     Ok(Reply::Envelope(json!({ "wrap_info": info })))
 }
 
-fn revoke(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiResult {
+fn revoke(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode) -> ApiResult {
     require_role(st, mode, Role::Primary)?;
     let body = body_object(&req.body)?;
     let id = Fields(&body).req_str("id")?;
@@ -587,7 +587,7 @@ fn revoke(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiRe
             crate::token::revoke_tree(ctx, &h)?;
         }
     }
-    let NodeState { outputs, repl, .. } = st;
+    let ReplIo { outputs, repl, .. } = st;
     primary::drop_waiters(
         outputs,
         &mut repl.waiters,
@@ -600,7 +600,7 @@ fn revoke(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiRe
 }
 
 /// Finds a secondary record by its id or by the cluster id it reports.
-fn find_record(ctx: &Ctx, st: &NodeState, id: &str) -> ApiResult<SecondaryRecord> {
+fn find_record(ctx: &Ctx, st: &ReplIo<'_>, id: &str) -> ApiResult<SecondaryRecord> {
     if let Some(r) = load_record(ctx, Mode::Performance, id)? {
         return Ok(r);
     }
@@ -616,7 +616,7 @@ fn find_record(ctx: &Ctx, st: &NodeState, id: &str) -> ApiResult<SecondaryRecord
     )))
 }
 
-fn paths_filter(ctx: &mut Ctx, st: &mut NodeState, req: &Request, id: &str) -> ApiResult {
+fn paths_filter(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, id: &str) -> ApiResult {
     require_role(st, Mode::Performance, Role::Primary)?;
     let mut rec = find_record(ctx, st, id)?;
     match req.method {
@@ -647,7 +647,7 @@ fn paths_filter(ctx: &mut Ctx, st: &mut NodeState, req: &Request, id: &str) -> A
     }
 }
 
-fn primary_dynamic(ctx: &mut Ctx, st: &NodeState, id: &str) -> ApiResult {
+fn primary_dynamic(ctx: &mut Ctx, st: &ReplIo<'_>, id: &str) -> ApiResult {
     require_role(st, Mode::Performance, Role::Primary)?;
     let rec = find_record(ctx, st, id)?;
     let mm = filter::mount_map(ctx)?;
@@ -658,7 +658,7 @@ fn primary_dynamic(ctx: &mut Ctx, st: &NodeState, id: &str) -> ApiResult {
     })))
 }
 
-fn secondary_dynamic(st: &NodeState, id: &str) -> ApiResult {
+fn secondary_dynamic(st: &ReplIo<'_>, id: &str) -> ApiResult {
     require_role(st, Mode::Performance, Role::Secondary)?;
     let r = mode_of(st, Mode::Performance);
     let mine = r.creds.as_ref().is_some_and(|c| c.secondary_id == id) || r.cluster_id == id;
@@ -674,7 +674,7 @@ fn secondary_dynamic(st: &NodeState, id: &str) -> ApiResult {
     })))
 }
 
-fn secondary_enable(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiResult {
+fn secondary_enable(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode) -> ApiResult {
     let body = body_object(&req.body)?;
     let f = Fields(&body);
     match mode_of(st, mode).role {
@@ -703,7 +703,7 @@ fn secondary_enable(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode
 
 fn start_unwrap(
     ctx: &mut Ctx,
-    st: &mut NodeState,
+    st: &mut ReplIo<'_>,
     req: &Request,
     mode: Mode,
     f: &Fields,
@@ -764,7 +764,7 @@ fn start_unwrap(
     Ok(Reply::Pending)
 }
 
-fn promote(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiResult {
+fn promote(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode) -> ApiResult {
     require_role(st, mode, Role::Secondary)?;
     let body = body_object(&req.body)?;
     let f = Fields(&body);
@@ -843,7 +843,7 @@ fn promote(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiR
     Ok(Reply::Empty)
 }
 
-fn secondary_disable(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiResult {
+fn secondary_disable(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode) -> ApiResult {
     require_role(st, mode, Role::Secondary)?;
     if mode == Mode::Dr {
         super::dr_token::check_body(ctx, &body_object(&req.body)?)?;
@@ -858,7 +858,7 @@ fn secondary_disable(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mod
     Ok(Reply::Empty)
 }
 
-fn update_primary(ctx: &mut Ctx, st: &mut NodeState, req: &Request, mode: Mode) -> ApiResult {
+fn update_primary(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode) -> ApiResult {
     require_role(st, mode, Role::Secondary)?;
     let body = body_object(&req.body)?;
     if mode == Mode::Dr {

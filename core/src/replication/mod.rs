@@ -617,12 +617,36 @@ pub(crate) fn dr_secondary_error() -> ApiError {
     )
 }
 
+/// The part of the node's state replication reads and changes: its roles, trees, WAL
+/// position, jobs and peer calls; the node's configuration (read only); the output queue
+/// (peer calls, outbound HTTP, cluster TLS); and the activation tokens decrypted locally,
+/// finished after the request. The replication endpoints and steps get this, not
+/// [`NodeState`].
+pub struct ReplIo<'a> {
+    pub repl: &'a mut Replication,
+    pub config: &'a crate::node::NodeConfig,
+    pub outputs: &'a mut std::collections::VecDeque<Output>,
+    pub(crate) local_activations: &'a mut Vec<activation::LocalActivation>,
+}
+
+impl<'a> ReplIo<'a> {
+    /// The replication part of `st`.
+    pub(crate) fn of(st: &'a mut NodeState) -> ReplIo<'a> {
+        ReplIo {
+            repl: &mut st.repl,
+            config: &st.config,
+            outputs: &mut st.outputs,
+            local_activations: &mut st.local_activations,
+        }
+    }
+}
+
 /// Everything a replication step may touch.
 pub struct Env<'a> {
     pub storage: &'a mut dyn Storage,
     pub barrier: &'a mut Barrier,
     pub rng: &'a mut ChaCha20Rng,
-    pub st: &'a mut NodeState,
+    pub st: ReplIo<'a>,
     pub now: Millis,
 }
 
@@ -637,7 +661,7 @@ impl Env<'_> {
         }
     }
     pub(crate) fn repl(&mut self) -> &mut Replication {
-        &mut self.st.repl
+        self.st.repl
     }
     pub(crate) fn cfg(&self) -> &ReplicationConfig {
         &self.st.config.replication
@@ -784,14 +808,14 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
             rng: &mut *env.rng,
             now: env.now,
         };
-        announce_tls(&mut ctx, env.st)?;
+        announce_tls(&mut ctx, &mut env.st)?;
     }
     Ok(())
 }
 
 /// Hands the shell the cluster listener certificate when this node is a primary (and has a
 /// cluster CA).
-pub(crate) fn announce_tls(ctx: &mut Ctx, st: &mut NodeState) -> ApiResult<()> {
+pub(crate) fn announce_tls(ctx: &mut Ctx, st: &mut ReplIo<'_>) -> ApiResult<()> {
     let mut hosts: Vec<String> = Vec::new();
     for m in [Mode::Performance, Mode::Dr] {
         let r = &st.repl.mode(m).role;
@@ -964,8 +988,8 @@ pub fn on_http_reply(env: &mut Env, rep: HttpReply) -> Option<(RequestId, ApiRes
 
 /// Refuses requests this node's role does not serve (a DR secondary serves only the
 /// replication, seal and health endpoints).
-pub fn gate_request(st: &NodeState, req: &Request) -> ApiResult<()> {
-    if !st.repl.is_dr_secondary() {
+pub fn gate_request(repl: &Replication, req: &Request) -> ApiResult<()> {
+    if !repl.is_dr_secondary() {
         return Ok(());
     }
     let p = req.path.as_str();
@@ -982,7 +1006,7 @@ pub fn gate_request(st: &NodeState, req: &Request) -> ApiResult<()> {
 }
 
 /// Ok(()) once replication state is loaded (after unseal).
-pub(crate) fn require_loaded(st: &NodeState) -> ApiResult<()> {
+pub(crate) fn require_loaded(st: &ReplIo<'_>) -> ApiResult<()> {
     if st.repl.roles_loaded {
         Ok(())
     } else {

@@ -844,7 +844,7 @@ pub(crate) fn on_ping(
     );
     // Each address is tried in order, the whole list up to PING_ROUNDS times.
     if idx + 1 < addrs.len() * PING_ROUNDS {
-        ping(env.st, request, mode, addrs, idx + 1);
+        ping(&mut env.st, request, mode, addrs, idx + 1);
         None
     } else {
         Some((
@@ -858,7 +858,7 @@ pub(crate) fn on_ping(
 
 /// Pings `addrs[idx]` with this secondary's credential.
 pub(crate) fn ping(
-    st: &mut crate::node::NodeState,
+    st: &mut super::ReplIo<'_>,
     request: RequestId,
     mode: Mode,
     addrs: Vec<String>,

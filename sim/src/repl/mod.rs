@@ -72,7 +72,7 @@ use scan::{Rot, ScanStart};
 use share_flow::{ShareFlow, ShareStep};
 
 use crate::check::Violation;
-use crate::host::Host;
+use crate::host::{GroupCommit, Host};
 use crate::net::{Addr, HostId, Network, Route};
 use crate::rng::SimRng;
 use crate::storage::SimStorage;

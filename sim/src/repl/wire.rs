@@ -3,6 +3,110 @@
 //! network.
 
 use super::*;
+use crate::host::{Batching, Sort};
+use crate::storage::CommitInfo;
+
+/// Group commit in the replication world (both tiers): outputs are held until their batch
+/// commits, except LDAP calls (the shell hands them to its pool at once, before the batch
+/// commits; here the directory answers a few ms later) and calls to the primary (the shell
+/// sends them at the end of the batch, before the sync; here even earlier, so a crash in the
+/// commit window loses what a pull already told the primary). Audit records and cluster TLS
+/// material are dropped. Nodes batch (held long polls are answered at the end of the batch);
+/// a batch commits after a seeded window, and then the WAL and the host are checked.
+impl GroupCommit for ReplWorld {
+    fn host_mut(&mut self, h: HostId) -> &mut Host {
+        &mut self.hosts[h].host
+    }
+
+    fn sim_now(&self) -> u64 {
+        self.now
+    }
+
+    fn faults(&mut self) -> &mut SimRng {
+        &mut self.faults
+    }
+
+    fn batching(&self) -> Batching {
+        Batching {
+            window_ms: self.params.commit_window_ms,
+            max_batch: None,
+            crash_permille: (self.phase == Phase::Chaos)
+                .then_some(self.params.crash_in_batch_permille),
+        }
+    }
+
+    fn schedule_commit_at(&mut self, h: HostId, batch: u64, delay: u64) {
+        self.schedule(delay, Ev::Commit { host: h, batch });
+    }
+
+    fn schedule_crash_at(&mut self, h: HostId, delay: u64) {
+        self.schedule(delay, Ev::Crash(h));
+    }
+
+    fn sort(&self, o: &Output) -> Sort {
+        match o {
+            Output::Audit { .. } | Output::ClusterTls(_) => Sort::Drop,
+            Output::Ldap(_) | Output::PeerSend(_) => Sort::Aside,
+            _ => Sort::Hold,
+        }
+    }
+
+    fn drained(&mut self, h: HostId, aside: Vec<Output>, held_from: usize) -> bool {
+        let host = &self.hosts[h].host;
+        let boot = host.boot();
+        // The answer to a scan request is checked against the node as it answers.
+        let scan_id = self.scan.filter(|s| s.h == h).map(|s| s.id);
+        let scan_answer = host.held()[held_from..].iter().rev().find_map(|o| match o {
+            Output::Response(r) if Some(r.id) == scan_id => Some(r.clone()),
+            _ => None,
+        });
+        if let Some(r) = scan_answer {
+            if self.pending.is_none() {
+                if let Err(v) = self.on_scan_answer(h, &r) {
+                    self.pending = Some(v);
+                }
+            }
+        }
+        let mut calls = Vec::new();
+        let mut early = Vec::new();
+        for o in aside {
+            match o {
+                Output::Ldap(c) => calls.push(c),
+                o => early.push(o),
+            }
+        }
+        for o in early {
+            self.release(h, o);
+        }
+        for c in calls {
+            let reply = self.ldap.dir.answer(&c);
+            let d = 1 + self.faults.delay(2);
+            self.schedule(
+                d,
+                Ev::LdapRep {
+                    host: h,
+                    boot,
+                    reply,
+                },
+            );
+        }
+        false
+    }
+
+    fn committed(&mut self, _h: HostId, _info: &CommitInfo, _held: &[Output]) {
+        self.stats.commits += 1;
+    }
+
+    fn release_held(&mut self, h: HostId, o: Output) -> Result<(), Violation> {
+        self.release(h, o);
+        Ok(())
+    }
+
+    fn after_commit(&mut self, h: HostId) -> Result<(), Violation> {
+        self.check_wal(h)?;
+        self.check_host(h)
+    }
+}
 
 impl ReplWorld {
     /// Cuts the link between hosts `a` and `b` (both ways).
@@ -121,92 +225,6 @@ impl ReplWorld {
                 );
             }
         }
-    }
-
-    pub(super) fn drain(&mut self, h: HostId) {
-        let host = &mut self.hosts[h].host;
-        if !host.is_up() {
-            return;
-        }
-        let mut calls = Vec::new();
-        let mut early = Vec::new();
-        let scan_id = self.scan.filter(|s| s.h == h).map(|s| s.id);
-        let mut scan_answer = None;
-        while let Some(o) = host.poll_output() {
-            if let Output::Response(r) = &o {
-                if Some(r.id) == scan_id {
-                    scan_answer = Some(r.clone());
-                }
-            }
-            match o {
-                Output::Audit { .. } | Output::ClusterTls(_) => {}
-                // The shell hands LDAP calls to its pool at once, before the batch commits.
-                Output::Ldap(c) => calls.push(c),
-                // Calls to the primary leave before the batch is durable (the shell sends
-                // them at the end of the batch, before the sync); here even earlier, so a
-                // crash in the commit window loses what a pull already told the primary.
-                o @ Output::PeerSend(_) => early.push(o),
-                other => host.hold(other),
-            }
-        }
-        let boot = host.boot();
-        if let Some(r) = scan_answer {
-            if self.pending.is_none() {
-                if let Err(v) = self.on_scan_answer(h, &r) {
-                    self.pending = Some(v);
-                }
-            }
-        }
-        for o in early {
-            self.release(h, o);
-        }
-        for c in calls {
-            let reply = self.ldap.dir.answer(&c);
-            let d = 1 + self.faults.delay(2);
-            self.schedule(
-                d,
-                Ev::LdapRep {
-                    host: h,
-                    boot,
-                    reply,
-                },
-            );
-        }
-    }
-
-    pub(super) fn schedule_commit(&mut self, h: HostId) -> Result<(), Violation> {
-        let host = &mut self.hosts[h].host;
-        if !host.pending() {
-            return Ok(());
-        }
-        let Some(batch) = host.schedule_commit() else {
-            return Ok(());
-        };
-        let d = self.faults.range(0, self.params.commit_window_ms);
-        if self.phase == Phase::Chaos && self.faults.chance(self.params.crash_in_batch_permille) {
-            let c = self.faults.range(0, d);
-            self.schedule(c, Ev::Crash(h));
-        }
-        self.schedule(d, Ev::Commit { host: h, batch });
-        Ok(())
-    }
-
-    pub(super) fn commit(&mut self, h: HostId) -> Result<(), Violation> {
-        // The end of the batch: held pulls get the batch's WAL entries.
-        let now = self.now;
-        if let Some(n) = self.hosts[h].host.node_mut() {
-            n.end_batch(now);
-        }
-        self.drain(h);
-        let Some((_, held)) = self.hosts[h].host.commit() else {
-            return Ok(());
-        };
-        self.stats.commits += 1;
-        for o in held {
-            self.release(h, o);
-        }
-        self.check_wal(h)?;
-        self.check_host(h)
     }
 
     pub(super) fn resolve(&self, addr: &str, api: bool) -> Option<HostId> {
