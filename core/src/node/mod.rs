@@ -125,6 +125,9 @@ pub struct Forward {
     pub req: Request,
     /// The active node's cluster address.
     pub to: String,
+    /// The cluster CA (PEM) the active node's cluster listener presents a certificate of:
+    /// the connection is TLS pinned to it. `None` before the cluster has a CA.
+    pub ca_pem: Option<String>,
 }
 
 /// Settings fixed at start.

@@ -5,6 +5,8 @@
 
 use super::{Forward, Node, NodeState, Output};
 use crate::api::{ApiError, ApiResult, Method, Reply, Request};
+use crate::ctx::Ctx;
+use crate::storage::Txn;
 use crate::ha::{self, Change};
 use crate::storage::Storage;
 use crate::time;
@@ -45,11 +47,18 @@ impl<S: Storage> Node<S> {
             );
             return self.finish(id, Err(e));
         }
+        let ca_pem = {
+            let mut ctx = node_ctx!(self);
+            crate::replication::tls::ca_pem(&mut ctx, false)
+                .ok()
+                .flatten()
+        };
         req.forwarded = Some(ha::forward_mac(&key, &req));
         self.st.forwarded.insert(id, ());
         self.st.outputs.push_back(Output::Forward(Forward {
             req,
             to: leader.cluster_addr,
+            ca_pem,
         }));
     }
 
@@ -72,6 +81,15 @@ impl<S: Storage> Node<S> {
         match c {
             Change::BecameActive { epoch } => {
                 log::info!("this node is now the active node of its cluster (lease epoch {epoch})");
+                // The cluster channel's CA: the first active node creates it (a write under
+                // its new epoch); its listener then serves a certificate of it, which the
+                // standbys pin when they forward.
+                let mut ctx = node_ctx!(self);
+                let created = crate::replication::tls::ca_pem(&mut ctx, true);
+                let writes = ctx.txn.into_write_set();
+                if let Err(e) = created.and_then(|_| self.commit(writes)) {
+                    log::warn!("the cluster CA could not be created: {e}");
+                }
                 self.st.repl.forget_uncommitted();
                 self.st.outputs.push_back(Output::HaRole(Some(epoch)));
             }

@@ -823,6 +823,11 @@ pub(crate) fn announce_tls(ctx: &mut Ctx, st: &mut ReplIo<'_>) -> ApiResult<()> 
             hosts.push(tls::host_of(&r.primary_cluster_addr));
         }
     }
+    // The active node of an HA cluster (only an active node loads replication state)
+    // serves its standbys' forwarded requests on the same listener.
+    if let Some(ha) = &st.config.ha {
+        hosts.push(tls::host_of(&ha.cluster_addr));
+    }
     if hosts.is_empty() {
         return Ok(());
     }
