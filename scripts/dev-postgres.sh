@@ -112,7 +112,11 @@ stop() {
         for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$pid" 2>/dev/null || true
     fi
-    if alive "$DIR/watcher.pid"; then kill "$(cat "$DIR/watcher.pid")" 2>/dev/null || true; fi
+    # The watcher runs this very script as its last command, which bash may exec in its
+    # place (same pid): it must not kill itself before removing DIR.
+    if alive "$DIR/watcher.pid" && [ "$(cat "$DIR/watcher.pid")" != "$$" ]; then
+        kill "$(cat "$DIR/watcher.pid")" 2>/dev/null || true
+    fi
     rm -rf "$DIR"
 }
 
