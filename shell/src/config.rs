@@ -328,7 +328,10 @@ fn parse_value(text: &str) -> Result<ServerConfig, Refusal> {
                                 }
                             }
                             if c.storage_path.as_os_str().is_empty() {
-                                return Err(at(k, "storage \"sqlite\" { path = \"...\" } is required"));
+                                return Err(at(
+                                    k,
+                                    "storage \"sqlite\" { path = \"...\" } is required",
+                                ));
                             }
                         }
                         "postgresql" => {
@@ -440,9 +443,11 @@ fn parse_value(text: &str) -> Result<ServerConfig, Refusal> {
         }
     }
     if !saw_storage {
-        return Err("a storage block is required: storage \"sqlite\" { path = \"...\" } or \
+        return Err(
+            "a storage block is required: storage \"sqlite\" { path = \"...\" } or \
                     storage \"postgresql\" { connection_url = \"postgres://...\" }"
-            .into());
+                .into(),
+        );
     }
     if !saw_listener || c.address.is_empty() {
         return Err("listener \"tcp\" { address = \"...\" } is required".into());
@@ -627,6 +632,62 @@ listener "tcp" {
         .unwrap_err();
         assert_eq!(e.line, Some(4), "{e}");
         assert!(e.msg.contains("did you mean `tls_cert_file`?"), "{e}");
+    }
+
+    #[test]
+    fn parses_the_postgresql_stanza() {
+        let listener = "listener \"tcp\" {\n address = \"127.0.0.1:1\"\n tls_disable = true\n}\n";
+        let c = parse(&format!(
+            "storage \"postgresql\" {{\n  connection_url = \"postgres://u:secret@db:5432/cairn\"\n  \
+             ha_enabled = true\n  table = \"kv\"\n  ha_table = \"lock\"\n}}\n{listener}"
+        ))
+        .unwrap();
+        let pg = c.postgres.as_ref().expect("postgresql");
+        assert_eq!(pg.connection_url, "postgres://u:secret@db:5432/cairn");
+        assert!(pg.ha_enabled);
+        assert_eq!(
+            (pg.table.as_deref(), pg.ha_table.as_deref()),
+            (Some("kv"), Some("lock"))
+        );
+        assert!(c.storage_path.as_os_str().is_empty());
+        assert!(
+            !format!("{c:?}").contains("secret"),
+            "the password in Debug"
+        );
+        // Unknown keys are refused with their line and the closest key.
+        let e = parse(&format!(
+            "storage \"postgresql\" {{\n  connection_url = \"postgres://u@db/c\"\n  \
+             ha_enabeld = true\n}}\n{listener}"
+        ))
+        .unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.msg.contains("did you mean `ha_enabled`?"), "{e}");
+        // A bad URL or table name is a configuration error, without the URL's password.
+        let e = parse(&format!(
+            "storage \"postgresql\" {{\n  connection_url = \"postgres://u:secret@db:x/c\"\n}}\n{listener}"
+        ))
+        .unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(!e.msg.contains("secret"), "{e}");
+        let e = parse(&format!(
+            "storage \"postgresql\" {{\n  connection_url = \"postgres://u@db/c\"\n  table = \"x; drop\"\n}}\n{listener}"
+        ))
+        .unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        let e = parse(&format!(
+            "storage \"postgresql\" {{\n  ha_enabled = true\n}}\n{listener}"
+        ))
+        .unwrap_err();
+        assert!(e.msg.contains("connection_url"), "{e}");
+        // SQLite is unchanged; no storage block at all is refused.
+        let c = parse(&format!(
+            "storage \"sqlite\" {{ path = \"/x.db\" }}\n{listener}"
+        ))
+        .unwrap();
+        assert!(c.postgres.is_none());
+        assert_eq!(c.storage_path, PathBuf::from("/x.db"));
+        let e = parse(listener).unwrap_err();
+        assert!(e.msg.contains("a storage block is required"), "{e}");
     }
 
     #[test]

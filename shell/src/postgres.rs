@@ -133,7 +133,9 @@ impl PgSettings {
             }
         }
         if table == ha_table {
-            return Err(format!("table and ha_table must differ (both are {table:?})"));
+            return Err(format!(
+                "table and ha_table must differ (both are {table:?})"
+            ));
         }
         let target = describe(&config);
         Ok(PgSettings {
@@ -146,9 +148,13 @@ impl PgSettings {
 
     /// Opens a connection; a refusal names the server, database and user and says why.
     fn connect(&self) -> Result<Client, String> {
-        self.config
-            .connect(NoTls)
-            .map_err(|e| format!("cannot connect to PostgreSQL at {}: {}", self.target, why(&e)))
+        self.config.connect(NoTls).map_err(|e| {
+            format!(
+                "cannot connect to PostgreSQL at {}: {}",
+                self.target,
+                why(&e)
+            )
+        })
     }
 
     fn nodes_table(&self) -> String {
@@ -547,10 +553,8 @@ impl Storage for PgStorage {
             Some(a) => Bound::Excluded(a.to_string()),
             None => Bound::Unbounded,
         };
-        let overlay: Vec<(&String, &Option<Vec<u8>>)> = self
-            .pending
-            .range((lower, Bound::Unbounded))
-            .collect();
+        let overlay: Vec<(&String, &Option<Vec<u8>>)> =
+            self.pending.range((lower, Bound::Unbounded)).collect();
         // Enough rows that, after the batch's deletes, `limit` remain when the table has them.
         let want = limit.saturating_add(overlay.len());
         let from: &[u8] = after.map(str::as_bytes).unwrap_or(&[]);
@@ -923,18 +927,25 @@ mod tests {
             keys(st.scan("").unwrap()),
             vec!["a/", "a/1", "a/é", "a0", "b"]
         );
-        assert_eq!(keys(st.scan_after(Some("a/1"), 2).unwrap()), vec!["a/é", "a0"]);
+        assert_eq!(
+            keys(st.scan_after(Some("a/1"), 2).unwrap()),
+            vec!["a/é", "a0"]
+        );
         assert_eq!(keys(st.scan_after(None, 1).unwrap()), vec!["a/"]);
         assert_eq!(st.count().unwrap(), 5);
 
         // In a batch, reads see the batch's own writes; a rollback leaves nothing.
         st.begin().unwrap();
-        st.apply(&[put("a/2", "new"), ("a/1".into(), None)]).unwrap();
+        st.apply(&[put("a/2", "new"), ("a/1".into(), None)])
+            .unwrap();
         st.apply(&[put("c", "1")]).unwrap();
         assert_eq!(st.get("a/2").unwrap(), Some(b"new".to_vec()));
         assert_eq!(st.get("a/1").unwrap(), None);
         assert_eq!(keys(st.scan("a/").unwrap()), vec!["a/", "a/2", "a/é"]);
-        assert_eq!(keys(st.scan_after(Some("a/"), 2).unwrap()), vec!["a/2", "a/é"]);
+        assert_eq!(
+            keys(st.scan_after(Some("a/"), 2).unwrap()),
+            vec!["a/2", "a/é"]
+        );
         assert_eq!(st.count().unwrap(), 6);
         st.rollback();
         assert_eq!(st.get("a/2").unwrap(), None);
@@ -943,7 +954,8 @@ mod tests {
 
         // Committed: another connection sees it.
         st.begin().unwrap();
-        st.apply(&[put("a/2", "new"), ("a/1".into(), None)]).unwrap();
+        st.apply(&[put("a/2", "new"), ("a/1".into(), None)])
+            .unwrap();
         assert!(st.commit(None).unwrap());
         let other = PgStorage::open(&s).expect("open");
         assert_eq!(other.get("a/2").unwrap(), Some(b"new".to_vec()));
@@ -968,7 +980,10 @@ mod tests {
         st.apply(&[put("d", "1"), ("b".into(), None)]).unwrap();
         st.apply(&[put("bad", "1")]).unwrap();
         let e = st.commit(None).unwrap_err();
-        assert!(matches!(&e, StorageError::Io(m) if m.contains("refused")), "{e:?}");
+        assert!(
+            matches!(&e, StorageError::Io(m) if m.contains("refused")),
+            "{e:?}"
+        );
         assert_eq!(other.get("d").unwrap(), None);
         assert_eq!(other.get("b").unwrap(), Some(b"w".to_vec()));
         assert_eq!(st.get("d").unwrap(), None);
@@ -988,7 +1003,9 @@ mod tests {
         let mut mem = MemStorage::new();
         let mut seed: u64 = 0x5eed;
         let mut next = |n: u64| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (seed >> 33) % n
         };
         let base: Vec<Write> = (0..40)
@@ -1019,7 +1036,11 @@ mod tests {
                 }
             }
             assert_eq!(st.scan("p/1").unwrap(), expect.scan("p/1").unwrap());
-            assert_eq!(st.count().unwrap(), expect.count().unwrap(), "round {round}");
+            assert_eq!(
+                st.count().unwrap(),
+                expect.count().unwrap(),
+                "round {round}"
+            );
             if round % 3 == 0 {
                 st.rollback();
             } else {
@@ -1063,7 +1084,10 @@ mod tests {
         assert!(held_a.epoch >= 1);
         assert!(held_a.valid_until <= Instant::now() + ttl);
         // B cannot while A holds it; A can renew.
-        assert_eq!(b.try_acquire("b", "http://b", "https://b", ttl).unwrap(), None);
+        assert_eq!(
+            b.try_acquire("b", "http://b", "https://b", ttl).unwrap(),
+            None
+        );
         assert!(a.renew(&mut held_a, ttl).unwrap());
         let l = b.leader().unwrap().expect("a leader");
         assert_eq!(
@@ -1080,7 +1104,12 @@ mod tests {
         std::thread::sleep(Duration::from_millis(1000));
         assert_eq!(b.leader().unwrap(), None, "expired");
         let held_b = b
-            .try_acquire("b", "http://b:8200", "https://b:8201", Duration::from_secs(30))
+            .try_acquire(
+                "b",
+                "http://b:8200",
+                "https://b:8201",
+                Duration::from_secs(30),
+            )
             .unwrap()
             .expect("B takes the expired lease");
         assert!(held_b.epoch > held_a.epoch);
@@ -1088,7 +1117,8 @@ mod tests {
         assert!(!a.release(&held_a).unwrap(), "A has nothing to release");
         // A's fenced commit is refused whole and writes nothing.
         st_a.begin().unwrap();
-        st_a.apply(&[put("k", "stale"), put("k2", "stale")]).unwrap();
+        st_a.apply(&[put("k", "stale"), put("k2", "stale")])
+            .unwrap();
         let e = st_a.commit(Some(held_a.epoch)).unwrap_err();
         assert_eq!(
             e,
@@ -1107,16 +1137,26 @@ mod tests {
         assert_eq!(st_a.get("k").unwrap(), Some(b"from-b".to_vec()));
 
         // The node registry.
-        a.echo("a", "http://a:8200", "https://a:8201", "0.1.0").unwrap();
-        b.echo("b", "http://b:8200", "https://b:8201", "0.1.0").unwrap();
-        a.echo("a", "http://a:9200", "https://a:9201", "0.1.1").unwrap();
+        a.echo("a", "http://a:8200", "https://a:8201", "0.1.0")
+            .unwrap();
+        b.echo("b", "http://b:8200", "https://b:8201", "0.1.0")
+            .unwrap();
+        a.echo("a", "http://a:9200", "https://a:9201", "0.1.1")
+            .unwrap();
         let nodes = b.nodes().unwrap();
         assert_eq!(nodes.len(), 2);
         assert_eq!(
-            (nodes[0].node_id.as_str(), nodes[0].api_addr.as_str(), nodes[0].version.as_str()),
+            (
+                nodes[0].node_id.as_str(),
+                nodes[0].api_addr.as_str(),
+                nodes[0].version.as_str()
+            ),
             ("a", "http://a:9200", "0.1.1")
         );
-        assert!(nodes[1].age_ms >= 0 && nodes[1].age_ms < 60_000, "{nodes:?}");
+        assert!(
+            nodes[1].age_ms >= 0 && nodes[1].age_ms < 60_000,
+            "{nodes:?}"
+        );
 
         // B steps down: the epoch moves on (B's own fenced commits are refused), and another
         // node can take the lease at once.
@@ -1151,14 +1191,19 @@ mod tests {
         let mut c = s.connect().unwrap();
         let mut tx = c.transaction().unwrap();
         let row = tx
-            .query_one("SELECT epoch FROM cairn_ha_lock WHERE id = 1 FOR SHARE", &[])
+            .query_one(
+                "SELECT epoch FROM cairn_ha_lock WHERE id = 1 FOR SHARE",
+                &[],
+            )
             .unwrap();
         assert_eq!(row.get::<_, i64>(0) as u64, held.epoch);
         let s2 = s.clone();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
             let mut b = PgLease::connect(&s2).unwrap();
-            let r = b.try_acquire("b", "x", "y", Duration::from_secs(5)).unwrap();
+            let r = b
+                .try_acquire("b", "x", "y", Duration::from_secs(5))
+                .unwrap();
             let _ = done_tx.send(());
             r
         });
@@ -1172,7 +1217,10 @@ mod tests {
         )
         .unwrap();
         tx.commit().unwrap();
-        let held_b = t.join().unwrap().expect("B takes the lease after the commit");
+        let held_b = t
+            .join()
+            .unwrap()
+            .expect("B takes the lease after the commit");
         assert!(held_b.epoch > held.epoch);
     }
 

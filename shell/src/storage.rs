@@ -12,6 +12,8 @@ use crate::postgres::PgStorage;
 use crate::sqlite::{Checkpointer, SqliteStorage, WalSync};
 use cairn_core::storage::{Storage, StorageError, Write};
 
+// One per server, owned by the core thread: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum ShellStorage {
     Sqlite(SqliteStorage),
     Postgres(PgStorage),

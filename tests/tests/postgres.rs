@@ -1,9 +1,7 @@
 //! End-to-end: `cairn server` on PostgreSQL storage (`storage "postgresql"`), against a real
 //! PostgreSQL started by `scripts/dev-postgres.sh` (stopped when this process exits).
 
-use cairn_tests::{
-    cairn_bin, fresh_port_pair, note_secret, start_dev_directory, tmpdir, Server,
-};
+use cairn_tests::{cairn_bin, fresh_port_pair, note_secret, start_dev_directory, tmpdir, Server};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -138,12 +136,18 @@ fn a_wrong_password_or_an_unreachable_database_stops_the_start() {
     assert!(!err.contains(&env["CAIRN_PG_PASSWORD"]), "{err}");
 
     // TLS to the database is refused at start, before any connection.
-    let url = format!("{}&sslmode=require", env["CAIRN_PG_URL"].replace("?sslmode=disable", "?x=1"));
+    let url = format!(
+        "{}&sslmode=require",
+        env["CAIRN_PG_URL"].replace("?sslmode=disable", "?x=1")
+    );
     let url = url.replace("?x=1&", "?");
     let cfg = write_config(&dir, fresh_port_pair(), &url);
     let (code, err) = failed_start(&cfg);
     assert_ne!(code, 0, "{err}");
-    assert!(err.contains("TLS to the database is not built yet"), "{err}");
+    assert!(
+        err.contains("TLS to the database is not built yet"),
+        "{err}"
+    );
     assert!(err.contains("cairn.hcl:2"), "names the line: {err}");
     assert!(!err.contains(&env["CAIRN_PG_PASSWORD"]), "{err}");
 }
