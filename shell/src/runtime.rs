@@ -635,9 +635,16 @@ mod tests {
             d.deliver(&core_tx);
         }
         assert_eq!(arx.try_recv(), Ok(Err(ApiError::StorageFull)));
-        // Any other storage failure stays a 500.
+        // Any other storage failure stays a 500; a commit fenced off by a newer leader is a
+        // 503 saying the write was not applied.
         let io = BatchFailed::Storage(StorageError::Io("disk I/O error".into()));
         assert_eq!(io.api_error().status(), 500);
+        let fenced = BatchFailed::Storage(StorageError::Fenced {
+            held: 1,
+            current: 2,
+        });
+        assert_eq!(fenced.api_error().status(), 503);
+        assert!(fenced.to_string().contains("not applied"), "{fenced}");
         assert_eq!(
             BatchFailed::Audit("x".into()).api_error(),
             ApiError::Internal("audit device failed: x".into())
