@@ -67,17 +67,53 @@ fn kv_written_on_postgres_survives_kill_9() {
     let r = s.list("kv/");
     assert_eq!(r.body["data"]["keys"].as_array().map(Vec::len), Some(20));
     // Values are encrypted at rest.
-    let mut c = Command::new("bash");
-    c.arg("-c").arg(format!(
-        "PGPASSWORD='{}' psql -h 127.0.0.1 -p {} -U {} -d {} -Atc \
-         \"select count(*) from cairn_e2e_kv where position('value-7'::bytea in value) > 0\"",
-        env["CAIRN_PG_PASSWORD"], env["CAIRN_PG_PORT"], env["CAIRN_PG_USER"], env["CAIRN_PG_DB"]
-    ));
-    if let Ok(out) = c.output() {
-        if out.status.success() {
-            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
-        }
-    }
+    let hits = psql(
+        env,
+        "select count(*) from cairn_e2e_kv where position('value-7'::bytea in value) > 0",
+    );
+    assert_eq!(hits, "0");
+
+    // A commit the database refuses: the request is answered with the error, nothing of it
+    // is stored, and the server goes on (the node reloads what it derived from the batch).
+    psql(
+        env,
+        "create table refuse_writes (on_ bool); \
+         create function refuse() returns trigger as $$ begin \
+           if exists (select 1 from refuse_writes) then raise exception 'writes refused by test'; \
+           end if; return new; end $$ language plpgsql; \
+         create trigger refuse before insert or update or delete on cairn_e2e_kv \
+           for each row execute function refuse(); \
+         insert into refuse_writes values (true); select 1",
+    );
+    let r = s.put("kv/refused", json!({"v": "no"}));
+    assert_eq!(r.status, 500, "{:?}", r.body);
+    assert!(
+        r.errors().contains("writes refused by test"),
+        "{}",
+        r.errors()
+    );
+    psql(env, "delete from refuse_writes; select 1");
+    assert_eq!(s.get("kv/refused").status, 404);
+    assert_eq!(s.put("kv/after", json!({"v": "yes"})).status, 204);
+    assert_eq!(s.get("kv/after").body["data"]["v"], json!("yes"));
+    assert_eq!(s.get("kv/k3").body["data"]["v"], json!("value-3"));
+}
+
+/// Runs SQL in the dev database with psql; its output.
+fn psql(env: &BTreeMap<String, String>, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &env["CAIRN_PG_PORT"]])
+        .args(["-U", &env["CAIRN_PG_USER"], "-d", &env["CAIRN_PG_DB"]])
+        .args(["-v", "ON_ERROR_STOP=1", "-Atc", sql])
+        .env("PGPASSWORD", &env["CAIRN_PG_PASSWORD"])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "psql: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// Runs `cairn server -config` expecting it to fail at start: its exit code and stderr.
