@@ -243,6 +243,9 @@ fn ensure_schema(client: &mut Client, s: &PgSettings) -> Result<(), String> {
         )
     };
     let mut tx = client.transaction().map_err(fail)?;
+    // No "already exists, skipping" notices at every start.
+    tx.batch_execute("SET LOCAL client_min_messages = warning")
+        .map_err(fail)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
         .map_err(fail)?;
     tx.batch_execute("CREATE TABLE IF NOT EXISTS cairn_schema (version int NOT NULL)")
