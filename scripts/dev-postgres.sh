@@ -149,6 +149,8 @@ start() {
         id postgres >/dev/null 2>&1 || die "no \`postgres\` user to run PostgreSQL as (install the postgresql package)"
         chown postgres "$DIR"
         chmod 700 "$DIR"
+        runuser -u postgres -- test -w "$DIR" \
+            || die "the postgres user cannot reach $DIR (a parent directory is closed to it): use a DIR under /tmp, or set TMPDIR"
     fi
     printf '%s\n' "$PG_PASS" > "$DIR/pwfile"
     [ "$(id -u)" = 0 ] && chown postgres "$DIR/pwfile"

@@ -12,7 +12,9 @@
 //! upsert of `unnest`ed arrays, one delete of an array), and `COMMIT` returns once PostgreSQL
 //! made it durable: no separate sync step. A failed commit (or [`PgStorage::rollback`])
 //! drops the batch whole; the runtime then answers its inputs with the error and the node
-//! reloads what it derived from it.
+//! reloads what it derived from it. (A connection that breaks after `COMMIT` was sent leaves
+//! the outcome unknown, as with any database client: the inputs are answered with the error,
+//! and what the node reloads is whatever the database kept. The next use reconnects.)
 //!
 //! ## Fencing
 //!
