@@ -382,7 +382,31 @@ pub struct PgStorage {
     /// The open batch's writes: each key's last value (`None`: deleted).
     pending: BTreeMap<String, Option<Vec<u8>>>,
     /// The epoch [`ShellStorage`](crate::storage::ShellStorage) commits are fenced with.
-    fence: Option<u64>,
+    fence: Fence,
+}
+
+/// The epoch a storage's commits are fenced with, shared: the thread that holds the lease can
+/// set it ([`PgStorage::fence_handle`]) while the core thread commits. Epochs of a held lease
+/// start at 1, so 0 stands for "not fenced".
+#[derive(Clone, Default, Debug)]
+pub struct Fence(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+// Used by the HA roles (standby/active), wired separately.
+#[allow(dead_code)]
+impl Fence {
+    /// Fences the following commits with `epoch` (`None`: not fenced).
+    pub fn set(&self, epoch: Option<u64>) {
+        self.0
+            .store(epoch.unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The epoch commits are fenced with.
+    pub fn get(&self) -> Option<u64> {
+        match self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => None,
+            e => Some(e),
+        }
+    }
 }
 
 impl PgStorage {
@@ -398,7 +422,7 @@ impl PgStorage {
             conn: RefCell::new(Some(conn)),
             batch: false,
             pending: BTreeMap::new(),
-            fence: None,
+            fence: Fence::default(),
         })
     }
 
@@ -411,12 +435,18 @@ impl PgStorage {
     /// The epoch the runtime's commits are fenced with from now on (`None`: not fenced).
     #[allow(dead_code)] // set by the HA roles (the active node's lease epoch)
     pub fn set_fence(&mut self, epoch: Option<u64>) {
-        self.fence = epoch;
+        self.fence.set(epoch);
     }
 
     /// The epoch commits are fenced with.
     pub fn fence(&self) -> Option<u64> {
-        self.fence
+        self.fence.get()
+    }
+
+    /// A handle that sets this storage's fence from another thread (the lease's).
+    #[allow(dead_code)] // for the HA roles
+    pub fn fence_handle(&self) -> Fence {
+        self.fence.clone()
     }
 
     /// Runs `f` on the connection, reconnecting first if it broke.
@@ -611,7 +641,7 @@ impl Storage for PgStorage {
             return Ok(());
         }
         // Outside a batch: a batch of its own.
-        self.commit(self.fence).map(|_| ())
+        self.commit(self.fence.get()).map(|_| ())
     }
 }
 
@@ -1077,7 +1107,7 @@ mod tests {
     fn postgres_lease_fences_the_old_holder() {
         let s = settings(&fresh_db("lease"));
         let mut st_a = PgStorage::open(&s).expect("open");
-        let mut st_b = PgStorage::open(&s).expect("open");
+        let st_b = PgStorage::open(&s).expect("open");
         let mut a = PgLease::connect(&s).unwrap();
         let mut b = PgLease::connect(&s).unwrap();
         assert_eq!(a.leader().unwrap(), None);
@@ -1135,10 +1165,16 @@ mod tests {
         assert!(e.to_string().contains("lost leadership"), "{e}");
         assert_eq!(st_b.get("k").unwrap(), Some(b"from-a".to_vec()));
         assert_eq!(st_b.get("k2").unwrap(), None);
-        // B's commit succeeds.
-        st_b.begin().unwrap();
-        st_b.apply(&[put("k", "from-b")]).unwrap();
-        assert!(st_b.commit(Some(held_b.epoch)).unwrap());
+        // B's commit succeeds (fenced as the runtime does: through the shared handle).
+        st_b.fence_handle().set(Some(held_b.epoch));
+        assert_eq!(st_b.fence(), Some(held_b.epoch));
+        let mut shell_b = crate::storage::ShellStorage::Postgres(st_b);
+        shell_b.begin().unwrap();
+        shell_b.apply(&[put("k", "from-b")]).unwrap();
+        assert!(shell_b.commit_unsynced().unwrap());
+        let crate::storage::ShellStorage::Postgres(mut st_b) = shell_b else {
+            unreachable!()
+        };
         assert_eq!(st_a.get("k").unwrap(), Some(b"from-b".to_vec()));
 
         // The node registry.
