@@ -16,6 +16,14 @@
 //! the outcome unknown, as with any database client: the inputs are answered with the error,
 //! and what the node reloads is whatever the database kept. The next use reconnects.)
 //!
+//! ## Read cache
+//!
+//! With one writer (no `ha_enabled`), reads go through SQLite's cache of recently read keys
+//! and small scans ([`crate::sqlite`]'s `ReadCache`), kept exact by this storage's commits. With
+//! several nodes on the database another one may write, so the cache is off
+//! ([`PgStorage::set_read_cache`]; a node that becomes the only writer may turn it on, which
+//! starts it empty). A failed commit or a reconnect empties it.
+//!
 //! ## Fencing
 //!
 //! `commit(Some(epoch))` locks the lease row (`SELECT epoch ... FOR SHARE`) in the batch's own
@@ -383,6 +391,8 @@ pub struct PgStorage {
     pending: BTreeMap<String, Option<Vec<u8>>>,
     /// The epoch [`ShellStorage`](crate::storage::ShellStorage) commits are fenced with.
     fence: Fence,
+    /// Recently read keys and scans (`None`: off; see the module documentation).
+    cache: RefCell<Option<crate::sqlite::ReadCache>>,
 }
 
 /// The epoch a storage's commits are fenced with, shared: the thread that holds the lease can
@@ -423,6 +433,7 @@ impl PgStorage {
             batch: false,
             pending: BTreeMap::new(),
             fence: Fence::default(),
+            cache: RefCell::new(None),
         })
     }
 
@@ -443,6 +454,12 @@ impl PgStorage {
         self.fence.get()
     }
 
+    /// Turns the read cache on (empty) or off. Only while this node is the database's only
+    /// writer: another node's writes would not be seen through it.
+    pub fn set_read_cache(&mut self, on: bool) {
+        *self.cache.get_mut() = on.then(crate::sqlite::ReadCache::default);
+    }
+
     /// A handle that sets this storage's fence from another thread (the lease's).
     #[allow(dead_code)] // for the HA roles
     pub fn fence_handle(&self) -> Fence {
@@ -461,6 +478,9 @@ impl PgStorage {
                 Ok(c) => {
                     log::warn!("reconnected to PostgreSQL at {}", self.settings.target);
                     *slot = Some(c);
+                    if let Some(cache) = self.cache.borrow_mut().as_mut() {
+                        cache.clear();
+                    }
                 }
                 Err(e) => return Err(StorageError::Io(e)),
             }
@@ -528,6 +548,15 @@ impl PgStorage {
             }
             tx.commit()
         });
+        if let Some(cache) = self.cache.get_mut().as_mut() {
+            for (k, v) in &pending {
+                // A failed commit's outcome may be unknown (a broken connection): forget.
+                match (&res, fenced) {
+                    (Ok(()), None) => cache.wrote(k, v),
+                    _ => cache.evict(k),
+                }
+            }
+        }
         if let Some(current) = fenced {
             let held = fence.unwrap_or(0);
             log::error!(
@@ -540,12 +569,20 @@ impl PgStorage {
         res.map(|()| true)
     }
 
-    /// A scan from the database alone.
+    /// A scan of what is committed (through the cache when it is on).
     fn scan_db(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+        if let Some(rows) = self.cache.borrow().as_ref().and_then(|c| c.scanned(prefix)) {
+            return Ok(rows);
+        }
         let lo = prefix.as_bytes();
         let hi = upper_bound(lo);
-        self.with_conn(|c| c.client.query(&c.scan, &[&lo, &hi]))
-            .map(rows_to_pairs)
+        let rows = self
+            .with_conn(|c| c.client.query(&c.scan, &[&lo, &hi]))
+            .map(rows_to_pairs)?;
+        if let Some(cache) = self.cache.borrow_mut().as_mut() {
+            cache.fill_scan(prefix, &rows);
+        }
+        Ok(rows)
     }
 }
 
@@ -554,9 +591,17 @@ impl Storage for PgStorage {
         if let Some(v) = self.pending.get(key) {
             return Ok(v.clone());
         }
+        if let Some(v) = self.cache.borrow().as_ref().and_then(|c| c.get(key)) {
+            return Ok(v);
+        }
         let k = key.as_bytes();
-        self.with_conn(|c| c.client.query_opt(&c.get, &[&k]))
-            .map(|r| r.map(|r| r.get(0)))
+        let v: Option<Vec<u8>> = self
+            .with_conn(|c| c.client.query_opt(&c.get, &[&k]))
+            .map(|r| r.map(|r| r.get(0)))?;
+        if let Some(cache) = self.cache.borrow_mut().as_mut() {
+            cache.fill(key, &v);
+        }
+        Ok(v)
     }
 
     fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
@@ -946,6 +991,7 @@ mod tests {
     fn postgres_storage_contract() {
         let s = settings(&fresh_db("contract"));
         let mut st = PgStorage::open(&s).expect("open");
+        st.set_read_cache(true);
         st.apply(&[
             put("a/1", "x"),
             put("a/é", "y"),
@@ -1026,15 +1072,43 @@ mod tests {
         st.apply(&[put("e", "1")]).unwrap();
         assert!(st.commit(None).unwrap());
         assert_eq!(other.get("e").unwrap(), Some(b"1".to_vec()));
+
+        // The read cache is kept exact by this storage's own commits, and assumes it is the
+        // only writer: another writer's change shows once the cache starts over.
+        assert_eq!(st.get("e").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(st.scan("a/").unwrap().len(), 3);
+        admin
+            .batch_execute(
+                "DROP TRIGGER refuse ON cairn_kv; DELETE FROM cairn_kv WHERE key = '\\x65'::bytea",
+            )
+            .unwrap();
+        assert_eq!(
+            st.get("e").unwrap(),
+            Some(b"1".to_vec()),
+            "served from the cache"
+        );
+        st.set_read_cache(true);
+        assert_eq!(st.get("e").unwrap(), None);
+        st.begin().unwrap();
+        st.apply(&[put("a/3", "3")]).unwrap();
+        assert!(st.commit(None).unwrap());
+        assert_eq!(st.scan("a/").unwrap().len(), 4);
+        assert_eq!(other.scan("a/").unwrap().len(), 4);
     }
 
     /// Reads in a batch agree with memory storage after the same writes, whatever the mix
     /// of stored keys and the batch's puts and deletes (scan_after's merge in particular).
     #[test]
     fn postgres_batch_reads_match_memory_storage() {
+        batch_reads_match_memory_storage(false);
+        batch_reads_match_memory_storage(true);
+    }
+
+    fn batch_reads_match_memory_storage(cached: bool) {
         use cairn_core::storage::MemStorage;
-        let s = settings(&fresh_db("merge"));
+        let s = settings(&fresh_db(&format!("merge_{cached}")));
         let mut st = PgStorage::open(&s).expect("open");
+        st.set_read_cache(cached);
         let mut mem = MemStorage::new();
         let mut seed: u64 = 0x5eed;
         let mut next = |n: u64| {

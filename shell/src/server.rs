@@ -296,8 +296,10 @@ fn open_storage(cfg: &ServerConfig, origin: &Origin) -> Result<ShellStorage, Str
             pg.ha_table.as_deref(),
         )
         .map_err(|e| format!("storage \"postgresql\": {e}"))?;
-        let storage = crate::postgres::PgStorage::open(&settings)
+        let mut storage = crate::postgres::PgStorage::open(&settings)
             .map_err(|e| format!("storage \"postgresql\": {e}"))?;
+        // The only writer without HA: reads may be cached (see postgres.rs).
+        storage.set_read_cache(!pg.ha_enabled);
         log::info!(
             "storage: PostgreSQL at {} (table {}, lease table {})",
             settings.target,
