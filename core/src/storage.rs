@@ -25,9 +25,9 @@ pub enum StorageError {
     /// Any other failure of the backend (an I/O error, a lock, a failed sync).
     Io(String),
     /// A fenced commit (shared storage, one active node at a time): this node held the
-    /// leader lease at epoch `held`, the lease is now at epoch `current` (another node took
-    /// it), so the batch was rolled back whole and nothing of it was written.
-    Fenced { held: u64, current: u64 },
+    /// leader lease at epoch `held` (`None`: it is a standby, which writes nothing), the lease
+    /// is at epoch `current`, so the batch was rolled back whole and nothing of it was written.
+    Fenced { held: Option<u64>, current: u64 },
 }
 
 impl std::fmt::Display for StorageError {
@@ -44,10 +44,18 @@ impl std::fmt::Display for StorageError {
                  restore the file from a backup"
             ),
             StorageError::Io(m) => write!(f, "storage error: {m}"),
-            StorageError::Fenced { held, current } => write!(
+            StorageError::Fenced {
+                held: Some(held),
+                current,
+            } => write!(
                 f,
                 "this node lost leadership (it held the lease at epoch {held}, the lease is \
                  now at epoch {current}): the write was not applied; retry on the active node"
+            ),
+            StorageError::Fenced { held: None, .. } => write!(
+                f,
+                "this node is a standby: it does not write to the cluster's storage, and the \
+                 write was not applied; retry on the active node"
             ),
         }
     }
@@ -314,7 +322,7 @@ mod tests {
             500
         );
         let fenced = ApiError::from(StorageError::Fenced {
-            held: 3,
+            held: Some(3),
             current: 4,
         });
         assert_eq!(fenced.status(), 503);

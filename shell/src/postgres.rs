@@ -395,26 +395,55 @@ pub struct PgStorage {
     cache: RefCell<Option<crate::sqlite::ReadCache>>,
 }
 
-/// The epoch a storage's commits are fenced with, shared: the thread that holds the lease can
-/// set it ([`PgStorage::fence_handle`]) while the core thread commits. Epochs of a held lease
-/// start at 1, so 0 stands for "not fenced".
+/// Under which condition a batch may be committed (the core's `ha::Fence`, one to one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceMode {
+    /// No HA: commit as always.
+    None,
+    /// Only while the lease is at this epoch (checked in the commit's transaction).
+    Epoch(u64),
+    /// A standby: a batch that writes anything is refused.
+    Standby,
+}
+
+/// The condition a storage's commits are fenced with, shared: the thread that holds the
+/// lease can set it ([`PgStorage::fence_handle`]) while the core thread commits. Held epochs
+/// start at 1, so 0 stands for [`FenceMode::None`] and `u64::MAX` for [`FenceMode::Standby`].
 #[derive(Clone, Default, Debug)]
 pub struct Fence(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
 // Used by the HA roles (standby/active), wired separately.
 #[allow(dead_code)]
 impl Fence {
+    const STANDBY: u64 = u64::MAX;
+
     /// Fences the following commits with `epoch` (`None`: not fenced).
     pub fn set(&self, epoch: Option<u64>) {
-        self.0
-            .store(epoch.unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+        self.set_mode(epoch.map_or(FenceMode::None, FenceMode::Epoch));
     }
 
-    /// The epoch commits are fenced with.
-    pub fn get(&self) -> Option<u64> {
+    pub fn set_mode(&self, mode: FenceMode) {
+        let v = match mode {
+            FenceMode::None => 0,
+            FenceMode::Epoch(e) => e.min(Self::STANDBY - 1),
+            FenceMode::Standby => Self::STANDBY,
+        };
+        self.0.store(v, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn mode(&self) -> FenceMode {
         match self.0.load(std::sync::atomic::Ordering::SeqCst) {
-            0 => None,
-            e => Some(e),
+            0 => FenceMode::None,
+            Self::STANDBY => FenceMode::Standby,
+            e => FenceMode::Epoch(e),
+        }
+    }
+
+    /// The epoch commits are fenced with (none when not fenced or a standby).
+    pub fn get(&self) -> Option<u64> {
+        match self.mode() {
+            FenceMode::Epoch(e) => Some(e),
+            FenceMode::None | FenceMode::Standby => None,
         }
     }
 }
@@ -450,8 +479,14 @@ impl PgStorage {
     }
 
     /// The epoch commits are fenced with.
+    #[allow(dead_code)] // for the HA roles
     pub fn fence(&self) -> Option<u64> {
         self.fence.get()
+    }
+
+    /// The condition commits are fenced with.
+    pub fn fence_mode(&self) -> FenceMode {
+        self.fence.mode()
     }
 
     /// Turns the read cache on (empty) or off. Only while this node is the database's only
@@ -510,12 +545,38 @@ impl PgStorage {
     /// transaction first locks the lease row and the batch is refused whole with
     /// [`StorageError::Fenced`] unless the lease is at that epoch. On any error nothing of the
     /// batch is written and the batch is dropped.
+    #[allow(dead_code)] // the runtime commits with `commit_mode`; for the HA roles and tests
     pub fn commit(&mut self, fence: Option<u64>) -> Result<bool, StorageError> {
+        self.commit_mode(fence.map_or(FenceMode::None, FenceMode::Epoch))
+    }
+
+    /// [`PgStorage::commit`] under any [`FenceMode`]: a standby's batch that writes anything
+    /// is refused whole with [`StorageError::Fenced`] (`held: None`).
+    pub fn commit_mode(&mut self, mode: FenceMode) -> Result<bool, StorageError> {
         self.batch = false;
         let pending = std::mem::take(&mut self.pending);
         if pending.is_empty() {
             return Ok(false);
         }
+        let fence = match mode {
+            FenceMode::None => None,
+            FenceMode::Epoch(e) => Some(e),
+            FenceMode::Standby => {
+                let current = self
+                    .with_conn(|c| c.client.query_opt(&c.fence, &[]))
+                    .ok()
+                    .flatten()
+                    .map_or(0, |r| r.get::<_, i64>(0).max(0) as u64);
+                log::error!(
+                    "commit refused: this node is a standby; {} writes dropped",
+                    pending.len()
+                );
+                return Err(StorageError::Fenced {
+                    held: None,
+                    current,
+                });
+            }
+        };
         let mut put_k: Vec<&[u8]> = Vec::new();
         let mut put_v: Vec<&[u8]> = Vec::new();
         let mut del: Vec<&[u8]> = Vec::new();
@@ -564,7 +625,10 @@ impl PgStorage {
                  {current}); {} writes dropped",
                 pending.len()
             );
-            return Err(StorageError::Fenced { held, current });
+            return Err(StorageError::Fenced {
+                held: Some(held),
+                current,
+            });
         }
         res.map(|()| true)
     }
@@ -686,7 +750,7 @@ impl Storage for PgStorage {
             return Ok(());
         }
         // Outside a batch: a batch of its own.
-        self.commit(self.fence.get()).map(|_| ())
+        self.commit_mode(self.fence.mode()).map(|_| ())
     }
 }
 
@@ -1232,7 +1296,7 @@ mod tests {
         assert_eq!(
             e,
             StorageError::Fenced {
-                held: held_a.epoch,
+                held: Some(held_a.epoch),
                 current: held_b.epoch
             }
         );
@@ -1250,6 +1314,23 @@ mod tests {
             unreachable!()
         };
         assert_eq!(st_a.get("k").unwrap(), Some(b"from-b".to_vec()));
+        // A standby writes nothing; a batch that only reads is fine.
+        st_a.fence_handle().set_mode(FenceMode::Standby);
+        st_a.begin().unwrap();
+        assert!(!st_a.commit_mode(st_a.fence_mode()).unwrap());
+        st_a.begin().unwrap();
+        st_a.apply(&[put("k", "standby")]).unwrap();
+        let e = st_a.commit_mode(st_a.fence_mode()).unwrap_err();
+        assert_eq!(
+            e,
+            StorageError::Fenced {
+                held: None,
+                current: held_b.epoch
+            }
+        );
+        assert!(e.to_string().contains("standby"), "{e}");
+        assert_eq!(st_a.apply(&[put("k", "standby")]), Err(e));
+        assert_eq!(st_b.get("k").unwrap(), Some(b"from-b".to_vec()));
 
         // The node registry.
         a.echo("a", "http://a:8200", "https://a:8201", "0.1.0")

@@ -640,7 +640,7 @@ mod tests {
         let io = BatchFailed::Storage(StorageError::Io("disk I/O error".into()));
         assert_eq!(io.api_error().status(), 500);
         let fenced = BatchFailed::Storage(StorageError::Fenced {
-            held: 1,
+            held: Some(1),
             current: 2,
         });
         assert_eq!(fenced.api_error().status(), 503);

@@ -8,7 +8,7 @@
 //! batch durable, so it has no syncer and no checkpointer. A PostgreSQL commit may be fenced
 //! ([`ShellStorage::set_fence`]): refused whole when another node took the leader lease.
 
-use crate::postgres::PgStorage;
+use crate::postgres::{FenceMode, PgStorage};
 use crate::sqlite::{Checkpointer, SqliteStorage, WalSync};
 use cairn_core::storage::{Storage, StorageError, Write};
 
@@ -36,8 +36,8 @@ impl ShellStorage {
         match self {
             ShellStorage::Sqlite(s) => s.commit_unsynced(),
             ShellStorage::Postgres(p) => {
-                let fence = p.fence();
-                p.commit(fence)
+                let mode = p.fence_mode();
+                p.commit_mode(mode)
             }
         }
     }
@@ -73,6 +73,22 @@ impl ShellStorage {
         match self {
             ShellStorage::Sqlite(s) => s.wal_sync(),
             ShellStorage::Postgres(_) => None,
+        }
+    }
+
+    /// Fences the following commits under `mode` (PostgreSQL; the core's `ha::Fence` one to
+    /// one). SQLite takes only [`FenceMode::None`].
+    #[allow(dead_code)] // used by the HA roles, wired separately
+    pub fn set_fence_mode(&mut self, mode: FenceMode) -> Result<(), StorageError> {
+        match self {
+            ShellStorage::Postgres(p) => {
+                p.fence_handle().set_mode(mode);
+                Ok(())
+            }
+            ShellStorage::Sqlite(_) if mode == FenceMode::None => Ok(()),
+            ShellStorage::Sqlite(_) => Err(StorageError::Io(
+                "SQLite storage has no leader lease to fence commits with".into(),
+            )),
         }
     }
 
