@@ -2,7 +2,8 @@
 # Installs what a fresh machine lacks for building and testing Cairn:
 # OpenLDAP (slapd, ldap-utils) and openssl for the LDAP tests, python3-venv for the hvac test,
 # tmux for the terminal tests, curl and python3 for the README walkthrough tests, pip for
-# the reference server of the differential test (scripts/reference.sh, OpenBao 2.6.2 from PyPI).
+# the reference server of the differential test (scripts/reference.sh, OpenBao 2.6.2 from PyPI),
+# PostgreSQL for the PostgreSQL storage tests (scripts/dev-postgres.sh runs a throwaway server).
 set -euo pipefail
 need=()
 command -v slapd >/dev/null 2>&1 || [ -x /usr/sbin/slapd ] || need+=(slapd)
@@ -14,6 +15,7 @@ command -v curl >/dev/null 2>&1 || need+=(curl ca-certificates)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 command -v flock >/dev/null 2>&1 || need+=(util-linux)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: need root to install: ${need[*]}" >&2

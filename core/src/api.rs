@@ -259,13 +259,15 @@ impl std::fmt::Display for ApiError {
 }
 
 /// The kind of a storage error chooses the answer: a full disk is 507 (the client may try
-/// again once space is freed), any other failure 500.
+/// again once space is freed), a commit fenced off by a newer leader 503 (this node is no
+/// longer the active one; the client retries elsewhere), any other failure 500.
 impl From<crate::storage::StorageError> for ApiError {
     fn from(e: crate::storage::StorageError) -> Self {
         use crate::storage::StorageError;
         match e {
             StorageError::Full => ApiError::StorageFull,
             StorageError::Corrupt(_) | StorageError::Io(_) => ApiError::Internal(e.to_string()),
+            StorageError::Fenced { .. } => ApiError::Unavailable(e.to_string()),
         }
     }
 }

@@ -13,7 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub type Write = (String, Option<Vec<u8>>);
 
 /// Error from a storage backend. The kind decides the API's answer (see
-/// `impl From<StorageError> for ApiError`): a full disk is 507, anything else 500.
+/// `impl From<StorageError> for ApiError`): a full disk is 507, a fenced commit 503, anything
+/// else 500.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StorageError {
     /// The file system of the storage has no space left: writes are refused until space is
@@ -23,6 +24,10 @@ pub enum StorageError {
     Corrupt(String),
     /// Any other failure of the backend (an I/O error, a lock, a failed sync).
     Io(String),
+    /// A fenced commit (shared storage, one active node at a time): this node held the
+    /// leader lease at epoch `held` (`None`: it is a standby, which writes nothing), the lease
+    /// is at epoch `current`, so the batch was rolled back whole and nothing of it was written.
+    Fenced { held: Option<u64>, current: u64 },
 }
 
 impl std::fmt::Display for StorageError {
@@ -39,6 +44,19 @@ impl std::fmt::Display for StorageError {
                  restore the file from a backup"
             ),
             StorageError::Io(m) => write!(f, "storage error: {m}"),
+            StorageError::Fenced {
+                held: Some(held),
+                current,
+            } => write!(
+                f,
+                "this node lost leadership (it held the lease at epoch {held}, the lease is \
+                 now at epoch {current}): the write was not applied; retry on the active node"
+            ),
+            StorageError::Fenced { held: None, .. } => write!(
+                f,
+                "this node is a standby: it does not write to the cluster's storage, and the \
+                 write was not applied; retry on the active node"
+            ),
         }
     }
 }
@@ -303,6 +321,14 @@ mod tests {
             ApiError::from(StorageError::Corrupt("x".into())).status(),
             500
         );
+        let fenced = ApiError::from(StorageError::Fenced {
+            held: Some(3),
+            current: 4,
+        });
+        assert_eq!(fenced.status(), 503);
+        let msg = fenced.to_string();
+        assert!(msg.contains("lost leadership"), "{msg}");
+        assert!(msg.contains("not applied"), "{msg}");
     }
 
     #[test]

@@ -2,6 +2,13 @@
 //!
 //! ```hcl
 //! storage "sqlite" { path = "/var/lib/cairn/cairn.db" }
+//! # or, one database shared by the nodes of an HA cluster (Vault's stanza):
+//! # storage "postgresql" {
+//! #   connection_url = "postgres://cairn:PASSWORD@db.internal:5432/cairn?sslmode=disable"
+//! #   ha_enabled     = true
+//! #   table          = "cairn_kv"        # default
+//! #   ha_table       = "cairn_ha_lock"   # default; the node registry is <ha_table>_nodes
+//! # }
 //! listener "tcp" {
 //!   address         = "127.0.0.1:8200"
 //!   cluster_address = "127.0.0.1:8201"
@@ -19,7 +26,10 @@ use std::path::PathBuf;
 
 #[derive(Debug, Clone, Default)]
 pub struct ServerConfig {
+    /// The SQLite file (empty with `storage "postgresql"`).
     pub storage_path: PathBuf,
+    /// `storage "postgresql"`: the database instead of a SQLite file.
+    pub postgres: Option<PostgresConfig>,
     pub address: String,
     pub cluster_address: String,
     pub tls_cert_file: Option<PathBuf>,
@@ -34,6 +44,27 @@ pub struct ServerConfig {
     pub disable_mlock: bool,
     /// Extra top-level settings later capabilities read (e.g. replication tuning).
     pub extra: Map<String, Value>,
+}
+
+/// The `storage "postgresql"` block.
+#[derive(Clone, Default)]
+pub struct PostgresConfig {
+    /// `postgres://USER:PASSWORD@HOST:PORT/DATABASE?...` (holds the password: never printed).
+    pub connection_url: String,
+    pub ha_enabled: bool,
+    pub table: Option<String>,
+    pub ha_table: Option<String>,
+}
+
+impl std::fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("connection_url", &"<redacted>")
+            .field("ha_enabled", &self.ha_enabled)
+            .field("table", &self.table)
+            .field("ha_table", &self.ha_table)
+            .finish()
+    }
 }
 
 pub const DEFAULT_MAX_REQUEST_SIZE: usize = 32 * 1024 * 1024;
@@ -144,6 +175,7 @@ const LISTENER_KEYS: &[&str] = &[
     "tls_key_file",
 ];
 const STORAGE_KEYS: &[&str] = &["path"];
+const POSTGRES_KEYS: &[&str] = &["connection_url", "ha_enabled", "table", "ha_table"];
 const REPLICATION_KEYS: &[&str] = &[
     "wal_max_entries",
     "wal_max_bytes",
@@ -160,6 +192,7 @@ fn unknown_key(key: &str, place: &str, known: &[&str]) -> Refusal {
         ("at the top level", TOP_KEYS),
         ("in the listener \"tcp\" block", LISTENER_KEYS),
         ("in the storage \"sqlite\" block", STORAGE_KEYS),
+        ("in the storage \"postgresql\" block", POSTGRES_KEYS),
         ("in the replication block", REPLICATION_KEYS),
     ]
     .into_iter()
@@ -272,29 +305,53 @@ fn parse_value(text: &str) -> Result<ServerConfig, Refusal> {
             "storage" => {
                 let s = obj(val, "storage").map_err(|e| at(k, e))?;
                 for (kind, body) in s {
-                    if kind != "sqlite" {
-                        return Err(at(
-                            k,
-                            format!(
-                                "storage \"{kind}\": unsupported backend (only \"sqlite\": \
-                                 storage \"sqlite\" {{ path = \"/var/lib/cairn/cairn.db\" }})"
-                            ),
-                        ));
+                    if saw_storage {
+                        return Err(at(k, "only one storage block may be given"));
                     }
-                    for (sk, sv) in obj(body, "storage \"sqlite\"").map_err(|e| at(k, e))? {
-                        match sk.as_str() {
-                            "path" => {
-                                c.storage_path = PathBuf::from(
-                                    string(sv, "storage.sqlite.path").map_err(|e| at(sk, e))?,
-                                )
+                    match kind.as_str() {
+                        "sqlite" => {
+                            for (sk, sv) in obj(body, "storage \"sqlite\"").map_err(|e| at(k, e))? {
+                                match sk.as_str() {
+                                    "path" => {
+                                        c.storage_path = PathBuf::from(
+                                            string(sv, "storage.sqlite.path")
+                                                .map_err(|e| at(sk, e))?,
+                                        )
+                                    }
+                                    other => {
+                                        return Err(unknown_key(
+                                            other,
+                                            "in the storage \"sqlite\" block",
+                                            STORAGE_KEYS,
+                                        ))
+                                    }
+                                }
                             }
-                            other => {
-                                return Err(unknown_key(
-                                    other,
-                                    "in the storage \"sqlite\" block",
-                                    STORAGE_KEYS,
-                                ))
+                            if c.storage_path.as_os_str().is_empty() {
+                                return Err(at(
+                                    k,
+                                    "storage \"sqlite\" { path = \"...\" } is required",
+                                ));
                             }
+                        }
+                        "postgresql" => {
+                            c.postgres = Some(postgres_block(body).map_err(|mut r| {
+                                if r.key.is_none() {
+                                    r.key = Some(k.clone());
+                                }
+                                r
+                            })?);
+                        }
+                        _ => {
+                            return Err(at(
+                                k,
+                                format!(
+                                    "storage \"{kind}\": unsupported backend (\"sqlite\": storage \
+                                     \"sqlite\" {{ path = \"/var/lib/cairn/cairn.db\" }}, or \
+                                     \"postgresql\": storage \"postgresql\" {{ connection_url = \
+                                     \"postgres://...\" }})"
+                                ),
+                            ))
                         }
                     }
                     saw_storage = true;
@@ -385,8 +442,12 @@ fn parse_value(text: &str) -> Result<ServerConfig, Refusal> {
             other => return Err(unknown_key(other, "at the top level", TOP_KEYS)),
         }
     }
-    if !saw_storage || c.storage_path.as_os_str().is_empty() {
-        return Err("storage \"sqlite\" { path = \"...\" } is required".into());
+    if !saw_storage {
+        return Err(
+            "a storage block is required: storage \"sqlite\" { path = \"...\" } or \
+                    storage \"postgresql\" { connection_url = \"postgres://...\" }"
+                .into(),
+        );
     }
     if !saw_listener || c.address.is_empty() {
         return Err("listener \"tcp\" { address = \"...\" } is required".into());
@@ -404,6 +465,45 @@ fn parse_value(text: &str) -> Result<ServerConfig, Refusal> {
         c.cluster_address = next_port(&c.address).unwrap_or_default();
     }
     Ok(c)
+}
+
+/// The `storage "postgresql"` block's settings.
+fn postgres_block(body: &Value) -> Result<PostgresConfig, Refusal> {
+    let mut p = PostgresConfig::default();
+    for (pk, pv) in obj(body, "storage \"postgresql\"")? {
+        let what = format!("storage.postgresql.{pk}");
+        let bad = |e: String| at(pk, e);
+        match pk.as_str() {
+            "connection_url" => p.connection_url = string(pv, &what).map_err(bad)?,
+            "ha_enabled" => p.ha_enabled = boolean(pv, &what).map_err(bad)?,
+            "table" => p.table = Some(string(pv, &what).map_err(bad)?),
+            "ha_table" => p.ha_table = Some(string(pv, &what).map_err(bad)?),
+            other => {
+                return Err(unknown_key(
+                    other,
+                    "in the storage \"postgresql\" block",
+                    POSTGRES_KEYS,
+                ))
+            }
+        }
+    }
+    if p.connection_url.is_empty() {
+        return Err("storage \"postgresql\" { connection_url = \"postgres://USER:PASSWORD@HOST:PORT/DATABASE\" } is required".into());
+    }
+    // Checked here so a bad URL or table name is a configuration error with its line; the
+    // message never repeats the URL (it holds the password).
+    crate::postgres::PgSettings::new(&p.connection_url, p.table.as_deref(), p.ha_table.as_deref())
+        .map_err(|e| {
+            let key = if e.starts_with("table") {
+                "table"
+            } else if e.starts_with("ha_table") {
+                "ha_table"
+            } else {
+                "connection_url"
+            };
+            at(key, format!("storage \"postgresql\": {e}"))
+        })?;
+    Ok(p)
 }
 
 /// `127.0.0.1:8200` → `127.0.0.1:8201`.
@@ -532,6 +632,62 @@ listener "tcp" {
         .unwrap_err();
         assert_eq!(e.line, Some(4), "{e}");
         assert!(e.msg.contains("did you mean `tls_cert_file`?"), "{e}");
+    }
+
+    #[test]
+    fn parses_the_postgresql_stanza() {
+        let listener = "listener \"tcp\" {\n address = \"127.0.0.1:1\"\n tls_disable = true\n}\n";
+        let c = parse(&format!(
+            "storage \"postgresql\" {{\n  connection_url = \"postgres://u:secret@db:5432/cairn\"\n  \
+             ha_enabled = true\n  table = \"kv\"\n  ha_table = \"lock\"\n}}\n{listener}"
+        ))
+        .unwrap();
+        let pg = c.postgres.as_ref().expect("postgresql");
+        assert_eq!(pg.connection_url, "postgres://u:secret@db:5432/cairn");
+        assert!(pg.ha_enabled);
+        assert_eq!(
+            (pg.table.as_deref(), pg.ha_table.as_deref()),
+            (Some("kv"), Some("lock"))
+        );
+        assert!(c.storage_path.as_os_str().is_empty());
+        assert!(
+            !format!("{c:?}").contains("secret"),
+            "the password in Debug"
+        );
+        // Unknown keys are refused with their line and the closest key.
+        let e = parse(&format!(
+            "storage \"postgresql\" {{\n  connection_url = \"postgres://u@db/c\"\n  \
+             ha_enabeld = true\n}}\n{listener}"
+        ))
+        .unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.msg.contains("did you mean `ha_enabled`?"), "{e}");
+        // A bad URL or table name is a configuration error, without the URL's password.
+        let e = parse(&format!(
+            "storage \"postgresql\" {{\n  connection_url = \"postgres://u:secret@db:x/c\"\n}}\n{listener}"
+        ))
+        .unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(!e.msg.contains("secret"), "{e}");
+        let e = parse(&format!(
+            "storage \"postgresql\" {{\n  connection_url = \"postgres://u@db/c\"\n  table = \"x; drop\"\n}}\n{listener}"
+        ))
+        .unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        let e = parse(&format!(
+            "storage \"postgresql\" {{\n  ha_enabled = true\n}}\n{listener}"
+        ))
+        .unwrap_err();
+        assert!(e.msg.contains("connection_url"), "{e}");
+        // SQLite is unchanged; no storage block at all is refused.
+        let c = parse(&format!(
+            "storage \"sqlite\" {{ path = \"/x.db\" }}\n{listener}"
+        ))
+        .unwrap();
+        assert!(c.postgres.is_none());
+        assert_eq!(c.storage_path, PathBuf::from("/x.db"));
+        let e = parse(listener).unwrap_err();
+        assert!(e.msg.contains("a storage block is required"), "{e}");
     }
 
     #[test]

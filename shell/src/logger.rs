@@ -5,9 +5,16 @@ use log::{Level, LevelFilter, Metadata, Record};
 
 struct Stderr;
 
+/// Whether `target`'s debug and trace records are dropped whatever the level: the
+/// PostgreSQL client logs every statement with its parameters there (storage keys and
+/// values), which no log should hold (and which would flood a debug log).
+fn quiet_below_info(target: &str) -> bool {
+    target.starts_with("tokio_postgres") || target == "postgres" || target.starts_with("postgres::")
+}
+
 impl log::Log for Stderr {
     fn enabled(&self, m: &Metadata) -> bool {
-        m.level() <= log::max_level()
+        m.level() <= log::max_level() && (m.level() <= Level::Info || !quiet_below_info(m.target()))
     }
     fn log(&self, r: &Record) {
         if self.enabled(r.metadata()) {
@@ -65,4 +72,22 @@ pub fn init(flag: Option<&str>) -> Result<(), String> {
     let _ = log::set_logger(&LOGGER);
     log::set_max_level(level);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use log::Log;
+
+    #[test]
+    fn the_database_clients_statements_are_not_logged() {
+        log::set_max_level(LevelFilter::Trace);
+        let meta = |level, target| Metadata::builder().level(level).target(target).build();
+        let l = Stderr;
+        assert!(!l.enabled(&meta(Level::Debug, "tokio_postgres::query")));
+        assert!(!l.enabled(&meta(Level::Trace, "postgres")));
+        assert!(l.enabled(&meta(Level::Info, "tokio_postgres::connection")));
+        assert!(l.enabled(&meta(Level::Debug, "cairn::postgres")));
+        assert!(l.enabled(&meta(Level::Debug, "cairn_core::node")));
+    }
 }

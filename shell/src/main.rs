@@ -15,9 +15,11 @@ mod http;
 mod latency;
 mod ldap;
 mod logger;
+mod postgres;
 mod runtime;
 mod server;
 mod sqlite;
+mod storage;
 
 use clap::{Parser, Subcommand};
 

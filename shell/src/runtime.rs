@@ -1,11 +1,12 @@
-//! The core thread: owns the `Node` and its SQLite storage, drains a channel of inputs in
-//! batches, runs each batch inside one SQLite transaction (group commit), and releases the
-//! batch's responses only after the commit, so an acknowledged write is durable. Answers
+//! The core thread: owns the `Node` and its storage (SQLite or PostgreSQL:
+//! [`ShellStorage`]), drains a channel of inputs in batches, runs each batch inside one
+//! storage transaction (group commit), and releases the batch's responses only after the
+//! commit (and, for SQLite, the sync), so an acknowledged write is durable. Answers
 //! find their callers by id (requests by theirs, peer messages and admin commands by one
 //! the loop gives them); a batch that does not commit answers everyone with its error.
 //! Timers come from `poll_timeout`; LDAP operations go to the LDAP pool.
 
-use crate::sqlite::SqliteStorage;
+use crate::storage::ShellStorage;
 use cairn_core::admin::{Admin, AdminAnswer, AdminId};
 use cairn_core::api::{ApiError, RequestId, Response};
 use cairn_core::replication::PeerAnswer;
@@ -48,7 +49,7 @@ pub fn now_ms() -> u64 {
 impl Core {
     /// Starts the core thread.
     #[allow(clippy::expect_used)] // at start-up: without its core thread there is no server
-    pub fn start(storage: SqliteStorage, config: NodeConfig, ldap_threads: usize) -> Core {
+    pub fn start(storage: ShellStorage, config: NodeConfig, ldap_threads: usize) -> Core {
         let (tx, rx) = mpsc::channel::<Msg>();
         let ldap_tx = tx.clone();
         let pool = crate::ldap::LdapPool::new(
@@ -112,7 +113,7 @@ impl Core {
 }
 
 fn run(
-    mut node: Node<SqliteStorage>,
+    mut node: Node<ShellStorage>,
     rx: Receiver<Msg>,
     tx: Sender<Msg>,
     pool: crate::ldap::LdapPool,
@@ -219,6 +220,11 @@ fn run(
                 .commit_unsynced()
                 .map_err(BatchFailed::Storage),
         };
+        if let Err(BatchFailed::Storage(_)) = &committed {
+            // Nothing of the batch is stored (a lost SQLite batch is handled below): the node
+            // reloads what it derived from the batch's writes, as after a rollback.
+            node.storage_rolled_back();
+        }
         if let Err(e) = &committed {
             log::error!(
                 "batch commit failed, {} requests answered with errors: {e}",
@@ -638,9 +644,16 @@ mod tests {
             d.deliver(&core_tx);
         }
         assert_eq!(arx.try_recv(), Ok(Err(ApiError::StorageFull)));
-        // Any other storage failure stays a 500.
+        // Any other storage failure stays a 500; a commit fenced off by a newer leader is a
+        // 503 saying the write was not applied.
         let io = BatchFailed::Storage(StorageError::Io("disk I/O error".into()));
         assert_eq!(io.api_error().status(), 500);
+        let fenced = BatchFailed::Storage(StorageError::Fenced {
+            held: Some(1),
+            current: 2,
+        });
+        assert_eq!(fenced.api_error().status(), 503);
+        assert!(fenced.to_string().contains("not applied"), "{fenced}");
         assert_eq!(
             BatchFailed::Audit("x".into()).api_error(),
             ApiError::Internal("audit device failed: x".into())

@@ -1,10 +1,12 @@
-//! `cairn server`: loads the configuration (or the dev-mode defaults), opens SQLite, starts
+//! `cairn server`: loads the configuration (or the dev-mode defaults), opens its storage
+//! (SQLite, or PostgreSQL with `storage "postgresql"`), starts
 //! the core thread and the API listener, and in dev mode initialises and unseals itself.
 
 use crate::config::{self, ServerConfig};
 use crate::http::{self, ApiOptions, TlsFiles};
 use crate::runtime::Core;
 use crate::sqlite::SqliteStorage;
+use crate::storage::ShellStorage;
 use cairn_core::{Admin, AdminResult, NodeConfig};
 use std::path::{Path, PathBuf};
 
@@ -237,21 +239,7 @@ fn start(a: &ServerArgs) -> Result<(Core, Option<tempfile::TempDir>), String> {
     // Both ports before anything else: a busy one stops the start before storage is opened.
     let api = listen(&cfg.address, "the API address", &origin.api)?;
     let cluster = listen(&cfg.cluster_address, "the cluster address", &origin.cluster)?;
-    if let Some(change) = &origin.storage {
-        if let Some(dir) = storage_dir(&cfg.storage_path, change)? {
-            log::info!(
-                "created the storage directory {} (it did not exist; its parent did)",
-                dir.display()
-            );
-        }
-    }
-    let storage = SqliteStorage::open(&cfg.storage_path).map_err(|e| {
-        format!(
-            "cannot open storage at {}: {e} (the file and its directory must be writable by \
-             the user this server runs as)",
-            cfg.storage_path.display()
-        )
-    })?;
+    let storage = open_storage(&cfg, &origin)?;
     let node_config = NodeConfig {
         node_id: format!("node-{}", std::process::id()),
         cluster_name: cfg.cluster_name.clone(),
@@ -295,6 +283,54 @@ fn start(a: &ServerArgs) -> Result<(Core, Option<tempfile::TempDir>), String> {
     )?;
     log::info!("API listening on {scheme}://{addr}");
     Ok((core, tmp))
+}
+
+/// Opens the configured storage: the SQLite file (creating its directory one level deep), or
+/// the PostgreSQL database (its tables created when missing, its schema version checked). A
+/// refusal says what to change and never contains the database password.
+fn open_storage(cfg: &ServerConfig, origin: &Origin) -> Result<ShellStorage, String> {
+    if let Some(pg) = &cfg.postgres {
+        let settings = crate::postgres::PgSettings::new(
+            &pg.connection_url,
+            pg.table.as_deref(),
+            pg.ha_table.as_deref(),
+        )
+        .map_err(|e| format!("storage \"postgresql\": {e}"))?;
+        let mut storage = crate::postgres::PgStorage::open(&settings)
+            .map_err(|e| format!("storage \"postgresql\": {e}"))?;
+        // The only writer without HA: reads may be cached (see postgres.rs).
+        storage.set_read_cache(!pg.ha_enabled);
+        log::info!(
+            "storage: PostgreSQL at {} (table {}, lease table {})",
+            settings.target,
+            settings.table,
+            settings.ha_table
+        );
+        if pg.ha_enabled {
+            log::warn!(
+                "storage \"postgresql\": ha_enabled is set, but standby and active roles are not \
+                 wired yet: this server writes as the only active node; run one server per database"
+            );
+        }
+        return Ok(ShellStorage::Postgres(storage));
+    }
+    if let Some(change) = &origin.storage {
+        if let Some(dir) = storage_dir(&cfg.storage_path, change)? {
+            log::info!(
+                "created the storage directory {} (it did not exist; its parent did)",
+                dir.display()
+            );
+        }
+    }
+    SqliteStorage::open(&cfg.storage_path)
+        .map(ShellStorage::Sqlite)
+        .map_err(|e| {
+            format!(
+                "cannot open storage at {}: {e} (the file and its directory must be writable by \
+                 the user this server runs as)",
+                cfg.storage_path.display()
+            )
+        })
 }
 
 /// Initialises and unseals a dev server and stores its root token in the CLI's token file

@@ -84,7 +84,7 @@ pub struct SqliteStorage {
 /// Values of recently read keys (`None`: read and absent), and the results of recent small
 /// prefix scans (audit devices, mounts: read on every request).
 #[derive(Default)]
-struct ReadCache {
+pub(crate) struct ReadCache {
     map: HashMap<String, Option<Vec<u8>>>,
     bytes: usize,
     scans: HashMap<String, Vec<(String, Vec<u8>)>>,
@@ -102,15 +102,15 @@ impl ReadCache {
     const MAX_SCAN_ENTRIES: usize = 64;
     const MAX_SCAN_BYTES: usize = 64 << 10;
 
-    fn get(&self, key: &str) -> Option<Option<Vec<u8>>> {
+    pub(crate) fn get(&self, key: &str) -> Option<Option<Vec<u8>>> {
         self.map.get(key).cloned()
     }
 
-    fn scanned(&self, prefix: &str) -> Option<Vec<(String, Vec<u8>)>> {
+    pub(crate) fn scanned(&self, prefix: &str) -> Option<Vec<(String, Vec<u8>)>> {
         self.scans.get(prefix).cloned()
     }
 
-    fn fill_scan(&mut self, prefix: &str, rows: &[(String, Vec<u8>)]) {
+    pub(crate) fn fill_scan(&mut self, prefix: &str, rows: &[(String, Vec<u8>)]) {
         let bytes: usize = rows.iter().map(|(k, v)| k.len() + v.len()).sum();
         if rows.len() > Self::MAX_SCAN_ENTRIES || bytes > Self::MAX_SCAN_BYTES {
             return;
@@ -128,7 +128,7 @@ impl ReadCache {
         }
     }
 
-    fn fill(&mut self, key: &str, value: &Option<Vec<u8>>) {
+    pub(crate) fn fill(&mut self, key: &str, value: &Option<Vec<u8>>) {
         let size = value.as_ref().map_or(0, Vec::len);
         if size > Self::MAX_VALUE {
             return;
@@ -143,7 +143,7 @@ impl ReadCache {
     }
 
     /// A write: a cached key takes the new value (keys not cached stay out).
-    fn wrote(&mut self, key: &str, value: &Option<Vec<u8>>) {
+    pub(crate) fn wrote(&mut self, key: &str, value: &Option<Vec<u8>>) {
         self.wrote_in_scans(key);
         if self.map.contains_key(key) {
             self.evict(key);
@@ -151,14 +151,14 @@ impl ReadCache {
         }
     }
 
-    fn evict(&mut self, key: &str) {
+    pub(crate) fn evict(&mut self, key: &str) {
         self.wrote_in_scans(key);
         if let Some(old) = self.map.remove(key) {
             self.bytes -= old.map_or(0, |v| v.len()) + key.len();
         }
     }
 
-    fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.map.clear();
         self.bytes = 0;
         self.scans.clear();

@@ -1,0 +1,157 @@
+//! The server's storage engine: SQLite (a file, one server) or PostgreSQL (a shared
+//! database), behind the one batch interface the runtime drives (begin, apply through
+//! [`Storage`], commit, rollback).
+//!
+//! The engines differ in when a commit is durable: SQLite's `commit_unsynced` returns before
+//! the disk has the batch and the runtime's sync thread syncs before answering
+//! ([`ShellStorage::wal_sync`]); PostgreSQL's `COMMIT` returns once the database made the
+//! batch durable, so it has no syncer and no checkpointer. A PostgreSQL commit may be fenced
+//! ([`ShellStorage::set_fence`]): refused whole when another node took the leader lease.
+
+use crate::postgres::{FenceMode, PgStorage};
+use crate::sqlite::{Checkpointer, SqliteStorage, WalSync};
+use cairn_core::storage::{Storage, StorageError, Write};
+
+// One per server, owned by the core thread: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum ShellStorage {
+    Sqlite(SqliteStorage),
+    Postgres(PgStorage),
+}
+
+impl ShellStorage {
+    /// Opens a batch.
+    pub fn begin(&mut self) -> Result<(), StorageError> {
+        match self {
+            ShellStorage::Sqlite(s) => s.begin(),
+            ShellStorage::Postgres(p) => p.begin(),
+        }
+    }
+
+    /// Commits the batch; true when it wrote anything. SQLite: not yet durable (sync with
+    /// [`ShellStorage::wal_sync`]'s syncer before answering); PostgreSQL: durable, and fenced
+    /// with the epoch of [`ShellStorage::set_fence`] if one is set. On an error nothing of the
+    /// batch is stored (or, SQLite, [`ShellStorage::take_lost_batch`] says so).
+    pub fn commit_unsynced(&mut self) -> Result<bool, StorageError> {
+        match self {
+            ShellStorage::Sqlite(s) => s.commit_unsynced(),
+            ShellStorage::Postgres(p) => {
+                let mode = p.fence_mode();
+                p.commit_mode(mode)
+            }
+        }
+    }
+
+    /// Drops the batch.
+    pub fn rollback(&mut self) {
+        match self {
+            ShellStorage::Sqlite(s) => s.rollback(),
+            ShellStorage::Postgres(p) => p.rollback(),
+        }
+    }
+
+    /// True once after a batch the node holds in memory could not be stored even though the
+    /// engine reported it committed (SQLite's disk-full replay failing); the runtime then
+    /// drops the node's memory.
+    pub fn take_lost_batch(&mut self) -> bool {
+        match self {
+            ShellStorage::Sqlite(s) => s.take_lost_batch(),
+            ShellStorage::Postgres(_) => false,
+        }
+    }
+
+    /// SQLite's checkpoint thread's work (none for PostgreSQL or an in-memory database).
+    pub fn checkpointer(&mut self) -> Result<Option<Checkpointer>, StorageError> {
+        match self {
+            ShellStorage::Sqlite(s) => s.checkpointer(),
+            ShellStorage::Postgres(_) => Ok(None),
+        }
+    }
+
+    /// The syncer of SQLite's unsynced commits (none for PostgreSQL: its commits are durable).
+    pub fn wal_sync(&self) -> Option<WalSync> {
+        match self {
+            ShellStorage::Sqlite(s) => s.wal_sync(),
+            ShellStorage::Postgres(_) => None,
+        }
+    }
+
+    /// Fences the following commits under `mode` (PostgreSQL; the core's `ha::Fence` one to
+    /// one). SQLite takes only [`FenceMode::None`].
+    #[allow(dead_code)] // used by the HA roles, wired separately
+    pub fn set_fence_mode(&mut self, mode: FenceMode) -> Result<(), StorageError> {
+        match self {
+            ShellStorage::Postgres(p) => {
+                p.fence_handle().set_mode(mode);
+                Ok(())
+            }
+            ShellStorage::Sqlite(_) if mode == FenceMode::None => Ok(()),
+            ShellStorage::Sqlite(_) => Err(StorageError::Io(
+                "SQLite storage has no leader lease to fence commits with".into(),
+            )),
+        }
+    }
+
+    // Used by the HA roles (the active node fences with its lease epoch), wired separately.
+    #[allow(dead_code)]
+    /// Fences the following commits with the leader lease's `epoch` (PostgreSQL only; `None`
+    /// lifts it). Refused for SQLite, which has no lease.
+    pub fn set_fence(&mut self, epoch: Option<u64>) -> Result<(), StorageError> {
+        match self {
+            ShellStorage::Postgres(p) => {
+                p.set_fence(epoch);
+                Ok(())
+            }
+            ShellStorage::Sqlite(_) if epoch.is_none() => Ok(()),
+            ShellStorage::Sqlite(_) => Err(StorageError::Io(
+                "SQLite storage has no leader lease to fence commits with".into(),
+            )),
+        }
+    }
+
+    #[allow(dead_code)]
+    /// The PostgreSQL storage, if that is the engine.
+    pub fn postgres(&mut self) -> Option<&mut PgStorage> {
+        match self {
+            ShellStorage::Postgres(p) => Some(p),
+            ShellStorage::Sqlite(_) => None,
+        }
+    }
+}
+
+impl Storage for ShellStorage {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        match self {
+            ShellStorage::Sqlite(s) => s.get(key),
+            ShellStorage::Postgres(p) => p.get(key),
+        }
+    }
+    fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+        match self {
+            ShellStorage::Sqlite(s) => s.scan(prefix),
+            ShellStorage::Postgres(p) => p.scan(prefix),
+        }
+    }
+    fn apply(&mut self, writes: &[Write]) -> Result<(), StorageError> {
+        match self {
+            ShellStorage::Sqlite(s) => s.apply(writes),
+            ShellStorage::Postgres(p) => p.apply(writes),
+        }
+    }
+    fn scan_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+        match self {
+            ShellStorage::Sqlite(s) => s.scan_after(after, limit),
+            ShellStorage::Postgres(p) => p.scan_after(after, limit),
+        }
+    }
+    fn count(&self) -> Result<u64, StorageError> {
+        match self {
+            ShellStorage::Sqlite(s) => s.count(),
+            ShellStorage::Postgres(p) => p.count(),
+        }
+    }
+}
