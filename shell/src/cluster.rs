@@ -190,6 +190,15 @@ fn reply(rq: tiny_http::Request, status: u16, body: Vec<u8>) {
 }
 
 fn handle(mut rq: tiny_http::Request, core: &Core) {
+    if rq.url() == crate::ha::FORWARD_PATH && rq.method() == &tiny_http::Method::Post {
+        let mut body = Vec::new();
+        if let Err(e) = rq.as_reader().take(MAX_BODY).read_to_end(&mut body) {
+            log::debug!("cannot read a forwarded request: {e}");
+            return;
+        }
+        let (status, out) = crate::ha::serve_forward(&body, core);
+        return reply(rq, status, out);
+    }
     if rq.url() != PATH || rq.method() != &tiny_http::Method::Post {
         return reply(
             rq,
@@ -217,7 +226,7 @@ fn handle(mut rq: tiny_http::Request, core: &Core) {
     reply(rq, 200, answer.into_wire().unwrap_or_default());
 }
 
-fn agent() -> &'static ureq::Agent {
+pub(crate) fn agent() -> &'static ureq::Agent {
     static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
     AGENT.get_or_init(|| {
         ureq::Agent::config_builder()
@@ -231,7 +240,7 @@ fn agent() -> &'static ureq::Agent {
 }
 
 /// An agent that trusts only the cluster CA `ca_pem` (one per CA, reused).
-fn pinned_agent(ca_pem: &str) -> Result<ureq::Agent, String> {
+pub(crate) fn pinned_agent(ca_pem: &str) -> Result<ureq::Agent, String> {
     static AGENTS: OnceLock<Mutex<BTreeMap<String, ureq::Agent>>> = OnceLock::new();
     let map = AGENTS.get_or_init(|| Mutex::new(BTreeMap::new()));
     let mut g = map.lock().map_err(|_| "agent cache poisoned".to_string())?;

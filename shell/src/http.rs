@@ -16,6 +16,11 @@ pub struct ApiOptions {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// A request id no other request of this process has (API and forwarded requests).
+pub fn next_request_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 pub struct TlsFiles {
     pub cert_pem: Vec<u8>,
     pub key_pem: Vec<u8>,
@@ -240,7 +245,7 @@ fn respond(rq: tiny_http::Request, resp: Response) {
 }
 
 fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let id = next_request_id();
     let started = std::time::Instant::now();
     let url = rq.url().to_string();
     let headers: Vec<(String, String)> = rq

@@ -11,6 +11,7 @@ mod cli;
 mod cluster;
 mod config;
 mod framing;
+mod ha;
 mod http;
 mod latency;
 mod ldap;

@@ -289,6 +289,7 @@ fn ensure_schema(client: &mut Client, s: &PgSettings) -> Result<(), String> {
              id int PRIMARY KEY CHECK (id = 1),
              epoch bigint NOT NULL,
              holder text,
+             holder_pid int,
              api_addr text,
              cluster_addr text,
              acquired_at timestamptz,
@@ -840,7 +841,9 @@ impl PgLease {
             .ok_or_else(|| StorageError::Io("no connection to PostgreSQL".into()))
     }
 
-    /// Takes the lease if it is free or expired (by the database's clock), bumping its
+    /// Takes the lease if it is free, expired (by the database's clock) or its holder's lease
+    /// session is gone from the database (the holder's process died: its connection closed;
+    /// a paused holder keeps its session, so only the expiry frees its lease), bumping its
     /// epoch; `None` while another node holds it (or this node already does: see
     /// [`PgLease::renew`]).
     pub fn try_acquire(
@@ -853,8 +856,10 @@ impl PgLease {
         let sent = Instant::now();
         let sql = format!(
             "UPDATE {} SET epoch = epoch + 1, holder = $1, api_addr = $2, cluster_addr = $3, \
+             holder_pid = pg_backend_pid(), \
              acquired_at = now(), expires_at = now() + $4 * interval '1 millisecond' \
-             WHERE id = 1 AND (holder IS NULL OR expires_at <= now()) \
+             WHERE id = 1 AND (holder IS NULL OR expires_at <= now() \
+                 OR NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = holder_pid)) \
              RETURNING epoch, (extract(epoch from expires_at) * 1000)::bigint",
             self.settings.ha_table
         );
@@ -877,7 +882,8 @@ impl PgLease {
     pub fn renew(&mut self, held: &mut Held, ttl: Duration) -> Result<bool, StorageError> {
         let sent = Instant::now();
         let sql = format!(
-            "UPDATE {} SET expires_at = now() + $3 * interval '1 millisecond' \
+            "UPDATE {} SET expires_at = now() + $3 * interval '1 millisecond', \
+             holder_pid = pg_backend_pid() \
              WHERE id = 1 AND epoch = $1 AND holder = $2 \
              RETURNING (extract(epoch from expires_at) * 1000)::bigint",
             self.settings.ha_table

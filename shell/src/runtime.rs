@@ -47,10 +47,31 @@ pub fn now_ms() -> u64 {
 }
 
 impl Core {
-    /// Starts the core thread.
+    /// A handle over a channel nobody serves (tests of the listeners' refusals).
+    #[cfg(test)]
+    pub fn from_sender(tx: Sender<Msg>) -> Core {
+        Core { tx }
+    }
+
+    /// Starts the core thread, with the leadership lease on PostgreSQL when the node is one
+    /// of an HA cluster.
     #[allow(clippy::expect_used)] // at start-up: without its core thread there is no server
-    pub fn start(storage: ShellStorage, config: NodeConfig, ldap_threads: usize) -> Core {
+    pub fn start_with(
+        storage: ShellStorage,
+        config: NodeConfig,
+        ldap_threads: usize,
+        lease: Option<LeaseSpec>,
+    ) -> Result<Core, String> {
         let (tx, rx) = mpsc::channel::<Msg>();
+        let lease = match lease {
+            Some(l) => Some(crate::ha::LeaseWorker::start(
+                &l.settings,
+                l.identity,
+                l.ttl,
+                tx.clone(),
+            )?),
+            None => None,
+        };
         let ldap_tx = tx.clone();
         let pool = crate::ldap::LdapPool::new(
             ldap_threads,
@@ -66,10 +87,10 @@ impl Core {
             .name("cairn-core".into())
             .spawn({
                 let tx = tx.clone();
-                move || run(node, rx, tx, pool)
+                move || run(node, rx, tx, pool, lease)
             })
             .expect("spawn core thread");
-        Core { tx }
+        Ok(Core { tx })
     }
 
     /// Sends a request and waits for its response.
@@ -112,11 +133,28 @@ impl Core {
     }
 }
 
+/// The leadership lease of an HA node: where, as whom, for how long.
+pub struct LeaseSpec {
+    pub settings: crate::postgres::PgSettings,
+    pub identity: crate::ha::Identity,
+    pub ttl: Duration,
+}
+
+fn fence_mode(f: cairn_core::ha::Fence) -> crate::postgres::FenceMode {
+    use crate::postgres::FenceMode;
+    match f {
+        cairn_core::ha::Fence::None => FenceMode::None,
+        cairn_core::ha::Fence::Epoch(e) => FenceMode::Epoch(e),
+        cairn_core::ha::Fence::Standby => FenceMode::Standby,
+    }
+}
+
 fn run(
     mut node: Node<ShellStorage>,
     rx: Receiver<Msg>,
     tx: Sender<Msg>,
     pool: crate::ldap::LdapPool,
+    lease: Option<crate::ha::LeaseWorker>,
 ) {
     // Held until this function returns: the checkpoint thread stops when it is dropped.
     let _checkpoints = match node.storage_mut().checkpointer() {
@@ -215,10 +253,16 @@ fn run(
                 node.audit_device_failed(now, &e.file_path, &e.error);
                 Err(BatchFailed::Audit(e.to_string()))
             }
-            Ok(()) => node
-                .storage_mut()
-                .commit_unsynced()
-                .map_err(BatchFailed::Storage),
+            Ok(()) => {
+                // The batch commits under the node's fence (HA: the lease epoch it ran under,
+                // checked by the database in the commit's own transaction).
+                let fence = fence_mode(node.fence());
+                let storage = node.storage_mut();
+                storage
+                    .set_fence_mode(fence)
+                    .and_then(|()| storage.commit_unsynced())
+                    .map_err(BatchFailed::Storage)
+            }
         };
         if let Err(BatchFailed::Storage(_)) = &committed {
             // Nothing of the batch is stored (a lost SQLite batch is handled below): the node
@@ -233,6 +277,7 @@ fn run(
         }
         let failed = committed.as_ref().err();
         let mut out = Vec::new();
+        let mut role: Option<Option<u64>> = None;
         let released = held
             .into_iter()
             .chain(std::iter::from_fn(|| node.poll_output()));
@@ -249,7 +294,21 @@ fn run(
                     out.extend(waiting.admin_done(id, result, failed))
                 }
                 Output::PeerResponse(r) => out.extend(waiting.peer_response(r, failed)),
+                Output::Lease(op) => {
+                    if let Some(w) = &lease {
+                        w.submit(op);
+                    }
+                }
+                Output::Forward(f) => crate::ha::forward(f, tx.clone()),
+                Output::HaRole(r) => role = Some(r),
                 other => out.push(Delivery::Effect(other)),
+            }
+        }
+        if let Some(r) = role {
+            // The active node is the only writer: it may cache reads (starting empty); a
+            // standby reads what the active wrote.
+            if let Some(pg) = node.storage_mut().postgres() {
+                pg.set_read_cache(r.is_some());
             }
         }
         syncer.release(committed.unwrap_or(false), out);
@@ -430,16 +489,8 @@ impl Delivery {
                     let result = crate::audit_file::probe(&file_path);
                     let _ = tx.send(Msg::Input(Input::AuditProbed { id, result }));
                 }
-                // HA outputs come only from a node with HA settings (PostgreSQL storage).
-                Output::Lease(_) | Output::HaRole(_) => {}
-                Output::Forward(f) => {
-                    let result = Err("this server has no HA cluster to forward to".to_string());
-                    let _ = tx.send(Msg::Input(Input::Forwarded {
-                        id: f.req.id,
-                        result,
-                    }));
-                }
-                // Answers and LDAP calls are not effects (see `run`).
+                // Answers, LDAP calls and HA outputs are not effects (see `run`).
+                Output::Lease(_) | Output::HaRole(_) | Output::Forward(_) => {}
                 Output::Response(_)
                 | Output::Ldap(_)
                 | Output::AdminDone { .. }

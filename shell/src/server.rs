@@ -240,14 +240,44 @@ fn start(a: &ServerArgs) -> Result<(Core, Option<tempfile::TempDir>), String> {
     let api = listen(&cfg.address, "the API address", &origin.api)?;
     let cluster = listen(&cfg.cluster_address, "the cluster address", &origin.cluster)?;
     let storage = open_storage(&cfg, &origin)?;
+    // An HA node is known to the others by its cluster address (stable across restarts).
+    let ha = cfg.postgres.as_ref().filter(|p| p.ha_enabled).map(|_| {
+        let mut h = cairn_core::ha::HaConfig::new(&replication.api_addr, &replication.cluster_addr);
+        h.lease_ttl_ms = HA_LEASE_TTL.as_millis() as u64;
+        h
+    });
+    let node_id = match &ha {
+        Some(h) => h.cluster_addr.clone(),
+        None => format!("node-{}", std::process::id()),
+    };
     let node_config = NodeConfig {
-        node_id: format!("node-{}", std::process::id()),
+        node_id: node_id.clone(),
         cluster_name: cfg.cluster_name.clone(),
         replication,
         license,
+        ha: ha.clone(),
         ..Default::default()
     };
-    let core = Core::start(storage, node_config, 8);
+    let lease = match (&ha, &cfg.postgres) {
+        (Some(h), Some(pg)) => Some(crate::runtime::LeaseSpec {
+            settings: crate::postgres::PgSettings::new(
+                &pg.connection_url,
+                pg.table.as_deref(),
+                pg.ha_table.as_deref(),
+            )
+            .map_err(|e| format!("storage \"postgresql\": {e}"))?,
+            identity: crate::ha::Identity {
+                node_id,
+                api_addr: h.api_addr.clone(),
+                cluster_addr: h.cluster_addr.clone(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            },
+            ttl: HA_LEASE_TTL,
+        }),
+        _ => None,
+    };
+    let core = Core::start_with(storage, node_config, 8, lease)
+        .map_err(|e| format!("storage \"postgresql\": the leadership lease: {e}"))?;
     crate::cluster::serve(cluster, core.clone(), 8)
         .map_err(|e| format!("cluster listener: {e}"))?;
     // Dev mode sets itself up before the API answers: whoever waits for the API (a script
@@ -285,6 +315,11 @@ fn start(a: &ServerArgs) -> Result<(Core, Option<tempfile::TempDir>), String> {
     Ok((core, tmp))
 }
 
+/// How long the leadership lease lasts without a renewal: an active node paused or cut off
+/// from the database loses it after this; one whose process died loses it at once (its
+/// database session ends).
+const HA_LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(6);
+
 /// Opens the configured storage: the SQLite file (creating its directory one level deep), or
 /// the PostgreSQL database (its tables created when missing, its schema version checked). A
 /// refusal says what to change and never contains the database password.
@@ -307,9 +342,10 @@ fn open_storage(cfg: &ServerConfig, origin: &Origin) -> Result<ShellStorage, Str
             settings.ha_table
         );
         if pg.ha_enabled {
-            log::warn!(
-                "storage \"postgresql\": ha_enabled is set, but standby and active roles are not \
-                 wired yet: this server writes as the only active node; run one server per database"
+            log::info!(
+                "HA: this node starts as a standby and takes the leadership lease when it is \
+                 free (lease {} s)",
+                HA_LEASE_TTL.as_secs()
             );
         }
         return Ok(ShellStorage::Postgres(storage));

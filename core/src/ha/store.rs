@@ -146,7 +146,10 @@ impl LeaseStore {
                 }
             }
             LeaseOp::Release { epoch } => {
+                // A release moves the epoch on, so the holder's own late commits are
+                // refused from now on.
                 if mine && self.lease.epoch == epoch {
+                    self.lease.epoch += 1;
                     self.lease.holder = None;
                     self.lease.expires = now;
                 }
@@ -325,8 +328,9 @@ mod tests {
         assert_eq!(s.holder(20).map(|h| h.node_id.as_str()), Some("a"));
         s.lease_op(30, &who("a"), LeaseOp::Release { epoch: 1 }, 10_000);
         assert!(s.holder(40).is_none());
+        assert!(s.commit(Fence::Epoch(1), &w("late")).is_err());
         let b = s.lease_op(50, &who("b"), LeaseOp::Acquire, 10_000);
-        assert_eq!(b.outcome, LeaseOutcome::Acquired { epoch: 2 });
+        assert_eq!(b.outcome, LeaseOutcome::Acquired { epoch: 3 });
     }
 
     #[test]

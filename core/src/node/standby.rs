@@ -6,9 +6,9 @@
 use super::{Forward, Node, NodeState, Output};
 use crate::api::{ApiError, ApiResult, Method, Reply, Request};
 use crate::ctx::Ctx;
-use crate::storage::Txn;
 use crate::ha::{self, Change};
 use crate::storage::Storage;
+use crate::storage::Txn;
 use crate::time;
 use serde_json::{json, Value};
 

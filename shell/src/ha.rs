@@ -1,0 +1,378 @@
+//! HA on real I/O: the leadership lease on PostgreSQL and request forwarding between the
+//! nodes of a cluster.
+//!
+//! * [`LeaseWorker`]: a thread with its own database connection ([`PgLease`]) that runs the
+//!   core's `Output::Lease` operations and hands the outcome back as `Input::Lease`, with the
+//!   lease holder and the node registry as the database has them. Every operation is also
+//!   the node's echo in the registry (`sys/ha-status`).
+//! * Forwarding: a standby's `Output::Forward` is posted once to the active node's cluster
+//!   listener (`POST /v1/cluster/forward`), over TLS pinned to the cluster CA once the
+//!   cluster has one, and never retried after it was sent: a broken connection answers the
+//!   client with a 503 rather than risk applying a write twice. The active node checks the
+//!   request's signature (made with a key derived from the barrier key) before it runs it.
+
+use crate::postgres::{Held, PgLease, PgSettings};
+use crate::runtime::{Core, Msg};
+use base64::Engine;
+use cairn_core::api::{Method, Request, Response};
+use cairn_core::ha::{Leader, LeaseOp, LeaseOutcome, LeaseResult, Peer};
+use cairn_core::Input;
+use serde::{Deserialize, Serialize};
+use std::sync::mpsc::{self, Sender};
+use std::time::Duration;
+
+/// Path of the forwarding endpoint on the cluster listener.
+pub const FORWARD_PATH: &str = "/v1/cluster/forward";
+
+/// Who this node is in the registry and the lease.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub node_id: String,
+    pub api_addr: String,
+    pub cluster_addr: String,
+    pub version: String,
+}
+
+/// The lease thread's handle.
+#[derive(Clone)]
+pub struct LeaseWorker {
+    tx: Sender<LeaseOp>,
+}
+
+impl LeaseWorker {
+    /// Starts the thread; its results go to the core through `core_tx`.
+    pub fn start(
+        settings: &PgSettings,
+        me: Identity,
+        ttl: Duration,
+        core_tx: Sender<Msg>,
+    ) -> Result<LeaseWorker, String> {
+        let mut lease = PgLease::connect(settings)?;
+        let (tx, rx) = mpsc::channel::<LeaseOp>();
+        std::thread::Builder::new()
+            .name("cairn-lease".into())
+            .spawn(move || {
+                let mut held: Option<Held> = None;
+                for op in rx {
+                    let r = run_op(&mut lease, &me, ttl, &mut held, op);
+                    if core_tx.send(Msg::Input(Input::Lease(r))).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the lease thread: {e}"))?;
+        Ok(LeaseWorker { tx })
+    }
+
+    pub fn submit(&self, op: LeaseOp) {
+        let _ = self.tx.send(op);
+    }
+}
+
+fn run_op(
+    lease: &mut PgLease,
+    me: &Identity,
+    ttl: Duration,
+    held: &mut Option<Held>,
+    op: LeaseOp,
+) -> LeaseResult {
+    let outcome = match op {
+        LeaseOp::Acquire => {
+            match lease.try_acquire(&me.node_id, &me.api_addr, &me.cluster_addr, ttl) {
+                Ok(Some(h)) => {
+                    let epoch = h.epoch;
+                    *held = Some(h);
+                    LeaseOutcome::Acquired { epoch }
+                }
+                Ok(None) => LeaseOutcome::Busy,
+                Err(e) => LeaseOutcome::Failed(e.to_string()),
+            }
+        }
+        LeaseOp::Renew { epoch } => match held.as_mut() {
+            Some(h) if h.epoch == epoch => match lease.renew(h, ttl) {
+                Ok(true) => LeaseOutcome::Renewed,
+                Ok(false) => {
+                    *held = None;
+                    LeaseOutcome::Lost
+                }
+                Err(e) => LeaseOutcome::Failed(e.to_string()),
+            },
+            _ => LeaseOutcome::Lost,
+        },
+        LeaseOp::Release { epoch } => {
+            if let Some(h) = held.take().filter(|h| h.epoch == epoch) {
+                if let Err(e) = lease.release(&h) {
+                    log::warn!("the leadership lease could not be released (it expires): {e}");
+                }
+            }
+            LeaseOutcome::Released
+        }
+    };
+    if let Err(e) = lease.echo(&me.node_id, &me.api_addr, &me.cluster_addr, &me.version) {
+        log::debug!("HA node registry not updated: {e}");
+    }
+    let leader = lease.leader().ok().flatten().map(|l| Leader {
+        node_id: l.node_id,
+        api_addr: l.api_addr,
+        cluster_addr: l.cluster_addr,
+        epoch: l.epoch,
+        since_ms: l.acquired_at_ms.max(0) as u64,
+    });
+    let nodes = lease
+        .nodes()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|n| Peer {
+            node_id: n.node_id,
+            api_addr: n.api_addr,
+            cluster_addr: n.cluster_addr,
+            version: n.version,
+            last_echo_ms: n.last_echo_ms.max(0) as u64,
+        })
+        .collect();
+    LeaseResult {
+        op,
+        outcome,
+        leader,
+        nodes,
+    }
+}
+
+/// A forwarded request on the wire.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireRequest {
+    pub method: String,
+    pub path: String,
+    pub token: Option<String>,
+    pub namespace: Option<String>,
+    pub wrap_ttl: Option<String>,
+    pub index: Option<String>,
+    pub query: Vec<(String, String)>,
+    pub remote_addr: String,
+    /// Base64 of the body.
+    pub body: String,
+    /// The standby's signature.
+    pub mac: String,
+}
+
+/// The active node's answer on the wire.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireResponse {
+    pub status: u16,
+    pub body: Option<serde_json::Value>,
+    /// Content type and base64 of a non-JSON body.
+    pub raw: Option<(String, String)>,
+    pub index: Option<String>,
+}
+
+fn method_name(m: Method) -> &'static str {
+    match m {
+        Method::Get => "GET",
+        Method::List => "LIST",
+        Method::Put => "PUT",
+        Method::Post => "POST",
+        Method::Delete => "DELETE",
+    }
+}
+
+impl WireRequest {
+    pub fn of(req: &Request) -> WireRequest {
+        WireRequest {
+            method: method_name(req.method).into(),
+            path: req.path.clone(),
+            token: req.token.clone(),
+            namespace: req.namespace.clone(),
+            wrap_ttl: req.wrap_ttl.clone(),
+            index: req.index.clone(),
+            query: req.query.clone(),
+            remote_addr: req.remote_addr.clone(),
+            body: base64::engine::general_purpose::STANDARD.encode(&req.body),
+            mac: req.forwarded.clone().unwrap_or_default(),
+        }
+    }
+
+    /// The request the active node runs, under its own id `id`.
+    pub fn into_request(self, id: u64) -> Result<Request, String> {
+        let method = match self.method.as_str() {
+            "LIST" => Method::List,
+            m => Method::parse(m).ok_or_else(|| format!("unknown method {m:?}"))?,
+        };
+        let mut r = Request::new(id, method, &self.path);
+        r.path = self.path;
+        r.token = self.token;
+        r.namespace = self.namespace;
+        r.wrap_ttl = self.wrap_ttl;
+        r.index = self.index;
+        r.query = self.query;
+        r.remote_addr = self.remote_addr;
+        r.body = base64::engine::general_purpose::STANDARD
+            .decode(self.body)
+            .map_err(|e| format!("body: {e}"))?;
+        r.forwarded = Some(self.mac);
+        Ok(r)
+    }
+}
+
+impl WireResponse {
+    pub fn of(r: Response) -> WireResponse {
+        WireResponse {
+            status: r.status,
+            body: r.body,
+            raw: r
+                .raw
+                .map(|(ct, b)| (ct, base64::engine::general_purpose::STANDARD.encode(b))),
+            index: r.index,
+        }
+    }
+
+    fn into_response(self, id: u64) -> Result<Response, String> {
+        let raw = match self.raw {
+            Some((ct, b)) => Some((
+                ct,
+                base64::engine::general_purpose::STANDARD
+                    .decode(b)
+                    .map_err(|e| format!("answer body: {e}"))?,
+            )),
+            None => None,
+        };
+        Ok(Response {
+            id,
+            status: self.status,
+            body: self.body,
+            raw,
+            index: self.index,
+        })
+    }
+}
+
+/// Serves `POST /v1/cluster/forward`: runs the forwarded request on this node (which checks
+/// its signature and that it is the active node) and answers with the response.
+pub fn serve_forward(body: &[u8], core: &Core) -> (u16, Vec<u8>) {
+    let wire: WireRequest = match serde_json::from_slice(body) {
+        Ok(w) => w,
+        Err(e) => {
+            let msg = serde_json::json!({"errors": [format!("malformed forwarded request: {e}")]});
+            return (400, msg.to_string().into_bytes());
+        }
+    };
+    let req = match wire.into_request(crate::http::next_request_id()) {
+        Ok(r) => r,
+        Err(e) => {
+            let msg = serde_json::json!({"errors": [format!("malformed forwarded request: {e}")]});
+            return (400, msg.to_string().into_bytes());
+        }
+    };
+    let resp = core.request(req);
+    let out = serde_json::to_vec(&WireResponse::of(resp)).unwrap_or_default();
+    (200, out)
+}
+
+/// Posts a standby's request to the active node once, on a thread; the answer (or why there
+/// is none) goes back to the core as `Input::Forwarded`.
+pub fn forward(f: cairn_core::node::Forward, tx: Sender<Msg>) {
+    std::thread::spawn(move || {
+        let id = f.req.id;
+        let result = post_forward(&f);
+        if let Err(e) = &result {
+            log::warn!(
+                "request {id} not forwarded to the active node {}: {e}",
+                f.to
+            );
+        }
+        let _ = tx.send(Msg::Input(Input::Forwarded { id, result }));
+    });
+}
+
+fn post_forward(f: &cairn_core::node::Forward) -> Result<Response, String> {
+    let body = serde_json::to_vec(&WireRequest::of(&f.req)).map_err(|e| e.to_string())?;
+    let host =
+        f.to.split("://")
+            .last()
+            .unwrap_or(&f.to)
+            .trim_end_matches('/');
+    let (agent, url) = match &f.ca_pem {
+        Some(ca) => (
+            crate::cluster::pinned_agent(ca)?,
+            format!("https://{host}{FORWARD_PATH}"),
+        ),
+        None => (
+            crate::cluster::agent().clone(),
+            format!("http://{host}{FORWARD_PATH}"),
+        ),
+    };
+    let mut resp = agent
+        .post(&url)
+        .header("Content-Type", "application/json")
+        .send(&body[..])
+        .map_err(|e| format!("{e} (the request may or may not have been applied)"))?;
+    let status = resp.status().as_u16();
+    let bytes = resp
+        .body_mut()
+        .with_config()
+        .limit(256 << 20)
+        .read_to_vec()
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    if status != 200 {
+        return Err(format!(
+            "the active node refused the forwarded request ({status}): {}",
+            String::from_utf8_lossy(&bytes)
+        ));
+    }
+    let wire: WireResponse =
+        serde_json::from_slice(&bytes).map_err(|e| format!("malformed answer: {e}"))?;
+    wire.into_response(f.req.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forwarded_request_survives_the_wire_whole() {
+        let mut r = Request::new(5, Method::List, "kv/dir/");
+        r.token = Some("s.x".into());
+        r.namespace = Some("t/".into());
+        r.wrap_ttl = Some("60s".into());
+        r.index = Some("idx".into());
+        r.query = vec![("list".into(), "true".into())];
+        r.remote_addr = "10.0.0.9:5555".into();
+        r.body = vec![0, 1, 2, 255];
+        r.forwarded = Some("mac".into());
+        let wire = serde_json::to_vec(&WireRequest::of(&r)).expect("json");
+        let back: WireRequest = serde_json::from_slice(&wire).expect("json");
+        let b = back.into_request(77).expect("request");
+        assert_eq!(b.id, 77);
+        assert_eq!(
+            (
+                b.method,
+                &b.path,
+                &b.token,
+                &b.namespace,
+                &b.wrap_ttl,
+                &b.index
+            ),
+            (
+                r.method,
+                &r.path,
+                &r.token,
+                &r.namespace,
+                &r.wrap_ttl,
+                &r.index
+            )
+        );
+        assert_eq!(
+            (&b.query, &b.remote_addr, &b.body),
+            (&r.query, &r.remote_addr, &r.body)
+        );
+        assert_eq!(b.forwarded.as_deref(), Some("mac"));
+    }
+
+    #[test]
+    fn a_malformed_forward_is_refused_with_400() {
+        let (tx, _rx) = mpsc::channel();
+        let core = Core::from_sender(tx);
+        let (status, body) = serve_forward(b"{not json", &core);
+        assert_eq!(status, 400);
+        assert!(String::from_utf8_lossy(&body).contains("malformed forwarded request"));
+    }
+}
