@@ -296,11 +296,19 @@ pub fn on_request(
     Ok(Some(st))
 }
 
-/// Logs the response entry for a request logged by [`on_request`].
-pub fn on_response(st: &Started, resp: &Response, now: u64, outputs: &mut Vec<Output>) {
+/// Logs the response entry for a request logged by [`on_request`]. `note` is what the
+/// server knows of a failure and the client is not told (why a directory refused a login):
+/// it follows the client's error text in parentheses in the entry's `error`.
+pub fn on_response(
+    st: &Started,
+    resp: &Response,
+    note: Option<&str>,
+    now: u64,
+    outputs: &mut Vec<Output>,
+) {
     let now = time::rfc3339(now);
     let body = resp.body.as_ref();
-    let error = body
+    let mut error = body
         .and_then(|b| b.get("errors"))
         .and_then(Value::as_array)
         .map(|a| {
@@ -310,6 +318,10 @@ pub fn on_response(st: &Started, resp: &Response, now: u64, outputs: &mut Vec<Ou
                 .join("; ")
         })
         .unwrap_or_default();
+    let no_error = error.is_empty();
+    if let Some(n) = note.filter(|_| !no_error) {
+        error = format!("{error} ({n})");
+    }
     for (i, s) in st.sinks.iter().enumerate() {
         let mut request = st.request.clone();
         if let Some(Value::String(t)) = st.auth.get(i).and_then(|a| a.get("client_token")) {
@@ -320,7 +332,7 @@ pub fn on_response(st: &Started, resp: &Response, now: u64, outputs: &mut Vec<Ou
         }
         let mut response = json!({ "status": resp.status });
         match body {
-            Some(b) if error.is_empty() => {
+            Some(b) if no_error => {
                 let envelope = b.get("request_id").is_some();
                 if envelope {
                     for (k, v) in [("data", "data"), ("wrap_info", "wrap_info")] {

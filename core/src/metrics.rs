@@ -28,6 +28,8 @@ struct Inflight {
     class: String,
     login_mount: Option<String>,
     audit: Option<Started>,
+    /// What the response's audit entry adds to its error text (see [`note_for_audit`]).
+    audit_note: Option<String>,
 }
 
 /// Counters and requests waiting for their response.
@@ -118,6 +120,14 @@ pub fn mark_login(
     }
 }
 
+/// Adds `note` to the error text of request `id`'s audit response entry (not to the
+/// client's answer): why a directory refused a login, which the client is not told.
+pub fn note_for_audit(st: &mut NodeState, id: crate::api::RequestId, note: String) {
+    if let Some(inf) = st.obs.inflight.get_mut(&id) {
+        inf.audit_note = Some(note);
+    }
+}
+
 /// Why a login failed, from its error.
 fn failure_reason(status: u16, error: &str) -> &'static str {
     if error == crate::auth::ldap::login::USER_BIND_FAILED || error.contains("invalid credentials")
@@ -168,6 +178,7 @@ pub fn before_request(
             class: path_class(&req.path),
             login_mount: None,
             audit,
+            audit_note: None,
         },
     );
     Ok(())
@@ -183,6 +194,7 @@ fn count_refused(st: &mut ObsIo<'_>, req: &Request) {
             class: path_class(&req.path),
             login_mount: None,
             audit: None,
+            audit_note: None,
         },
     );
 }
@@ -219,7 +231,7 @@ pub fn after_input(st: &mut ObsIo<'_>, from: usize, now: u64) {
             r.clone(),
         ));
         if let Some(a) = &inf.audit {
-            audit::on_response(a, r, now, &mut lines);
+            audit::on_response(a, r, inf.audit_note.as_deref(), now, &mut lines);
         }
     }
     for (key, login, r) in done {

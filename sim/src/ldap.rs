@@ -12,15 +12,22 @@
 //! `objectSid`, and group `g0` is nested in group `g2`. The AD config binds as
 //! `user@upndomain` (with `userattr` `userPrincipalName` or `sAMAccountName`) and finds
 //! groups either with the in-chain matching rule (`member:1.2.840.113556.1.4.1941:=`) or
-//! with `use_token_groups`; both are transitive, so a member of `g0` is in `g2` too.
+//! with `use_token_groups`; both are transitive, so a member of `g0` is in `g2` too. Or
+//! (`discoverdn`) a service account (`binddn`) finds the user's entry by `sAMAccountName`
+//! and the user binds as that DN. The AD directory's changes include accounts that become
+//! unusable and usable again: disabled, must change password, account expired, password
+//! expired; AD refuses their right password with its `data` code (533, 773, 701, 532).
 //!
 //! Invariant `login`: a login succeeds iff the directory, at login time, says the password
-//! is right and the user is not locked out on that host; a token's policies are `default` ∪
+//! is right and the account usable (AD), and the user is not locked out on that host: an
+//! unusable account never gets a token, and its refusal counts towards the lockout like a
+//! wrong password; a token's policies are `default` ∪
 //! the policies of the mapped groups the directory puts the user in (with AD, nested
 //! membership included) ∪ the user mapping's policies. On the primary the mappings are the
 //! last acknowledged ones (or a later write whose answer was lost); a performance secondary
 //! may serve any earlier version (it lags). A success of a user who is in a group only
-//! through the nested one is counted as `login:ok-nested`.
+//! through the nested one is counted as `login:ok-nested`, the refusal of an unusable
+//! account's right password as `login:refused-account`.
 
 use crate::check::Violation;
 use crate::net::HostId;
@@ -52,7 +59,19 @@ pub struct AdConfig {
     pub sam: bool,
     /// Groups from `tokenGroups` (else the in-chain group filter).
     pub token_groups: bool,
+    /// `discoverdn` with a service account (`binddn`) finding the entry by
+    /// `sAMAccountName` (else binds as `user@upndomain`).
+    pub discover: bool,
 }
+
+/// The states that make AD refuse an account's right password: (its `data` code, what it
+/// means).
+pub const AD_STATES: &[(&str, &str)] = &[
+    ("533", "disabled"),
+    ("773", "must change password"),
+    ("701", "account expired"),
+    ("532", "password expired"),
+];
 
 /// What one mapping (`g<i>` or `u<i>`) may hold.
 #[derive(Debug, Clone, Default)]
@@ -78,6 +97,8 @@ pub struct Ldap {
     /// The AD flavour's config (`None`: OpenLDAP-style).
     pub ad: Option<AdConfig>,
     passwords: Vec<u64>,
+    /// Per user: the AD state refusing its binds (an index into [`AD_STATES`]), if any.
+    states: Vec<Option<usize>>,
     members: Vec<BTreeSet<usize>>,
     maps: BTreeMap<String, NameHist>,
     /// The mapping write in flight: (name, policies).
@@ -100,6 +121,9 @@ pub struct Attempt {
     pub groups: BTreeSet<usize>,
     /// The user is in a group only through a nested one (AD flavour).
     pub nested: bool,
+    /// The account's AD state at login time (an index into [`AD_STATES`]): its bind is
+    /// refused whatever the password.
+    pub barred: Option<usize>,
 }
 
 impl Ldap {
@@ -110,7 +134,12 @@ impl Ldap {
         if r.chance(333) {
             let sam = r.chance(500);
             let token_groups = r.chance(500);
-            Ldap::build(Some(AdConfig { sam, token_groups }))
+            let discover = r.chance(333);
+            Ldap::build(Some(AdConfig {
+                sam: sam || discover,
+                token_groups,
+                discover,
+            }))
         } else {
             Ldap::new()
         }
@@ -133,6 +162,7 @@ impl Ldap {
             dir,
             ad,
             passwords: vec![0; USERS],
+            states: vec![None; USERS],
             members: vec![BTreeSet::new(); GROUPS],
             maps: BTreeMap::new(),
             pending: None,
@@ -195,17 +225,28 @@ impl Ldap {
         if self.ad.is_some() {
             let upn = format!("u{u}@{AD_DOMAIN}");
             let sid = format!("{AD_SID}-{}", 1100 + u);
-            self.dir.add(
-                &self.user_dn(u),
-                &[
-                    ("objectClass", &["user"]),
-                    ("cn", &[uid.as_str()]),
-                    ("sAMAccountName", &[uid.as_str()]),
-                    ("userPrincipalName", &[upn.as_str()]),
-                    ("objectSid", &[sid.as_str()]),
-                    ("userPassword", &[pw.as_str()]),
-                ],
+            let state = self.states[u].map(|i| AD_STATES[i].0);
+            let (uid, upn, sid, pw) = (
+                [uid.as_str()],
+                [upn.as_str()],
+                [sid.as_str()],
+                [pw.as_str()],
             );
+            let mut attrs: Vec<(&str, &[&str])> = vec![
+                ("objectClass", &["user"]),
+                ("cn", &uid),
+                ("sAMAccountName", &uid),
+                ("userPrincipalName", &upn),
+                ("objectSid", &sid),
+                ("userPassword", &pw),
+            ];
+            let state_ref;
+            if let Some(code) = state {
+                state_ref = [code];
+                // The fake directory refuses the right password with this AD code.
+                attrs.push(("cairnAdState", &state_ref));
+            }
+            self.dir.add(&self.user_dn(u), &attrs);
             return;
         }
         self.dir.add(
@@ -248,7 +289,6 @@ impl Ldap {
         if let Some(ad) = self.ad {
             let mut c = json!({
                 "url": URL,
-                "upndomain": AD_DOMAIN,
                 "userdn": format!("ou=people,{BASE}"),
                 "userattr": if ad.sam { "sAMAccountName" } else { "userPrincipalName" },
                 "groupdn": format!("ou=groups,{BASE}"),
@@ -256,6 +296,13 @@ impl Ldap {
                 "user_lockout_duration": format!("{DURATION_S}s"),
                 "user_lockout_counter_reset": format!("{RESET_S}s"),
             });
+            if ad.discover {
+                c["discoverdn"] = json!(true);
+                c["binddn"] = json!(format!("cn=admin,{BASE}"));
+                c["bindpass"] = json!("adminpw");
+            } else {
+                c["upndomain"] = json!(AD_DOMAIN);
+            }
             if ad.token_groups {
                 c["use_token_groups"] = json!(true);
             } else {
@@ -277,8 +324,29 @@ impl Ldap {
         })
     }
 
-    /// A directory change: a new password, or a user joins or leaves a group.
+    /// A directory change: a new password, a user joins or leaves a group, or (AD) an
+    /// account becomes unusable (disabled, must change password, expired) or usable again.
     pub fn mutate(&mut self, r: &mut SimRng) -> String {
+        // Drawn only with AD, so the OpenLDAP flavour's seeds keep their traces.
+        if self.ad.is_some() && r.chance(250) {
+            let u = r.below(USERS as u64) as usize;
+            let what = match self.states[u] {
+                Some(i) => {
+                    self.states[u] = None;
+                    format!("directory: u{u} is usable again (was {})", AD_STATES[i].1)
+                }
+                None => {
+                    let i = r.below(AD_STATES.len() as u64) as usize;
+                    self.states[u] = Some(i);
+                    format!(
+                        "directory: u{u} is now {} (AD data {})",
+                        AD_STATES[i].1, AD_STATES[i].0
+                    )
+                }
+            };
+            self.put_user(u);
+            return what;
+        }
         if r.chance(400) {
             let u = r.below(USERS as u64) as usize;
             self.passwords[u] += 1;
@@ -377,6 +445,7 @@ impl Ldap {
             groups: self.groups_of(user),
             nested: self.groups_of(user).len()
                 > self.members.iter().filter(|m| m.contains(&user)).count(),
+            barred: self.states[user],
         };
         (
             a,
@@ -444,6 +513,12 @@ impl Ldap {
                     a.user, a.host
                 ));
             }
+            if let Some(i) = a.barred {
+                return fail(format!(
+                    "u{} logged in on n{} although the directory refuses its bind ({}, AD data {})",
+                    a.user, a.host, AD_STATES[i].1, AD_STATES[i].0
+                ));
+            }
             if locked && !unsure {
                 return fail(format!(
                     "u{} logged in on n{} while locked out (the model counted {:?})",
@@ -491,7 +566,7 @@ impl Ldap {
             self.unsure.insert(key);
             return Ok("not-ready");
         }
-        if a.right_password && !locked && !unsure {
+        if a.right_password && a.barred.is_none() && !locked && !unsure {
             return fail(format!(
                 "u{} with the right password and no lockout was refused on n{} ({status}: {})",
                 a.user, a.host, body
@@ -514,7 +589,11 @@ impl Ldap {
         if l.count >= THRESHOLD {
             l.locked_at = Some(t1);
         }
-        Ok("refused")
+        Ok(if a.right_password && a.barred.is_some() {
+            "refused-account"
+        } else {
+            "refused"
+        })
     }
 }
 
@@ -569,9 +648,13 @@ mod tests {
 
     #[test]
     fn ad_logins_find_the_nested_group_and_the_model_expects_it() {
-        for sam in [false, true] {
+        for (sam, discover) in [(false, false), (true, false), (true, true)] {
             for token_groups in [false, true] {
-                let ad = AdConfig { sam, token_groups };
+                let ad = AdConfig {
+                    sam,
+                    token_groups,
+                    discover,
+                };
                 let mut l = Ldap::active_directory(ad);
                 // u0 is in g0 only directly; g0 is nested in g2.
                 l.members[NESTED.1].remove(&0);
@@ -609,6 +692,75 @@ mod tests {
                 assert!(l.observe(&a, None, Some(200), &short, true, true).is_err());
             }
         }
+    }
+
+    #[test]
+    fn unusable_ad_accounts_never_log_in_and_the_model_says_so() {
+        for (sam, discover) in [(false, false), (true, false), (true, true)] {
+            for token_groups in [false, true] {
+                let ad = AdConfig {
+                    sam,
+                    token_groups,
+                    discover,
+                };
+                let mut l = Ldap::active_directory(ad);
+                let pw = l.password(1);
+                assert!(login(&mut l, 1, &pw).is_ok(), "{ad:?}");
+                for (i, (code, what)) in AD_STATES.iter().enumerate() {
+                    l.states[1] = Some(i);
+                    l.put_user(1);
+                    let e = login(&mut l, 1, &pw).unwrap_err();
+                    assert!(e.contains("failed to bind as user"), "{ad:?} {what}: {e}");
+                    // The model: a refusal is right (and counts towards the lockout), a
+                    // token is a violation.
+                    let (mut a, _, _) = l.attempt(&mut SimRng::derive(0, "t"), 0);
+                    a.user = 1;
+                    a.right_password = true;
+                    a.barred = l.states[1];
+                    let refused =
+                        json!({"errors": ["ldap operation failed: failed to bind as user"]});
+                    assert_eq!(
+                        l.observe(&a, Some(5), Some(400), &refused, true, true),
+                        Ok("refused-account"),
+                        "{code}"
+                    );
+                    let token = json!({"auth": {"policies": ["default"]}});
+                    let v = l
+                        .observe(&a, Some(6), Some(200), &token, true, true)
+                        .unwrap_err();
+                    assert!(v.detail.contains(code), "{}", v.detail);
+                    l.locks.clear();
+                }
+                // Usable again: the right password works.
+                l.states[1] = None;
+                l.put_user(1);
+                assert!(login(&mut l, 1, &pw).is_ok(), "{ad:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_ad_directory_change_may_bar_an_account_and_lift_it() {
+        let mut l = Ldap::active_directory(AdConfig {
+            sam: true,
+            token_groups: false,
+            discover: true,
+        });
+        let mut r = SimRng::derive(7, "m");
+        let mut barred = 0;
+        let mut lifted = 0;
+        for _ in 0..400 {
+            let what = l.mutate(&mut r);
+            barred += usize::from(what.contains("is now"));
+            lifted += usize::from(what.contains("usable again"));
+        }
+        assert!(barred > 0 && lifted > 0, "{barred} {lifted}");
+        // The OpenLDAP flavour never bars an account.
+        let mut o = Ldap::new();
+        for _ in 0..400 {
+            assert!(!o.mutate(&mut r).contains("is now"));
+        }
+        assert!(o.states.iter().all(Option::is_none));
     }
 
     #[test]

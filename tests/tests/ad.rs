@@ -350,6 +350,14 @@ fn starttls_and_ldaps_verify_the_certificate() {
 fn ad_bind_refusals_answer_alike_and_log_their_reason() {
     let d = dc();
     let s = server_with(upn_config(d));
+    // A file audit device: each refused login's response entry names the reason too.
+    let audit_dir = cairn_tests::tmpdir("ad-audit");
+    let audit_file = audit_dir.join("audit.log");
+    let r = s.put(
+        "sys/audit/file",
+        json!({"type": "file", "options": {"file_path": audit_file.to_string_lossy()}}),
+    );
+    assert_eq!(r.status, 204, "{r:?}");
     let mut cases = vec![
         (
             "alice",
@@ -370,9 +378,10 @@ fn ad_bind_refusals_answer_alike_and_log_their_reason() {
     }
     for (user, pw, reason) in cases {
         let r = login(&s, user, pw);
+        // The client's answer is the reference's for a failed login, whatever the reason.
         assert_eq!(
-            (r.status, error(&r)),
-            (400, BIND_FAILED.to_string()),
+            (r.status, &r.body),
+            (400, &json!({ "errors": [BIND_FAILED] })),
             "{user}: {r:?}"
         );
         assert!(
@@ -381,6 +390,17 @@ fn ad_bind_refusals_answer_alike_and_log_their_reason() {
             "{user}: no log line with {reason:?}:\n{}",
             server_log(&s)
         );
+        // The audit response entry of that login has the reason after the client's error.
+        let want = format!("{BIND_FAILED} (the directory says: {reason})");
+        let path = format!("auth/ldap/login/{user}");
+        let entries = audit_entries(&audit_file);
+        let entry = entries
+            .iter()
+            .rev()
+            .find(|e| e["type"] == "response" && e["request"]["path"] == json!(path))
+            .unwrap_or_else(|| panic!("{user}: no audit response entry in {entries:?}"));
+        assert_eq!(entry["error"], json!(want), "{user}: {entry}");
+        assert_eq!(entry["response"]["status"], json!(400), "{user}: {entry}");
     }
     // Lockout: three wrong passwords (the domain's threshold), then the right one is
     // refused with 775; Cairn's own lockout (5 failures) has not kicked in.
@@ -399,9 +419,29 @@ fn ad_bind_refusals_answer_alike_and_log_their_reason() {
         "{}",
         server_log(&s)
     );
-    // Never the password.
+    let entries = audit_entries(&audit_file);
+    assert!(
+        entries.iter().any(|e| e["type"] == "response"
+            && e["error"]
+                == json!(format!(
+                    "{BIND_FAILED} (the directory says: account locked out (AD data 775))"
+                ))),
+        "no audit entry for the locked-out login"
+    );
+    // Never the password, in the log or the audit file.
     let log = server_log(&s);
+    let audit = std::fs::read_to_string(&audit_file).unwrap_or_default();
     for pw in ["Carol-Pass1!", "Dave-Pass1!", "Gina-Pass1!", "Frank-Pass1!"] {
         assert!(!log.contains(pw), "{pw} in the server log");
+        assert!(!audit.contains(pw), "{pw} in the audit file");
     }
+}
+
+/// Every entry of a file audit device so far.
+fn audit_entries(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line {l:?}: {e}")))
+        .collect()
 }

@@ -1,6 +1,7 @@
 //! Differential test: the same sequence of requests against the reference (OpenBao 2.6.2,
 //! `bao server -dev`, obtained by `scripts/reference.sh`) and a dev `cairn`, both configured
-//! against one real slapd (`scripts/dev-ldap.sh`).
+//! against one real slapd (`scripts/dev-ldap.sh`); a second test runs the LDAP part against a
+//! Samba AD domain controller (`scripts/dev-ad.sh`) the same way.
 //!
 //! Per request it compares the status code and the shapes (key sets and JSON value types,
 //! presence and null-ness) of `data`, `auth`, `wrap_info` and `warnings`; it prints
@@ -377,10 +378,10 @@ fn shape(body: &Value, field: &str) -> String {
 }
 
 fn aspect(r: &Resp, a: &str) -> String {
-    if a == "status" {
-        r.status.to_string()
-    } else {
-        shape(&r.body, a)
+    match a {
+        "status" => r.status.to_string(),
+        "policies" => policy_set(r),
+        _ => shape(&r.body, a),
     }
 }
 
@@ -1326,6 +1327,137 @@ struct Row {
     cairn: String,
 }
 
+/// What one run of a script on both targets found.
+struct Comparison {
+    total: usize,
+    status_ok: usize,
+    shape_ok: usize,
+    rows: Vec<Row>,
+    /// Both bodies of every differing request.
+    report: String,
+    /// Cairn's status and policy set per request label.
+    cairn: BTreeMap<String, (u16, String)>,
+}
+
+/// Runs every step on the reference (`targets[0]`) then on Cairn (`targets[1]`) and
+/// compares `aspects` of the two answers ("status" counts as the status, every other
+/// aspect as the shape).
+fn compare(targets: &mut [Target; 2], script: &Script, aspects: &[&'static str]) -> Comparison {
+    let mut c = Comparison {
+        total: script.steps.len(),
+        status_ok: 0,
+        shape_ok: 0,
+        rows: Vec::new(),
+        report: String::new(),
+        cairn: BTreeMap::new(),
+    };
+    for step in &script.steps {
+        let a = targets[0].run(step);
+        let b = targets[1].run(step);
+        let mut status_same = true;
+        let mut shape_same = true;
+        for &asp in aspects {
+            let (x, y) = (aspect(&a, asp), aspect(&b, asp));
+            if x != y {
+                if asp == "status" {
+                    status_same = false;
+                } else {
+                    shape_same = false;
+                }
+                c.rows.push(Row {
+                    label: step.label.clone(),
+                    aspect: asp,
+                    reference: x,
+                    cairn: y,
+                });
+            }
+        }
+        c.status_ok += usize::from(status_same);
+        c.shape_ok += usize::from(shape_same);
+        c.cairn
+            .insert(step.label.clone(), (b.status, policy_set(&b)));
+        if !status_same || !shape_same {
+            let _ = writeln!(
+                c.report,
+                "## {} ({} {})\nreference {}: {}\ncairn {}: {}\n",
+                step.label, step.method, step.path, a.status, a.body, b.status, b.body
+            );
+        }
+    }
+    c
+}
+
+/// Prints the figure and the table of differences, writes the bodies to
+/// `target/<profile>/<report_name>`, and fails on a difference not in `allowed` or an
+/// entry of `allowed` that no longer differs.
+fn judge(
+    c: &Comparison,
+    figure: &str,
+    allowed: &[(&str, &str, &str)],
+    report_name: &str,
+    reference: &Reference,
+) {
+    println!("{figure}");
+    println!("allow-list: {} entries", allowed.len());
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "| request | aspect | reference | cairn | allowed |\n|---|---|---|---|---|"
+    );
+    let mut unexpected = Vec::new();
+    for r in &c.rows {
+        let ok = allowed
+            .iter()
+            .any(|(l, a, _)| *l == r.label && *a == r.aspect);
+        let (x, y) = describe(&r.reference, &r.cairn);
+        let _ = writeln!(
+            table,
+            "| {} | {} | {} | {} | {} |",
+            r.label,
+            r.aspect,
+            x,
+            y,
+            if ok { "yes" } else { "NO" }
+        );
+        if !ok {
+            unexpected.push(format!("(\"{}\", \"{}\", \"\"),", r.label, r.aspect));
+        }
+    }
+    println!("{table}");
+    let stale: Vec<String> = allowed
+        .iter()
+        .filter(|(l, a, _)| !c.rows.iter().any(|r| r.label == *l && r.aspect == *a))
+        .map(|(l, a, why)| format!("{l} / {a} ({why})"))
+        .collect();
+    let out = cairn_tests::log_dir()
+        .parent()
+        .expect("profile dir")
+        .join(report_name);
+    let _ = std::fs::write(
+        &out,
+        format!(
+            "{figure}\n\n{table}\n\nBodies of the differing requests:\n\n{}",
+            c.report
+        ),
+    );
+    println!(
+        "bodies of the differing requests: {}; reference log: {}",
+        out.display(),
+        reference.log.display()
+    );
+    assert!(
+        unexpected.is_empty(),
+        "{} differences not in the allow-list:\n{}",
+        unexpected.len(),
+        unexpected.join("\n")
+    );
+    assert!(
+        stale.is_empty(),
+        "allow-list entries that no longer differ (remove them):\n{}",
+        stale.join("\n")
+    );
+}
+
 #[test]
 fn the_same_requests_answer_alike_on_the_reference_and_cairn() {
     let reference = start_reference();
@@ -1368,99 +1500,293 @@ fn the_same_requests_answer_alike_on_the_reference_and_cairn() {
     assert!(r.status < 300, "unmount cairn's dev ldap: {r:?}");
 
     let script = script();
-    let total = script.steps.len();
-    assert!(total >= 200, "only {total} requests");
-    let mut rows: Vec<Row> = Vec::new();
-    let mut status_ok = 0;
-    let mut shape_ok = 0;
-    let mut report = String::new();
-    for step in &script.steps {
-        let a = targets[0].run(step);
-        let b = targets[1].run(step);
-        let mut status_same = true;
-        let mut shape_same = true;
-        for asp in ASPECTS {
-            let (x, y) = (aspect(&a, asp), aspect(&b, asp));
-            if x != y {
-                if asp == "status" {
-                    status_same = false;
-                } else {
-                    shape_same = false;
-                }
-                rows.push(Row {
-                    label: step.label.clone(),
-                    aspect: asp,
-                    reference: x,
-                    cairn: y,
-                });
-            }
-        }
-        status_ok += usize::from(status_same);
-        shape_ok += usize::from(shape_same);
-        if !status_same || !shape_same {
-            let _ = writeln!(
-                report,
-                "## {} ({} {})\nreference {}: {}\ncairn {}: {}\n",
-                step.label, step.method, step.path, a.status, a.body, b.status, b.body
-            );
-        }
-    }
+    assert!(
+        script.steps.len() >= 200,
+        "only {} requests",
+        script.steps.len()
+    );
+    let c = compare(&mut targets, &script, &ASPECTS);
+    let figure = format!(
+        "{}/{} statuses match, {}/{} shapes match",
+        c.status_ok, c.total, c.shape_ok, c.total
+    );
+    judge(&c, &figure, ALLOWED, "differential-report.txt", &reference);
+}
 
-    let figure = format!("{status_ok}/{total} statuses match, {shape_ok}/{total} shapes match");
-    println!("{figure}");
-    println!("allow-list: {} entries", ALLOWED.len());
-    let mut table = String::new();
-    let _ = writeln!(
-        table,
-        "| request | aspect | reference | cairn | allowed |\n|---|---|---|---|---|"
-    );
-    let mut unexpected = Vec::new();
-    for r in &rows {
-        let allowed = ALLOWED
-            .iter()
-            .any(|(l, a, _)| *l == r.label && *a == r.aspect);
-        let (x, y) = describe(&r.reference, &r.cairn);
-        let _ = writeln!(
-            table,
-            "| {} | {} | {} | {} | {} |",
-            r.label,
-            r.aspect,
-            x,
-            y,
-            if allowed { "yes" } else { "NO" }
+// --- The LDAP part against Active Directory.
+
+/// The aspects compared for the AD logins: those of the main test, and the token's
+/// policies (the groups found, nested ones included, mapped to policies) by value.
+const AD_ASPECTS: [&str; 6] = [
+    "status",
+    "data",
+    "auth",
+    "wrap_info",
+    "warnings",
+    "policies",
+];
+
+/// Known differences of the AD script: the config read's extensions and the two of every
+/// successful LDAP login.
+const AD_ALLOWED: &[(&str, &str, &str)] = &[
+    ("ad config upn read", "data", LDAPCFG),
+    ("ad upn login alice", "data", LOGINDATA),
+    ("ad upn login alice", "auth", ALIAS),
+    ("ad upn login bob", "data", LOGINDATA),
+    ("ad upn login bob", "auth", ALIAS),
+    ("ad upn login alice by UPN", "data", LOGINDATA),
+    ("ad upn login alice by UPN", "auth", ALIAS),
+    ("ad sam login alice", "data", LOGINDATA),
+    ("ad sam login alice", "auth", ALIAS),
+    ("ad sam login alice uppercase", "data", LOGINDATA),
+    ("ad sam login alice uppercase", "auth", ALIAS),
+    ("ad tokengroups login alice", "data", LOGINDATA),
+    ("ad tokengroups login alice", "auth", ALIAS),
+    ("ad tokengroups login bob", "data", LOGINDATA),
+    ("ad tokengroups login bob", "auth", ALIAS),
+];
+
+/// The LDAP requests against the AD: three configurations an AD admin writes (UPN binds
+/// with the in-chain group filter; a service account finding users by sAMAccountName with
+/// groups from memberOf; tokenGroups), each with good and wrong passwords, UPN names,
+/// nested groups, a disabled account and an unknown user. Alice's wrong password is tried
+/// once per server only: the domain locks an account after three bad binds.
+fn ad_script() -> Script {
+    let mut s = Script::default();
+    s.post("ad enable ldap", "sys/auth/ldap", json!({"type": "ldap"}));
+    // eng holds alice; all-staff holds eng (alice is in it through the nesting only).
+    for (g, p) in [
+        ("eng", "eng-pol"),
+        ("all-staff", "staff-pol"),
+        ("ops", "ops-pol"),
+    ] {
+        s.post(
+            &format!("ad group write {g}"),
+            &format!("auth/ldap/groups/{g}"),
+            json!({ "policies": p }),
         );
-        if !allowed {
-            unexpected.push(format!("(\"{}\", \"{}\", \"\"),", r.label, r.aspect));
-        }
     }
-    println!("{table}");
-    let stale: Vec<String> = ALLOWED
-        .iter()
-        .filter(|(l, a, _)| !rows.iter().any(|r| r.label == *l && r.aspect == *a))
-        .map(|(l, a, why)| format!("{l} / {a} ({why})"))
-        .collect();
-    let out = cairn_tests::log_dir()
-        .parent()
-        .expect("profile dir")
-        .join("differential-report.txt");
-    let _ = std::fs::write(
-        &out,
-        format!("{figure}\n\n{table}\n\nBodies of the differing requests:\n\n{report}"),
+    let login = |s: &mut Script, label: &str, user: &str, pw: &str| {
+        s.post(
+            label,
+            &format!("auth/ldap/login/{user}"),
+            json!({ "password": pw }),
+        )
+        .anon();
+    };
+    // 1. UPN binds (alice -> alice@cairn.test), the user's own identity searches; groups
+    // by the in-chain rule, so nested groups count.
+    s.post(
+        "ad config upn",
+        "auth/ldap/config",
+        json!({"url": "${ad_url}", "certificate": "${ad_ca}", "upndomain": "cairn.test",
+               "userdn": "CN=Users,DC=cairn,DC=test", "userattr": "userPrincipalName",
+               "groupdn": "DC=cairn,DC=test",
+               "groupfilter": "(&(objectClass=group)(member:1.2.840.113556.1.4.1941:={{.UserDN}}))",
+               "groupattr": "cn"}),
     );
-    println!(
-        "bodies of the differing requests: {}; reference log: {}",
-        out.display(),
-        reference.log.display()
+    s.get("ad config upn read", "auth/ldap/config");
+    login(&mut s, "ad upn login alice", "alice", "Alice-Pass1!");
+    login(&mut s, "ad upn login bob", "bob", "Bob-Pass1!");
+    login(
+        &mut s,
+        "ad upn login alice wrong password",
+        "alice",
+        "Wrong-Pass1!",
     );
-    assert!(
-        unexpected.is_empty(),
-        "{} differences not in the allow-list:\n{}",
-        unexpected.len(),
-        unexpected.join("\n")
+    login(
+        &mut s,
+        "ad upn login unknown user",
+        "nobody",
+        "Nobody-Pass1!",
     );
-    assert!(
-        stale.is_empty(),
-        "allow-list entries that no longer differ (remove them):\n{}",
-        stale.join("\n")
+    login(
+        &mut s,
+        "ad upn login disabled carol",
+        "carol",
+        "Carol-Pass1!",
+    );
+    login(
+        &mut s,
+        "ad upn login must-change dave",
+        "dave",
+        "Dave-Pass1!",
+    );
+    // 2. A UPN as the login name: a service account finds the entry by userPrincipalName.
+    // (A config write keeps the fields it does not name, on both servers: upndomain goes.)
+    s.post(
+        "ad config upn names",
+        "auth/ldap/config",
+        json!({"url": "${ad_url}", "certificate": "${ad_ca}", "upndomain": "",
+               "binddn": "${ad_binddn}", "bindpass": "${ad_bindpass}",
+               "userdn": "CN=Users,DC=cairn,DC=test", "userattr": "userPrincipalName",
+               "groupdn": "DC=cairn,DC=test",
+               "groupfilter": "(&(objectClass=group)(member:1.2.840.113556.1.4.1941:={{.UserDN}}))",
+               "groupattr": "cn"}),
+    );
+    login(
+        &mut s,
+        "ad upn login alice by UPN",
+        "alice@cairn.test",
+        "Alice-Pass1!",
+    );
+    login(
+        &mut s,
+        "ad upn login bob by UPN wrong password",
+        "bob@cairn.test",
+        "Wrong-Pass1!",
+    );
+    // 3. sAMAccountName with discoverdn; groups from memberOf (direct ones only).
+    s.post(
+        "ad config sam",
+        "auth/ldap/config",
+        json!({"url": "${ad_url}", "certificate": "${ad_ca}", "discoverdn": true, "upndomain": "",
+               "binddn": "${ad_binddn}", "bindpass": "${ad_bindpass}",
+               "userdn": "CN=Users,DC=cairn,DC=test", "userattr": "sAMAccountName",
+               "groupdn": "CN=Users,DC=cairn,DC=test",
+               "groupfilter": "(&(objectClass=user)(sAMAccountName={{.Username}}))",
+               "groupattr": "memberOf"}),
+    );
+    login(&mut s, "ad sam login alice", "alice", "Alice-Pass1!");
+    login(
+        &mut s,
+        "ad sam login alice uppercase",
+        "ALICE",
+        "Alice-Pass1!",
+    );
+    login(
+        &mut s,
+        "ad sam login unknown user",
+        "nobody",
+        "Nobody-Pass1!",
+    );
+    login(&mut s, "ad sam login expired gina", "gina", "Gina-Pass1!");
+    // 4. tokenGroups: every group, nested ones included, from the user entry's SIDs.
+    s.post(
+        "ad config tokengroups",
+        "auth/ldap/config",
+        json!({"url": "${ad_url}", "certificate": "${ad_ca}", "discoverdn": false,
+               "binddn": "${ad_binddn}", "bindpass": "${ad_bindpass}",
+               "userdn": "CN=Users,DC=cairn,DC=test", "userattr": "sAMAccountName",
+               "groupdn": "DC=cairn,DC=test", "groupattr": "cn",
+               "use_token_groups": true}),
+    );
+    login(
+        &mut s,
+        "ad tokengroups login alice",
+        "alice",
+        "Alice-Pass1!",
+    );
+    login(&mut s, "ad tokengroups login bob", "bob", "Bob-Pass1!");
+    login(
+        &mut s,
+        "ad tokengroups login unknown user",
+        "nobody",
+        "Nobody-Pass1!",
+    );
+    s
+}
+
+/// The token policies of a login, sorted, or "-" when the answer has none.
+fn policy_set(r: &Resp) -> String {
+    match r.body["auth"]["policies"].as_array() {
+        Some(a) => {
+            let mut p: Vec<&str> = a.iter().filter_map(Value::as_str).collect();
+            p.sort_unstable();
+            p.join(",")
+        }
+        None => "-".into(),
+    }
+}
+
+#[test]
+fn the_ldap_logins_answer_alike_against_active_directory() {
+    // The DC starts (about 10 s) while the reference does.
+    let dc = std::thread::spawn(|| {
+        let dir = std::env::temp_dir().join(format!("cairn-e2e-diff-ad-{}", std::process::id()));
+        cairn_tests::start_dev_directory("dev-ad.sh", &dir, "CAIRN_AD_WATCH_PID")
+    });
+    let reference = start_reference();
+    let cairn = Server::dev();
+    let ad = dc.join().expect("dev-ad.sh start");
+    let get = |k: &str| {
+        ad.get(k)
+            .cloned()
+            .unwrap_or_else(|| panic!("dev-ad.sh did not export {k}"))
+    };
+    let ca = std::fs::read_to_string(get("AD_CA")).expect("the DC's CA");
+    let vars = |root: &str| -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        m.insert("root".into(), root.to_string());
+        m.insert("ad_url".into(), get("AD_URL"));
+        m.insert("ad_ca".into(), ca.clone());
+        m.insert("ad_binddn".into(), get("AD_BINDDN"));
+        m.insert("ad_bindpass".into(), get("AD_BINDPASS"));
+        m
+    };
+    let mut targets = [
+        Target {
+            name: "reference",
+            addr: reference.addr.clone(),
+            root: "root".into(),
+            vars: vars("root"),
+            agent: agent(Duration::from_secs(60)),
+        },
+        Target {
+            name: "cairn",
+            addr: cairn.addr.clone(),
+            root: cairn.root_token.clone(),
+            vars: vars(&cairn.root_token),
+            agent: agent(Duration::from_secs(60)),
+        },
+    ];
+    let r = cairn.delete("sys/auth/ldap");
+    assert!(r.status < 300, "unmount cairn's dev ldap: {r:?}");
+    let script = ad_script();
+    let c = compare(&mut targets, &script, &AD_ASPECTS);
+    let figure = format!(
+        "active directory: {}/{} statuses match, {}/{} shapes and policy sets match",
+        c.status_ok, c.total, c.shape_ok, c.total
+    );
+    // Not alike by accident: the logins succeed and fail where AD says so (the same on
+    // the reference, or the comparison below fails), and nested groups count.
+    let want = [
+        ("ad upn login alice", 200, "default,eng-pol,staff-pol"),
+        ("ad upn login bob", 200, "default,ops-pol"),
+        ("ad upn login alice wrong password", 400, "-"),
+        ("ad upn login unknown user", 400, "-"),
+        ("ad upn login disabled carol", 400, "-"),
+        ("ad upn login must-change dave", 400, "-"),
+        (
+            "ad upn login alice by UPN",
+            200,
+            "default,eng-pol,staff-pol",
+        ),
+        ("ad upn login bob by UPN wrong password", 400, "-"),
+        ("ad sam login alice", 200, "default,eng-pol"),
+        ("ad sam login alice uppercase", 200, "default,eng-pol"),
+        ("ad sam login unknown user", 400, "-"),
+        ("ad sam login expired gina", 400, "-"),
+        (
+            "ad tokengroups login alice",
+            200,
+            "default,eng-pol,staff-pol",
+        ),
+        ("ad tokengroups login bob", 200, "default,ops-pol"),
+        ("ad tokengroups login unknown user", 400, "-"),
+    ];
+    for (label, status, policies) in want {
+        let got = c.cairn.get(label).expect(label);
+        if *got != (status, policies.to_string()) {
+            println!("{figure}\n{}", c.report);
+        }
+        assert_eq!(*got, (status, policies.to_string()), "{label}");
+    }
+    judge(
+        &c,
+        &figure,
+        AD_ALLOWED,
+        "differential-ad-report.txt",
+        &reference,
     );
 }

@@ -118,12 +118,13 @@ fn run(name: &str) -> Run {
     let mut prelude = format!(
         "trap 'for v in {vars}; do printf \"%s\\n\" \"${{!v:-}}\"; done > {secrets}; \
          kill -9 $(cat \"$DIR\"/*/pid 2>/dev/null) 2>/dev/null || true; \
-         [ ! -d \"$DIR/cairn-dev-ldap\" ] || \"$DIR/scripts/dev-ldap.sh\" stop > /dev/null 2>&1 || true' EXIT\n",
+         [ ! -d \"$DIR/cairn-dev-ldap\" ] || \"$DIR/scripts/dev-ldap.sh\" stop > /dev/null 2>&1 || true; \
+         [ ! -d \"$DIR/cairn-dev-ad\" ] || \"$DIR/scripts/dev-ad.sh\" stop > /dev/null 2>&1 || true' EXIT\n",
         vars = SECRET_VARS.join(" "),
         secrets = secrets.display()
     );
     let mut text = walkthrough(name);
-    if name == FIRST_STEPS {
+    if name == FIRST_STEPS || name == ACTIVE_DIRECTORY {
         // The clone: the scripts, and the binary where `cargo run --release` puts it.
         std::os::unix::fs::symlink(repo_root().join("scripts"), dir.join("scripts"))
             .expect("link scripts");
@@ -137,7 +138,7 @@ fn run(name: &str) -> Run {
              echo $! > \"$DIR/dev/pid\"\n",
             args = fresh_machine_server_args().join(" ")
         ));
-        text = move_ports(&text, p1, p2);
+        text = move_ports(&text, name, p1, p2);
     }
     let script = dir.join("walkthrough.sh");
     std::fs::write(&script, format!("{prelude}{text}")).expect("write script");
@@ -156,7 +157,9 @@ fn run(name: &str) -> Run {
         .env("P2", p2.to_string())
         // A sample directory that fails the walkthrough half-way stops with this process.
         .env("CAIRN_LDAP_WATCH_PID", std::process::id().to_string())
+        .env("CAIRN_AD_WATCH_PID", std::process::id().to_string())
         .env_remove("CAIRN_LDAP_DIR")
+        .env_remove("CAIRN_AD_DIR")
         .env_remove("CAIRN_DEV_LISTEN_ADDRESS")
         .env_remove("CAIRN_ADDR")
         .env_remove("CAIRN_TOKEN")
@@ -194,15 +197,23 @@ fn run(name: &str) -> Run {
 
 /// The opening sections' walkthrough.
 const FIRST_STEPS: &str = "first-steps";
+/// "Log in against Active Directory": like the opening sections, pasted into a second
+/// terminal while the README's first line runs the dev server.
+const ACTIVE_DIRECTORY: &str = "ad";
 
 /// The README's ports moved to free ones: the dev server's API port 8200 to `p1`, the
-/// configuration file's 8400 and 8401 to `p2` and `p2 + 1`. No other well-known port may
-/// remain (the test must not touch a server the developer runs).
-fn move_ports(text: &str, p1: u16, p2: u16) -> String {
-    for p in ["127.0.0.1:8200", "127.0.0.1:8400", "127.0.0.1:8401"] {
+/// configuration file's 8400 and 8401 (opening sections) to `p2` and `p2 + 1`. No other
+/// well-known port may remain (the test must not touch a server the developer runs).
+fn move_ports(text: &str, name: &str, p1: u16, p2: u16) -> String {
+    let expected: &[&str] = if name == FIRST_STEPS {
+        &["127.0.0.1:8200", "127.0.0.1:8400", "127.0.0.1:8401"]
+    } else {
+        &["127.0.0.1:8200"]
+    };
+    for p in expected {
         assert!(
             text.contains(p),
-            "the opening sections no longer use {p}: update the test"
+            "walkthrough {name} no longer uses {p}: update the test"
         );
     }
     let moved = text
@@ -212,7 +223,7 @@ fn move_ports(text: &str, p1: u16, p2: u16) -> String {
     for p in ["8200", "8201", "8400", "8401"] {
         assert!(
             !moved.contains(&format!(":{p}")),
-            "port {p} left in the opening sections' blocks: teach move_ports about it"
+            "port {p} left in walkthrough {name}'s blocks: teach move_ports about it"
         );
     }
     moved
@@ -408,4 +419,40 @@ fn readme_dr_failover_runbook() {
     // readable with the primary's root token.
     assert!(has_row(out, "dr", &["primary", "running"]), "{out}");
     assert_eq!(out.lines().last(), Some("2026-11"), "{out}");
+}
+
+/// "Log in against Active Directory", pasted while the dev server runs: the DC starts, the
+/// config an AD admin writes is taken, alice logs in with her UPN and gets the policies of
+/// her group and of the group it is nested in; disabled carol is refused; the DC stops.
+/// Needs root (the DC's loopback address), like `tests/tests/ad.rs`.
+#[test]
+fn readme_active_directory_login() {
+    let r = run(ACTIVE_DIRECTORY);
+    let out = &r.output;
+    assert_eq!(r.code, 0, "the walkthrough failed:\n{out}");
+    let has = |s: &str| out.contains(s);
+    assert!(has("the DC answers at ldaps://127.0.0."), "{out}");
+    assert!(has("Success! Data written to: auth/ldap/config"), "{out}");
+    assert!(
+        has("Success! You are now authenticated. The token was not stored (-no-store)."),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| l
+            .split_whitespace()
+            .eq(["token_meta_username", "alice@cairn.test"])),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.first() == Some(&"token_policies") && l.contains("eng") && l.contains("staff")
+        }),
+        "no token_policies line with eng and staff:\n{out}"
+    );
+    assert!(
+        has("failed to bind as user") && has("carol is refused"),
+        "{out}"
+    );
+    assert!(has("dev-ad: stopped the DC in "), "{out}");
 }

@@ -384,7 +384,12 @@ impl<S: Storage> Node<S> {
                     outputs: &mut self.st.outputs,
                 };
                 let done = ldap::on_reply(&mut ctx, &mut io, reply);
-                if let Some((id, result)) = done {
+                if let Some(ldap::Finished {
+                    request_id: id,
+                    result,
+                    audit_note,
+                }) = done
+                {
                     // The login's writes and its response wrapping: one write set.
                     let pending = self.st.pending.remove(&id);
                     let result = match &pending {
@@ -395,6 +400,9 @@ impl<S: Storage> Node<S> {
                     let wal_before = self.st.repl.wal.last;
                     let result = result.and_then(|r| self.commit(writes).map(|_| r));
                     if pending.is_some() {
+                        if let Some(note) = audit_note {
+                            crate::metrics::note_for_audit(&mut self.st, id, note);
+                        }
                         self.finish(id, result);
                         self.stamp_index(id, wal_before);
                     }

@@ -470,6 +470,7 @@ impl ReplWorld {
             "ok" => "login:ok",
             "ok-nested" => "login:ok-nested",
             "refused" => "login:refused",
+            "refused-account" => "login:refused-account",
             "refused-locked" => "login:locked",
             _ => "login:undecided",
         });

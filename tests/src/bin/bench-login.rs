@@ -21,6 +21,14 @@
 //! checks every answer for a token; `BENCH_CLIENT=ureq` uses ureq instead (more CPU per
 //! request on the client side, which this machine charges to Cairn's throughput).
 //!
+//! `bench-login --ad [SECONDS] [CLIENTS] [ROUNDS]` (`scripts/bench.sh ad-login`) measures the
+//! same against the Samba Active Directory domain controller of `scripts/dev-ad.sh`, with the
+//! configuration an AD administrator writes: LDAPS verified against the domain's CA, a
+//! service account (`binddn`), users found by `sAMAccountName` under `CN=Users`, groups by
+//! the in-chain matching rule from the domain root (nested groups count; the search
+//! references AD returns are ignored). The direct baseline makes the same round trips over
+//! LDAPS with the same CA, one connection per login.
+//!
 //! Diagnostics: `BENCH_DEBUG=1` prints each phase's time spent inside operations;
 //! `BENCH_LOG_LEVEL=debug BENCH_KEEP_LOGS=1` keeps Cairn's log with each login's LDAP
 //! timings (debug logging slows Cairn down). `TMPDIR` places Cairn's dev storage (and the
@@ -38,12 +46,42 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Which directory the logins go to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The OpenLDAP slapd of `scripts/dev-ldap.sh`.
+    Slapd,
+    /// The Samba AD domain controller of `scripts/dev-ad.sh`.
+    Ad,
+}
+
+impl Kind {
+    fn script(self) -> &'static str {
+        match self {
+            Kind::Slapd => "dev-ldap.sh",
+            Kind::Ad => "dev-ad.sh",
+        }
+    }
+    fn watch_env(self) -> &'static str {
+        match self {
+            Kind::Slapd => "CAIRN_LDAP_WATCH_PID",
+            Kind::Ad => "CAIRN_AD_WATCH_PID",
+        }
+    }
+}
+
 const BASE: &str = "dc=cairn,dc=test";
 /// Users of the sample directory in two groups each (not carol: her 60 groups exceed the
 /// server's size limit without paging; the twins are in none).
 const USERS: &[&str] = &["alice", "bob"];
 const GROUPFILTER: &str =
     "(|(memberUid={{.Username}})(member={{.UserDN}})(uniqueMember={{.UserDN}}))";
+
+const AD_BASE: &str = "DC=cairn,DC=test";
+/// The seeded domain's users: alice is in eng (nested in all-staff) and twenty more groups,
+/// bob in ops.
+const AD_USERS: &[(&str, &str)] = &[("alice", "Alice-Pass1!"), ("bob", "Bob-Pass1!")];
+const AD_GROUPFILTER: &str = "(&(objectClass=group)(member:1.2.840.113556.1.4.1941:={{.UserDN}}))";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -52,49 +90,91 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The slapd of `scripts/dev-ldap.sh`, stopped on drop (and when this process dies).
+/// The directory of `scripts/dev-ldap.sh` or `scripts/dev-ad.sh`, stopped on drop (and
+/// when this process dies).
 struct Directory {
+    kind: Kind,
     dir: PathBuf,
     env: BTreeMap<String, String>,
 }
 
 impl Directory {
-    fn start() -> Directory {
-        let dir = std::env::temp_dir().join(format!("cairn-bench-ldap-{}", std::process::id()));
+    fn start(kind: Kind) -> Directory {
+        let dir = std::env::temp_dir().join(format!(
+            "cairn-bench-{}-{}",
+            if kind == Kind::Ad { "ad" } else { "ldap" },
+            std::process::id()
+        ));
         let out = Command::new("bash")
-            .arg(root().join("scripts/dev-ldap.sh"))
+            .arg(root().join("scripts").join(kind.script()))
             .arg("start")
             .arg(&dir)
-            .env("CAIRN_LDAP_WATCH_PID", std::process::id().to_string())
+            .env(kind.watch_env(), std::process::id().to_string())
             .stderr(Stdio::inherit())
             .output()
-            .expect("run scripts/dev-ldap.sh");
-        assert!(out.status.success(), "scripts/dev-ldap.sh start failed");
+            .unwrap_or_else(|e| panic!("run scripts/{}: {e}", kind.script()));
+        assert!(
+            out.status.success(),
+            "scripts/{} start failed",
+            kind.script()
+        );
         let mut env = BTreeMap::new();
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             if let Some((k, v)) = line.strip_prefix("export ").and_then(|l| l.split_once('=')) {
                 env.insert(k.to_string(), v.trim_matches('\'').to_string());
             }
         }
-        Directory { dir, env }
+        Directory { kind, dir, env }
     }
 
     fn get(&self, k: &str) -> String {
         self.env
             .get(k)
             .cloned()
-            .unwrap_or_else(|| panic!("dev-ldap.sh did not export {k}"))
+            .unwrap_or_else(|| panic!("{} did not export {k}", self.kind.script()))
+    }
+
+    /// The directory server's pid (for its CPU use).
+    fn pid(&self) -> u32 {
+        let file = match self.kind {
+            Kind::Slapd => self.dir.join("main/slapd.pid"),
+            Kind::Ad => self.dir.join("samba.pid"),
+        };
+        std::fs::read_to_string(file)
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or(0)
     }
 }
 
 impl Drop for Directory {
     fn drop(&mut self) {
         let _ = Command::new("bash")
-            .arg(root().join("scripts/dev-ldap.sh"))
+            .arg(root().join("scripts").join(self.kind.script()))
             .arg("stop")
             .arg(&self.dir)
             .status();
     }
+}
+
+/// A rustls client configuration trusting only the PEM certificates of `ca_file`.
+fn tls_trusting(ca_file: &str) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca_file).expect("read the DC's CA") {
+        roots
+            .add(c.expect("a PEM certificate"))
+            .expect("add the CA");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
 }
 
 /// `cairn server --dev` at log level `info` (the harness's `Server::dev` logs at debug,
@@ -298,15 +378,27 @@ fn drive(clients: usize, secs: f64, make: MakeOp) -> Run {
     all
 }
 
+/// What the logins go to, and how the direct baseline makes them.
 struct Target {
     url: String,
     binddn: String,
     bindpass: String,
+    /// (login name, password).
+    users: Vec<(String, String)>,
+    userdn: String,
+    userattr: &'static str,
+    groupdn: String,
+    groupfilter: &'static str,
+    /// TLS settings of the direct baseline (LDAPS to the AD).
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// One login made directly: connect, service bind, user search, user bind, group search.
-fn direct_login(t: &Target, user: &str) -> Result<(), String> {
-    let settings = LdapConnSettings::new().set_conn_timeout(Duration::from_secs(30));
+fn direct_login(t: &Target, user: &str, password: &str) -> Result<(), String> {
+    let mut settings = LdapConnSettings::new().set_conn_timeout(Duration::from_secs(30));
+    if let Some(c) = &t.tls {
+        settings = settings.set_config(c.clone());
+    }
     let mut c = LdapConn::with_settings(settings, &t.url).map_err(|e| format!("connect: {e}"))?;
     let r = (|| {
         c.simple_bind(&t.binddn, &t.bindpass)
@@ -314,10 +406,10 @@ fn direct_login(t: &Target, user: &str) -> Result<(), String> {
             .map_err(|e| format!("service bind: {e}"))?;
         let (users, _) = c
             .search(
-                &format!("ou=people,{BASE}"),
+                &t.userdn,
                 Scope::Subtree,
-                &format!("(uid={user})"),
-                vec!["uid"],
+                &format!("({}={user})", t.userattr),
+                vec![t.userattr],
             )
             .and_then(|r| r.success())
             .map_err(|e| format!("user search: {e}"))?;
@@ -325,22 +417,24 @@ fn direct_login(t: &Target, user: &str) -> Result<(), String> {
             return Err(format!("user search matched {} entries", users.len()));
         }
         let dn = SearchEntry::construct(users.into_iter().next().expect("one entry")).dn;
-        c.simple_bind(&dn, &format!("{user}-pw"))
+        c.simple_bind(&dn, password)
             .and_then(|r| r.success())
             .map_err(|e| format!("user bind: {e}"))?;
-        let filter = GROUPFILTER
+        let filter = t
+            .groupfilter
             .replace("{{.Username}}", user)
             .replace("{{.UserDN}}", &dn);
+        // AD's search references (from the domain root) come back as non-entries: only
+        // entries count, as in Cairn.
         let (groups, _) = c
-            .search(
-                &format!("ou=groups,{BASE}"),
-                Scope::Subtree,
-                &filter,
-                vec!["cn"],
-            )
+            .search(&t.groupdn, Scope::Subtree, &filter, vec!["cn"])
             .and_then(|r| r.success())
             .map_err(|e| format!("group search: {e}"))?;
-        if groups.is_empty() {
+        let groups = groups
+            .iter()
+            .filter(|e| !e.is_ref() && !e.is_intermediate())
+            .count();
+        if groups == 0 {
             return Err(format!("no groups for {user}"));
         }
         Ok(())
@@ -371,48 +465,90 @@ fn row(name: &str, r: &Run) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let kind = if args.first().is_some_and(|a| a == "--ad") {
+        args.remove(0);
+        Kind::Ad
+    } else {
+        Kind::Slapd
+    };
     let secs: f64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(10.0);
     let clients: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(16);
     // Direct and Cairn phases alternate this many times (SECONDS split among them), so a
     // drift in the machine's speed during the run hits both sides alike.
     let rounds: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2).max(1);
 
-    let d = Directory::start();
+    let d = Directory::start(kind);
     let logs = tmpdir("bench-login");
     let s = start_cairn(&logs);
-    let target = Arc::new(Target {
-        url: d.get("CAIRN_LDAP_URL"),
-        binddn: d.get("CAIRN_LDAP_BINDDN"),
-        bindpass: d.get("CAIRN_LDAP_BINDPASS"),
+    let target = Arc::new(match kind {
+        Kind::Slapd => Target {
+            url: d.get("CAIRN_LDAP_URL"),
+            binddn: d.get("CAIRN_LDAP_BINDDN"),
+            bindpass: d.get("CAIRN_LDAP_BINDPASS"),
+            users: USERS
+                .iter()
+                .map(|u| (u.to_string(), format!("{u}-pw")))
+                .collect(),
+            userdn: format!("ou=people,{BASE}"),
+            userattr: "uid",
+            groupdn: format!("ou=groups,{BASE}"),
+            groupfilter: GROUPFILTER,
+            tls: None,
+        },
+        Kind::Ad => Target {
+            url: d.get("AD_URL"),
+            binddn: d.get("AD_BINDDN"),
+            bindpass: d.get("AD_BINDPASS"),
+            users: AD_USERS
+                .iter()
+                .map(|(u, p)| (u.to_string(), p.to_string()))
+                .collect(),
+            userdn: format!("CN=Users,{AD_BASE}"),
+            userattr: "sAMAccountName",
+            groupdn: AD_BASE.to_string(),
+            groupfilter: AD_GROUPFILTER,
+            tls: Some(tls_trusting(&d.get("AD_CA"))),
+        },
     });
-    let r = s.post(
-        "auth/ldap/config",
-        json!({
-            "url": target.url,
-            "binddn": target.binddn,
-            "bindpass": target.bindpass,
-            "userdn": format!("ou=people,{BASE}"),
-            "userattr": "uid",
-            "groupdn": format!("ou=groups,{BASE}"),
-            "groupfilter": GROUPFILTER,
-        }),
-    );
+    let mut config = json!({
+        "url": target.url,
+        "binddn": target.binddn,
+        "bindpass": target.bindpass,
+        "userdn": target.userdn,
+        "userattr": target.userattr,
+        "groupdn": target.groupdn,
+        "groupfilter": target.groupfilter,
+    });
+    let groups: &[(&str, &str)] = match kind {
+        Kind::Slapd => &[
+            ("engineers", "eng"),
+            ("ops", "ops"),
+            ("posix-users", "posix"),
+        ],
+        Kind::Ad => {
+            config["certificate"] =
+                json!(std::fs::read_to_string(d.get("AD_CA")).expect("the DC's CA"));
+            config["groupattr"] = json!("cn");
+            &[("eng", "eng"), ("all-staff", "staff"), ("ops", "ops")]
+        }
+    };
+    let r = s.post("auth/ldap/config", config);
     assert!(r.status < 300, "config: {} {}", r.status, r.errors());
-    for (g, p) in [
-        ("engineers", "eng"),
-        ("ops", "ops"),
-        ("posix-users", "posix"),
-    ] {
+    for (g, p) in groups {
         let r = s.post(&format!("auth/ldap/groups/{g}"), json!({ "policies": p }));
         assert_eq!(r.status, 204, "group {g}: {}", r.errors());
     }
+    let users: Arc<Vec<(String, String)>> = Arc::new(target.users.clone());
 
     let direct_op: MakeOp = {
         let target = target.clone();
         Arc::new(move |_| {
             let target = target.clone();
-            Box::new(move |i| direct_login(&target, USERS[i as usize % USERS.len()]))
+            Box::new(move |i| {
+                let (u, p) = &target.users[i as usize % target.users.len()];
+                direct_login(&target, u, p)
+            })
         })
     };
     // The load generator shares the 2 cores with what it measures: by default each client
@@ -423,6 +559,7 @@ fn main() {
         let addr = s.addr.clone();
         Arc::new(move |_| {
             let addr = addr.clone();
+            let users = users.clone();
             let check = |user: &str, status: u16, body: &[u8]| {
                 // A login answers 200 with a token: anything else is an error.
                 let ok = status == 200
@@ -447,10 +584,10 @@ fn main() {
                     .build()
                     .into();
                 Box::new(move |i: u64| {
-                    let user = USERS[i as usize % USERS.len()];
+                    let (user, password) = &users[i as usize % users.len()];
                     let mut r = agent
                         .post(&format!("{addr}/v1/auth/ldap/login/{user}"))
-                        .send_json(json!({ "password": format!("{user}-pw") }))
+                        .send_json(json!({ "password": password }))
                         .map_err(|e| format!("login {user}: {e}"))?;
                     let status = r.status().as_u16();
                     let body = r.body_mut().read_to_vec().unwrap_or_default();
@@ -458,15 +595,15 @@ fn main() {
                 }) as Op
             } else {
                 let mut conn = KeepAlive::new(&addr, Duration::from_secs(30));
-                let bodies: Vec<(String, Vec<u8>)> = USERS
+                let bodies: Vec<(String, Vec<u8>)> = users
                     .iter()
-                    .map(|u| {
-                        let body = json!({ "password": format!("{u}-pw") }).to_string();
+                    .map(|(u, p)| {
+                        let body = json!({ "password": p }).to_string();
                         (format!("/v1/auth/ldap/login/{u}"), body.into_bytes())
                     })
                     .collect();
                 Box::new(move |i| {
-                    let k = i as usize % USERS.len();
+                    let k = i as usize % users.len();
                     let r = conn
                         .call(
                             "POST",
@@ -474,8 +611,8 @@ fn main() {
                             &[("Content-Type", "application/json")],
                             &bodies[k].1,
                         )
-                        .map_err(|e| format!("login {}: {e}", USERS[k]))?;
-                    check(USERS[k], r.status, &r.body)
+                        .map_err(|e| format!("login {}: {e}", users[k].0))?;
+                    check(&users[k].0, r.status, &r.body)
                 })
             }
         })
@@ -504,12 +641,8 @@ fn main() {
         })
     };
 
-    let slapd = std::fs::read_to_string(d.dir.join("main/slapd.pid"))
-        .ok()
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or(0);
     let cairn_pid = s.child.as_ref().map(|c| c.id()).unwrap_or(0);
-    let pids = Pids([std::process::id(), cairn_pid, slapd]);
+    let pids = Pids([std::process::id(), cairn_pid, d.pid()]);
     let (mut direct, mut cairn) = (Run::default(), Run::default());
     // BENCH_ONLY=cairn runs only Cairn's login phases (for profiling Cairn).
     let only_cairn = std::env::var("BENCH_ONLY").is_ok_and(|v| v == "cairn");
@@ -544,7 +677,12 @@ fn main() {
         &floor,
     );
     println!();
-    println!("| CPU ms per operation | client | Cairn | slapd | total |");
+    let server = if kind == Kind::Ad {
+        "samba (AD)"
+    } else {
+        "slapd"
+    };
+    println!("| CPU ms per operation | client | Cairn | {server} | total |");
     println!("|---|---:|---:|---:|---:|");
     for (name, r) in [
         ("direct ldap3", &direct),

@@ -373,32 +373,40 @@ fn login_start(
     Ok(Reply::Pending)
 }
 
-/// Finishes the login or renewal waiting for `r`: `None` when nothing waits for it,
-/// otherwise the request's result (its storage writes commit when it is `Ok`).
-pub fn on_reply(
-    ctx: &mut Ctx,
-    st: &mut LdapIo<'_>,
-    r: LdapReply,
-) -> Option<(RequestId, ApiResult<Reply>)> {
+/// A login or renewal the directory's answer finished.
+#[derive(Debug)]
+pub struct Finished {
+    pub request_id: RequestId,
+    /// The request's result (its storage writes commit when it is `Ok`).
+    pub result: ApiResult<Reply>,
+    /// For the request's audit entry only, never the client: why the directory refused
+    /// the user's bind when it said (Active Directory's `data` code), e.g. "the directory
+    /// says: account disabled (AD data 533)". Never holds a password.
+    pub audit_note: Option<String>,
+}
+
+/// Finishes the login or renewal waiting for `r`: `None` when nothing waits for it.
+pub fn on_reply(ctx: &mut Ctx, st: &mut LdapIo<'_>, r: LdapReply) -> Option<Finished> {
     let waiting = st.logins.active.remove(&r.op_id)?;
+    let failed = |result| {
+        Some(Finished {
+            request_id: waiting.request_id,
+            result,
+            audit_note: None,
+        })
+    };
     let job = match r.result {
         Ok(LdapDone::Ran(job)) => job,
         Ok(other) => {
-            return Some((
-                waiting.request_id,
-                Err(ApiError::Internal(format!(
-                    "unexpected LDAP result {other:?} for a login"
-                ))),
-            ))
+            return failed(Err(ApiError::Internal(format!(
+                "unexpected LDAP result {other:?} for a login"
+            ))))
         }
         Err(f) => {
-            return Some((
-                waiting.request_id,
-                Err(ApiError::bad(format!(
-                    "ldap operation failed: {}",
-                    f.message
-                ))),
-            ))
+            return failed(Err(ApiError::bad(format!(
+                "ldap operation failed: {}",
+                f.message
+            ))))
         }
     };
     let Job { login, outcome, .. } = *job;
@@ -411,7 +419,21 @@ pub fn on_reply(
         Some(renewal) => renew::finish(ctx, &login, outcome, renewal),
         None => login_done(ctx, st, &login, outcome, waiting.lock_stored),
     };
-    Some((waiting.request_id, result))
+    let refused = match &result {
+        Err(_) => true,
+        Ok(Reply::Raw(status, _)) => *status >= 400,
+        Ok(_) => false,
+    };
+    let audit_note = login
+        .directory_reason
+        .as_ref()
+        .filter(|_| refused)
+        .map(|r| format!("the directory says: {r}"));
+    Some(Finished {
+        request_id: waiting.request_id,
+        result,
+        audit_note,
+    })
 }
 
 /// The answer to a login: a token, or the error; failures of the user's credentials count

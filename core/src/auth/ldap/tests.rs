@@ -13,6 +13,8 @@ struct World {
     root: String,
     next_id: u64,
     now: u64,
+    /// Every audit line the node wrote.
+    audit: Vec<String>,
 }
 
 const BASE: &str = "dc=example,dc=org";
@@ -131,6 +133,7 @@ impl World {
             root,
             next_id: 100,
             now: 2_000,
+            audit: Vec::new(),
         }
     }
 
@@ -150,7 +153,12 @@ impl World {
             while let Some(o) = self.node.poll_output() {
                 match o {
                     Output::Response(r) if r.id == id => response = Some(r),
-                    Output::Ldap(c) => replies.push(self.dir.answer(&c)),
+                    Output::Ldap(c) => replies.push(Input::Ldap(self.dir.answer(&c))),
+                    // Audit files "open" and take every line.
+                    Output::AuditProbe { id, .. } => {
+                        replies.push(Input::AuditProbed { id, result: Ok(()) })
+                    }
+                    Output::Audit { line, .. } => self.audit.push(line),
                     _ => {}
                 }
             }
@@ -158,14 +166,18 @@ impl World {
                 return response.unwrap_or_else(|| panic!("no response for {path}"));
             }
             for r in replies {
-                self.node.handle(self.now, Input::Ldap(r));
+                self.node.handle(self.now, r);
             }
             if let Some(r) = response {
                 // Drain the close calls too.
                 while let Some(o) = self.node.poll_output() {
-                    if let Output::Ldap(c) = o {
-                        let rep = self.dir.answer(&c);
-                        self.node.handle(self.now, Input::Ldap(rep));
+                    match o {
+                        Output::Ldap(c) => {
+                            let rep = self.dir.answer(&c);
+                            self.node.handle(self.now, Input::Ldap(rep));
+                        }
+                        Output::Audit { line, .. } => self.audit.push(line),
+                        _ => {}
                     }
                 }
                 return r;
@@ -1284,4 +1296,83 @@ fn names_resolving_to_one_entry_share_a_lockout_counter() {
         w.login("alice@example.org", "wrong");
     }
     assert_eq!(w.login("bob", "bobpw").status, 200);
+}
+
+/// The audit response entry of a failed Active Directory login names the directory's
+/// reason after the client's error; the client's answer is the same for every reason,
+/// and no password is in the audit lines.
+#[test]
+fn ad_refusal_reasons_go_to_the_audit_entry_not_to_the_client() {
+    let mut w = World::new();
+    w.dir = super::ad_tests::ad_directory();
+    w.configure(json!({
+        "url": "ldaps://dc1.cairn.test",
+        "upndomain": "cairn.test",
+        "userdn": "CN=Users,DC=cairn,DC=test",
+        "userattr": "userPrincipalName",
+        "groupdn": "DC=cairn,DC=test",
+        "groupfilter": "(&(objectClass=group)(member:1.2.840.113556.1.4.1941:={{.UserDN}}))",
+    }));
+    let r = w.admin(
+        Method::Put,
+        "sys/audit/file",
+        json!({"type": "file", "options": {"file_path": "/audit.log"}}),
+    );
+    assert_eq!(r.status, 204, "{:?}", r.body);
+    let cases = [
+        (
+            "carol",
+            "Carol-Pass1!",
+            Some("account disabled (AD data 533)"),
+        ),
+        (
+            "dave",
+            "Dave-Pass1!",
+            Some("user must change password (AD data 773)"),
+        ),
+        (
+            "alice",
+            "Not-Alice-1",
+            Some("invalid credentials (wrong password or unknown user) (AD data 52e)"),
+        ),
+        ("alice", "Alice-Pass1!", None),
+    ];
+    let mut answers = Vec::new();
+    for (user, pw, reason) in cases {
+        let from = w.audit.len();
+        let r = w.login(user, pw);
+        let entries: Vec<Value> = w.audit[from..]
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let resp = entries
+            .iter()
+            .find(|e| e["type"] == "response")
+            .unwrap_or_else(|| panic!("no response entry for {user}: {entries:?}"));
+        match reason {
+            Some(reason) => {
+                assert_eq!(r.status, 400, "{user}");
+                assert_eq!(error(&r), login::USER_BIND_FAILED, "{user}");
+                assert!(!r.body.as_ref().unwrap().to_string().contains("AD data"));
+                assert_eq!(
+                    resp["error"],
+                    json!(format!(
+                        "{} (the directory says: {reason})",
+                        login::USER_BIND_FAILED
+                    )),
+                    "{user}"
+                );
+                answers.push(r.body.unwrap());
+            }
+            None => {
+                assert_eq!(r.status, 200, "{:?}", r.body);
+                assert_eq!(resp["error"], json!(""));
+            }
+        }
+        for line in &w.audit[from..] {
+            assert!(!line.contains(pw), "{user}'s password in {line}");
+        }
+    }
+    // One answer whatever the reason.
+    assert!(answers.windows(2).all(|a| a[0] == a[1]), "{answers:?}");
 }
