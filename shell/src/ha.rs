@@ -107,6 +107,7 @@ fn run_op(
             }
             LeaseOutcome::Released
         }
+        LeaseOp::Observe => LeaseOutcome::Observed,
     };
     if let Err(e) = lease.echo(&me.node_id, &me.api_addr, &me.cluster_addr, &me.version) {
         log::debug!("HA node registry not updated: {e}");
@@ -300,11 +301,32 @@ fn post_forward(f: &cairn_core::node::Forward) -> Result<Response, String> {
             format!("http://{host}{FORWARD_PATH}"),
         ),
     };
-    let mut resp = agent
-        .post(&url)
-        .header("Content-Type", "application/json")
-        .send(&body[..])
-        .map_err(|e| format!("{e} (the request may or may not have been applied)"))?;
+    // A connection that fails before the request could be sent (refused, or no TLS
+    // handshake: a listener switching to TLS) is tried again; once the request may have
+    // been sent it never is.
+    let mut attempt = 0;
+    let mut resp = loop {
+        attempt += 1;
+        match agent
+            .post(&url)
+            .header("Content-Type", "application/json")
+            .send(&body[..])
+        {
+            Ok(r) => break r,
+            Err(e) if attempt < 4 && not_sent(&e) => {
+                log::debug!("forwarding to {host}: {e}; connecting again");
+                std::thread::sleep(Duration::from_millis(100 * attempt));
+            }
+            Err(e) if not_sent(&e) => {
+                return Err(format!("{e} (the request was not sent)"));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "{e} (the request may or may not have been applied)"
+                ))
+            }
+        }
+    };
     let status = resp.status().as_u16();
     let bytes = resp
         .body_mut()
@@ -321,6 +343,17 @@ fn post_forward(f: &cairn_core::node::Forward) -> Result<Response, String> {
     let wire: WireResponse =
         serde_json::from_slice(&bytes).map_err(|e| format!("malformed answer: {e}"))?;
     wire.into_response(f.req.id)
+}
+
+/// Whether the call failed before its request could have left: while connecting.
+fn not_sent(e: &ureq::Error) -> bool {
+    use ureq::Error;
+    match e {
+        Error::Timeout(t) => matches!(t, ureq::Timeout::Connect | ureq::Timeout::Resolve),
+        Error::ConnectionFailed | Error::HostNotFound => true,
+        Error::Io(io) => io.kind() == std::io::ErrorKind::ConnectionRefused,
+        _ => false,
+    }
 }
 
 #[cfg(test)]

@@ -90,6 +90,9 @@ pub enum LeaseOp {
     Renew { epoch: u64 },
     /// Give up the lease held under `epoch` (step-down, seal, shutdown).
     Release { epoch: u64 },
+    /// Only read who holds the lease (a standby that may not take it yet still learns where
+    /// to forward), and announce this node.
+    Observe,
 }
 
 /// The outcome of a [`LeaseOp`].
@@ -105,6 +108,8 @@ pub enum LeaseOutcome {
     Lost,
     /// The lease was given up.
     Released,
+    /// The lease was read (`LeaseResult::leader`).
+    Observed,
     /// The store could not be asked (unreachable, timed out): nothing is known.
     Failed(String),
 }
@@ -157,6 +162,8 @@ pub struct Ha {
     renewed_at: Millis,
     /// No acquisition before this time (after a step-down, or between attempts).
     next_acquire: Millis,
+    /// When a standby held off from the lease next reads who holds it.
+    next_look: Millis,
 }
 
 impl Ha {
@@ -169,6 +176,7 @@ impl Ha {
             in_flight: None,
             renewed_at: 0,
             next_acquire: 0,
+            next_look: 0,
         }
     }
 
@@ -234,7 +242,7 @@ impl Ha {
         }
         match self.role {
             Role::Active { .. } => Some(self.renewed_at + cfg.renew_every()),
-            Role::Standby if unsealed => Some(self.next_acquire),
+            Role::Standby if unsealed => Some(self.next_acquire.min(self.next_look)),
             Role::Standby => None,
         }
     }
@@ -268,6 +276,11 @@ impl Ha {
                 Some(LeaseOp::Renew { epoch })
             }
             Role::Standby if unsealed && now >= self.next_acquire => Some(LeaseOp::Acquire),
+            // Held off from the lease (after a step-down): still look where it is.
+            Role::Standby if unsealed && now >= self.next_look => {
+                self.next_look = now + cfg.retry_ms;
+                Some(LeaseOp::Observe)
+            }
             _ => None,
         };
         if let Some(op) = op {
@@ -288,8 +301,8 @@ impl Ha {
             // or a loss still tells something true.
             _ => now,
         };
-        self.nodes = r.nodes;
-        if r.leader.is_some() {
+        if !matches!(r.outcome, LeaseOutcome::Failed(_)) {
+            self.nodes = r.nodes;
             self.leader = r.leader;
         }
         match (r.op, r.outcome, self.role) {
@@ -350,6 +363,8 @@ impl Ha {
         self.role = Role::Standby;
         self.in_flight = None;
         self.next_acquire = now + cfg.retry_ms;
+        // Look at once where the lease went: requests are forwarded there.
+        self.next_look = now;
         if self
             .leader
             .as_ref()
@@ -535,7 +550,11 @@ mod tests {
             120,
             res(LeaseOp::Release { epoch: 2 }, LeaseOutcome::Released),
         );
-        assert_eq!(h.tick(5_000, true).0, None);
+        // Held off: it only looks where the lease is.
+        let (op, _) = h.tick(5_000, true);
+        assert_eq!(op, Some(LeaseOp::Observe));
+        h.on_result(5_010, res(LeaseOp::Observe, LeaseOutcome::Observed));
+        assert_eq!(h.tick(5_020, true).0, None);
         assert_eq!(h.tick(10_100, true).0, Some(LeaseOp::Acquire));
     }
 

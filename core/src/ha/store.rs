@@ -155,6 +155,7 @@ impl LeaseStore {
                 }
                 LeaseOutcome::Released
             }
+            LeaseOp::Observe => LeaseOutcome::Observed,
         };
         LeaseResult {
             op,

@@ -1,0 +1,318 @@
+//! End-to-end: HA clusters of `cairn server` processes on one real PostgreSQL (started by
+//! `scripts/dev-postgres.sh`, stopped when this process exits): one active node, standbys
+//! that forward, failover on kill -9 under write load, a paused active node that comes back
+//! and commits nothing, step-down, `sys/leader`, `sys/health` and `sys/ha-status`.
+
+use cairn_tests::{fresh_port_pair, note_secret, start_dev_directory, tmpdir, Server};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn postgres() -> &'static BTreeMap<String, String> {
+    static ENV: std::sync::OnceLock<BTreeMap<String, String>> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("cairn-e2e-ha-pg-{}", std::process::id()));
+        let env = start_dev_directory("dev-postgres.sh", &dir, "CAIRN_PG_WATCH_PID");
+        note_secret(&env["CAIRN_PG_PASSWORD"]);
+        env
+    })
+}
+
+/// One node's configuration: the cluster's tables on the shared database, its own ports.
+fn write_config(dir: &Path, port: u16, url: &str, table: &str) -> std::path::PathBuf {
+    let cfg = format!(
+        "storage \"postgresql\" {{\n  connection_url = \"{url}\"\n  ha_enabled = true\n  \
+         table = \"{table}_kv\"\n  ha_table = \"{table}_lock\"\n}}\n\
+         listener \"tcp\" {{\n  address = \"127.0.0.1:{port}\"\n  \
+         cluster_address = \"127.0.0.1:{}\"\n  tls_disable = true\n}}\n\
+         api_addr = \"http://127.0.0.1:{port}\"\ncluster_addr = \"https://127.0.0.1:{}\"\n",
+        port + 1,
+        port + 1
+    );
+    let path = dir.join(format!("node-{port}.hcl"));
+    std::fs::write(&path, cfg).expect("write config");
+    path
+}
+
+struct Cluster {
+    nodes: Vec<Server>,
+    configs: Vec<std::path::PathBuf>,
+    _dir: cairn_tests::TempDir,
+}
+
+impl Cluster {
+    /// `n` nodes on `table`, initialised through the first and unsealed, one of them active.
+    fn start(n: usize, table: &str) -> Cluster {
+        let env = postgres();
+        let dir = tmpdir(table);
+        let mut nodes = Vec::new();
+        let mut configs = Vec::new();
+        for _ in 0..n {
+            let port = fresh_port_pair();
+            let cfg = write_config(&dir, port, &env["CAIRN_PG_URL"], table);
+            let api = format!("http://127.0.0.1:{port}");
+            let s = Server::spawn_config(&cfg, &api).unwrap_or_else(|e| panic!("start: {e}"));
+            s.wait_ready();
+            nodes.push(s);
+            configs.push(cfg);
+        }
+        nodes[0].init_unseal(1, 1);
+        let (root, keys) = (nodes[0].root_token.clone(), nodes[0].unseal_keys.clone());
+        for s in nodes.iter_mut().skip(1) {
+            s.root_token = root.clone();
+            s.unseal_keys = keys.clone();
+            s.unseal();
+        }
+        let c = Cluster {
+            nodes,
+            configs,
+            _dir: dir,
+        };
+        c.wait_active(Duration::from_secs(15), None);
+        c
+    }
+
+    /// The index of the node that says it is active (`sys/leader` `is_self`), waiting up to
+    /// `limit`; never `not` (a node known to be down or deposed).
+    fn wait_active(&self, limit: Duration, not: Option<usize>) -> usize {
+        let deadline = Instant::now() + limit;
+        loop {
+            let active: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| Some(i) != not)
+                .filter(|&i| self.nodes[i].get("sys/leader").body["is_self"] == json!(true))
+                .collect();
+            if active.len() == 1 {
+                return active[0];
+            }
+            assert!(
+                active.len() <= 1,
+                "two nodes say they are active: {active:?}"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "no active node after {limit:?} (excluding {not:?})"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Starts node `i` again from its configuration (it comes back sealed) and unseals it.
+    fn restart(&mut self, i: usize) {
+        let old = &self.nodes[i];
+        let (api, root, keys) = (
+            old.addr.clone(),
+            old.root_token.clone(),
+            old.unseal_keys.clone(),
+        );
+        let mut s =
+            Server::spawn_config(&self.configs[i], &api).unwrap_or_else(|e| panic!("restart: {e}"));
+        s.wait_ready();
+        s.root_token = root;
+        s.unseal_keys = keys;
+        s.unseal();
+        self.nodes[i] = s;
+    }
+
+    fn pid(&self, i: usize) -> u32 {
+        self.nodes[i]
+            .child
+            .as_ref()
+            .map(|c| c.id())
+            .expect("running")
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let st = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(st.success(), "kill {sig} {pid}");
+}
+
+#[test]
+fn one_active_node_standbys_forward_and_a_kill_9_fails_over_without_losing_writes() {
+    let mut c = Cluster::start(3, "ha_three");
+    let a = c.wait_active(Duration::from_secs(5), None);
+    let standbys: Vec<usize> = (0..3).filter(|&i| i != a).collect();
+    let (b, d) = (standbys[0], standbys[1]);
+
+    // A standby's own answers: health 429 (200 with standbyok), the leader's addresses.
+    let h = c.nodes[b].get("sys/health");
+    assert_eq!(h.status, 429, "{}", h.body);
+    assert_eq!(h.body["standby"], json!(true));
+    assert_eq!(c.nodes[b].get("sys/health?standbyok=true").status, 200);
+    let l = c.nodes[b].get("sys/leader").body;
+    assert_eq!(l["ha_enabled"], json!(true));
+    assert_eq!(l["leader_address"], json!(c.nodes[a].addr));
+    assert_eq!(c.nodes[a].get("sys/health").status, 200);
+
+    // Writes through one standby, reads through the other: forwarded to the active.
+    assert_eq!(
+        c.nodes[b]
+            .post("sys/mounts/kv", json!({"type": "kv"}))
+            .status,
+        204
+    );
+    for i in 0..10 {
+        let r = c.nodes[b].put(&format!("kv/s{i}"), json!({ "v": i }));
+        assert_eq!(r.status, 204, "{}", r.body);
+    }
+    for i in 0..10 {
+        let r = c.nodes[d].get(&format!("kv/s{i}"));
+        assert_eq!(r.body["data"]["v"], json!(i), "{}", r.body);
+    }
+    // Forwarded errors come back unchanged.
+    let r = c.nodes[d].get("kv/missing");
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r = c.nodes[d].call_as(Some("not-a-token"), "GET", "kv/s1", None);
+    assert_eq!(r.status, 403, "{}", r.body);
+    // The cluster's nodes, through a standby.
+    let st = c.nodes[b].get("sys/ha-status").body;
+    let nodes = st["nodes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(nodes.len(), 3, "{st}");
+    assert_eq!(
+        nodes
+            .iter()
+            .filter(|n| n["active_node"] == json!(true))
+            .count(),
+        1,
+        "{st}"
+    );
+
+    // kill -9 of the active under write load through a standby.
+    let acked: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (addr, token) = (c.nodes[b].addr.clone(), c.nodes[b].root_token.clone());
+        let (acked, stop) = (acked.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let agent = cairn_tests::agent(Duration::from_secs(30));
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let key = format!("load{i}");
+                let r = cairn_tests::request(
+                    &agent,
+                    &addr,
+                    Some(&token),
+                    "PUT",
+                    &format!("kv/{key}"),
+                    Some(&json!({ "v": i })),
+                );
+                if r.as_ref().map(|r| r.status) == Some(204) {
+                    acked.lock().expect("lock").push((key, Instant::now()));
+                } else {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let killed_at = Instant::now();
+    c.nodes[a].kill9();
+    let new_active = c.wait_active(Duration::from_secs(15), Some(a));
+    std::thread::sleep(Duration::from_millis(2000));
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer");
+    let acked = acked.lock().expect("lock").clone();
+    let before = acked.iter().filter(|(_, t)| *t < killed_at).count();
+    let first_after = acked
+        .iter()
+        .find(|(_, t)| *t > killed_at)
+        .map(|(_, t)| t.duration_since(killed_at))
+        .expect("writes acknowledged after the failover");
+    eprintln!(
+        "ha: {} writes acknowledged ({before} before the kill); first acknowledged write \
+         {first_after:?} after the kill; node {new_active} is active",
+        acked.len()
+    );
+    assert!(before > 0, "no write acknowledged before the kill");
+    assert!(
+        first_after < Duration::from_secs(10),
+        "failover took {first_after:?}"
+    );
+    for (key, _) in &acked {
+        let r = c.nodes[new_active].get(&format!("kv/{key}"));
+        assert_eq!(r.status, 200, "acknowledged {key} lost: {}", r.body);
+    }
+
+    // The killed node comes back as a standby.
+    c.restart(a);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(c.nodes[a].get("sys/health").status, 429);
+    assert_eq!(c.nodes[a].get("kv/s3").body["data"]["v"], json!(3));
+
+    // Step-down (sudo): another node takes over.
+    let r = c.nodes[new_active].put("sys/step-down", json!({}));
+    assert_eq!(r.status, 204, "{}", r.body);
+    let next = c.wait_active(Duration::from_secs(10), Some(new_active));
+    assert_ne!(next, new_active);
+    assert_eq!(c.nodes[next].get("kv/s9").body["data"]["v"], json!(9));
+    let r = c.nodes[next].call_as(None, "PUT", "sys/step-down", Some(json!({})));
+    assert_eq!(r.status, 403, "step-down without a token: {}", r.body);
+}
+
+#[test]
+fn a_paused_active_node_commits_nothing_once_another_took_over() {
+    let c = Cluster::start(2, "ha_pause");
+    let a = c.wait_active(Duration::from_secs(5), None);
+    let b = 1 - a;
+    assert_eq!(
+        c.nodes[a]
+            .post("sys/mounts/kv", json!({"type": "kv"}))
+            .status,
+        204
+    );
+    assert_eq!(c.nodes[a].put("kv/before", json!({"v": 1})).status, 204);
+
+    // SIGSTOP past the lease: the standby takes over and takes writes.
+    signal(c.pid(a), "-STOP");
+    let paused_at = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.nodes[b].get("sys/leader").body["is_self"] != json!(true) {
+        assert!(Instant::now() < deadline, "the standby never took over");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("ha: takeover {:?} after the pause", paused_at.elapsed());
+    assert_eq!(c.nodes[b].put("kv/during", json!({"v": 2})).status, 204);
+
+    // SIGCONT: the old active's answers are never a false success; it becomes a standby.
+    signal(c.pid(a), "-CONT");
+    let r = c.nodes[a].put("kv/from-old", json!({"v": 3}));
+    let stored = c.nodes[b].get("kv/from-old");
+    match r.status {
+        204 => assert_eq!(
+            stored.body["data"]["v"],
+            json!(3),
+            "acknowledged but not stored"
+        ),
+        s => {
+            assert!(s >= 500, "{s} {}", r.body);
+            assert_eq!(stored.status, 404, "refused but stored: {}", stored.body);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.nodes[a].get("sys/health").status != 429 {
+        assert!(
+            Instant::now() < deadline,
+            "the old active never stepped down"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(c.nodes[b].get("sys/leader").body["is_self"], json!(true));
+    // It learns where the lease went and forwards there.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let v: Value = loop {
+        let r = c.nodes[a].get("kv/during");
+        if r.status != 503 || Instant::now() > deadline {
+            break r.body;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(v["data"]["v"], json!(2), "{v}");
+    assert_eq!(c.nodes[b].get("kv/before").body["data"]["v"], json!(1));
+}
