@@ -264,10 +264,18 @@ fn run(
                     .map_err(BatchFailed::Storage)
             }
         };
-        if let Err(BatchFailed::Storage(_)) = &committed {
+        if let Err(BatchFailed::Storage(e)) = &committed {
             // Nothing of the batch is stored (a lost SQLite batch is handled below): the node
             // reloads what it derived from the batch's writes, as after a rollback.
             node.storage_rolled_back();
+            // Fenced off: another node holds the lease; this one steps down now.
+            if let StorageError::Fenced {
+                held: Some(_),
+                current,
+            } = e
+            {
+                node.fenced_off(now, *current);
+            }
         }
         if let Err(e) = &committed {
             log::error!(

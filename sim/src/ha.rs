@@ -545,6 +545,7 @@ impl HaWorld {
     fn commit(&mut self, i: usize, batch: u64) -> Checked<()> {
         let now = self.now;
         let cut = self.nodes[i].store_cut_until > now;
+        let local = self.local_now(i);
         let h = &mut self.nodes[i];
         let Some((b, held)) = h.committing.take() else {
             return Ok(());
@@ -585,6 +586,10 @@ impl HaWorld {
                 Ok(_) => Ok(()),
                 Err(f) => {
                     self.fenced += 1;
+                    if f.held.is_some() {
+                        n.storage_rolled_back();
+                        n.fenced_off(local, f.current);
+                    }
                     Err(f.to_string())
                 }
             }

@@ -316,3 +316,85 @@ fn a_paused_active_node_commits_nothing_once_another_took_over() {
     assert_eq!(v["data"]["v"], json!(2), "{v}");
     assert_eq!(c.nodes[b].get("kv/before").body["data"]["v"], json!(1));
 }
+
+fn psql(sql: &str) -> String {
+    let env = postgres();
+    let out = std::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &env["CAIRN_PG_PORT"]])
+        .args(["-U", &env["CAIRN_PG_USER"], "-d", &env["CAIRN_PG_DB"]])
+        .args(["-v", "ON_ERROR_STOP=1", "-Atc", sql])
+        .env("PGPASSWORD", &env["CAIRN_PG_PASSWORD"])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "psql: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn database_sessions_terminated_under_the_nodes_do_not_split_or_lose_the_cluster() {
+    let c = Cluster::start(2, "ha_term");
+    let a = c.wait_active(Duration::from_secs(5), None);
+    let b = 1 - a;
+    assert_eq!(
+        c.nodes[b]
+            .post("sys/mounts/kv", json!({"type": "kv"}))
+            .status,
+        204
+    );
+    assert_eq!(c.nodes[a].put("kv/k0", json!({"v": 0})).status, 204);
+
+    // The active's lease session is terminated: its lease is free at once, the standby
+    // takes it; the old active's commits are refused (epoch) and it steps down.
+    let killed = psql("select pg_terminate_backend(holder_pid) from ha_term_lock where id = 1");
+    assert_eq!(killed, "t");
+    let next = c.wait_active(Duration::from_secs(10), Some(a));
+    assert_eq!(next, b);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.nodes[a].get("sys/health").status != 429 {
+        assert!(
+            Instant::now() < deadline,
+            "the old active never stepped down"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut acked = vec!["k0".to_string()];
+    for (i, n) in [a, b, a, b].into_iter().enumerate() {
+        let key = format!("k{}", i + 1);
+        let r = c.nodes[n].put(&format!("kv/{key}"), json!({ "v": i + 1 }));
+        if r.status == 204 {
+            acked.push(key);
+        } else {
+            assert!(r.status >= 500, "{} {}", r.status, r.body);
+        }
+    }
+
+    // Every session of the database terminated at once: the nodes reconnect, one of them
+    // holds the lease, nothing acknowledged is lost.
+    psql(
+        "select count(pg_terminate_backend(pid)) from pg_stat_activity \
+         where datname = current_database() and pid <> pg_backend_pid()",
+    );
+    let active = c.wait_active(Duration::from_secs(15), None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = c.nodes[1 - active].put("kv/after", json!({"v": "after"}));
+        if r.status == 204 {
+            acked.push("after".into());
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no write through the standby: {}",
+            r.body
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for key in &acked {
+        let r = c.nodes[active].get(&format!("kv/{key}"));
+        assert_eq!(r.status, 200, "acknowledged {key} lost: {}", r.body);
+    }
+}

@@ -346,6 +346,24 @@ impl Ha {
         }
     }
 
+    /// The store refused a commit under this node's epoch: another node holds the lease.
+    /// The node is deposed at once (without waiting for its next renewal to tell it).
+    pub fn fenced_off(&mut self, now: Millis, current: u64) -> Option<Change> {
+        let cfg = self.cfg.clone()?;
+        let Role::Active { epoch, .. } = self.role else {
+            return None;
+        };
+        if current == epoch {
+            return None;
+        }
+        self.depose(now, &cfg);
+        Some(Change::BecameStandby {
+            reason: format!(
+                "the store refused a commit under epoch {epoch}: the lease is at epoch {current}"
+            ),
+        })
+    }
+
     /// The node leaves the lease (step-down or seal): the release to ask for, if it held it.
     pub fn release(&mut self, now: Millis) -> Option<LeaseOp> {
         let cfg = self.cfg.clone()?;

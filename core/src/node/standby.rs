@@ -62,6 +62,15 @@ impl<S: Storage> Node<S> {
         }));
     }
 
+    /// The driver's commit was refused because the lease moved on to epoch `current`:
+    /// this node stops acting as the active one now.
+    pub fn fenced_off(&mut self, now: crate::time::Millis, current: u64) {
+        self.now = self.now.max(now);
+        if let Some(c) = self.st.ha.fenced_off(self.now, current) {
+            self.ha_changed(c);
+        }
+    }
+
     /// A request that says it was forwarded must carry a valid signature of this cluster
     /// (and this node must be in an HA cluster); one that does not say so passes.
     pub(super) fn forwarded_ok(&self, req: &Request) -> bool {
