@@ -21,8 +21,15 @@ fn postgres() -> &'static BTreeMap<String, String> {
     })
 }
 
-/// One node's configuration: the cluster's tables on the shared database, its own ports.
-fn write_config(dir: &Path, port: u16, url: &str, table: &str) -> std::path::PathBuf {
+/// One node's configuration: the cluster's tables on the shared database, its own ports,
+/// and `extra` settings.
+fn write_config_with(
+    dir: &Path,
+    port: u16,
+    url: &str,
+    table: &str,
+    extra: &str,
+) -> std::path::PathBuf {
     let cfg = format!(
         "storage \"postgresql\" {{\n  connection_url = \"{url}\"\n  ha_enabled = true\n  \
          table = \"{table}_kv\"\n  ha_table = \"{table}_lock\"\n}}\n\
@@ -32,6 +39,7 @@ fn write_config(dir: &Path, port: u16, url: &str, table: &str) -> std::path::Pat
         port + 1,
         port + 1
     );
+    let cfg = format!("{cfg}{extra}");
     let path = dir.join(format!("node-{port}.hcl"));
     std::fs::write(&path, cfg).expect("write config");
     path
@@ -46,13 +54,18 @@ struct Cluster {
 impl Cluster {
     /// `n` nodes on `table`, initialised through the first and unsealed, one of them active.
     fn start(n: usize, table: &str) -> Cluster {
+        Cluster::start_with(n, table, |_| String::new())
+    }
+
+    /// As [`Cluster::start`], each node's configuration extended with `extra(dir)`.
+    fn start_with(n: usize, table: &str, extra: impl Fn(&Path) -> String) -> Cluster {
         let env = postgres();
         let dir = tmpdir(table);
         let mut nodes = Vec::new();
         let mut configs = Vec::new();
         for _ in 0..n {
             let port = fresh_port_pair();
-            let cfg = write_config(&dir, port, &env["CAIRN_PG_URL"], table);
+            let cfg = write_config_with(&dir, port, &env["CAIRN_PG_URL"], table, &extra(&dir));
             let api = format!("http://127.0.0.1:{port}");
             let s = Server::spawn_config(&cfg, &api).unwrap_or_else(|e| panic!("start: {e}"));
             s.wait_ready();
@@ -397,4 +410,60 @@ fn database_sessions_terminated_under_the_nodes_do_not_split_or_lose_the_cluster
         let r = c.nodes[active].get(&format!("kv/{key}"));
         assert_eq!(r.status, 200, "acknowledged {key} lost: {}", r.body);
     }
+}
+
+#[test]
+fn a_performance_secondary_follows_its_primary_cluster_through_an_active_failover() {
+    use cairn_tests::cluster::{enable_secondary, licensed, status, token, wait_for};
+    let mut c = Cluster::start_with(2, "ha_repl", |dir| {
+        let lic = dir.join("license.json");
+        std::fs::write(&lic, cairn_tests::TEST_LICENSE).expect("license");
+        format!(
+            "license_path = \"{}\"\nlicense_trusted_key = \"{}\"\n{}",
+            lic.display(),
+            cairn_tests::TEST_ISSUER_KEY,
+            cairn_tests::cluster::TUNING
+        )
+    });
+    let a = c.wait_active(Duration::from_secs(5), None);
+    let p = &c.nodes[a];
+    assert_eq!(p.post("sys/mounts/kv", json!({"type": "kv"})).status, 204);
+    let r = p.post("sys/replication/performance/primary/enable", json!({}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    // The standby's ha-status is known to the active before the token is made.
+    std::thread::sleep(Duration::from_millis(1500));
+    let tok = token(p, "performance", "perf-ha");
+    let mut s = licensed("ha-perf-secondary");
+    enable_secondary(&s, "performance", &tok);
+    // The secondary's tokens are its own: a root token from the primary cluster's keys.
+    let keys = p.unseal_keys.clone();
+    wait_for("the secondary's first sync", 30, || {
+        status(&s, "performance")["state"] == json!("stream-wals")
+    });
+    s.root_token = cairn_tests::cluster::generate_root(&s, &keys);
+    let st = status(&s, "performance");
+    assert_eq!(
+        st["known_primary_cluster_addrs"].as_array().map(Vec::len),
+        Some(2),
+        "{st}"
+    );
+    assert_eq!(p.put("kv/one", json!({"v": 1})).status, 204);
+    wait_for("the secondary to have kv/one", 30, || {
+        s.get("kv/one").body["data"]["v"] == json!(1)
+    });
+
+    // kill -9 of the primary cluster's active node: the other node takes over and the
+    // secondary finds it through the addresses it knows, and streams on.
+    c.nodes[a].kill9();
+    let b = c.wait_active(Duration::from_secs(15), Some(a));
+    let r = c.nodes[b].put("kv/two", json!({"v": 2}));
+    assert_eq!(r.status, 204, "{}", r.body);
+    wait_for(
+        "the secondary to have kv/two from the new active",
+        60,
+        || s.get("kv/two").body["data"]["v"] == json!(2),
+    );
+    assert_eq!(s.get("kv/one").body["data"]["v"], json!(1));
+    let st = status(&s, "performance");
+    assert_eq!(st["state"], json!("stream-wals"), "{st}");
 }

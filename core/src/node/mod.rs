@@ -457,6 +457,25 @@ impl<S: Storage> Node<S> {
                     .map(AdminResult::DevSetup);
                 self.st.outputs.push_back(Output::AdminDone { id, result });
             }
+            Input::PeerRequest(r) if self.st.ha.is_standby() => {
+                // A standby of an HA primary cluster serves no replication: the secondary
+                // moves on to the next address it knows of the cluster.
+                let active = self
+                    .st
+                    .ha
+                    .leader()
+                    .map(|l| format!("; the active node is {}", l.cluster_addr))
+                    .unwrap_or_default();
+                self.st
+                    .outputs
+                    .push_back(Output::PeerResponse(PeerResponse {
+                        id: r.id,
+                        msg: replication::PeerAnswer::Error {
+                            code: replication::STANDBY_CODE.into(),
+                            message: format!("this node is a standby of its HA cluster{active}"),
+                        },
+                    }));
+            }
             Input::PeerRequest(r) => replication::on_peer_request(&mut self.env(), r),
             Input::PeerReply(r) => {
                 let done = replication::on_peer_reply(&mut self.env(), r);

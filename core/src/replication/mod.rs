@@ -622,9 +622,15 @@ pub(crate) fn dr_secondary_error() -> ApiError {
 /// (peer calls, outbound HTTP, cluster TLS); and the activation tokens decrypted locally,
 /// finished after the request. The replication endpoints and steps get this, not
 /// [`NodeState`].
+/// The code of the answer a standby of an HA primary cluster gives a secondary: try the
+/// cluster's next address.
+pub const STANDBY_CODE: &str = "standby";
+
 pub struct ReplIo<'a> {
     pub repl: &'a mut Replication,
     pub config: &'a crate::node::NodeConfig,
+    /// The node's HA cluster (its nodes' cluster addresses go into activation tokens).
+    pub ha: &'a crate::ha::Ha,
     pub outputs: &'a mut std::collections::VecDeque<Output>,
     pub(crate) local_activations: &'a mut Vec<activation::LocalActivation>,
 }
@@ -635,6 +641,7 @@ impl<'a> ReplIo<'a> {
         ReplIo {
             repl: &mut st.repl,
             config: &st.config,
+            ha: &st.ha,
             outputs: &mut st.outputs,
             local_activations: &mut st.local_activations,
         }

@@ -163,6 +163,10 @@ pub(crate) fn on_reply(
     }
     match result {
         Err(e) => fail(env, mode, false, format!("cannot reach the primary: {e}")),
+        Ok(PeerAnswer::Error { code, message }) if code == super::STANDBY_CODE => {
+            // A standby of the primary's HA cluster: on to the next known address.
+            fail(env, mode, false, format!("primary cluster node: {message}"));
+        }
         Ok(PeerAnswer::Error { code, message }) => {
             rt.sec.last_heartbeat = Some(now);
             fail(
