@@ -460,37 +460,12 @@ mod table_tests {
         }
     }
 
-    /// A concrete path for a pattern.
-    fn concrete(prefix: &str, pattern: &str) -> String {
-        let p: Vec<&str> = pattern
-            .split('/')
-            .map(|s| match s {
-                "+" => "x",
-                "*" => "y",
-                s => s,
-            })
-            .collect();
-        format!("{prefix}{}", p.join("/"))
-    }
-
     /// Every declared route as (concrete path, class, scope).
     fn declared() -> Vec<(String, Class, Scope)> {
-        let mut out: Vec<(String, Class, Scope)> = routes::SYS
-            .iter()
-            .map(|r| (concrete("", r.pattern), r.class, r.scope))
-            .collect();
-        for (prefix, table) in [
-            ("auth/token/", routes::TOKEN),
-            ("auth/ldap/", routes::LDAP),
-            ("secret/", routes::KV),
-        ] {
-            out.extend(
-                table
-                    .iter()
-                    .map(|r| (concrete(prefix, r.pattern), r.class, r.scope)),
-            );
-        }
-        out
+        routes::examples()
+            .into_iter()
+            .map(|e| (e.path, e.class, e.scope))
+            .collect()
     }
 
     const METHODS: [Method; 5] = [

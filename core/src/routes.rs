@@ -379,13 +379,84 @@ pub static LDAP: &[Route<Endpoint>] = &[
     r("login/+", Login, Ns, Required, Endpoint::LdapLogin),
 ];
 
+/// The mount types this build serves, each with its route table: (auth method?, type, table).
+pub fn mount_tables() -> [(bool, &'static str, &'static [Route<Endpoint>]); 2] {
+    [(true, "ldap", LDAP), (false, "kv", KV)]
+}
+
 /// The route table of a mount's type; `None` for a type this build does not serve.
 pub fn mount_table(auth: bool, kind: &str) -> Option<&'static [Route<Endpoint>]> {
+    mount_tables()
+        .into_iter()
+        .find(|(a, k, _)| *a == auth && *k == kind)
+        .map(|(_, _, t)| t)
+}
+
+/// One declared route with a concrete path that reaches it: what tests generated from the
+/// table call (the router's `table_tests` in process, `tests/tests/route_audit.rs` over
+/// HTTP against the real binary), so a new route is covered without touching them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Example {
+    /// A request path the route serves: its table's prefix (`auth/token/`, the mount's path)
+    /// and the pattern with `+` filled in as `x` and `*` as `y`.
+    pub path: String,
+    /// The declared pattern with the table's prefix (`sys/audit/+`, `auth/token/create`,
+    /// `auth/ldap/login/+`, `secret/*`).
+    pub pattern: String,
+    pub class: Class,
+    pub scope: Scope,
+    /// For a route of a mount table, the mount it is called under (auth method?, type,
+    /// path as [`example_mount`] gives it): it must be enabled there.
+    pub mount: Option<(bool, &'static str, String)>,
+}
+
+/// Where the examples call a mount type's routes: auth methods at `auth/<type>/`, the KV
+/// engine at `secret/` (as a dev server mounts it), other engines at `<type>/`.
+pub fn example_mount(auth: bool, kind: &str) -> String {
     match (auth, kind) {
-        (true, "ldap") => Some(LDAP),
-        (false, "kv") => Some(KV),
-        _ => None,
+        (true, k) => format!("auth/{k}/"),
+        (false, "kv") => "secret/".to_string(),
+        (false, k) => format!("{k}/"),
     }
+}
+
+/// Every declared route of every table (sys, token, each mount type's), in table order,
+/// with a concrete path for each (see [`Example`]).
+pub fn examples() -> Vec<Example> {
+    fn concrete(pattern: &str) -> String {
+        pattern
+            .split('/')
+            .map(|s| match s {
+                "+" => "x",
+                "*" => "y",
+                s => s,
+            })
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+    fn of<H>(
+        prefix: &str,
+        table: &[Route<H>],
+        mount: Option<(bool, &'static str, String)>,
+    ) -> Vec<Example> {
+        table
+            .iter()
+            .map(|r| Example {
+                path: format!("{prefix}{}", concrete(r.pattern)),
+                pattern: format!("{prefix}{}", r.pattern),
+                class: r.class,
+                scope: r.scope,
+                mount: mount.clone(),
+            })
+            .collect()
+    }
+    let mut out = of("", SYS, None);
+    out.extend(of("auth/token/", TOKEN, None));
+    for (auth, kind, table) in mount_tables() {
+        let at = example_mount(auth, kind);
+        out.extend(of(&at, table, Some((auth, kind, at.clone()))));
+    }
+    out
 }
 
 /// What a path that matches no declared route is treated as: a token is required (and
@@ -492,6 +563,27 @@ mod tests {
         let a = lookup(SYS, &canonical("sys/seal/").unwrap()).unwrap();
         assert_eq!(a.class, Sudo);
         assert_eq!(a.scope, Root);
+    }
+
+    #[test]
+    fn every_example_path_reaches_its_own_route() {
+        let ex = examples();
+        assert_eq!(
+            ex.len(),
+            SYS.len() + TOKEN.len() + mount_tables().iter().map(|m| m.2.len()).sum::<usize>()
+        );
+        for e in ex {
+            let found = if let Some(op) = e.path.strip_prefix("auth/token/") {
+                lookup(TOKEN, op).map(|r| r.class)
+            } else if let Some((auth, kind, at)) = &e.mount {
+                let rest = e.path.strip_prefix(at.as_str()).unwrap_or_default();
+                lookup(mount_table(*auth, kind).unwrap_or_default(), rest).map(|r| r.class)
+            } else {
+                lookup(SYS, &e.path).map(|r| r.class)
+            };
+            assert_eq!(found, Some(e.class), "{e:?}");
+            assert_eq!(canonical(&e.path).unwrap(), e.path);
+        }
     }
 
     #[test]

@@ -195,51 +195,45 @@ fn percent_decode(s: &str, plus_is_space: bool) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Adds the `X-Vault-Index` header when there is one.
-fn with_index<R: std::io::Read>(
-    mut r: tiny_http::Response<R>,
-    index: Option<Header>,
-) -> tiny_http::Response<R> {
-    if let Some(h) = index {
-        r.add_header(h);
-    }
-    r
+/// The headers of every API answer besides `Content-Type`: `Cache-Control: no-store` (as
+/// Vault sends on every API response: answers carry tokens, secrets and wrapped responses,
+/// and no cache or proxy between client and server may keep them), and `X-Vault-Index` after
+/// a write (the replication state, for read-after-write on secondaries).
+#[allow(clippy::expect_used)] // the constant header is valid
+fn common_headers(resp: &Response) -> Vec<Header> {
+    let mut out =
+        vec![Header::from_bytes(&b"Cache-Control"[..], &b"no-store"[..]).expect("static header")];
+    out.extend(
+        resp.index
+            .as_ref()
+            .and_then(|v| Header::from_bytes(&b"X-Vault-Index"[..], v.as_bytes()).ok()),
+    );
+    out
 }
 
-#[allow(clippy::expect_used)] // the two constant headers are valid
+/// Writes `resp` as the answer to `rq`.
+#[allow(clippy::expect_used)] // the constant header is valid
 fn respond(rq: tiny_http::Request, resp: Response) {
     let json =
         Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).expect("static header");
-    let nocache =
-        Header::from_bytes(&b"Cache-Control"[..], &b"no-store"[..]).expect("static header");
-    // The replication state after a write, for read-after-write on secondaries.
-    let index = resp
-        .index
-        .as_ref()
-        .and_then(|v| Header::from_bytes(&b"X-Vault-Index"[..], v.as_bytes()).ok());
-    let result = if let Some((ct, bytes)) = resp.raw {
+    let headers = common_headers(&resp);
+    let mut out = if let Some((ct, bytes)) = resp.raw {
         let h = Header::from_bytes(&b"Content-Type"[..], ct.as_bytes()).unwrap_or(json);
-        rq.respond(
-            tiny_http::Response::from_data(bytes)
-                .with_status_code(resp.status)
-                .with_header(h),
-        )
+        tiny_http::Response::from_data(bytes)
+            .with_status_code(resp.status)
+            .with_header(h)
     } else if let Some(body) = resp.body {
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
-        rq.respond(with_index(
-            tiny_http::Response::from_data(bytes)
-                .with_status_code(resp.status)
-                .with_header(json)
-                .with_header(nocache),
-            index,
-        ))
+        tiny_http::Response::from_data(bytes)
+            .with_status_code(resp.status)
+            .with_header(json)
     } else {
-        rq.respond(with_index(
-            tiny_http::Response::empty(resp.status).with_header(nocache),
-            index,
-        ))
+        tiny_http::Response::from_data(Vec::new()).with_status_code(resp.status)
     };
-    if let Err(e) = result {
+    for h in headers {
+        out.add_header(h);
+    }
+    if let Err(e) = rq.respond(out) {
         log::debug!("client went away before the response: {e}");
     }
 }
@@ -481,6 +475,51 @@ mod tests {
         let e = read_body(None, Broken, 10).unwrap_err();
         assert_eq!(e.status(), 400);
         assert!(e.to_string().contains("connection reset"), "{e}");
+    }
+
+    /// Every kind of API answer (JSON data, JSON error, empty, raw text such as metrics, and
+    /// one after a write) goes out with `Cache-Control: no-store`, written by [`respond`]
+    /// over a real connection.
+    #[test]
+    fn every_answer_is_sent_with_cache_control_no_store() {
+        use std::io::Write;
+        let mut with_index =
+            Response::json(4, 200, serde_json::json!({"auth": {"client_token": "s"}}));
+        with_index.index = Some("idx".into());
+        let answers = vec![
+            Response::json(1, 200, serde_json::json!({"data": {"secret": "v"}})),
+            Response::error(2, &ApiError::PermissionDenied),
+            Response::no_content(3),
+            with_index,
+            Response {
+                raw: Some(("text/plain; version=0.0.4".into(), b"cairn_up 1\n".to_vec())),
+                ..Response::no_content(5)
+            },
+        ];
+        let server = tiny_http::Server::http("127.0.0.1:0").expect("listen");
+        let addr = server.server_addr().to_ip().expect("an IP address");
+        for resp in answers {
+            let status = resp.status;
+            let index = resp.index.is_some();
+            let client = std::thread::spawn(move || {
+                let mut c = std::net::TcpStream::connect(addr).expect("connect");
+                c.write_all(b"GET /v1/secret/x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                    .expect("write");
+                let mut out = String::new();
+                c.read_to_string(&mut out).expect("read");
+                out
+            });
+            let rq = server.recv().expect("a request");
+            respond(rq, resp);
+            let text = client.join().expect("client").to_ascii_lowercase();
+            let head = text.split("\r\n\r\n").next().unwrap_or_default();
+            assert!(head.starts_with(&format!("http/1.1 {status}")), "{head}");
+            assert!(
+                head.lines().any(|l| l.trim() == "cache-control: no-store"),
+                "{status}: {head}"
+            );
+            assert_eq!(head.contains("x-vault-index: idx"), index, "{head}");
+        }
     }
 
     #[test]

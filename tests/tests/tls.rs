@@ -5,8 +5,9 @@ use cairn_tests::{fresh_port_pair, tmpdir, Server, StartError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[test]
-fn api_serves_https_with_configured_certificate() {
+/// A server whose API listener serves TLS with a certificate from a throwaway CA: the
+/// server, its API port and the CA certificate.
+fn tls_server() -> (Server, u16, rcgen::Certificate) {
     let dir = tmpdir("tls");
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -40,8 +41,15 @@ fn api_serves_https_with_configured_certificate() {
             Err(e) => panic!("TLS server: {e}"),
         }
     }
-    // Killed when dropped, also when an assertion below fails.
-    let (_server, port) = start.expect("a TLS server after 5 port pairs");
+    // Killed when dropped, also when an assertion fails.
+    let (mut server, port) = start.expect("a TLS server after 5 port pairs");
+    server.own(dir);
+    (server, port, ca)
+}
+
+#[test]
+fn api_serves_https_with_configured_certificate() {
+    let (_server, port, ca) = tls_server();
     let trusted: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .tls_config(
@@ -99,4 +107,60 @@ fn api_serves_https_with_configured_certificate() {
             ) => {}
         other => panic!("plain HTTP to the TLS port: want the connection closed, got {other:?}"),
     }
+}
+
+/// The API listener negotiates TLS 1.2 or 1.3 only (rustls, which implements nothing older;
+/// `shell/vendor/tiny_http/src/ssl/rustls.rs` builds its config with rustls' safe defaults,
+/// TLS 1.3 and 1.2): a TLS 1.0 or 1.1 ClientHello is answered with a protocol_version alert.
+/// Then the same with the system's `openssl s_client`, when it can still offer TLS 1.1.
+#[test]
+fn api_listener_refuses_tls_below_1_2() {
+    let (_server, port, _ca) = tls_server();
+    let addr = format!("127.0.0.1:{port}");
+    // The listener may take a moment to come up after the start line.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(&addr).is_err() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cairn_tests::tls_hello::assert_refuses_below_tls12(&addr);
+
+    let s_client = |flag: &str| {
+        std::process::Command::new("openssl")
+            .args(["s_client", "-connect", &addr, flag])
+            // OpenSSL 3 offers TLS 1.0/1.1 only at security level 0.
+            .args(["-cipher", "DEFAULT@SECLEVEL=0"])
+            .stdin(std::process::Stdio::null())
+            .output()
+    };
+    let Ok(out) = s_client("-tls1_1") else {
+        eprintln!("SKIPPED the openssl check: no `openssl` command (the Rust-level check ran)");
+        return;
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if text.contains("no protocols available") || text.contains("unknown option") {
+        eprintln!(
+            "SKIPPED the openssl check: this openssl cannot offer TLS 1.1 ({}) (the Rust-level check ran)",
+            text.lines().find(|l| l.contains("protocols") || l.contains("option")).unwrap_or("")
+        );
+        return;
+    }
+    assert!(!out.status.success(), "openssl -tls1_1 connected: {text}");
+    // The server answers with a fatal alert (rustls sends protocol_version or, for a hello
+    // whose TLS 1.1 cipher suites it does not implement, handshake_failure): no certificate,
+    // no cipher, no session.
+    assert!(
+        text.contains("SSL alert number") && text.contains("Cipher is (NONE)"),
+        "openssl -tls1_1: want the server's fatal alert and no cipher: {text}"
+    );
+    assert!(!text.contains("BEGIN CERTIFICATE"), "{text}");
+    let out = s_client("-tls1_2").expect("openssl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("TLSv1.2"),
+        "openssl -tls1_2 (the control) did not negotiate TLS 1.2: {text}"
+    );
 }
