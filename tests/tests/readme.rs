@@ -9,6 +9,9 @@
 //! built, in the background), runs the blocks in a directory that looks like the clone
 //! (`scripts/` and `target/release/cairn`), and moves the README's ports (8200, 8400, 8401)
 //! to free ones.
+//!
+//! The cluster walkthrough (`ha`) also runs in a directory with the clone's `scripts/` (it
+//! starts `scripts/dev-postgres.sh`) and gets a third port pair, `P3`.
 
 use cairn_tests::{cairn_bin, free_port_pair, log_dir, note_secret, repo_root, tmpdir};
 use serde_json::Value;
@@ -94,7 +97,15 @@ fn port() -> u16 {
 
 /// Variables of the walkthroughs that hold secrets, recorded (on any exit) for
 /// `scripts/check-secrets.sh`.
-const SECRET_VARS: &[&str] = &["CAIRN_TOKEN", "OTP", "ENCODED", "DR_TOKEN", "ACTIVATION"];
+const SECRET_VARS: &[&str] = &[
+    "CAIRN_TOKEN",
+    "OTP",
+    "ENCODED",
+    "DR_TOKEN",
+    "ACTIVATION",
+    "KEY",
+    "CAIRN_PG_PASSWORD",
+];
 
 struct Run {
     code: i32,
@@ -111,7 +122,7 @@ fn run(name: &str) -> Run {
         bin.parent().expect("bin dir").display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let (p1, p2) = (port(), port());
+    let (p1, p2, p3) = (port(), port(), port());
     let secrets = dir.join("secrets.out");
     // On any exit: write the secret variables out, and stop the servers the walkthrough
     // started (it records their pids in $DIR/*/pid) and the sample directory.
@@ -119,7 +130,8 @@ fn run(name: &str) -> Run {
         "trap 'for v in {vars}; do printf \"%s\\n\" \"${{!v:-}}\"; done > {secrets}; \
          kill -9 $(cat \"$DIR\"/*/pid 2>/dev/null) 2>/dev/null || true; \
          [ ! -d \"$DIR/cairn-dev-ldap\" ] || \"$DIR/scripts/dev-ldap.sh\" stop > /dev/null 2>&1 || true; \
-         [ ! -d \"$DIR/cairn-dev-ad\" ] || \"$DIR/scripts/dev-ad.sh\" stop > /dev/null 2>&1 || true' EXIT\n",
+         [ ! -d \"$DIR/cairn-dev-ad\" ] || \"$DIR/scripts/dev-ad.sh\" stop > /dev/null 2>&1 || true; \
+         [ ! -d \"$DIR/cairn-dev-postgres\" ] || \"$DIR/scripts/dev-postgres.sh\" stop > /dev/null 2>&1 || true' EXIT\n",
         vars = SECRET_VARS.join(" "),
         secrets = secrets.display()
     );
@@ -139,6 +151,10 @@ fn run(name: &str) -> Run {
             args = fresh_machine_server_args().join(" ")
         ));
         text = move_ports(&text, name, p1, p2);
+    } else if name == HA_CLUSTER {
+        // The clone's scripts (dev-postgres.sh); the database goes to $TMPDIR, i.e. $DIR.
+        std::os::unix::fs::symlink(repo_root().join("scripts"), dir.join("scripts"))
+            .expect("link scripts");
     }
     let script = dir.join("walkthrough.sh");
     std::fs::write(&script, format!("{prelude}{text}")).expect("write script");
@@ -155,11 +171,14 @@ fn run(name: &str) -> Run {
         .env("TMPDIR", &dir)
         .env("P1", p1.to_string())
         .env("P2", p2.to_string())
+        .env("P3", p3.to_string())
         // A sample directory that fails the walkthrough half-way stops with this process.
         .env("CAIRN_LDAP_WATCH_PID", std::process::id().to_string())
         .env("CAIRN_AD_WATCH_PID", std::process::id().to_string())
+        .env("CAIRN_PG_WATCH_PID", std::process::id().to_string())
         .env_remove("CAIRN_LDAP_DIR")
         .env_remove("CAIRN_AD_DIR")
+        .env_remove("CAIRN_PG_DIR")
         .env_remove("CAIRN_DEV_LISTEN_ADDRESS")
         .env_remove("CAIRN_ADDR")
         .env_remove("CAIRN_TOKEN")
@@ -200,6 +219,9 @@ const FIRST_STEPS: &str = "first-steps";
 /// "Log in against Active Directory": like the opening sections, pasted into a second
 /// terminal while the README's first line runs the dev server.
 const ACTIVE_DIRECTORY: &str = "ad";
+/// "Run a three-node cluster on PostgreSQL": three servers on the database of
+/// `scripts/dev-postgres.sh`, with the set-up lines' `DIR`, `P1`, `P2`, `P3`.
+const HA_CLUSTER: &str = "ha";
 
 /// The README's ports moved to free ones: the dev server's API port 8200 to `p1`, the
 /// configuration file's 8400 and 8401 (opening sections) to `p2` and `p2 + 1`. No other
@@ -455,4 +477,80 @@ fn readme_active_directory_login() {
         "{out}"
     );
     assert!(has("dev-ad: stopped the DC in "), "{out}");
+}
+
+/// "Run a three-node cluster on PostgreSQL": three nodes on one database, one active; a write
+/// through a standby is read through the other; after a kill -9 of the active another node
+/// takes over with the data; step-down hands the lease on again.
+#[test]
+fn readme_ha_cluster_on_postgresql() {
+    let r = run(HA_CLUSTER);
+    let out = &r.output;
+    assert_eq!(r.code, 0, "the walkthrough failed:\n{out}");
+    println!("{out}");
+    let has = |s: &str| out.contains(s);
+    let words = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    // All three unsealed; one active, two standbys.
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.split_whitespace().eq(["Sealed", "false"]))
+            .count(),
+        3,
+        "{out}"
+    );
+    let first = out
+        .lines()
+        .find_map(|l| l.strip_prefix("active: "))
+        .unwrap_or_else(|| panic!("no `active: ` line:\n{out}"));
+    let first: Vec<&str> = first.split([',', ' ']).filter(|w| !w.is_empty()).collect();
+    assert_eq!(first.len(), 4, "{out}");
+    assert_eq!(first[1], "standbys:", "{out}");
+    let active = first[0];
+    // sys/leader through a standby names the active node; sys/ha-status lists three nodes.
+    assert!(
+        out.lines().any(|l| words(l) == ["is_self", "false"]),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| {
+            let w = words(l);
+            w.len() == 2 && w[0] == "leader_address" && w[1].starts_with("http://127.0.0.1:")
+        }),
+        "{out}"
+    );
+    assert_eq!(out.matches("\"hostname\"").count(), 3, "{out}");
+    assert_eq!(out.matches("\"active_node\": true").count(), 1, "{out}");
+    // Written through one standby, read through the other; after the kill on both
+    // survivors; after the step-down through the node that stepped down.
+    assert!(
+        has("Success! Enabled the kv secrets engine at: secret/"),
+        "{out}"
+    );
+    assert!(has("Success! Data written to: secret/hello"), "{out}");
+    assert_eq!(out.lines().filter(|l| *l == "world").count(), 4, "{out}");
+    // Another node took over after the kill -9, within the lease's time.
+    let (new_active, ms, killed) = out
+        .lines()
+        .find_map(|l| {
+            let w = words(l);
+            (w.len() == 10 && w[1] == "is" && w[2] == "active," && w[4] == "ms")
+                .then(|| (w[0].clone(), w[3].parse::<u64>().ok(), w[9].clone()))
+        })
+        .unwrap_or_else(|| panic!("no take-over line:\n{out}"));
+    assert_eq!(killed, active, "{out}");
+    assert_ne!(new_active, killed, "{out}");
+    let ms = ms.unwrap_or_else(|| panic!("no take-over time:\n{out}"));
+    assert!(ms < 10_000, "the take-over took {ms} ms:\n{out}");
+    // Step-down: the lease went to the third node.
+    assert!(has("Success! Data written to: sys/step-down"), "{out}");
+    let stepped = out
+        .lines()
+        .find_map(|l| {
+            let w = words(l);
+            (w.len() == 6 && w[1] == "stepped" && w[4] == "is")
+                .then(|| (w[0].clone(), w[3].clone()))
+        })
+        .unwrap_or_else(|| panic!("no step-down line:\n{out}"));
+    assert_eq!(stepped.0, new_active, "{out}");
+    assert!(stepped.1 != killed && stepped.1 != new_active, "{out}");
 }
