@@ -268,6 +268,7 @@ impl From<crate::storage::StorageError> for ApiError {
             StorageError::Full => ApiError::StorageFull,
             StorageError::Corrupt(_) | StorageError::Io(_) => ApiError::Internal(e.to_string()),
             StorageError::Fenced { .. } => ApiError::Unavailable(e.to_string()),
+            StorageError::AlreadyInitialized => ApiError::bad(e.to_string()),
         }
     }
 }

@@ -28,6 +28,9 @@ pub enum StorageError {
     /// leader lease at epoch `held` (`None`: it is a standby, which writes nothing), the lease
     /// is at epoch `current`, so the batch was rolled back whole and nothing of it was written.
     Fenced { held: Option<u64>, current: u64 },
+    /// An initialisation refused by shared storage: another node of the cluster initialised
+    /// it first (the two raced); nothing of this one was written.
+    AlreadyInitialized,
 }
 
 impl std::fmt::Display for StorageError {
@@ -56,6 +59,11 @@ impl std::fmt::Display for StorageError {
                 f,
                 "this node is a standby: it does not write to the cluster's storage, and the \
                  write was not applied; retry on the active node"
+            ),
+            StorageError::AlreadyInitialized => write!(
+                f,
+                "Vault is already initialized (another node of this cluster initialised it \
+                 first; use its key shares and root token)"
             ),
         }
     }

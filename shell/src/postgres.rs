@@ -129,10 +129,11 @@ impl PgSettings {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
-        if config.get_application_name().is_none() {
-            config.application_name("cairn");
-        }
         let table = table.unwrap_or(DEFAULT_TABLE).to_string();
+        if config.get_application_name().is_none() {
+            // pg_stat_activity tells which cluster (table) a session serves.
+            config.application_name(&format!("cairn {table}"));
+        }
         let ha_table = ha_table.unwrap_or(DEFAULT_HA_TABLE).to_string();
         for (what, t) in [("table", &table), ("ha_table", &ha_table)] {
             if !valid_table_name(t) {
@@ -405,11 +406,16 @@ pub enum FenceMode {
     Epoch(u64),
     /// A standby: a batch that writes anything is refused.
     Standby,
+    /// A sealed HA node initialising the cluster: applied only if the store holds no seal
+    /// configuration yet, checked with the lease row locked for update (racing
+    /// initialisations run one after the other, the second finds the first's).
+    Initialize,
 }
 
 /// The condition a storage's commits are fenced with, shared: the thread that holds the
 /// lease can set it ([`PgStorage::fence_handle`]) while the core thread commits. Held epochs
-/// start at 1, so 0 stands for [`FenceMode::None`] and `u64::MAX` for [`FenceMode::Standby`].
+/// start at 1, so 0 stands for [`FenceMode::None`], `u64::MAX` for [`FenceMode::Standby`] and
+/// `u64::MAX - 1` for [`FenceMode::Initialize`].
 #[derive(Clone, Default, Debug)]
 pub struct Fence(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
@@ -417,6 +423,7 @@ pub struct Fence(std::sync::Arc<std::sync::atomic::AtomicU64>);
 #[allow(dead_code)]
 impl Fence {
     const STANDBY: u64 = u64::MAX;
+    const INITIALIZE: u64 = u64::MAX - 1;
 
     /// Fences the following commits with `epoch` (`None`: not fenced).
     pub fn set(&self, epoch: Option<u64>) {
@@ -426,8 +433,9 @@ impl Fence {
     pub fn set_mode(&self, mode: FenceMode) {
         let v = match mode {
             FenceMode::None => 0,
-            FenceMode::Epoch(e) => e.min(Self::STANDBY - 1),
+            FenceMode::Epoch(e) => e.min(Self::INITIALIZE - 1),
             FenceMode::Standby => Self::STANDBY,
+            FenceMode::Initialize => Self::INITIALIZE,
         };
         self.0.store(v, std::sync::atomic::Ordering::SeqCst);
     }
@@ -436,6 +444,7 @@ impl Fence {
         match self.0.load(std::sync::atomic::Ordering::SeqCst) {
             0 => FenceMode::None,
             Self::STANDBY => FenceMode::Standby,
+            Self::INITIALIZE => FenceMode::Initialize,
             e => FenceMode::Epoch(e),
         }
     }
@@ -444,7 +453,7 @@ impl Fence {
     pub fn get(&self) -> Option<u64> {
         match self.mode() {
             FenceMode::Epoch(e) => Some(e),
-            FenceMode::None | FenceMode::Standby => None,
+            FenceMode::None | FenceMode::Standby | FenceMode::Initialize => None,
         }
     }
 }
@@ -559,8 +568,9 @@ impl PgStorage {
         if pending.is_empty() {
             return Ok(false);
         }
+        let initialize = mode == FenceMode::Initialize;
         let fence = match mode {
-            FenceMode::None => None,
+            FenceMode::None | FenceMode::Initialize => None,
             FenceMode::Epoch(e) => Some(e),
             FenceMode::Standby => {
                 let current = self
@@ -568,7 +578,7 @@ impl PgStorage {
                     .ok()
                     .flatten()
                     .map_or(0, |r| r.get::<_, i64>(0).max(0) as u64);
-                log::error!(
+                log::warn!(
                     "commit refused: this node is a standby; {} writes dropped",
                     pending.len()
                 );
@@ -592,8 +602,24 @@ impl PgStorage {
         }
         // Fenced inside the closure, reported after it (the transaction is dropped: rollback).
         let mut fenced = None;
+        let mut initialized = false;
+        let (lock_sql, seal_sql) = (
+            format!(
+                "SELECT epoch FROM {} WHERE id = 1 FOR UPDATE",
+                self.settings.ha_table
+            ),
+            format!("SELECT 1 FROM {} WHERE key = $1", self.settings.table),
+        );
         let res = self.with_conn(|c| {
             let mut tx = c.client.transaction()?;
+            if initialize {
+                tx.query_opt(&lock_sql, &[])?;
+                let seal_key: &[u8] = cairn_core::seal::SEAL_CONFIG_KEY.as_bytes();
+                if tx.query_opt(&seal_sql, &[&seal_key])?.is_some() {
+                    initialized = true;
+                    return Ok(());
+                }
+            }
             if let Some(held) = fence {
                 let current: Option<i64> = tx.query_opt(&c.fence, &[])?.map(|r| r.get(0));
                 let current = current.unwrap_or(0).max(0) as u64;
@@ -613,15 +639,19 @@ impl PgStorage {
         if let Some(cache) = self.cache.get_mut().as_mut() {
             for (k, v) in &pending {
                 // A failed commit's outcome may be unknown (a broken connection): forget.
-                match (&res, fenced) {
-                    (Ok(()), None) => cache.wrote(k, v),
+                match (&res, fenced, initialized) {
+                    (Ok(()), None, false) => cache.wrote(k, v),
                     _ => cache.evict(k),
                 }
             }
         }
+        if initialized {
+            log::warn!("initialisation refused: another node of this cluster initialised it first");
+            return Err(StorageError::AlreadyInitialized);
+        }
         if let Some(current) = fenced {
             let held = fence.unwrap_or(0);
-            log::error!(
+            log::warn!(
                 "commit refused: this node's lease epoch {held} is no longer current (now \
                  {current}); {} writes dropped",
                 pending.len()

@@ -146,6 +146,7 @@ fn fence_mode(f: cairn_core::ha::Fence) -> crate::postgres::FenceMode {
         cairn_core::ha::Fence::None => FenceMode::None,
         cairn_core::ha::Fence::Epoch(e) => FenceMode::Epoch(e),
         cairn_core::ha::Fence::Standby => FenceMode::Standby,
+        cairn_core::ha::Fence::Initialize => FenceMode::Initialize,
     }
 }
 

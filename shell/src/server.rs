@@ -256,6 +256,12 @@ fn start(a: &ServerArgs) -> Result<(Core, Option<tempfile::TempDir>), String> {
         replication,
         license,
         ha: ha.clone(),
+        storage_type: if cfg.postgres.is_some() {
+            "postgresql"
+        } else {
+            "sqlite"
+        }
+        .into(),
         ..Default::default()
     };
     let lease = match (&ha, &cfg.postgres) {

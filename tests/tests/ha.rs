@@ -59,6 +59,23 @@ impl Cluster {
 
     /// As [`Cluster::start`], each node's configuration extended with `extra(dir)`.
     fn start_with(n: usize, table: &str, extra: impl Fn(&Path) -> String) -> Cluster {
+        let mut c = Cluster::spawn(n, table, extra);
+        c.nodes[0].init_unseal(1, 1);
+        let (root, keys) = (
+            c.nodes[0].root_token.clone(),
+            c.nodes[0].unseal_keys.clone(),
+        );
+        for s in c.nodes.iter_mut().skip(1) {
+            s.root_token = root.clone();
+            s.unseal_keys = keys.clone();
+            s.unseal();
+        }
+        c.wait_active(Duration::from_secs(15), None);
+        c
+    }
+
+    /// `n` fresh nodes on `table`, sealed and not initialised.
+    fn spawn(n: usize, table: &str, extra: impl Fn(&Path) -> String) -> Cluster {
         let env = postgres();
         let dir = tmpdir(table);
         let mut nodes = Vec::new();
@@ -72,20 +89,11 @@ impl Cluster {
             nodes.push(s);
             configs.push(cfg);
         }
-        nodes[0].init_unseal(1, 1);
-        let (root, keys) = (nodes[0].root_token.clone(), nodes[0].unseal_keys.clone());
-        for s in nodes.iter_mut().skip(1) {
-            s.root_token = root.clone();
-            s.unseal_keys = keys.clone();
-            s.unseal();
-        }
-        let c = Cluster {
+        Cluster {
             nodes,
             configs,
             _dir: dir,
-        };
-        c.wait_active(Duration::from_secs(15), None);
-        c
+        }
     }
 
     /// The index of the node that says it is active (`sys/leader` `is_self`), waiting up to
@@ -385,12 +393,13 @@ fn database_sessions_terminated_under_the_nodes_do_not_split_or_lose_the_cluster
         }
     }
 
-    // Every session of the database terminated at once: the nodes reconnect, one of them
-    // holds the lease, nothing acknowledged is lost.
-    psql(
+    // Every session of this cluster terminated at once (its application name names its
+    // table): the nodes reconnect, one of them holds the lease, nothing acknowledged is lost.
+    let n = psql(
         "select count(pg_terminate_backend(pid)) from pg_stat_activity \
-         where datname = current_database() and pid <> pg_backend_pid()",
+         where application_name = 'cairn ha_term_kv' and pid <> pg_backend_pid()",
     );
+    assert!(n.parse::<u32>().unwrap_or(0) >= 4, "sessions terminated: {n}");
     let active = c.wait_active(Duration::from_secs(15), None);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -466,4 +475,54 @@ fn a_performance_secondary_follows_its_primary_cluster_through_an_active_failove
     assert_eq!(s.get("kv/one").body["data"]["v"], json!(1));
     let st = status(&s, "performance");
     assert_eq!(st["state"], json!("stream-wals"), "{st}");
+}
+
+#[test]
+fn two_racing_initialisations_of_one_cluster_cannot_both_succeed() {
+    for round in 0..3 {
+        let c = Cluster::spawn(2, &format!("ha_init{round}"), |_| String::new());
+        let body = json!({"secret_shares": 1, "secret_threshold": 1});
+        let answers: Vec<(u16, Value)> = std::thread::scope(|sc| {
+            let hs: Vec<_> = c
+                .nodes
+                .iter()
+                .map(|n| {
+                    let body = body.clone();
+                    sc.spawn(move || {
+                        let r = n.call_as(None, "PUT", "sys/init", Some(body));
+                        (r.status, r.body)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("init")).collect()
+        });
+        let won: Vec<&Value> = answers
+            .iter()
+            .filter(|(st, _)| *st == 200)
+            .map(|(_, b)| b)
+            .collect();
+        assert_eq!(won.len(), 1, "round {round}: {answers:?}");
+        let lost = answers
+            .iter()
+            .find(|(st, _)| *st != 200)
+            .expect("a refusal");
+        assert_eq!(lost.0, 400, "{:?}", lost.1);
+        assert!(
+            lost.1.to_string().contains("already initialized"),
+            "{:?}",
+            lost.1
+        );
+        // The winner's key unseals both nodes; its root token works through either.
+        let key = won[0]["keys"][0].as_str().expect("key").to_string();
+        let root = won[0]["root_token"].as_str().expect("root").to_string();
+        note_secret(&key);
+        note_secret(&root);
+        for n in &c.nodes {
+            let r = n.call_as(None, "PUT", "sys/unseal", Some(json!({ "key": key })));
+            assert_eq!(r.body["sealed"], json!(false), "{}", r.body);
+        }
+        let a = c.wait_active(Duration::from_secs(10), None);
+        let r = c.nodes[1 - a].call_as(Some(&root), "GET", "auth/token/lookup-self", None);
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
 }

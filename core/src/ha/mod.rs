@@ -134,6 +134,11 @@ pub enum Fence {
     Epoch(u64),
     /// A standby: it must not write at all; a non-empty batch is refused.
     Standby,
+    /// A sealed node of an HA cluster: the only thing it writes is the cluster's
+    /// initialisation, applied only if no node initialised the store meanwhile (checked
+    /// under a lock in the commit's transaction, so two racing `sys/init` calls cannot both
+    /// succeed).
+    Initialize,
 }
 
 /// A role change the node must act on.
@@ -343,6 +348,13 @@ impl Ha {
                 None
             }
             _ => None,
+        }
+    }
+
+    /// A forward to the leader failed: read the lease again at once (it may have moved).
+    pub fn look_now(&mut self, now: Millis) {
+        if self.cfg.is_some() && self.role == Role::Standby {
+            self.next_look = self.next_look.min(now);
         }
     }
 

@@ -169,7 +169,7 @@ fn one_node_is_active_and_a_standby_forwards_what_it_does_not_serve() {
     assert_eq!(l["ha_enabled"], json!(true));
     assert_eq!(l["is_self"], json!(false));
     assert_eq!(l["leader_address"], json!("http://10.0.0.1:8200"));
-    assert_eq!(l["leader_cluster_address"], json!("10.0.0.1:8201"));
+    assert_eq!(l["leader_cluster_address"], json!("https://10.0.0.1:8201"));
     let (out, _) = c.request(0, 3_000, Request::new(0, Method::Get, "sys/leader"));
     assert_eq!(
         body(response(&out).expect("leader"))["is_self"],

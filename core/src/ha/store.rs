@@ -185,6 +185,13 @@ impl LeaseStore {
                 })
             }
             Fence::Epoch(_) => {}
+            Fence::Initialize if self.data.contains_key(crate::seal::SEAL_CONFIG_KEY) => {
+                return Err(Fenced {
+                    held: None,
+                    current: self.lease.epoch,
+                })
+            }
+            Fence::Initialize => {}
         }
         for (k, v) in writes {
             match v {

@@ -144,6 +144,8 @@ pub struct NodeConfig {
     pub license: crate::license::LicenseState,
     /// HA settings when the node is one of several sharing a storage.
     pub ha: Option<crate::ha::HaConfig>,
+    /// The storage engine's name as `sys/seal-status` reports it.
+    pub storage_type: String,
 }
 
 impl Default for NodeConfig {
@@ -156,6 +158,7 @@ impl Default for NodeConfig {
             replication: Default::default(),
             license: Default::default(),
             ha: None,
+            storage_type: "sqlite".into(),
         }
     }
 }
@@ -280,7 +283,10 @@ impl<S: Storage> Node<S> {
         // A sealed node writes only its initialisation (any node of the cluster may be the
         // one initialised); it serves nothing else.
         if self.barrier.sealed() {
-            return crate::ha::Fence::None;
+            return match self.st.ha.enabled() {
+                true => crate::ha::Fence::Initialize,
+                false => crate::ha::Fence::None,
+            };
         }
         self.st.ha.fence()
     }
@@ -497,13 +503,16 @@ impl<S: Storage> Node<S> {
                             r.id = id;
                             r
                         }
-                        Err(e) => Response::error(
-                            id,
-                            &ApiError::Unavailable(format!(
-                                "this node is a standby and the request could not be \
+                        Err(e) => {
+                            self.st.ha.look_now(self.now);
+                            Response::error(
+                                id,
+                                &ApiError::Unavailable(format!(
+                                    "this node is a standby and the request could not be \
                                  forwarded to the active node: {e}"
-                            )),
-                        ),
+                                )),
+                            )
+                        }
                     };
                     self.st.outputs.push_back(Output::Response(resp));
                 }

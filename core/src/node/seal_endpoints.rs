@@ -48,7 +48,7 @@ impl<S: Storage> Node<S> {
                 "cluster_name": self.st.config.cluster_name,
                 "cluster_id": "",
                 "recovery_seal": false,
-                "storage_type": "sqlite",
+                "storage_type": self.st.config.storage_type,
             }),
         ))
     }

@@ -120,6 +120,15 @@ impl<S: Storage> Node<S> {
     }
 }
 
+/// A cluster address as the reference shows it: a URL.
+fn cluster_url(addr: &str) -> String {
+    if addr.is_empty() || addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("https://{addr}")
+    }
+}
+
 /// `sys/leader`.
 pub fn leader_status(st: &NodeState) -> Value {
     let ha = &st.ha;
@@ -159,7 +168,7 @@ pub fn leader_status(st: &NodeState) -> Value {
         "is_self": is_self,
         "active_time": active_time,
         "leader_address": addr,
-        "leader_cluster_address": cluster,
+        "leader_cluster_address": cluster_url(&cluster),
         "performance_standby": false,
         "performance_standby_last_remote_wal": 0,
     })
@@ -199,7 +208,7 @@ pub fn ha_status(st: &NodeState, req: &Request) -> ApiResult {
                 json!({
                     "hostname": p.node_id,
                     "api_address": p.api_addr,
-                    "cluster_address": p.cluster_addr,
+                    "cluster_address": cluster_url(&p.cluster_addr),
                     "active_node": active,
                     "last_echo": if active { Value::Null } else { json!(time::rfc3339(p.last_echo_ms)) },
                     "version": p.version,

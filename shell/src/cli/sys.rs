@@ -14,8 +14,9 @@ pub struct StatusArgs {
     pub common: Common,
 }
 
-/// The seal status as a table; exit 2 when sealed (as the reference CLI does).
-fn print_seal_status(v: &Value, format: Format) -> CmdResult {
+/// The seal status as a table, with the HA rows from `sys/leader` when the node answered
+/// it; exit 2 when sealed (as the reference CLI does).
+fn print_seal_status(v: &Value, leader: Option<&Value>, format: Format) -> CmdResult {
     let sealed = v["sealed"].as_bool().unwrap_or(true);
     match format {
         Format::Json => print_json(v),
@@ -43,7 +44,26 @@ fn print_seal_status(v: &Value, format: Format) -> CmdResult {
                 rows.push(("Cluster Name".into(), cell(&v["cluster_name"])));
                 rows.push(("Cluster ID".into(), cell(&v["cluster_id"])));
             }
-            rows.push(("HA Enabled".into(), "false".into()));
+            let ha = leader.filter(|l| l["ha_enabled"] == json!(true));
+            match ha {
+                Some(l) => {
+                    rows.push(("HA Enabled".into(), "true".into()));
+                    if !sealed {
+                        let mode = if l["is_self"] == json!(true) {
+                            "active"
+                        } else {
+                            "standby"
+                        };
+                        rows.push(("HA Mode".into(), mode.into()));
+                        if l["is_self"] == json!(true) {
+                            rows.push(("Active Since".into(), cell(&l["active_time"])));
+                        } else {
+                            rows.push(("Active Node Address".into(), cell(&l["leader_address"])));
+                        }
+                    }
+                }
+                None => rows.push(("HA Enabled".into(), "false".into())),
+            }
             println!("{}", kv_table(&rows));
         }
     }
@@ -55,7 +75,8 @@ pub fn status(a: StatusArgs) -> CmdResult {
     let r = c
         .call("GET", "sys/seal-status", None)
         .ctx(|| "checking seal status".into())?;
-    print_seal_status(&r.body, a.common.format)
+    let leader = c.call("GET", "sys/leader", None).ok().map(|l| l.body);
+    print_seal_status(&r.body, leader.as_ref(), a.common.format)
 }
 
 #[derive(Subcommand, Debug)]
@@ -469,7 +490,8 @@ pub fn operator(cmd: OperatorCmd) -> CmdResult {
                 .call("PUT", "sys/unseal", Some(&body))
                 .ctx(|| "unsealing".into())?;
             // Still sealed after a valid share is progress, not an error.
-            print_seal_status(&r.body, a.common.format).map(|_| 0)
+            let leader = c.call("GET", "sys/leader", None).ok().map(|l| l.body);
+            print_seal_status(&r.body, leader.as_ref(), a.common.format).map(|_| 0)
         }
         OperatorCmd::Seal(a) => {
             let c = Client::new(&a.common)?;
