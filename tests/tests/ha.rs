@@ -399,7 +399,10 @@ fn database_sessions_terminated_under_the_nodes_do_not_split_or_lose_the_cluster
         "select count(pg_terminate_backend(pid)) from pg_stat_activity \
          where application_name = 'cairn ha_term_kv' and pid <> pg_backend_pid()",
     );
-    assert!(n.parse::<u32>().unwrap_or(0) >= 4, "sessions terminated: {n}");
+    assert!(
+        n.parse::<u32>().unwrap_or(0) >= 4,
+        "sessions terminated: {n}"
+    );
     let active = c.wait_active(Duration::from_secs(15), None);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
