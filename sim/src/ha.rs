@@ -18,13 +18,14 @@
 //! `failover-liveness` (once faults heal, a node is active within a bounded time). A planted
 //! bug (`--plant-fault skip-fence-check`: the store forgets the epoch check) must be caught.
 
+use crate::host::Host;
 use crate::rng::SimRng;
 use crate::trace::Trace;
 use crate::{Failure, Outcome, RunConfig, StorageFault};
 use cairn_core::api::{Method, Request, RequestId, Response};
 use cairn_core::ha::store::{LeaseStore, NodeIdentity, SharedStorage};
 use cairn_core::ha::{Fence, HaConfig, LeaseOutcome, LeaseResult};
-use cairn_core::{Input, Node, NodeConfig, Output};
+use cairn_core::{Input, NodeConfig, Output};
 use serde_json::json;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -80,8 +81,8 @@ enum Caller {
 }
 
 struct HaNode {
-    node: Option<Node<SharedStorage>>,
-    boot: u64,
+    /// The machine: node, storage handle, held outputs, open batch, boot incarnation.
+    host: Host<SharedStorage>,
     identity: NodeIdentity,
     skew: u64,
     /// Stopped (SIGSTOP) until then.
@@ -92,12 +93,8 @@ struct HaNode {
     store_cut_until: u64,
     peers_cut_until: u64,
     inbox: VecDeque<Input>,
-    /// The open batch (committing): its number and its held outputs.
-    committing: Option<(u64, Vec<Output>)>,
-    batch: u64,
     waiting: BTreeMap<RequestId, Caller>,
     wake_at: Option<u64>,
-    seeds: SimRng,
 }
 
 pub struct HaWorld {
@@ -152,8 +149,7 @@ impl HaWorld {
             let skew = rng.below(1_500);
             skews.push(skew);
             nodes.push(HaNode {
-                node: None,
-                boot: 0,
+                host: Host::new(i, cfg.seed, SharedStorage::new(store.clone())),
                 identity: NodeIdentity {
                     node_id: format!("node-{}", i + 1),
                     api_addr: ha.api_addr.clone(),
@@ -166,11 +162,8 @@ impl HaWorld {
                 store_cut_until: 0,
                 peers_cut_until: 0,
                 inbox: VecDeque::new(),
-                committing: None,
-                batch: 0,
                 waiting: BTreeMap::new(),
                 wake_at: None,
-                seeds: SimRng::derive(cfg.seed, &format!("ha/node/{i}")),
             });
         }
         let mut w = HaWorld {
@@ -215,14 +208,7 @@ impl HaWorld {
     fn start_node(&mut self, i: usize) {
         let config = self.node_config(i);
         let h = &mut self.nodes[i];
-        let seed = h.seeds.seed32();
-        h.boot += 1;
-        h.node = Some(Node::new(
-            SharedStorage::new(self.store.clone()),
-            seed,
-            config,
-        ));
-        h.committing = None;
+        h.host.start(config, false);
         h.inbox.clear();
         h.waiting.clear();
         h.wake_at = None;
@@ -248,7 +234,7 @@ impl HaWorld {
         // Node 0 takes the lease and mounts `kv/`.
         let now = self.local_now(0);
         let who = self.nodes[0].identity.clone();
-        if let Some(n) = self.nodes[0].node.as_mut() {
+        if let Some(n) = self.nodes[0].host.node_mut() {
             n.handle(now, Input::Tick);
             while let Some(o) = n.poll_output() {
                 if let Output::Lease(op) = o {
@@ -282,7 +268,7 @@ impl HaWorld {
         let id = req.id;
         let mut answer = Response::no_content(id);
         let now = self.local_now(i);
-        if let Some(n) = self.nodes[i].node.as_mut() {
+        if let Some(n) = self.nodes[i].host.node_mut() {
             n.handle(now, Input::Request(req));
             while let Some(o) = n.poll_output() {
                 if let Output::Response(r) = o {
@@ -335,7 +321,7 @@ impl HaWorld {
             }
             Ev::Commit(i, batch) => self.commit(i, batch)?,
             Ev::LeaseAnswer(i, boot, r) => {
-                if self.nodes[i].boot == boot && self.nodes[i].node.is_some() {
+                if self.nodes[i].host.boot() == boot && self.nodes[i].host.is_up() {
                     self.nodes[i].inbox.push_back(Input::Lease(r));
                     self.schedule_wake(i, 0);
                 }
@@ -373,7 +359,7 @@ impl HaWorld {
 
     fn deliver(&mut self, i: usize, boot: u64, input: Input) {
         let h = &mut self.nodes[i];
-        if h.node.is_none() || (boot != 0 && boot != h.boot) {
+        if !h.host.is_up() || (boot != 0 && boot != h.host.boot()) {
             return;
         }
         h.inbox.push_back(input);
@@ -384,12 +370,12 @@ impl HaWorld {
     fn send(&mut self, i: usize, mut req: Request, caller: Caller) {
         req.id = self.next_id;
         self.next_id += 1;
-        if self.nodes[i].node.is_none() {
+        if !self.nodes[i].host.is_up() {
             return;
         }
         self.requests += 1;
         self.nodes[i].waiting.insert(req.id, caller);
-        let boot = self.nodes[i].boot;
+        let boot = self.nodes[i].host.boot();
         let d = self.rng.delay(2);
         self.at(d, Ev::Deliver(i, boot, Input::Request(req)));
     }
@@ -423,13 +409,13 @@ impl HaWorld {
         let kind = self.rng.weighted(&[3, 4, 2, 2, 3]);
         let what = match kind {
             0 => {
-                if self.nodes[i].node.is_none() {
+                if !self.nodes[i].host.is_up() {
                     return;
                 }
                 self.crashes += 1;
                 let h = &mut self.nodes[i];
-                h.node = None;
-                h.committing = None;
+                // The node and its uncommitted writes vanish; what it held is never sent.
+                let _ = h.host.crash();
                 h.inbox.clear();
                 h.waiting.clear();
                 let d = self.rng.range(500, 5_000);
@@ -491,13 +477,13 @@ impl HaWorld {
             self.schedule_wake(i, d);
             return Ok(());
         }
-        if self.nodes[i].committing.is_some() {
+        if self.nodes[i].host.commit_scheduled() {
             // Busy committing; it wakes again after the commit.
             return Ok(());
         }
         let now = self.local_now(i);
         let h = &mut self.nodes[i];
-        let Some(n) = h.node.as_mut() else {
+        let Some(n) = h.host.node_mut() else {
             return Ok(());
         };
         let due = n.poll_timeout() <= now;
@@ -513,15 +499,14 @@ impl HaWorld {
         for input in inputs {
             n.handle(now, input);
         }
-        let mut held = Vec::new();
-        while let Some(o) = n.poll_output() {
-            held.push(o);
-        }
-        h.batch += 1;
-        let batch = h.batch;
         let dirty = n.storage().is_dirty();
         let next = n.poll_timeout();
-        h.committing = Some((batch, held));
+        while let Some(o) = h.host.poll_output() {
+            h.host.hold(o);
+        }
+        let Some(batch) = h.host.schedule_commit() else {
+            return Ok(());
+        };
         let mut latency = if dirty { 1 + self.rng.delay(3) } else { 0 };
         if dirty {
             if let Some(d) = h.pause_before_commit.take() {
@@ -547,24 +532,29 @@ impl HaWorld {
         let cut = self.nodes[i].store_cut_until > now;
         let local = self.local_now(i);
         let h = &mut self.nodes[i];
-        let Some((b, held)) = h.committing.take() else {
-            return Ok(());
-        };
-        if b != batch {
-            h.committing = Some((b, held));
+        if !h.host.is_open_batch(batch) {
             return Ok(());
         }
-        let Some(n) = h.node.as_mut() else {
+        let Some(n) = h.host.node_mut() else {
             return Ok(());
         };
         let fence = n.fence();
-        let epoch_before = self.store.borrow().epoch();
-        let result = if cut && n.storage().is_dirty() {
+        let dirty = n.storage().is_dirty();
+        if cut {
+            // The commit cannot reach the store: nothing of the batch is applied.
             n.storage_mut().rollback();
+        }
+        let epoch_before = self.store.borrow().epoch();
+        let Some((committed, held)) = h.host.commit() else {
+            return Ok(());
+        };
+        let Some(n) = h.host.node_mut() else {
+            return Ok(());
+        };
+        let result = if cut && dirty {
             Err("the store is unreachable".to_string())
         } else {
-            let dirty = n.storage().is_dirty();
-            match n.storage_mut().commit(fence) {
+            match committed {
                 Ok(_) if dirty => {
                     if let Fence::Epoch(e) = fence {
                         *self.checks.entry("fenced-commits").or_default() += 1;
@@ -618,7 +608,7 @@ impl HaWorld {
             Output::Lease(op) => {
                 // Lease operations run on their own connection, not in the batch.
                 let cut = self.nodes[i].store_cut_until > self.now;
-                let boot = self.nodes[i].boot;
+                let boot = self.nodes[i].host.boot();
                 let r = if cut {
                     LeaseResult {
                         op,
@@ -641,7 +631,7 @@ impl HaWorld {
             }
             Output::Forward(f) => {
                 let id = f.req.id;
-                let boot = self.nodes[i].boot;
+                let boot = self.nodes[i].host.boot();
                 if !self.forwarded_seen.insert((i, boot, id)) {
                     return fail(
                         "forward-at-most-once",
@@ -655,14 +645,14 @@ impl HaWorld {
                     .position(|h| h.identity.cluster_addr == f.to);
                 let cut = |w: &HaWorld, j: usize| w.nodes[j].peers_cut_until > w.now;
                 match target {
-                    Some(j) if !cut(self, i) && !cut(self, j) && self.nodes[j].node.is_some() => {
+                    Some(j) if !cut(self, i) && !cut(self, j) && self.nodes[j].host.is_up() => {
                         let mut req = f.req;
                         req.id = self.next_id;
                         self.next_id += 1;
                         self.nodes[j]
                             .waiting
                             .insert(req.id, Caller::Forwarded(i, id, boot));
-                        let jboot = self.nodes[j].boot;
+                        let jboot = self.nodes[j].host.boot();
                         let d = 1 + self.rng.delay(2);
                         self.at(d, Ev::Deliver(j, jboot, Input::Request(req)));
                     }
@@ -790,8 +780,8 @@ impl HaWorld {
             .map(|h| h.node_id.clone())?;
         self.nodes.iter().position(|h| {
             h.identity.node_id == holder
-                && h.node
-                    .as_ref()
+                && h.host
+                    .node()
                     .is_some_and(|n| n.fence() == Fence::Epoch(epoch))
         })
     }
@@ -855,9 +845,9 @@ mod tests {
         for seed in 1..=12 {
             let mut cfg = RunConfig::new(seed);
             cfg.tier = crate::Tier::Ha;
-            let a = run(&cfg);
+            let a = crate::run(&cfg);
             assert!(a.ok(), "{}", a.report());
-            let b = run(&cfg);
+            let b = crate::run(&cfg);
             assert_eq!(a.trace_hash, b.trace_hash, "seed {seed} did not replay");
         }
     }
@@ -870,7 +860,7 @@ mod tests {
             let mut cfg = RunConfig::new(seed);
             cfg.tier = crate::Tier::Ha;
             cfg.fault = Some(StorageFault::SkipFenceCheck);
-            let o = run(&cfg);
+            let o = crate::run(&cfg);
             o.failure
                 .as_ref()
                 .is_some_and(|f| f.invariant == "fenced-commits")

@@ -20,14 +20,63 @@ use crate::check::Violation;
 use crate::net::HostId;
 use crate::rng::SimRng;
 use crate::storage::{CommitInfo, CrashInfo, SimStorage};
+use cairn_core::ha::store::{Fenced, SharedStorage};
+use cairn_core::ha::Fence;
+use cairn_core::storage::Storage;
 use cairn_core::{Admin, AdminResult, Input, Node, NodeConfig, Output};
 
+/// What a host's storage does besides being a [`Storage`]: group commit and power loss.
+/// [`SimStorage`] is one machine's own disk; [`SharedStorage`] is a node's handle on its HA
+/// cluster's shared store, whose commits are fenced by the lease.
+pub trait HostStorage: Storage {
+    /// What a commit reports.
+    type Committed;
+    /// What a crash reports.
+    type Crashed;
+    /// Whether writes wait for a commit.
+    fn dirty(&self) -> bool;
+    /// Makes the open batch durable under `fence` (ignored by storage that is not shared).
+    fn commit_batch(&mut self, fence: Fence) -> Self::Committed;
+    /// Power loss: the uncommitted writes vanish.
+    fn lose_power(&mut self) -> Self::Crashed;
+}
+
+impl HostStorage for SimStorage {
+    type Committed = CommitInfo;
+    type Crashed = CrashInfo;
+    fn dirty(&self) -> bool {
+        self.is_dirty()
+    }
+    fn commit_batch(&mut self, _fence: Fence) -> CommitInfo {
+        self.commit()
+    }
+    fn lose_power(&mut self) -> CrashInfo {
+        self.crash()
+    }
+}
+
+impl HostStorage for SharedStorage {
+    /// The number of writes applied, or the store's refusal.
+    type Committed = Result<usize, Fenced>;
+    /// The number of writes dropped.
+    type Crashed = usize;
+    fn dirty(&self) -> bool {
+        self.is_dirty()
+    }
+    fn commit_batch(&mut self, fence: Fence) -> Result<usize, Fenced> {
+        self.commit(fence)
+    }
+    fn lose_power(&mut self) -> usize {
+        self.rollback()
+    }
+}
+
 /// One machine: a node while it is up, its storage always.
-pub struct Host {
+pub struct Host<S: HostStorage = SimStorage> {
     pub id: HostId,
-    node: Option<Node<SimStorage>>,
+    node: Option<Node<S>>,
     /// The storage while the node is down.
-    parked: Option<SimStorage>,
+    parked: Option<S>,
     /// Incremented at every start.
     boot: u64,
     /// Outputs waiting for their batch to commit, in production order.
@@ -41,9 +90,9 @@ pub struct Host {
     seeds: SimRng,
 }
 
-impl Host {
+impl<S: HostStorage> Host<S> {
     /// Host `id` of the run of master seed `seed`, down, on `storage`.
-    pub fn new(id: HostId, seed: u64, storage: SimStorage) -> Host {
+    pub fn new(id: HostId, seed: u64, storage: S) -> Host<S> {
         Host {
             id,
             node: None,
@@ -66,16 +115,16 @@ impl Host {
         self.boot
     }
 
-    pub fn node(&self) -> Option<&Node<SimStorage>> {
+    pub fn node(&self) -> Option<&Node<S>> {
         self.node.as_ref()
     }
 
-    pub fn node_mut(&mut self) -> Option<&mut Node<SimStorage>> {
+    pub fn node_mut(&mut self) -> Option<&mut Node<S>> {
         self.node.as_mut()
     }
 
     /// The storage, whether the node is up or down.
-    pub fn storage(&self) -> Option<&SimStorage> {
+    pub fn storage(&self) -> Option<&S> {
         match &self.node {
             Some(n) => Some(n.storage()),
             None => self.parked.as_ref(),
@@ -83,7 +132,7 @@ impl Host {
     }
 
     /// The storage, whether the node is up or down (for planting faults behind its back).
-    pub fn storage_mut(&mut self) -> Option<&mut SimStorage> {
+    pub fn storage_mut(&mut self) -> Option<&mut S> {
         match self.node.as_mut() {
             Some(n) => Some(n.storage_mut()),
             None => self.parked.as_mut(),
@@ -92,7 +141,7 @@ impl Host {
 
     /// Whether the running node has writes waiting for a commit.
     pub fn dirty(&self) -> bool {
-        self.node.as_ref().is_some_and(|n| n.storage().is_dirty())
+        self.node.as_ref().is_some_and(|n| n.storage().dirty())
     }
 
     /// Whether the open batch holds anything (writes or outputs).
@@ -116,6 +165,11 @@ impl Host {
         self.held.push(o);
     }
 
+    /// Whether the open batch's commit is scheduled (the node is busy committing).
+    pub fn commit_scheduled(&self) -> bool {
+        self.commit_scheduled
+    }
+
     /// Whether `batch` is still the open batch (a commit scheduled for it is not stale).
     pub fn is_open_batch(&self, batch: u64) -> bool {
         self.batch == batch
@@ -134,7 +188,7 @@ impl Host {
     /// Starts a new incarnation on the parked storage with `config` (`batched`: held
     /// long polls are answered at the end of the batch, as in the shell). `None` when the
     /// node is up already.
-    pub fn start(&mut self, config: NodeConfig, batched: bool) -> Option<&mut Node<SimStorage>> {
+    pub fn start(&mut self, config: NodeConfig, batched: bool) -> Option<&mut Node<S>> {
         let storage = self.parked.take()?;
         let seed = self.seeds.seed32();
         self.boot += 1;
@@ -187,15 +241,16 @@ impl Host {
                 key = keys.keys_base64.first().cloned().unwrap_or_default();
             }
         }
-        node.storage_mut().commit();
+        let _ = node.storage_mut().commit_batch(Fence::None);
         key
     }
 
     /// Makes the open batch durable and opens the next one; returns what was committed and
     /// the held outputs, now to be released in production order. `None` when down.
-    pub fn commit(&mut self) -> Option<(CommitInfo, Vec<Output>)> {
+    pub fn commit(&mut self) -> Option<(S::Committed, Vec<Output>)> {
         let node = self.node.as_mut()?;
-        let info = node.storage_mut().commit();
+        let fence = node.fence();
+        let info = node.storage_mut().commit_batch(fence);
         self.batch += 1;
         self.commit_scheduled = false;
         Some((info, std::mem::take(&mut self.held)))
@@ -203,10 +258,10 @@ impl Host {
 
     /// Power loss: the node and its uncommitted writes vanish; returns what the storage
     /// dropped and the held outputs (never released). `None` when already down.
-    pub fn crash(&mut self) -> Option<(CrashInfo, Vec<Output>)> {
+    pub fn crash(&mut self) -> Option<(S::Crashed, Vec<Output>)> {
         let node = self.node.take()?;
         let mut storage = node.into_storage();
-        let info = storage.crash();
+        let info = storage.lose_power();
         self.parked = Some(storage);
         self.batch += 1;
         self.commit_scheduled = false;

@@ -77,7 +77,7 @@ impl Log for SimLogger {
 
 static LOGGER: SimLogger = SimLogger;
 
-/// Installs the logger (once; later calls change nothing).
+/// Installs the logger (once) and makes sure its level is set before the caller goes on.
 pub fn init() {
     let level = match std::env::var("CAIRN_SIM_LOG").as_deref() {
         Ok("off") => LevelFilter::Off,
@@ -87,11 +87,13 @@ pub fn init() {
         Ok("trace") => LevelFilter::Trace,
         _ => LevelFilter::Error,
     };
-    if log::set_logger(&LOGGER).is_ok() {
-        let _ = PRINTED.set(level);
-        // Records down to CAPTURE always reach the trace, whatever is printed.
-        log::set_max_level(level.max(CAPTURE));
-    }
+    let _ = log::set_logger(&LOGGER);
+    // Every caller sets the level before it goes on: a thread that lost the race to install
+    // the logger must not run while the level is still the default (off), or its records
+    // would be missing from its trace.
+    let printed = *PRINTED.get_or_init(|| level);
+    // Records down to CAPTURE always reach the trace, whatever is printed.
+    log::set_max_level(printed.max(CAPTURE));
 }
 
 /// The error records logged on this thread since the last call.
