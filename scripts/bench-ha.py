@@ -379,6 +379,7 @@ def failover_trial(nodes, token, key, writers, trial):
     lock = threading.Lock()
     stop = threading.Event()
     kill_at = [None]
+    refused = []  # (sent, answered: s after the kill, node, status, answer)
 
     def writer(w):
         conns = {n.i: Conn(n.port, timeout=10) for n in nodes}
@@ -393,13 +394,17 @@ def failover_trial(nodes, token, key, writers, trial):
             try:
                 st, _ = conns[n.i].call("PUT", f"/v1/kv/{name}", token,
                                         json.dumps({"value": val}).encode())
-            except OSError:
-                st = None
+            except OSError as e:
+                st, _ = None, str(e).encode()
             t1 = time.monotonic()
             if st == 204:
                 with lock:
                     acked.append((name, val, t0, t1, n.i))
             else:
+                if kill_at[0] is not None and t0 >= kill_at[0]:
+                    with lock:  # the refusals after the kill, for the report of a slow trial
+                        refused.append((round(t0 - kill_at[0], 3), round(t1 - kill_at[0], 3), n.i, st,
+                                        bytes(_)[:160].decode("utf-8", "replace")))
                 time.sleep(0.01)
         for c in conns.values():
             c.close()
@@ -479,6 +484,7 @@ def failover_trial(nodes, token, key, writers, trial):
         "killed": active.i, "new": new_active.i if new_active else None, "failover": failover,
         "first_node": first[4] if first else None, "acked": len(acked), "before": before,
         "lost": lost, "wrong": wrong, "unread": unread, "rejoined": rejoined,
+        "refused": refused,
     }
 
 
@@ -556,6 +562,9 @@ def main():
             if not r["rejoined"]:
                 problems.append(f"trial {t + 1}: the restarted node {r['killed']} did not rejoin as a standby")
             if r["failover"] is None or r["failover"] > 3 or r["new"] is None or r["lost"] or r["wrong"]:
+                log(f"trial {t + 1}: {len(r['refused'])} writes refused after the kill "
+                    "(sent s, answered s, node, status, answer): "
+                    + "".join(f"\n    {x}" for x in r["refused"][:40]))
                 for n in nodes:
                     log(f"node {n.i} log tail:{n.tail(30)}")
             for n in nodes:
