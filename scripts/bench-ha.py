@@ -263,7 +263,7 @@ def load_worker(port, token, nthreads, secs, tag, out):
         res.append((lat, errs, first_err, time.monotonic() - t0s))
         c.close()
 
-    ths = [threading.Thread(target=client, args=(t,)) for t in range(nthreads)]
+    ths = [threading.Thread(target=client, args=(t,), daemon=True) for t in range(nthreads)]
     for th in ths:
         th.start()
     time.sleep(0.2)
@@ -284,7 +284,7 @@ def write_throughput(port, token, clients, secs):
     ps = []
     for p in range(procs_n):
         n = clients // procs_n + (1 if p < clients % procs_n else 0)
-        pr = ctx.Process(target=load_worker, args=(port, token, n, secs, f"p{p}", q))
+        pr = ctx.Process(target=load_worker, args=(port, token, n, secs, f"p{p}", q), daemon=True)
         pr.start()
         ps.append(pr)
     results = [q.get(timeout=secs + 120) for _ in ps]
@@ -409,7 +409,7 @@ def failover_trial(nodes, token, key, writers, trial):
         for c in conns.values():
             c.close()
 
-    ths = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    ths = [threading.Thread(target=writer, args=(w,), daemon=True) for w in range(writers)]
     for t in ths:
         t.start()
     time.sleep(1.0)
@@ -461,7 +461,7 @@ def failover_trial(nodes, token, key, writers, trial):
                     unread.append(name)
             c.close()
 
-        rs = [threading.Thread(target=reader, args=(ch,)) for ch in chunks]
+        rs = [threading.Thread(target=reader, args=(ch,), daemon=True) for ch in chunks]
         for t in rs:
             t.start()
         for t in rs:

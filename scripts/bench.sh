@@ -29,8 +29,15 @@ case "$what" in
     ha)
         WORK=$(mktemp -d "${TMPDIR:-/tmp}/cairn-bench-ha.XXXXXX")
         chmod 755 "$WORK"   # dev-postgres.sh runs the server as `postgres` under WORK/pg when root
+        PY=""
         cleanup() {
             local pid
+            # bench-ha.py stops what it started on SIGTERM; then anything left is killed here.
+            if [ -n "$PY" ] && kill -0 "$PY" 2>/dev/null; then
+                kill -TERM "$PY" 2>/dev/null || true
+                for _ in $(seq 1 100); do kill -0 "$PY" 2>/dev/null || break; sleep 0.1; done
+                kill -9 "$PY" 2>/dev/null || true
+            fi
             if [ -f "$WORK/pids" ]; then
                 while read -r pid; do
                     # Only a still-running cairn this run started (the pid file lists them).
@@ -45,7 +52,10 @@ case "$what" in
         trap cleanup EXIT
         trap 'exit 130' INT
         trap 'exit 143' TERM
-        CAIRN_BENCH_WORK="$WORK" CAIRN_BIN="$PWD/target/release/cairn" python3 scripts/bench-ha.py "$@"
+        # In the background and waited for, so that a signal to this script runs its traps at once.
+        CAIRN_BENCH_WORK="$WORK" CAIRN_BIN="$PWD/target/release/cairn" python3 scripts/bench-ha.py "$@" &
+        PY=$!
+        wait "$PY"
         ;;
     *) exec target/release/bench "$what" "$@" ;;
 esac
