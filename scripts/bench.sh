@@ -2,8 +2,9 @@
 # Benchmarks: `scripts/bench.sh kv [SECONDS] [CLIENTS]`, `scripts/bench.sh login [SECONDS] [CLIENTS] [ROUNDS]`
 # (LDAP logins against the dev slapd vs direct ldap3 round trips), `scripts/bench.sh ad-login [SECONDS]
 # [CLIENTS] [ROUNDS]` (the same against the Samba AD of scripts/dev-ad.sh: LDAPS, a service account,
-# sAMAccountName, in-chain nested groups; needs root), `replication`, `reindex`. Builds release binaries and
-# prints a Markdown table with Cairn's numbers next to a baseline measured in the same run.
+# sAMAccountName, in-chain nested groups; needs root), `replication`, `reindex`, `ha [SECONDS] [TRIALS]
+# [CLIENTS]` (an HA cluster on PostgreSQL). Builds release binaries and prints a Markdown table with
+# Cairn's numbers next to a baseline measured in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-kv}"; shift || true
@@ -20,5 +21,41 @@ case "$what" in
     # `scripts/bench.sh reindex [KEYS] [READERS]`: reindex time and keys/s for KEYS stored
     # keys vs a raw SQLite scan, and API p99 during the reindex vs idle.
     reindex) exec target/release/bench-reindex "$@" ;;
+    # `scripts/bench.sh ha [SECONDS=3] [TRIALS=3] [CLIENTS=32]`: three `cairn server` nodes on one
+    # PostgreSQL (scripts/dev-postgres.sh): durable KV writes/s through the active vs pgbench -c 1
+    # single-row INSERT ... ON CONFLICT commits; failover time over TRIALS kill -9s of the active
+    # under write load and acknowledged writes lost (read back); KV latency through a standby vs
+    # the active. See scripts/bench-ha.py. Everything it starts lives in WORK and is stopped on exit.
+    ha)
+        WORK=$(mktemp -d "${TMPDIR:-/tmp}/cairn-bench-ha.XXXXXX")
+        chmod 755 "$WORK"   # dev-postgres.sh runs the server as `postgres` under WORK/pg when root
+        PY=""
+        cleanup() {
+            local pid
+            # bench-ha.py stops what it started on SIGTERM; then anything left is killed here.
+            if [ -n "$PY" ] && kill -0 "$PY" 2>/dev/null; then
+                kill -TERM "$PY" 2>/dev/null || true
+                for _ in $(seq 1 100); do kill -0 "$PY" 2>/dev/null || break; sleep 0.1; done
+                kill -9 "$PY" 2>/dev/null || true
+            fi
+            if [ -f "$WORK/pids" ]; then
+                while read -r pid; do
+                    # Only a still-running cairn this run started (the pid file lists them).
+                    if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f target/release/cairn)" ]; then
+                        kill -9 "$pid" 2>/dev/null || true
+                    fi
+                done < "$WORK/pids"
+            fi
+            [ -d "$WORK/pg" ] && scripts/dev-postgres.sh stop "$WORK/pg" 2>/dev/null || true
+            rm -rf "$WORK"
+        }
+        trap cleanup EXIT
+        trap 'exit 130' INT
+        trap 'exit 143' TERM
+        # In the background and waited for, so that a signal to this script runs its traps at once.
+        CAIRN_BENCH_WORK="$WORK" CAIRN_BIN="$PWD/target/release/cairn" python3 scripts/bench-ha.py "$@" &
+        PY=$!
+        wait "$PY"
+        ;;
     *) exec target/release/bench "$what" "$@" ;;
 esac
