@@ -241,10 +241,19 @@ pub(crate) fn agent() -> &'static ureq::Agent {
 
 /// An agent that trusts only the cluster CA `ca_pem` (one per CA, reused).
 pub(crate) fn pinned_agent(ca_pem: &str) -> Result<ureq::Agent, String> {
-    static AGENTS: OnceLock<Mutex<BTreeMap<String, ureq::Agent>>> = OnceLock::new();
+    pinned_agent_with(ca_pem, PEER_CONNECT_TIMEOUT)
+}
+
+/// As [`pinned_agent`], with its own limit on connecting (TCP and TLS handshake): a standby
+/// forwarding a client's request gives up a connection that hangs sooner, and connects
+/// again (nothing was sent).
+pub(crate) fn pinned_agent_with(ca_pem: &str, connect: Duration) -> Result<ureq::Agent, String> {
+    type Agents = Mutex<BTreeMap<(String, u128), ureq::Agent>>;
+    static AGENTS: OnceLock<Agents> = OnceLock::new();
     let map = AGENTS.get_or_init(|| Mutex::new(BTreeMap::new()));
     let mut g = map.lock().map_err(|_| "agent cache poisoned".to_string())?;
-    if let Some(a) = g.get(ca_pem) {
+    let key = (ca_pem.to_string(), connect.as_millis());
+    if let Some(a) = g.get(&key) {
         return Ok(a.clone());
     }
     let certs: Vec<_> = ureq::tls::parse_pem(ca_pem.as_bytes())
@@ -260,7 +269,7 @@ pub(crate) fn pinned_agent(ca_pem: &str) -> Result<ureq::Agent, String> {
         .http_status_as_error(false)
         .timeout_global(Some(PEER_TIMEOUT))
         .timeout_recv_response(Some(PEER_RESPONSE_TIMEOUT))
-        .timeout_connect(Some(PEER_CONNECT_TIMEOUT))
+        .timeout_connect(Some(connect))
         .tls_config(
             ureq::tls::TlsConfig::builder()
                 .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
@@ -268,7 +277,7 @@ pub(crate) fn pinned_agent(ca_pem: &str) -> Result<ureq::Agent, String> {
         )
         .build()
         .into();
-    g.insert(ca_pem.to_string(), a.clone());
+    g.insert(key, a.clone());
     Ok(a)
 }
 

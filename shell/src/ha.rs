@@ -21,6 +21,10 @@ use serde::{Deserialize, Serialize};
 use std::sync::mpsc::{self, Sender};
 use std::time::Duration;
 
+/// Longest a forward's connection (TCP and TLS handshake) may take before it is tried again:
+/// short, because one that hangs (a listener switching to TLS) never sent the request.
+const FORWARD_CONNECT_TIMEOUT: Duration = Duration::from_millis(750);
+
 /// Path of the forwarding endpoint on the cluster listener.
 pub const FORWARD_PATH: &str = "/v1/cluster/forward";
 
@@ -293,7 +297,7 @@ fn post_forward(f: &cairn_core::node::Forward) -> Result<Response, String> {
             .trim_end_matches('/');
     let (agent, url) = match &f.ca_pem {
         Some(ca) => (
-            crate::cluster::pinned_agent(ca)?,
+            crate::cluster::pinned_agent_with(ca, FORWARD_CONNECT_TIMEOUT)?,
             format!("https://{host}{FORWARD_PATH}"),
         ),
         None => (

@@ -928,3 +928,21 @@ pub const TEST_LICENSE: &str = r#"{
 }"#;
 /// The public key that signed [`TEST_LICENSE`].
 pub const TEST_ISSUER_KEY: &str = "GX9rI+FshTLGq8g4+s1ep4m+DHaykgM0A5v6iz02jWE=";
+
+/// Runs `sql` with `psql` against the PostgreSQL of `scripts/dev-postgres.sh` whose export
+/// lines are `env`; its unaligned output, trimmed. Fails the test when psql fails.
+pub fn psql(env: &std::collections::BTreeMap<String, String>, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &env["CAIRN_PG_PORT"]])
+        .args(["-U", &env["CAIRN_PG_USER"], "-d", &env["CAIRN_PG_DB"]])
+        .args(["-v", "ON_ERROR_STOP=1", "-Atc", sql])
+        .env("PGPASSWORD", &env["CAIRN_PG_PASSWORD"])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "psql: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

@@ -137,6 +137,15 @@ impl Cluster {
         self.nodes[i] = s;
     }
 
+    /// Waits until node `i` answers `sys/health` with `status` (429: it became a standby).
+    fn wait_health(&self, i: usize, status: u16, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.nodes[i].get("sys/health").status != status {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     fn pid(&self, i: usize) -> u32 {
         self.nodes[i]
             .child
@@ -316,14 +325,7 @@ fn a_paused_active_node_commits_nothing_once_another_took_over() {
             assert_eq!(stored.status, 404, "refused but stored: {}", stored.body);
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while c.nodes[a].get("sys/health").status != 429 {
-        assert!(
-            Instant::now() < deadline,
-            "the old active never stepped down"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    c.wait_health(a, 429, "the old active never stepped down");
     assert_eq!(c.nodes[b].get("sys/leader").body["is_self"], json!(true));
     // It learns where the lease went and forwards there.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -339,20 +341,7 @@ fn a_paused_active_node_commits_nothing_once_another_took_over() {
 }
 
 fn psql(sql: &str) -> String {
-    let env = postgres();
-    let out = std::process::Command::new("psql")
-        .args(["-h", "127.0.0.1", "-p", &env["CAIRN_PG_PORT"]])
-        .args(["-U", &env["CAIRN_PG_USER"], "-d", &env["CAIRN_PG_DB"]])
-        .args(["-v", "ON_ERROR_STOP=1", "-Atc", sql])
-        .env("PGPASSWORD", &env["CAIRN_PG_PASSWORD"])
-        .output()
-        .expect("run psql");
-    assert!(
-        out.status.success(),
-        "psql: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    cairn_tests::psql(postgres(), sql)
 }
 
 #[test]
@@ -374,14 +363,7 @@ fn database_sessions_terminated_under_the_nodes_do_not_split_or_lose_the_cluster
     assert_eq!(killed, "t");
     let next = c.wait_active(Duration::from_secs(10), Some(a));
     assert_eq!(next, b);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while c.nodes[a].get("sys/health").status != 429 {
-        assert!(
-            Instant::now() < deadline,
-            "the old active never stepped down"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    c.wait_health(a, 429, "the old active never stepped down");
     let mut acked = vec!["k0".to_string()];
     for (i, n) in [a, b, a, b].into_iter().enumerate() {
         let key = format!("k{}", i + 1);

@@ -1,7 +1,9 @@
 //! End-to-end: `cairn server` on PostgreSQL storage (`storage "postgresql"`), against a real
 //! PostgreSQL started by `scripts/dev-postgres.sh` (stopped when this process exits).
 
-use cairn_tests::{cairn_bin, fresh_port_pair, note_secret, start_dev_directory, tmpdir, Server};
+use cairn_tests::{
+    cairn_bin, fresh_port_pair, note_secret, psql, start_dev_directory, tmpdir, Server,
+};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -97,23 +99,6 @@ fn kv_written_on_postgres_survives_kill_9() {
     assert_eq!(s.put("kv/after", json!({"v": "yes"})).status, 204);
     assert_eq!(s.get("kv/after").body["data"]["v"], json!("yes"));
     assert_eq!(s.get("kv/k3").body["data"]["v"], json!("value-3"));
-}
-
-/// Runs SQL in the dev database with psql; its output.
-fn psql(env: &BTreeMap<String, String>, sql: &str) -> String {
-    let out = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-p", &env["CAIRN_PG_PORT"]])
-        .args(["-U", &env["CAIRN_PG_USER"], "-d", &env["CAIRN_PG_DB"]])
-        .args(["-v", "ON_ERROR_STOP=1", "-Atc", sql])
-        .env("PGPASSWORD", &env["CAIRN_PG_PASSWORD"])
-        .output()
-        .expect("run psql");
-    assert!(
-        out.status.success(),
-        "psql: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// Runs `cairn server -config` expecting it to fail at start: its exit code and stderr.
