@@ -200,9 +200,17 @@ fn one_active_node_standbys_forward_and_a_kill_9_fails_over_without_losing_write
     assert_eq!(r.status, 404, "{}", r.body);
     let r = c.nodes[d].call_as(Some("not-a-token"), "GET", "kv/s1", None);
     assert_eq!(r.status, 403, "{}", r.body);
-    // The cluster's nodes, through a standby.
-    let st = c.nodes[b].get("sys/ha-status").body;
-    let nodes = st["nodes"].as_array().cloned().unwrap_or_default();
+    // The cluster's nodes, through a standby (the active reads the registry when it renews
+    // its lease: every 1.5 s).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (st, nodes) = loop {
+        let st = c.nodes[b].get("sys/ha-status").body;
+        let nodes = st["nodes"].as_array().cloned().unwrap_or_default();
+        if nodes.len() == 3 || Instant::now() > deadline {
+            break (st, nodes);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert_eq!(nodes.len(), 3, "{st}");
     assert_eq!(
         nodes
