@@ -140,16 +140,6 @@ pub struct LeaseSpec {
     pub ttl: Duration,
 }
 
-fn fence_mode(f: cairn_core::ha::Fence) -> crate::postgres::FenceMode {
-    use crate::postgres::FenceMode;
-    match f {
-        cairn_core::ha::Fence::None => FenceMode::None,
-        cairn_core::ha::Fence::Epoch(e) => FenceMode::Epoch(e),
-        cairn_core::ha::Fence::Standby => FenceMode::Standby,
-        cairn_core::ha::Fence::Initialize => FenceMode::Initialize,
-    }
-}
-
 fn run(
     mut node: Node<ShellStorage>,
     rx: Receiver<Msg>,
@@ -257,7 +247,7 @@ fn run(
             Ok(()) => {
                 // The batch commits under the node's fence (HA: the lease epoch it ran under,
                 // checked by the database in the commit's own transaction).
-                let fence = fence_mode(node.fence());
+                let fence = node.fence();
                 let storage = node.storage_mut();
                 storage
                     .set_fence_mode(fence)

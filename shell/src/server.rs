@@ -339,7 +339,7 @@ fn open_storage(cfg: &ServerConfig, origin: &Origin) -> Result<ShellStorage, Str
         .map_err(|e| format!("storage \"postgresql\": {e}"))?;
         let mut storage = crate::postgres::PgStorage::open(&settings)
             .map_err(|e| format!("storage \"postgresql\": {e}"))?;
-        // The only writer without HA: reads may be cached (see postgres.rs).
+        // The only writer without HA: reads may be cached (see postgres/mod.rs).
         storage.set_read_cache(!pg.ha_enabled);
         log::info!(
             "storage: PostgreSQL at {} (table {}, lease table {})",

@@ -6,7 +6,7 @@
 //! the disk has the batch and the runtime's sync thread syncs before answering
 //! ([`ShellStorage::wal_sync`]); PostgreSQL's `COMMIT` returns once the database made the
 //! batch durable, so it has no syncer and no checkpointer. A PostgreSQL commit may be fenced
-//! ([`ShellStorage::set_fence`]): refused whole when another node took the leader lease.
+//! ([`ShellStorage::set_fence_mode`]): refused whole when another node took the leader lease.
 
 use crate::postgres::{FenceMode, PgStorage};
 use crate::sqlite::{Checkpointer, SqliteStorage, WalSync};
@@ -30,7 +30,7 @@ impl ShellStorage {
 
     /// Commits the batch; true when it wrote anything. SQLite: not yet durable (sync with
     /// [`ShellStorage::wal_sync`]'s syncer before answering); PostgreSQL: durable, and fenced
-    /// with the epoch of [`ShellStorage::set_fence`] if one is set. On an error nothing of the
+    /// under the fence of [`ShellStorage::set_fence_mode`]. On an error nothing of the
     /// batch is stored (or, SQLite, [`ShellStorage::take_lost_batch`] says so).
     pub fn commit_unsynced(&mut self) -> Result<bool, StorageError> {
         match self {
@@ -78,11 +78,10 @@ impl ShellStorage {
 
     /// Fences the following commits under `mode` (PostgreSQL; the core's `ha::Fence` one to
     /// one). SQLite takes only [`FenceMode::None`].
-    #[allow(dead_code)] // used by the HA roles, wired separately
     pub fn set_fence_mode(&mut self, mode: FenceMode) -> Result<(), StorageError> {
         match self {
             ShellStorage::Postgres(p) => {
-                p.fence_handle().set_mode(mode);
+                p.set_fence_mode(mode);
                 Ok(())
             }
             ShellStorage::Sqlite(_) if mode == FenceMode::None => Ok(()),
@@ -92,24 +91,6 @@ impl ShellStorage {
         }
     }
 
-    // Used by the HA roles (the active node fences with its lease epoch), wired separately.
-    #[allow(dead_code)]
-    /// Fences the following commits with the leader lease's `epoch` (PostgreSQL only; `None`
-    /// lifts it). Refused for SQLite, which has no lease.
-    pub fn set_fence(&mut self, epoch: Option<u64>) -> Result<(), StorageError> {
-        match self {
-            ShellStorage::Postgres(p) => {
-                p.set_fence(epoch);
-                Ok(())
-            }
-            ShellStorage::Sqlite(_) if epoch.is_none() => Ok(()),
-            ShellStorage::Sqlite(_) => Err(StorageError::Io(
-                "SQLite storage has no leader lease to fence commits with".into(),
-            )),
-        }
-    }
-
-    #[allow(dead_code)]
     /// The PostgreSQL storage, if that is the engine.
     pub fn postgres(&mut self) -> Option<&mut PgStorage> {
         match self {

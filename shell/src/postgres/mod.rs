@@ -1,7 +1,8 @@
 //! PostgreSQL storage, the engine beside SQLite for servers that share one database (HA):
 //! this module owns the connection settings (`storage "postgresql"`), the schema and its
 //! version, [`PgStorage`] (the core's [`Storage`] with the runtime's batch interface) and
-//! [`PgLease`] (the leader lease and the node registry, on a connection of their own).
+//! [`PgLease`] (the leader lease and the node registry, on a connection of their own: in
+//! [`lease`]).
 //!
 //! ## Batches
 //!
@@ -43,11 +44,13 @@
 //! TLS to the database is not built yet: `sslmode=disable` and `prefer` (which then connects
 //! without TLS) are accepted, `require`, `verify-ca` and `verify-full` refused at start.
 
+mod lease;
+
 use cairn_core::storage::{Storage, StorageError, Write};
 use postgres::{Client, NoTls, Statement};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The schema version this server writes and understands.
 pub const SCHEMA_VERSION: i32 = 1;
@@ -391,72 +394,18 @@ pub struct PgStorage {
     batch: bool,
     /// The open batch's writes: each key's last value (`None`: deleted).
     pending: BTreeMap<String, Option<Vec<u8>>>,
-    /// The epoch [`ShellStorage`](crate::storage::ShellStorage) commits are fenced with.
-    fence: Fence,
+    /// The condition [`ShellStorage`](crate::storage::ShellStorage) commits under.
+    fence: FenceMode,
     /// Recently read keys and scans (`None`: off; see the module documentation).
     cache: RefCell<Option<crate::sqlite::ReadCache>>,
 }
 
-/// Under which condition a batch may be committed (the core's `ha::Fence`, one to one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FenceMode {
-    /// No HA: commit as always.
-    None,
-    /// Only while the lease is at this epoch (checked in the commit's transaction).
-    Epoch(u64),
-    /// A standby: a batch that writes anything is refused.
-    Standby,
-    /// A sealed HA node initialising the cluster: applied only if the store holds no seal
-    /// configuration yet, checked with the lease row locked for update (racing
-    /// initialisations run one after the other, the second finds the first's).
-    Initialize,
-}
-
-/// The condition a storage's commits are fenced with, shared: the thread that holds the
-/// lease can set it ([`PgStorage::fence_handle`]) while the core thread commits. Held epochs
-/// start at 1, so 0 stands for [`FenceMode::None`], `u64::MAX` for [`FenceMode::Standby`] and
-/// `u64::MAX - 1` for [`FenceMode::Initialize`].
-#[derive(Clone, Default, Debug)]
-pub struct Fence(std::sync::Arc<std::sync::atomic::AtomicU64>);
-
-// Used by the HA roles (standby/active), wired separately.
-#[allow(dead_code)]
-impl Fence {
-    const STANDBY: u64 = u64::MAX;
-    const INITIALIZE: u64 = u64::MAX - 1;
-
-    /// Fences the following commits with `epoch` (`None`: not fenced).
-    pub fn set(&self, epoch: Option<u64>) {
-        self.set_mode(epoch.map_or(FenceMode::None, FenceMode::Epoch));
-    }
-
-    pub fn set_mode(&self, mode: FenceMode) {
-        let v = match mode {
-            FenceMode::None => 0,
-            FenceMode::Epoch(e) => e.min(Self::INITIALIZE - 1),
-            FenceMode::Standby => Self::STANDBY,
-            FenceMode::Initialize => Self::INITIALIZE,
-        };
-        self.0.store(v, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    pub fn mode(&self) -> FenceMode {
-        match self.0.load(std::sync::atomic::Ordering::SeqCst) {
-            0 => FenceMode::None,
-            Self::STANDBY => FenceMode::Standby,
-            Self::INITIALIZE => FenceMode::Initialize,
-            e => FenceMode::Epoch(e),
-        }
-    }
-
-    /// The epoch commits are fenced with (none when not fenced or a standby).
-    pub fn get(&self) -> Option<u64> {
-        match self.mode() {
-            FenceMode::Epoch(e) => Some(e),
-            FenceMode::None | FenceMode::Standby | FenceMode::Initialize => None,
-        }
-    }
-}
+/// Under which condition a batch may be committed: the core's [`cairn_core::ha::Fence`]
+/// (`None`; `Epoch(e)`: only while the lease is at epoch `e`, checked in the commit's
+/// transaction; `Standby`: a batch that writes anything is refused; `Initialize`: applied only
+/// if the store holds no seal configuration yet, checked with the lease row locked for update,
+/// so racing initialisations run one after the other and the second finds the first's).
+pub use cairn_core::ha::Fence as FenceMode;
 
 impl PgStorage {
     /// Connects, creates the tables when missing and checks the schema version. A refusal is
@@ -471,44 +420,25 @@ impl PgStorage {
             conn: RefCell::new(Some(conn)),
             batch: false,
             pending: BTreeMap::new(),
-            fence: Fence::default(),
+            fence: FenceMode::None,
             cache: RefCell::new(None),
         })
     }
 
-    /// The settings this storage was opened with.
-    #[allow(dead_code)] // for the HA roles' lease connection
-    pub fn settings(&self) -> &PgSettings {
-        &self.settings
-    }
-
-    /// The epoch the runtime's commits are fenced with from now on (`None`: not fenced).
-    #[allow(dead_code)] // set by the HA roles (the active node's lease epoch)
-    pub fn set_fence(&mut self, epoch: Option<u64>) {
-        self.fence.set(epoch);
-    }
-
-    /// The epoch commits are fenced with.
-    #[allow(dead_code)] // for the HA roles
-    pub fn fence(&self) -> Option<u64> {
-        self.fence.get()
+    /// The condition the runtime's commits are fenced with from now on.
+    pub fn set_fence_mode(&mut self, mode: FenceMode) {
+        self.fence = mode;
     }
 
     /// The condition commits are fenced with.
     pub fn fence_mode(&self) -> FenceMode {
-        self.fence.mode()
+        self.fence
     }
 
     /// Turns the read cache on (empty) or off. Only while this node is the database's only
     /// writer: another node's writes would not be seen through it.
     pub fn set_read_cache(&mut self, on: bool) {
         *self.cache.get_mut() = on.then(crate::sqlite::ReadCache::default);
-    }
-
-    /// A handle that sets this storage's fence from another thread (the lease's).
-    #[allow(dead_code)] // for the HA roles
-    pub fn fence_handle(&self) -> Fence {
-        self.fence.clone()
     }
 
     /// Runs `f` on the connection, reconnecting first if it broke.
@@ -555,7 +485,7 @@ impl PgStorage {
     /// transaction first locks the lease row and the batch is refused whole with
     /// [`StorageError::Fenced`] unless the lease is at that epoch. On any error nothing of the
     /// batch is written and the batch is dropped.
-    #[allow(dead_code)] // the runtime commits with `commit_mode`; for the HA roles and tests
+    #[cfg(test)]
     pub fn commit(&mut self, fence: Option<u64>) -> Result<bool, StorageError> {
         self.commit_mode(fence.map_or(FenceMode::None, FenceMode::Epoch))
     }
@@ -781,248 +711,11 @@ impl Storage for PgStorage {
             return Ok(());
         }
         // Outside a batch: a batch of its own.
-        self.commit_mode(self.fence.mode()).map(|_| ())
+        self.commit_mode(self.fence).map(|_| ())
     }
 }
 
-// Used by the HA roles (standby/active, forwarding, sys/leader), wired separately.
-#[allow(dead_code)]
-/// The lease as its holder has it: the epoch fences its commits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Held {
-    pub epoch: u64,
-    pub node_id: String,
-    pub api_addr: String,
-    pub cluster_addr: String,
-    /// When the lease expires by the database's clock (ms since the Unix epoch).
-    pub expires_at_ms: i64,
-    /// A local deadline no later than the database's expiry: the request that took or
-    /// renewed the lease was sent at or before the database read its clock, so the lease is
-    /// surely held until then. A holder stops acting as the leader by this instant unless a
-    /// renewal succeeded meanwhile.
-    pub valid_until: Instant,
-}
-
-// Used by the HA roles (standby/active, forwarding, sys/leader), wired separately.
-#[allow(dead_code)]
-/// The lease row as anyone reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaderRow {
-    pub epoch: u64,
-    pub node_id: String,
-    pub api_addr: String,
-    pub cluster_addr: String,
-    /// ms since the Unix epoch, by the database's clock.
-    pub acquired_at_ms: i64,
-    pub expires_at_ms: i64,
-    /// How long it is still valid, by the database's clock (ms).
-    pub remaining_ms: i64,
-}
-
-// Used by the HA roles (standby/active, forwarding, sys/leader), wired separately.
-#[allow(dead_code)]
-/// One node of the registry ([`PgLease::echo`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeRow {
-    pub node_id: String,
-    pub api_addr: String,
-    pub cluster_addr: String,
-    pub version: String,
-    /// Last echo, ms since the Unix epoch by the database's clock.
-    pub last_echo_ms: i64,
-    /// How long ago that was, by the database's clock (ms).
-    pub age_ms: i64,
-}
-
-// Used by the HA roles (standby/active, forwarding, sys/leader), wired separately.
-#[allow(dead_code)]
-/// The leader lease and the node registry, on a connection of their own (see the module
-/// documentation): a lease's epoch grows by one at every take-over and release.
-pub struct PgLease {
-    settings: PgSettings,
-    client: Option<Client>,
-}
-
-// Used by the HA roles (standby/active, forwarding, sys/leader), wired separately.
-#[allow(dead_code)]
-/// `$n * interval '1 millisecond'` for a duration.
-fn ms(d: Duration) -> f64 {
-    d.as_millis() as f64
-}
-
-// Used by the HA roles (standby/active, forwarding, sys/leader), wired separately.
-#[allow(dead_code)]
-impl PgLease {
-    /// Connects (the schema is [`PgStorage::open`]'s: open the storage first).
-    pub fn connect(settings: &PgSettings) -> Result<PgLease, String> {
-        Ok(PgLease {
-            settings: settings.clone(),
-            client: Some(settings.connect()?),
-        })
-    }
-
-    fn client(&mut self) -> Result<&mut Client, StorageError> {
-        if self.client.as_ref().is_none_or(Client::is_closed) {
-            self.client = None;
-            self.client = Some(self.settings.connect().map_err(StorageError::Io)?);
-        }
-        self.client
-            .as_mut()
-            .ok_or_else(|| StorageError::Io("no connection to PostgreSQL".into()))
-    }
-
-    /// Takes the lease if it is free, expired (by the database's clock) or its holder's lease
-    /// session is gone from the database (the holder's process died: its connection closed;
-    /// a paused holder keeps its session, so only the expiry frees its lease), bumping its
-    /// epoch; `None` while another node holds it (or this node already does: see
-    /// [`PgLease::renew`]).
-    pub fn try_acquire(
-        &mut self,
-        node_id: &str,
-        api_addr: &str,
-        cluster_addr: &str,
-        ttl: Duration,
-    ) -> Result<Option<Held>, StorageError> {
-        let sent = Instant::now();
-        let sql = format!(
-            "UPDATE {} SET epoch = epoch + 1, holder = $1, api_addr = $2, cluster_addr = $3, \
-             holder_pid = pg_backend_pid(), \
-             acquired_at = now(), expires_at = now() + $4 * interval '1 millisecond' \
-             WHERE id = 1 AND (holder IS NULL OR expires_at <= now() \
-                 OR NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = holder_pid)) \
-             RETURNING epoch, (extract(epoch from expires_at) * 1000)::bigint",
-            self.settings.ha_table
-        );
-        let row = self
-            .client()?
-            .query_opt(&sql, &[&node_id, &api_addr, &cluster_addr, &ms(ttl)])
-            .map_err(err)?;
-        Ok(row.map(|r| Held {
-            epoch: r.get::<_, i64>(0).max(0) as u64,
-            node_id: node_id.into(),
-            api_addr: api_addr.into(),
-            cluster_addr: cluster_addr.into(),
-            expires_at_ms: r.get(1),
-            valid_until: sent + ttl,
-        }))
-    }
-
-    /// Extends the lease by `ttl` from now if `held` is still the lease (same epoch and
-    /// holder); false when another node took it or it was released. Updates `held`'s expiry.
-    pub fn renew(&mut self, held: &mut Held, ttl: Duration) -> Result<bool, StorageError> {
-        let sent = Instant::now();
-        let sql = format!(
-            "UPDATE {} SET expires_at = now() + $3 * interval '1 millisecond', \
-             holder_pid = pg_backend_pid() \
-             WHERE id = 1 AND epoch = $1 AND holder = $2 \
-             RETURNING (extract(epoch from expires_at) * 1000)::bigint",
-            self.settings.ha_table
-        );
-        let epoch = held.epoch as i64;
-        let row = self
-            .client()?
-            .query_opt(&sql, &[&epoch, &held.node_id, &ms(ttl)])
-            .map_err(err)?;
-        Ok(match row {
-            Some(r) => {
-                held.expires_at_ms = r.get(0);
-                held.valid_until = sent + ttl;
-                true
-            }
-            None => false,
-        })
-    }
-
-    /// Steps down: frees the lease (if `held` is still it) and bumps the epoch, so commits
-    /// fenced with the released epoch are refused from now on. True when it was released.
-    pub fn release(&mut self, held: &Held) -> Result<bool, StorageError> {
-        let sql = format!(
-            "UPDATE {} SET epoch = epoch + 1, holder = NULL, api_addr = NULL, \
-             cluster_addr = NULL, acquired_at = NULL, expires_at = '-infinity' \
-             WHERE id = 1 AND epoch = $1 AND holder = $2",
-            self.settings.ha_table
-        );
-        let epoch = held.epoch as i64;
-        let n = self
-            .client()?
-            .execute(&sql, &[&epoch, &held.node_id])
-            .map_err(err)?;
-        Ok(n == 1)
-    }
-
-    /// The current holder, if the lease is held and not expired.
-    pub fn leader(&mut self) -> Result<Option<LeaderRow>, StorageError> {
-        let sql = format!(
-            "SELECT epoch, holder, api_addr, cluster_addr, \
-             (extract(epoch from acquired_at) * 1000)::bigint, \
-             (extract(epoch from expires_at) * 1000)::bigint, \
-             (extract(epoch from expires_at - now()) * 1000)::bigint \
-             FROM {} WHERE id = 1 AND holder IS NOT NULL AND expires_at > now()",
-            self.settings.ha_table
-        );
-        let row = self.client()?.query_opt(&sql, &[]).map_err(err)?;
-        Ok(row.map(|r| LeaderRow {
-            epoch: r.get::<_, i64>(0).max(0) as u64,
-            node_id: r.get::<_, Option<String>>(1).unwrap_or_default(),
-            api_addr: r.get::<_, Option<String>>(2).unwrap_or_default(),
-            cluster_addr: r.get::<_, Option<String>>(3).unwrap_or_default(),
-            acquired_at_ms: r.get::<_, Option<i64>>(4).unwrap_or_default(),
-            expires_at_ms: r.get::<_, Option<i64>>(5).unwrap_or_default(),
-            remaining_ms: r.get::<_, Option<i64>>(6).unwrap_or_default(),
-        }))
-    }
-
-    /// The lease's current epoch (whether held or not).
-    pub fn epoch(&mut self) -> Result<u64, StorageError> {
-        let sql = format!("SELECT epoch FROM {} WHERE id = 1", self.settings.ha_table);
-        let row = self.client()?.query_opt(&sql, &[]).map_err(err)?;
-        Ok(row.map_or(0, |r| r.get::<_, i64>(0).max(0) as u64))
-    }
-
-    /// Records that `node_id` is alive (its addresses and version), by the database's clock.
-    pub fn echo(
-        &mut self,
-        node_id: &str,
-        api_addr: &str,
-        cluster_addr: &str,
-        version: &str,
-    ) -> Result<(), StorageError> {
-        let sql = format!(
-            "INSERT INTO {} (node_id, api_addr, cluster_addr, last_echo, version) \
-             VALUES ($1, $2, $3, now(), $4) ON CONFLICT (node_id) DO UPDATE SET \
-             api_addr = EXCLUDED.api_addr, cluster_addr = EXCLUDED.cluster_addr, \
-             last_echo = EXCLUDED.last_echo, version = EXCLUDED.version",
-            self.settings.nodes_table()
-        );
-        self.client()?
-            .execute(&sql, &[&node_id, &api_addr, &cluster_addr, &version])
-            .map_err(err)
-            .map(|_| ())
-    }
-
-    /// Every node that ever echoed, by node id.
-    pub fn nodes(&mut self) -> Result<Vec<NodeRow>, StorageError> {
-        let sql = format!(
-            "SELECT node_id, api_addr, cluster_addr, version, \
-             (extract(epoch from last_echo) * 1000)::bigint, \
-             (extract(epoch from now() - last_echo) * 1000)::bigint \
-             FROM {} ORDER BY node_id",
-            self.settings.nodes_table()
-        );
-        let rows = self.client()?.query(&sql, &[]).map_err(err)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| NodeRow {
-                node_id: r.get(0),
-                api_addr: r.get(1),
-                cluster_addr: r.get(2),
-                version: r.get(3),
-                last_echo_ms: r.get(4),
-                age_ms: r.get(5),
-            })
-            .collect())
-    }
-}
+pub use lease::{Held, PgLease};
 
 #[cfg(test)]
 mod tests {
@@ -1031,6 +724,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap as Map;
     use std::sync::OnceLock;
+    use std::time::Instant;
 
     /// The dev server's `export` lines.
     fn server() -> &'static Map<String, String> {
@@ -1281,7 +975,7 @@ mod tests {
     fn postgres_lease_fences_the_old_holder() {
         let s = settings(&fresh_db("lease"));
         let mut st_a = PgStorage::open(&s).expect("open");
-        let st_b = PgStorage::open(&s).expect("open");
+        let mut st_b = PgStorage::open(&s).expect("open");
         let mut a = PgLease::connect(&s).unwrap();
         let mut b = PgLease::connect(&s).unwrap();
         assert_eq!(a.leader().unwrap(), None);
@@ -1340,8 +1034,8 @@ mod tests {
         assert_eq!(st_b.get("k").unwrap(), Some(b"from-a".to_vec()));
         assert_eq!(st_b.get("k2").unwrap(), None);
         // B's commit succeeds (fenced as the runtime does: through the shared handle).
-        st_b.fence_handle().set(Some(held_b.epoch));
-        assert_eq!(st_b.fence(), Some(held_b.epoch));
+        st_b.set_fence_mode(FenceMode::Epoch(held_b.epoch));
+        assert_eq!(st_b.fence_mode(), FenceMode::Epoch(held_b.epoch));
         let mut shell_b = crate::storage::ShellStorage::Postgres(st_b);
         shell_b.begin().unwrap();
         shell_b.apply(&[put("k", "from-b")]).unwrap();
@@ -1351,7 +1045,7 @@ mod tests {
         };
         assert_eq!(st_a.get("k").unwrap(), Some(b"from-b".to_vec()));
         // A standby writes nothing; a batch that only reads is fine.
-        st_a.fence_handle().set_mode(FenceMode::Standby);
+        st_a.set_fence_mode(FenceMode::Standby);
         st_a.begin().unwrap();
         assert!(!st_a.commit_mode(st_a.fence_mode()).unwrap());
         st_a.begin().unwrap();
