@@ -395,6 +395,12 @@ impl PeerPool {
     }
 }
 
+/// Runs a cluster-channel call on the pool's threads (kept a while when idle, more started
+/// when all are busy).
+pub(crate) fn on_pool(job: impl FnOnce() + Send + 'static) {
+    PeerPool::get().submit(Box::new(job));
+}
+
 /// Performs a `PeerSend` on a pool thread; the answer goes back to the core.
 pub fn send_peer(s: PeerSend, tx: Sender<Msg>) {
     PeerPool::get().submit(Box::new(move || {

@@ -272,10 +272,10 @@ pub fn serve_forward(body: &[u8], core: &Core) -> (u16, Vec<u8>) {
     (200, out)
 }
 
-/// Posts a standby's request to the active node once, on a thread; the answer (or why there
-/// is none) goes back to the core as `Input::Forwarded`.
+/// Posts a standby's request to the active node once, on a thread of the cluster channel's
+/// pool; the answer (or why there is none) goes back to the core as `Input::Forwarded`.
 pub fn forward(f: cairn_core::node::Forward, tx: Sender<Msg>) {
-    std::thread::spawn(move || {
+    crate::cluster::on_pool(move || {
         let id = f.req.id;
         let result = post_forward(&f);
         if let Err(e) = &result {
