@@ -1020,7 +1020,7 @@ fn build_tls(spec: &ConnectSpec) -> Result<ClientConfig, String> {
 
 /// Accepts any server certificate (`insecure_tls`), still checking handshake signatures.
 #[derive(Debug)]
-struct NoVerify(Arc<CryptoProvider>);
+pub(crate) struct NoVerify(pub(crate) Arc<CryptoProvider>);
 
 impl ServerCertVerifier for NoVerify {
     fn verify_server_cert(

@@ -7,9 +7,15 @@ struct Stderr;
 
 /// Whether `target`'s debug and trace records are dropped whatever the level: the
 /// PostgreSQL client logs every statement with its parameters there (storage keys and
-/// values), which no log should hold (and which would flood a debug log).
+/// values), which no log should hold (and which would flood a debug log); rustls narrates
+/// every handshake (each database connection, each cluster call) at debug.
 fn quiet_below_info(target: &str) -> bool {
-    target.starts_with("tokio_postgres") || target == "postgres" || target.starts_with("postgres::")
+    target.starts_with("tokio_postgres")
+        || target == "postgres"
+        || target.starts_with("postgres::")
+        || target == "rustls"
+        || target.starts_with("rustls::")
+        || target.starts_with("tokio_rustls")
 }
 
 impl log::Log for Stderr {

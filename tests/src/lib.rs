@@ -124,16 +124,29 @@ pub fn start_dev_directory(
     dir: &Path,
     watch_env: &str,
 ) -> std::collections::BTreeMap<String, String> {
+    run_dev_script(
+        script,
+        &[std::ffi::OsStr::new("start"), dir.as_os_str()],
+        watch_env,
+    )
+}
+
+/// Runs `scripts/SCRIPT ARGS...` with `watch_env` set to this process's pid (the service it
+/// starts stops when this process exits) and returns the `export` lines it prints.
+pub fn run_dev_script(
+    script: &str,
+    args: &[&std::ffi::OsStr],
+    watch_env: &str,
+) -> std::collections::BTreeMap<String, String> {
     let out = Command::new("bash")
         .arg(repo_root().join("scripts").join(script))
-        .arg("start")
-        .arg(dir)
+        .args(args)
         .env(watch_env, std::process::id().to_string())
         .output()
         .unwrap_or_else(|e| panic!("run scripts/{script}: {e}"));
     assert!(
         out.status.success(),
-        "scripts/{script} start failed:\n{}",
+        "scripts/{script} {args:?} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout)

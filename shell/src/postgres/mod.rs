@@ -41,10 +41,13 @@
 //! an advisory lock, so nodes starting together do not race). A database at a newer version
 //! than this server knows is refused at start, naming both versions.
 //!
-//! TLS to the database is not built yet: `sslmode=disable` and `prefer` (which then connects
-//! without TLS) are accepted, `require`, `verify-ca` and `verify-full` refused at start.
+//! TLS to the database follows libpq's `sslmode` and `sslrootcert` / `sslcert` / `sslkey`
+//! in the URL ([`tls`]); several `host:port` pairs with `target_session_attrs=read-write`
+//! reach whichever database server is the writable one (every connection, reconnections
+//! included, tries them in order).
 
 mod lease;
+mod tls;
 
 use cairn_core::storage::{Storage, StorageError, Write};
 use postgres::{Client, NoTls, Statement};
@@ -69,6 +72,8 @@ const SCHEMA_LOCK: i64 = 0x6361_6972_6e00_0001;
 #[derive(Clone)]
 pub struct PgSettings {
     config: postgres::Config,
+    /// TLS to the database (`sslmode` and the certificate files).
+    tls: tls::DbTls,
     /// Table of keys and values.
     pub table: String,
     /// The single-row lease table; the node registry is `<ha_table>_nodes`.
@@ -100,17 +105,7 @@ impl PgSettings {
     /// Parses a `postgres://` URL (or key=value string) and the table names. The message of a
     /// refusal never contains the password.
     pub fn new(url: &str, table: Option<&str>, ha_table: Option<&str>) -> Result<Self, String> {
-        if let Some(mode) = ssl_mode_of(url) {
-            if !matches!(mode.as_str(), "disable" | "prefer" | "allow") {
-                return Err(format!(
-                    "connection_url: sslmode={mode} is not supported: TLS to the database is not \
-                     built yet (use sslmode=disable or prefer on a trusted network, e.g. loopback \
-                     or a private link)"
-                ));
-            }
-        }
-        // `allow` is libpq's "try without TLS first": without TLS support, the same as disable.
-        let cleaned = url.replace("sslmode=allow", "sslmode=disable");
+        let (cleaned, tls) = tls::split(url)?;
         let mut config: postgres::Config = cleaned.parse().map_err(|e| {
             format!(
                 "connection_url is not a valid PostgreSQL URL ({e}); expected \
@@ -151,9 +146,10 @@ impl PgSettings {
                 "table and ha_table must differ (both are {table:?})"
             ));
         }
-        let target = describe(&config);
+        let target = format!("{}, sslmode={}", describe(&config), tls.mode.name());
         Ok(PgSettings {
             config,
+            tls,
             table,
             ha_table,
             target,
@@ -162,7 +158,11 @@ impl PgSettings {
 
     /// Opens a connection; a refusal names the server, database and user and says why.
     fn connect(&self) -> Result<Client, String> {
-        self.config.connect(NoTls).map_err(|e| {
+        let connected = match &self.tls.connector {
+            None => self.config.connect(NoTls),
+            Some(c) => self.config.connect(c.clone()),
+        };
+        connected.map_err(|e| {
             format!(
                 "cannot connect to PostgreSQL at {}: {}",
                 self.target,
@@ -174,18 +174,6 @@ impl PgSettings {
     fn nodes_table(&self) -> String {
         format!("{}_nodes", self.ha_table)
     }
-}
-
-/// The `sslmode` parameter of a URL or key=value connection string, if any.
-fn ssl_mode_of(url: &str) -> Option<String> {
-    let query = match url.split_once('?') {
-        Some((_, q)) => q.split('&').collect::<Vec<_>>(),
-        None => url.split_whitespace().collect(),
-    };
-    query
-        .into_iter()
-        .find_map(|kv| kv.strip_prefix("sslmode="))
-        .map(|m| m.trim_matches('\'').to_string())
 }
 
 /// `host:port[, host:port...], database D, user U`.
@@ -781,6 +769,71 @@ mod tests {
         rows.into_iter().map(|(k, _)| k).collect()
     }
 
+    /// Whether the session of `s`'s next connection runs over TLS, and its protocol version.
+    fn session_tls(s: &PgSettings) -> Result<(bool, String), String> {
+        let mut c = s.connect()?;
+        let row = c
+            .query_one(
+                "SELECT ssl, coalesce(version, '') FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                &[],
+            )
+            .map_err(|e| why(&e))?;
+        Ok((row.get(0), row.get(1)))
+    }
+
+    #[test]
+    fn tls_to_the_database_follows_sslmode() {
+        let env = server();
+        let base = fresh_db("tls").replace("?sslmode=disable", "");
+        let ca = &env["CAIRN_PG_CA"];
+        // Plain when asked; TLS (1.2 or newer) in every other mode the server offers it in.
+        let (plain_tls, _) = session_tls(&settings(&format!("{base}?sslmode=disable"))).unwrap();
+        assert!(!plain_tls, "sslmode=disable made an encrypted session");
+        for url in [
+            base.clone(),
+            format!("{base}?sslmode=prefer"),
+            format!("{base}?sslmode=require"),
+            format!("{base}?sslmode=verify-ca&sslrootcert={ca}"),
+            format!("{base}?sslmode=verify-full&sslrootcert={ca}"),
+        ] {
+            let (on, version) =
+                session_tls(&settings(&url)).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert!(on, "{url}: the session is not encrypted");
+            assert!(
+                version == "TLSv1.3" || version == "TLSv1.2",
+                "{url}: {version}"
+            );
+        }
+        // The wrong CA: refused by every verifying mode, and by `require` given a root
+        // certificate (libpq's rule); the message names the certificate problem.
+        let other = &env["CAIRN_PG_OTHER_CA"];
+        for mode in ["require", "verify-ca", "verify-full"] {
+            let url = format!("{base}?sslmode={mode}&sslrootcert={other}");
+            let e = session_tls(&settings(&url)).expect_err(&url);
+            assert!(
+                e.contains("cannot connect") && e.to_lowercase().contains("certificate"),
+                "{e}"
+            );
+            assert!(!e.contains(&env["CAIRN_PG_PASSWORD"]), "{e}");
+        }
+        // verify-full checks the name: the certificate is for 127.0.0.1 and localhost, not for
+        // db.invalid (reached here through `hostaddr`); verify-ca checks only the chain.
+        let misnamed = format!(
+            "{}&hostaddr=127.0.0.1&sslrootcert={ca}",
+            base.replace("@127.0.0.1:", "@db.invalid:")
+                .replacen("/t_tls", "/t_tls?x=1", 1)
+                .replace("?x=1", "?connect_timeout=5")
+        );
+        let e = session_tls(&settings(&format!("{misnamed}&sslmode=verify-full")))
+            .expect_err("a name the certificate does not carry");
+        assert!(e.to_lowercase().contains("certificate"), "{e}");
+        assert!(
+            session_tls(&settings(&format!("{misnamed}&sslmode=verify-ca")))
+                .unwrap()
+                .0
+        );
+    }
+
     #[test]
     fn postgres_storage_contract() {
         let s = settings(&fresh_db("contract"));
@@ -1173,24 +1226,23 @@ mod tests {
         assert!(e.contains(&format!("127.0.0.1:{dead_port}")), "{e}");
         assert!(e.to_lowercase().contains("refused"), "{e}");
         assert!(!e.contains(pw), "{e}");
-        // A URL that does not parse, and TLS modes not built.
+        // A URL that does not parse, and a verifying TLS mode without its CA.
         let e = PgSettings::new("postgres://cairn:secret@127.0.0.1:notaport/x", None, None)
             .unwrap_err();
         assert!(e.contains("not a valid PostgreSQL URL"), "{e}");
         assert!(!e.contains("secret"), "{e}");
-        for mode in ["require", "verify-ca", "verify-full"] {
-            let e = PgSettings::new(
-                &format!("postgres://cairn:secret@127.0.0.1/x?sslmode={mode}"),
-                None,
-                None,
-            )
-            .unwrap_err();
-            assert!(e.contains("TLS to the database is not built yet"), "{e}");
-        }
+        let e = PgSettings::new(
+            "postgres://cairn:secret@127.0.0.1/x?sslmode=verify-full",
+            None,
+            None,
+        )
+        .unwrap_err();
+        assert!(e.contains("needs sslrootcert"), "{e}");
+        assert!(!e.contains("secret"), "{e}");
         assert!(PgSettings::new("postgres://u@h/db", Some("Bad-Name"), None).is_err());
         assert!(PgSettings::new("postgres://u@h/db", Some("same"), Some("same")).is_err());
         let ok = PgSettings::new("postgres://u:pw@h:5433/db?sslmode=prefer", None, None).unwrap();
-        assert_eq!(ok.target, "h:5433 (database db, user u)");
+        assert_eq!(ok.target, "h:5433 (database db, user u), sslmode=prefer");
         assert!(!format!("{ok:?}").contains("pw"));
     }
 }
