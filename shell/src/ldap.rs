@@ -18,6 +18,7 @@
 //! thread instead of queueing behind others. Workers beyond the initial count exit after
 //! [`SPARE_IDLE`] without work.
 
+use crate::tls_client;
 use cairn_core::auth::ldap::ad;
 use cairn_core::auth::ldap::login::Job;
 use cairn_core::auth::ldap::{
@@ -26,11 +27,9 @@ use cairn_core::auth::ldap::{
 };
 use ldap3::adapters::{Adapter, EntriesOnly, PagedResults};
 use ldap3::{DerefAliases, LdapConn, LdapConnSettings, LdapError, SearchEntry, SearchOptions};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ClientConfig, RootCertStore};
 use std::collections::VecDeque;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -982,7 +981,7 @@ fn build_tls(spec: &ConnectSpec) -> Result<ClientConfig, String> {
     let builder = if spec.insecure_tls {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+            .with_custom_certificate_verifier(Arc::new(tls_client::NoVerify(provider.clone())))
     } else {
         let mut roots = RootCertStore::empty();
         match &spec.ca_pem {
@@ -1010,60 +1009,10 @@ fn build_tls(spec: &ConnectSpec) -> Result<ClientConfig, String> {
             // The key's own parse error could quote key bytes; say only what failed.
             let key = PrivateKeyDer::from_pem_slice(key.expose().as_bytes())
                 .map_err(|_| "client_tls_key: not a usable PEM private key".to_string())?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| format!("client certificate: {e}"))
+            tls_client::with_client_cert(builder, &provider, chain, key)
+                .map_err(|e| format!("client_tls_cert/client_tls_key: {e}"))
         }
         _ => Ok(builder.with_no_client_auth()),
-    }
-}
-
-/// Accepts any server certificate (`insecure_tls`), still checking handshake signatures.
-#[derive(Debug)]
-pub(crate) struct NoVerify(pub(crate) Arc<CryptoProvider>);
-
-impl ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 

@@ -21,6 +21,7 @@ mod runtime;
 mod server;
 mod sqlite;
 mod storage;
+mod tls_client;
 
 use clap::{Parser, Subcommand};
 

@@ -192,7 +192,7 @@ fn client_config(mode: SslMode, p: &Params) -> Result<ClientConfig, String> {
                 mode.name()
             ))
         }
-        (None, _) => Arc::new(crate::ldap::NoVerify(provider.clone())),
+        (None, _) => Arc::new(crate::tls_client::NoVerify(provider.clone())),
         (Some(file), _) => {
             let roots = Arc::new(roots(file)?);
             let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
@@ -219,8 +219,7 @@ fn client_config(mode: SslMode, p: &Params) -> Result<ClientConfig, String> {
             let k = PrivateKeyDer::from_pem_slice(&read_file("sslkey", key)?).map_err(|_| {
                 format!("connection_url: sslkey={key}: not a usable PEM private key")
             })?;
-            builder
-                .with_client_auth_cert(chain, k)
+            crate::tls_client::with_client_cert(builder, &provider, chain, k)
                 .map_err(|e| format!("connection_url: sslcert/sslkey: {e}"))
         }
         _ => Err(
