@@ -344,6 +344,7 @@ fn snapshot(primaries: bool) -> &'static Snapshot {
             node_id: "s".into(),
             api_addr: "http://s".into(),
             cluster_addr: "s:1".into(),
+            version: String::new(),
         };
         take_snapshot(h, key, Some(auth))
     })
@@ -844,6 +845,7 @@ pub fn activation(data: &[u8]) {
                 barrier_key: hex::encode([4u8; 32]),
                 seal_config: String::new(),
                 keyring: String::new(),
+                primary_version: String::new(),
             },
         };
         if let Ok(enc) = activation::encrypt_to(&mut ctx, &pk, &sealed) {

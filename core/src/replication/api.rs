@@ -262,9 +262,11 @@ fn status(ctx: &Ctx, st: &ReplIo<'_>, mode: Mode, combined: bool) -> ApiResult<V
                     "connection_status": connection(now, live.as_ref().map(|l| l.last_seen), timeout),
                     "last_heartbeat": live.as_ref().map(|l| rfc3339(l.last_seen)),
                     "cluster_id": live.as_ref().map(|l| l.cluster_id.clone()).unwrap_or_default(),
+                    "version": live.as_ref().map(|l| l.version.clone()).unwrap_or_default(),
                 }));
             }
             o.insert("mode".into(), json!("primary"));
+            o.insert("version".into(), json!(st.config.version));
             o.insert("cluster_id".into(), json!(r.cluster_id));
             o.insert(
                 "known_secondaries".into(),
@@ -302,6 +304,8 @@ fn status(ctx: &Ctx, st: &ReplIo<'_>, mode: Mode, combined: bool) -> ApiResult<V
                 })
                 .collect();
             o.insert("mode".into(), json!("secondary"));
+            o.insert("version".into(), json!(st.config.version));
+            o.insert("primary_version".into(), json!(rt.sec.info.version));
             o.insert("cluster_id".into(), json!(r.cluster_id));
             o.insert("known_primary_cluster_addrs".into(), json!(addrs));
             o.insert("last_remote_wal".into(), json!(r.last_remote_wal));
@@ -531,6 +535,7 @@ fn secondary_token(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode
         )
         .into_owned(),
         keyring: hex::encode(ctx.txn.get(crate::seal::KEYRING_KEY)?.unwrap_or_default()),
+        primary_version: st.config.version.clone(),
     };
     if let Some(pk) = public_key {
         // Encrypted to the secondary's key instead of response-wrapped.

@@ -26,6 +26,7 @@ pub mod reindex;
 mod secondary;
 pub mod state;
 pub mod tls;
+pub mod version;
 pub mod wal;
 
 pub use msg::{
@@ -184,6 +185,8 @@ pub(crate) struct SecRt {
     pub next_at: Option<Millis>,
     pub last_heartbeat: Option<Millis>,
     pub last_error: String,
+    /// The primary refused this secondary's version (its own is in `info.version`).
+    pub version_refused: bool,
     pub failures: u32,
     pub info: msg::PrimaryInfo,
     /// Merkle diff/sync in progress: the primary's WAL index of the diff.
@@ -217,6 +220,8 @@ pub(crate) struct Live {
     pub cluster_addr: String,
     pub cluster_id: String,
     pub last_seen: Millis,
+    /// The version the secondary reports.
+    pub version: String,
 }
 
 /// A long poll held by a primary.

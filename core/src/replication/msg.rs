@@ -32,6 +32,9 @@ pub struct PeerAuth {
     pub node_id: String,
     pub api_addr: String,
     pub cluster_addr: String,
+    /// The secondary's version (the primary refuses an older one: [`super::version`]).
+    #[serde(default)]
+    pub version: String,
 }
 
 /// A subtree of one Merkle tree.
@@ -93,6 +96,9 @@ pub struct PrimaryInfo {
     pub cluster_addr: String,
     /// The path filter for this secondary (performance mode).
     pub filter: Option<FilterView>,
+    /// The primary's version.
+    #[serde(default)]
+    pub version: String,
 }
 
 /// What the primary answers.
@@ -586,6 +592,7 @@ mod tests {
             node_id: "n".into(),
             api_addr: "http://a".into(),
             cluster_addr: "b:1".into(),
+            version: "1.2.3".into(),
         }
     }
 

@@ -118,6 +118,7 @@ fn info(env: &mut Env, mode: Mode, view: &View) -> PrimaryInfo {
         filter: (mode == Mode::Performance)
             .then(|| filter::view(view.filter.as_ref(), &view.mounts))
             .filter(|f| !f.mode.is_empty()),
+        version: env.st.config.version.clone(),
     }
 }
 
@@ -140,6 +141,13 @@ fn authenticate(env: &mut Env, msg: &PeerMsg) -> ApiResult<Result<SecondaryRecor
                 "this primary's cluster id is {}, not {}: the secondary must be activated again",
                 role.cluster_id, msg.auth.primary_cluster_id
             ),
+        )));
+    }
+    let mine = &env.st.config.version;
+    if super::version::older(&msg.auth.version, mine) {
+        return Ok(Err(error(
+            super::version::TOO_OLD,
+            super::version::refusal(&msg.auth.version, mine),
         )));
     }
     let ctx = env.ctx();
@@ -174,6 +182,7 @@ fn answer(env: &mut Env, id: u64, msg: PeerMsg) -> ApiResult<Option<PeerAnswer>>
             cluster_addr: msg.auth.cluster_addr.clone(),
             cluster_id: msg.auth.cluster_id.clone(),
             last_seen: now,
+            version: msg.auth.version.clone(),
         },
     );
     let view = View::new(&env.ctx(), mode, &rec)?;

@@ -43,6 +43,7 @@ fn tree_class(k: TreeKind) -> Class {
 /// Sends `body` to the current primary address.
 fn send(env: &mut Env, mode: Mode, body: PeerBody) {
     let node_id = env.st.config.node_id.clone();
+    let version = env.st.config.version.clone();
     let api_addr = env.cfg().api_addr.clone();
     let cluster_addr = env.cfg().cluster_addr.clone();
     let id = env.repl().call_id();
@@ -70,6 +71,7 @@ fn send(env: &mut Env, mode: Mode, body: PeerBody) {
             node_id,
             api_addr,
             cluster_addr,
+            version,
         },
         body,
     };
@@ -169,6 +171,7 @@ pub(crate) fn on_reply(
         }
         Ok(PeerAnswer::Error { code, message }) => {
             rt.sec.last_heartbeat = Some(now);
+            rt.sec.version_refused = code == super::version::TOO_OLD;
             fail(
                 env,
                 mode,
@@ -180,6 +183,7 @@ pub(crate) fn on_reply(
             rt.sec.last_heartbeat = Some(now);
             rt.sec.failures = 0;
             rt.sec.last_error.clear();
+            rt.sec.version_refused = false;
             if let Err(e) = advance(env, mode, a) {
                 fail(
                     env,
@@ -613,6 +617,13 @@ pub(crate) fn on_bundle(env: &mut Env, mode: Mode, update: bool, bundle: Bundle)
             mode.name()
         )));
     }
+    let mine = &env.st.config.version;
+    if super::version::older(mine, &bundle.primary_version) {
+        return Err(ApiError::bad(super::version::refusal(
+            mine,
+            &bundle.primary_version,
+        )));
+    }
     if update {
         update_primary(env, mode, bundle)?;
         Ok(Reply::Empty)
@@ -869,6 +880,7 @@ pub(crate) fn ping(
     idx: usize,
 ) {
     let node_id = st.config.node_id.clone();
+    let version = st.config.version.clone();
     let api_addr = st.config.replication.api_addr.clone();
     let cluster_addr = st.config.replication.cluster_addr.clone();
     let id = st.repl.call_id();
@@ -884,6 +896,7 @@ pub(crate) fn ping(
             node_id,
             api_addr,
             cluster_addr,
+            version,
         },
         body: PeerBody::Ping,
     };
@@ -909,6 +922,9 @@ pub(crate) fn ping(
 pub(crate) fn state_name(rt: &super::ModeRt) -> &'static str {
     if rt.role.creds.is_none() {
         return "idle";
+    }
+    if rt.sec.version_refused {
+        return "version-mismatch";
     }
     rt.sec.phase.name()
 }

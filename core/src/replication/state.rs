@@ -96,4 +96,8 @@ pub struct Bundle {
     pub seal_config: String,
     #[serde(default)]
     pub keyring: String,
+    /// The version of the primary that minted the credential (a secondary older than it
+    /// refuses it: [`super::version`]).
+    #[serde(default)]
+    pub primary_version: String,
 }

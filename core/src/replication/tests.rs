@@ -49,11 +49,20 @@ fn cfg(i: usize) -> NodeConfig {
 
 impl Net {
     fn new(n: usize) -> (Net, Vec<String>) {
+        Net::with_versions(&vec![""; n])
+    }
+
+    /// One node per entry of `versions` (an empty entry: this build's version).
+    fn with_versions(versions: &[&str]) -> (Net, Vec<String>) {
         let mut nodes = Vec::new();
         let mut roots = Vec::new();
         let mut keys = Vec::new();
-        for i in 0..n {
-            let mut node = Node::new(MemStorage::new(), [i as u8 + 1; 32], cfg(i));
+        for (i, v) in versions.iter().enumerate() {
+            let mut c = cfg(i);
+            if !v.is_empty() {
+                c.version = v.to_string();
+            }
+            let mut node = Node::new(MemStorage::new(), [i as u8 + 1; 32], c);
             node.handle(
                 1_000,
                 Input::Admin {
@@ -90,6 +99,39 @@ impl Net {
             },
             roots,
         )
+    }
+
+    /// Restarts node `i` on its storage running `version`, and unseals it with the key share
+    /// of node `key_of` (a secondary's are its primary's).
+    fn restart_as(&mut self, i: usize, version: &str, key_of: usize) {
+        let mut c = cfg(i);
+        c.version = version.to_string();
+        let old = std::mem::replace(
+            &mut self.nodes[i],
+            Node::new(MemStorage::new(), [0; 32], cfg(i)),
+        );
+        self.nodes[i] = Node::new(old.into_storage(), [i as u8 + 101; 32], c);
+        // Connections to the old process break: its callers see a reset.
+        let broken: Vec<(u64, (usize, u64))> = self
+            .peer_calls
+            .iter()
+            .filter(|((j, _), _)| *j == i)
+            .map(|((_, id), v)| (*id, *v))
+            .collect();
+        for (id, (caller, call_id)) in broken {
+            self.peer_calls.remove(&(i, id));
+            self.nodes[caller].handle(
+                self.now,
+                Input::PeerReply(PeerReply {
+                    call_id,
+                    result: Err("connection reset".into()),
+                }),
+            );
+        }
+        let key = self.keys[key_of].clone();
+        let r = self.call(i, "", Method::Put, "sys/unseal", json!({ "key": key }));
+        assert_eq!(r.status, 200, "unseal after restart: {:?}", r.body);
+        self.run_for(1_000);
     }
 
     fn node_by_cluster(&self, to: &str) -> Option<usize> {
@@ -1090,4 +1132,95 @@ fn a_writes_index_state_gives_read_after_write_on_a_perf_secondary() {
     let r = get(&mut net, &state);
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.body.unwrap()["data"]["v"], 1);
+}
+
+/// The versioning rule: a secondary older than its primary refuses the primary's credential
+/// (nothing changes), and a primary upgraded past its secondaries stops sending to them, the
+/// status naming both versions, until the secondaries are upgraded too.
+#[test]
+fn replication_never_flows_from_a_newer_version_to_an_older_one() {
+    // An older secondary refuses a newer primary's activation token.
+    let (mut net, roots) = Net::with_versions(&["1.5.0", "1.4.0"]);
+    let r0 = roots[0].clone();
+    net.enable_primary(0, &r0, "performance");
+    let t = net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/secondary-token",
+        json!({ "id": "old" }),
+    );
+    let tok = t["wrap_info"]["token"].as_str().unwrap().to_string();
+    let r1 = roots[1].clone();
+    let r = net.call(
+        1,
+        &r1,
+        Method::Post,
+        "sys/replication/performance/secondary/enable",
+        json!({ "token": tok }),
+    );
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    let msg = r.body.unwrap().to_string();
+    assert!(
+        msg.contains("1.4.0") && msg.contains("1.5.0") && msg.contains("unsafe"),
+        "{msg}"
+    );
+    assert_eq!(net.status(1, "performance")["mode"], json!("disabled"));
+
+    // Same versions: streaming; a newer secondary is fine too.
+    let (mut net, roots) = Net::with_versions(&["1.4.0", "1.4.0", "1.6.0"]);
+    let r0 = roots[0].clone();
+    net.enable_primary(0, &r0, "performance");
+    net.activate(0, &r0, 1, &roots[1], "performance", "s1");
+    net.activate(0, &r0, 2, &roots[2], "performance", "s2");
+    net.run_for(3_000);
+    net.ok(0, &r0, Method::Put, "secret/a", json!({"v": 1}));
+    net.run_for(2_000);
+    assert_eq!(net.data_keys(1, "").len(), net.data_keys(2, "").len());
+    let st = net.status(2, "performance");
+    assert_eq!(st["version"], json!("1.6.0"));
+    assert_eq!(st["primary_version"], json!("1.4.0"));
+    let p = net.status(0, "performance");
+    let versions: Vec<Value> = p["secondaries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["version"].clone())
+        .collect();
+    assert_eq!(versions, vec![json!("1.4.0"), json!("1.6.0")]);
+
+    // The primary is upgraded first (the wrong order): the 1.4.0 secondary is refused and
+    // says why; the 1.6.0 one goes on. Nothing written after reaches the old one.
+    net.restart_as(0, "1.5.0", 0);
+    net.run_for(3_000);
+    let st = net.status(1, "performance");
+    assert_eq!(st["state"], json!("version-mismatch"), "{st}");
+    assert_eq!(st["version"], json!("1.4.0"));
+    let err = st["last_error"].as_str().unwrap_or_default().to_string();
+    assert!(
+        err.contains("version-too-old") && err.contains("1.4.0") && err.contains("1.5.0"),
+        "{err}"
+    );
+    let before = net.data_keys(1, "").len();
+    net.ok(0, &r0, Method::Put, "secret/b", json!({"v": 2}));
+    net.ok(0, &r0, Method::Put, "secret/c", json!({"v": 3}));
+    net.run_for(3_000);
+    assert_eq!(
+        net.data_keys(1, "").len(),
+        before,
+        "data reached an older secondary"
+    );
+    assert_eq!(
+        net.status(2, "performance")["primary_version"],
+        json!("1.5.0")
+    );
+    let newer = net.data_keys(2, "").len();
+    assert!(newer > before, "the newer secondary stopped too");
+
+    // Upgrading the secondary resumes the stream where it stopped.
+    net.restart_as(1, "1.5.0", 0);
+    net.run_for(8_000);
+    let st = net.status(1, "performance");
+    assert_eq!(st["state"], json!("stream-wals"), "{st}");
+    assert_eq!(net.data_keys(1, "").len(), net.data_keys(2, "").len());
 }
