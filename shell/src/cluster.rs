@@ -45,6 +45,8 @@ const MAX_BODY: u64 = 256 << 20;
 /// on every wait, so a switch needs no restart of the process.
 struct Listener {
     addr: String,
+    /// Connection limits (the listener stanza's), kept across the switch to TLS.
+    limits: tiny_http::ConnectionLimits,
     current: Mutex<Option<Arc<Server>>>,
     cert: Mutex<Option<Vec<u8>>>,
     /// Held while switching, so switches run one at a time.
@@ -58,13 +60,14 @@ pub fn serve(
     listener: std::net::TcpListener,
     core: Core,
     threads: usize,
+    limits: tiny_http::ConnectionLimits,
 ) -> Result<std::net::SocketAddr, String> {
     let addr = listener
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
     let server =
-        Server::from_listener_with_head_check(listener, None, Some(crate::framing::head_check))
+        Server::from_listener_with_limits(listener, None, Some(crate::framing::head_check), limits)
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = server
         .server_addr()
@@ -72,6 +75,7 @@ pub fn serve(
         .ok_or_else(|| format!("cluster listener on {addr} has no IP address"))?;
     let l = Arc::new(Listener {
         addr: local.to_string(),
+        limits,
         current: Mutex::new(Some(Arc::new(server))),
         cert: Mutex::new(None),
         switching: Mutex::new(()),
@@ -120,13 +124,14 @@ pub fn use_tls(t: cairn_core::replication::tls::ClusterTls) {
             drop(old);
             for _ in 0..200 {
                 let bound = crate::http::nodelay_listener(l.addr.as_str()).and_then(|sock| {
-                    Server::from_listener_with_head_check(
+                    Server::from_listener_with_limits(
                         sock,
                         Some(tiny_http::SslConfig {
                             certificate: cert.clone(),
                             private_key: t.key_pem.clone().into_bytes(),
                         }),
                         Some(crate::framing::head_check),
+                        l.limits,
                     )
                     .map_err(|e| e.to_string())
                 });

@@ -42,6 +42,9 @@ pub struct ServerConfig {
     pub cluster_name: String,
     pub ui: bool,
     pub disable_mlock: bool,
+    /// The listener's connection limits (`max_connections`, `http_read_header_timeout`,
+    /// `http_idle_timeout`), on the API and cluster listeners alike.
+    pub connection_limits: tiny_http::ConnectionLimits,
     /// Extra top-level settings later capabilities read (e.g. replication tuning).
     pub extra: Map<String, Value>,
 }
@@ -173,6 +176,9 @@ const LISTENER_KEYS: &[&str] = &[
     "tls_disable",
     "tls_cert_file",
     "tls_key_file",
+    "max_connections",
+    "http_read_header_timeout",
+    "http_idle_timeout",
 ];
 const STORAGE_KEYS: &[&str] = &["path"];
 const POSTGRES_KEYS: &[&str] = &["connection_url", "ha_enabled", "table", "ha_table"];
@@ -383,6 +389,31 @@ fn parse_value(text: &str) -> Result<ServerConfig, Refusal> {
                             "tls_key_file" => {
                                 c.tls_key_file =
                                     Some(PathBuf::from(string(lv, &what).map_err(bad)?))
+                            }
+                            "max_connections" => c.connection_limits.max_connections = lv
+                                .as_u64()
+                                .filter(|n| *n > 0 && *n <= 1_000_000)
+                                .ok_or_else(|| {
+                                    bad(format!(
+                                        "{what}: expected a number of connections (1 to 1000000)"
+                                    ))
+                                })?
+                                as usize,
+                            "http_read_header_timeout" | "http_idle_timeout" => {
+                                let secs = cairn_core::time::duration_value(lv)
+                                    .ok()
+                                    .filter(|s| *s > 0)
+                                    .ok_or_else(|| {
+                                        bad(format!(
+                                            "{what}: expected a positive duration (\"10s\", \"5m\", or seconds)"
+                                        ))
+                                    })?;
+                                let d = std::time::Duration::from_secs(secs);
+                                if lk == "http_idle_timeout" {
+                                    c.connection_limits.idle_timeout = d;
+                                } else {
+                                    c.connection_limits.header_timeout = d;
+                                }
                             }
                             other => {
                                 return Err(unknown_key(

@@ -12,6 +12,8 @@ use tiny_http::{Header, Server};
 pub struct ApiOptions {
     pub max_body: usize,
     pub threads: usize,
+    /// Connections held at once and how long they may wait for a request.
+    pub limits: tiny_http::ConnectionLimits,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -59,9 +61,13 @@ pub fn serve(
         private_key: t.key_pem,
     });
     // Requests with ambiguous framing are refused before their body is read (crate::framing).
-    let server =
-        Server::from_listener_with_head_check(listener, ssl, Some(crate::framing::head_check))
-            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let server = Server::from_listener_with_limits(
+        listener,
+        ssl,
+        Some(crate::framing::head_check),
+        opts.limits,
+    )
+    .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = server
         .server_addr()
         .to_ip()

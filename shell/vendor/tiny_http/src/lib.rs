@@ -114,6 +114,7 @@ use util::MessagesQueue;
 
 pub use common::{HTTPVersion, Header, HeaderField, Method, StatusCode};
 pub use connection::{ConfigListenAddr, ListenAddr, Listener};
+pub use limits::ConnectionLimits;
 pub use request::{ReadWrite, Request};
 pub use response::{Response, ResponseBox};
 pub use test::TestRequest;
@@ -128,6 +129,7 @@ pub type HeadCheck = fn(&[Header]) -> Option<Response<std::io::Cursor<Vec<u8>>>>
 mod client;
 mod common;
 mod connection;
+mod limits;
 mod request;
 mod response;
 mod ssl;
@@ -256,13 +258,25 @@ impl Server {
     }
 
     /// Cairn patch: `from_listener`, with every request's head passed to `head_check` first
-    /// (see [`HeadCheck`]).
+    /// (see [`HeadCheck`]), and the default [`ConnectionLimits`].
     pub fn from_listener_with_head_check<L: Into<Listener>>(
         listener: L,
         ssl_config: Option<SslConfig>,
         head_check: Option<HeadCheck>,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        Self::from_listener_with_limits(listener, ssl_config, head_check, ConnectionLimits::default())
+    }
+
+    /// Cairn patch: [`Server::from_listener_with_head_check`] holding at most `limits` of
+    /// connections (see the `limits` module).
+    pub fn from_listener_with_limits<L: Into<Listener>>(
+        listener: L,
+        ssl_config: Option<SslConfig>,
+        head_check: Option<HeadCheck>,
+        limits: ConnectionLimits,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         let listener = listener.into();
+        let registry = limits::Registry::new(limits);
         // building the "close" variable
         let close_trigger = Arc::new(AtomicBool::new(false));
 
@@ -304,6 +318,7 @@ impl Server {
 
         let inside_close_trigger = close_trigger.clone();
         let inside_messages = messages.clone();
+        registry.spawn_reaper(close_trigger.clone());
         thread::spawn(move || {
             // a tasks pool is used to dispatch the connections into threads
             let tasks_pool = util::TaskPool::new();
@@ -313,6 +328,17 @@ impl Server {
                 let new_client = match server.accept() {
                     Ok((sock, _)) => {
                         use util::RefinedTcpStream;
+                        let id = match registry.admit(&sock, std::time::Instant::now()) {
+                            Ok(id) => id,
+                            Err(_) => {
+                                log::warn!(
+                                    "connection refused: {} connections held and every one is busy",
+                                    limits.max_connections
+                                );
+                                let _ = sock.shutdown(Shutdown::Both);
+                                continue;
+                            }
+                        };
                         let (read_closable, write_closable) = match ssl {
                             None => RefinedTcpStream::new(sock),
                             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
@@ -321,7 +347,10 @@ impl Server {
                                 // if an error occurs, we just close the socket and resume listening
                                 let sock = match ssl.accept(sock) {
                                     Ok(s) => s,
-                                    Err(_) => continue,
+                                    Err(_) => {
+                                        registry.release(id);
+                                        continue;
+                                    }
                                 };
 
                                 RefinedTcpStream::new(sock)
@@ -330,14 +359,15 @@ impl Server {
                             Some(ref _ssl) => unreachable!(),
                         };
 
-                        Ok(ClientConnection::new(write_closable, read_closable, head_check))
+                        Ok((id, ClientConnection::new(write_closable, read_closable, head_check)))
                     }
                     Err(e) => Err(e),
                 };
 
                 match new_client {
-                    Ok(client) => {
+                    Ok((id, client)) => {
                         let messages = inside_messages.clone();
+                        let registry = registry.clone();
                         let mut client = Some(client);
                         tasks_pool.spawn(Box::new(move || {
                             if let Some(client) = client.take() {
@@ -345,15 +375,22 @@ impl Server {
                                 if client.secure() {
                                     let (sender, receiver) = mpsc::channel();
                                     for rq in client {
+                                        registry.busy(id);
                                         messages.push(rq.with_notify_sender(sender.clone()).into());
-                                        receiver.recv().unwrap();
+                                        if receiver.recv().is_err() {
+                                            break;
+                                        }
+                                        registry.waiting(id, std::time::Instant::now());
                                     }
                                 } else {
                                     for rq in client {
+                                        registry.busy(id);
                                         messages.push(rq.into());
+                                        registry.waiting(id, std::time::Instant::now());
                                     }
                                 }
                             }
+                            registry.release(id);
                         }));
                     }
 
