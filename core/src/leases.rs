@@ -2,7 +2,8 @@
 //! expiry (neither a batch token nor a response-wrapping one) has the lease
 //! `<its creation path>/<its hash>`, e.g. `auth/token/create/<hash>` or
 //! `auth/ldap/login/alice/<hash>`, as in the reference. Lookup, renewal and revocation by
-//! lease id (a lookup or listing needs sudo), revocation by prefix (sudo), and `tidy` (a no-op:
+//! lease id (a lookup or listing needs sudo), revocation by prefix (`revoke-prefix` and
+//! `revoke-force`, sudo), and `tidy` (a no-op:
 //! expired tokens are swept on ticks).
 
 use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request};
@@ -128,8 +129,16 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str) -> ApiResult {
             }
             Ok(Reply::Empty)
         }
-        (Method::Put | Method::Post, r) if r.starts_with("revoke-prefix/") => {
-            let prefix = r["revoke-prefix/".len()..].trim_end_matches('/');
+        // `revoke-force` is the reference's revocation that ignores a secrets engine's
+        // failure to revoke; token leases have no engine to fail, so it is the same as
+        // `revoke-prefix`.
+        (Method::Put | Method::Post, r)
+            if r.starts_with("revoke-prefix/") || r.starts_with("revoke-force/") =>
+        {
+            let prefix = r
+                .split_once('/')
+                .map_or("", |(_, p)| p)
+                .trim_end_matches('/');
             if prefix.is_empty() {
                 return Err(ApiError::bad("prefix must be specified"));
             }
@@ -237,6 +246,34 @@ mod tests {
             json!({ "token": tok }),
         );
         assert_eq!(r.status, 403, "revoked by prefix");
+        // `revoke-force/<prefix>` revokes the same way.
+        let r = call(
+            &mut n,
+            30,
+            Method::Post,
+            "auth/token/create",
+            json!({"ttl": "1h"}),
+        );
+        let tok = r.body.unwrap()["auth"]["client_token"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let r = call(
+            &mut n,
+            31,
+            Method::Put,
+            "sys/leases/revoke-force/auth/token/create",
+            json!({}),
+        );
+        assert_eq!(r.status, 204);
+        let r = call(
+            &mut n,
+            32,
+            Method::Post,
+            "auth/token/lookup",
+            json!({ "token": tok }),
+        );
+        assert_eq!(r.status, 403, "revoked by revoke-force");
         let r = call(&mut n, 22, Method::List, "sys/leases/lookup", json!({}));
         assert_eq!(r.status, 404);
     }

@@ -18,6 +18,7 @@ pub mod ctx;
 pub mod fuzzing;
 pub mod generate_root;
 pub mod ha;
+pub mod help;
 #[doc(hidden)]
 pub mod isolation;
 pub mod kv;
@@ -30,6 +31,7 @@ pub mod mounts;
 pub mod namespace;
 pub mod node;
 pub mod policy;
+pub mod remount;
 pub mod replication;
 pub mod router;
 pub mod routes;

@@ -370,6 +370,14 @@ fn table_view(ctx: &Ctx, table: Table, ns: &str) -> ApiResult<Map<String, Value>
 /// `sys/mounts[/<path>]` and `sys/auth[/<path>]`.
 pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResult {
     let ns = crate::namespace::of(req);
+    // `sys/mounts/auth/<path>/tune` is the auth method's tune (`bao auth tune` asks there).
+    if table == Table::Secrets {
+        if let Some(p) = rest.trim_matches('/').strip_prefix("auth/") {
+            if p.ends_with("/tune") {
+                return handle(ctx, req, Table::Auth, p);
+            }
+        }
+    }
     match (req.method, rest.trim_matches('/')) {
         (Method::Get, "") => {
             let t = table_view(ctx, table, &ns)?;
@@ -472,6 +480,68 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
         }
         _ => Err(ApiError::MethodNotAllowed),
     }
+}
+
+/// Moves the mount at `from` to `to` (both full paths, namespace included, with their
+/// trailing `/`; `to` in namespace `to_ns`): only the table entry changes, as a mount's data
+/// lives under its uuid. Refuses a built-in mount, an unknown one, and a target in use
+/// (overlapping another mount, a namespace, or a reserved path). Returns the moved entry.
+pub(crate) fn rename(
+    ctx: &mut Ctx,
+    table: Table,
+    from: &str,
+    to: &str,
+    to_ns: &str,
+) -> ApiResult<MountEntry> {
+    if builtin(table)
+        .iter()
+        .any(|m| m.path == from || m.path == to)
+    {
+        return Err(ApiError::bad(format!(
+            "cannot move built-in mount {from:?} or onto one"
+        )));
+    }
+    let rel = to.get(to_ns.len()..).unwrap_or(to);
+    if table == Table::Secrets && (rel.starts_with("auth/") || rel.starts_with("sys/")) {
+        return Err(ApiError::bad(format!(
+            "path: cannot mount under reserved path {to:?}"
+        )));
+    }
+    let mut pre = to_ns.to_string();
+    for seg in rel.trim_end_matches('/').split('/') {
+        pre = format!("{pre}{seg}/");
+        if crate::namespace::get(ctx, &pre)?.is_some() {
+            return Err(ApiError::bad(format!(
+                "path is already in use by the namespace {pre:?}"
+            )));
+        }
+    }
+    for m in all(ctx, table)? {
+        if to.starts_with(&m.path) || m.path.starts_with(to) {
+            return Err(ApiError::bad(format!(
+                "path already in use at {:?}",
+                m.path
+            )));
+        }
+    }
+    let (r, l) = table.keys();
+    for key in [r, l] {
+        let mut v: Vec<MountEntry> = ctx.get_json(key)?.unwrap_or_default();
+        if let Some(m) = v.iter_mut().find(|m| m.path == from) {
+            m.path = to.to_string();
+            m.namespace = to_ns.to_string();
+            let moved = m.clone();
+            v.sort_by(|a, b| a.path.cmp(&b.path));
+            ctx.put_json(key, &v)?;
+            return Ok(moved);
+        }
+    }
+    Err(ApiError::bad(format!("no matching mount at {from:?}")))
+}
+
+/// A mount path as the API takes it (no leading `/`, one trailing `/`); 400 when invalid.
+pub(crate) fn mount_path(p: &str) -> ApiResult<String> {
+    normalize_path(p)
 }
 
 /// `sys/internal/ui/mounts[/<path>]`: the mounts the caller may use (both tables), or the

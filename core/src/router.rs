@@ -177,6 +177,42 @@ fn ldap_io(st: &mut NodeState) -> ldap::LdapIo<'_> {
     }
 }
 
+/// `GET <path>?help=1`: the help of the route `path` reaches, for any valid token (it
+/// describes the route, never data); 404 for a path no table declares.
+fn help(ctx: &mut Ctx, req: &Request, target: &Target, path: &str) -> ApiResult {
+    let t = req
+        .token
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .ok_or(ApiError::MissingToken)?;
+    token::lookup(ctx, t)?.ok_or(ApiError::PermissionDenied)?;
+    let not_found = || ApiError::NotFound(String::new());
+    match target {
+        Target::Sys(r) => Ok(crate::help::sys(
+            path.strip_prefix("sys/").unwrap_or(path),
+            r,
+        )),
+        Target::Token(Some(r), op) => Ok(crate::help::endpoint(op, "auth/token/", r)),
+        Target::Mount { route, mount, rest } => {
+            let auth = path.starts_with("auth/");
+            let prefix = format!(
+                "{}{}",
+                if auth { "auth/" } else { "" },
+                &mount.path[mount.namespace.len()..]
+            );
+            match route {
+                _ if rest.is_empty() => {
+                    let table = routes::mount_table(auth, &mount.kind).ok_or_else(not_found)?;
+                    Ok(crate::help::mount(&prefix, &mount.kind, table))
+                }
+                Some(r) => Ok(crate::help::endpoint(rest, &prefix, r)),
+                None => Err(not_found()),
+            }
+        }
+        Target::Token(None, _) | Target::Undeclared => Err(not_found()),
+    }
+}
+
 /// Authenticates and authorizes by the declared route, then dispatches to its handler.
 pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
     // The namespace (header and/or leading path segments) and the path inside it; handlers
@@ -205,6 +241,9 @@ pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
         Class::DrSecondary => Class::Sudo,
         c => c,
     };
+    if req.method == Method::Get && matches!(req.query("help"), Some("1") | Some("true")) {
+        return help(ctx, req, &target, path);
+    }
     let caller = match class {
         Class::Public | Class::Login | Class::Proof(_) => None,
         Class::Token => Some(authorize(ctx, st, req, &ns, &target, false)?),
@@ -312,6 +351,8 @@ fn route_sys(
         ))),
         Sys::License => Err(ApiError::MethodNotAllowed),
         Sys::Leases => crate::leases::handle(ctx, req, tail),
+        Sys::KeyStatus => sys::key_status(ctx, req),
+        Sys::Remount => crate::remount::handle(ctx, req, tail),
         Sys::UiMounts => {
             let sub = rest.strip_prefix("internal/ui/mounts").unwrap_or("");
             mounts::ui_mounts(ctx, req, sub, caller)
@@ -606,6 +647,8 @@ mod table_tests {
             Sys::Wrapping,
             Sys::Leases,
             Sys::UiMounts,
+            Sys::KeyStatus,
+            Sys::Remount,
         ];
         // Exhaustive: a new variant must be listed above.
         for h in all {
@@ -635,7 +678,9 @@ mod table_tests {
                 | Sys::License
                 | Sys::Wrapping
                 | Sys::Leases
-                | Sys::UiMounts => {}
+                | Sys::UiMounts
+                | Sys::KeyStatus
+                | Sys::Remount => {}
             }
             assert!(
                 routes::SYS.iter().any(|r| r.handler == h),

@@ -98,6 +98,10 @@ pub enum Sys {
     Wrapping,
     Leases,
     UiMounts,
+    /// `sys/key-status`: the barrier key's term, install time and encryption count.
+    KeyStatus,
+    /// `sys/remount` (move a mount) and `sys/remount/status/<id>`.
+    Remount,
 }
 
 /// The handlers of a secrets engine or auth method mount, and `auth/token/`.
@@ -174,6 +178,9 @@ pub static SYS: &[Route<Sys>] = &[
     r("sys/step-down", Sudo, Root, Required, Sys::StepDown),
     r("sys/ha-status", Token, Root, Required, Sys::HaStatus),
     r("sys/mounts", Token, Ns, Required, Sys::Mounts),
+    // An auth method's tune through the secrets table's path (`bao auth tune` asks there):
+    // sudo, as under `sys/auth/`.
+    r("sys/mounts/auth/*", Sudo, Ns, Required, Sys::Mounts),
     r("sys/mounts/*", Token, Ns, Required, Sys::Mounts),
     r("sys/auth", Token, Ns, Required, Sys::Auth),
     r("sys/auth/*", Sudo, Ns, Required, Sys::Auth),
@@ -328,7 +335,11 @@ pub static SYS: &[Route<Sys>] = &[
         Required,
         Sys::Leases,
     ),
+    r("sys/leases/revoke-force/*", Sudo, Ns, Required, Sys::Leases),
     r("sys/leases/tidy", Token, Ns, Required, Sys::Leases),
+    r("sys/key-status", Token, Root, Required, Sys::KeyStatus),
+    r("sys/remount", Sudo, Ns, Required, Sys::Remount),
+    r("sys/remount/status/+", Token, Ns, Required, Sys::Remount),
     r(
         "sys/internal/ui/mounts/*",
         Token,

@@ -12,6 +12,11 @@ use serde::{Deserialize, Serialize};
 
 pub const SEAL_CONFIG_KEY: &str = "core/seal-config";
 pub const KEYRING_KEY: &str = "core/keyring";
+/// When the barrier key was installed (at initialisation): milliseconds since the epoch, JSON.
+pub const KEY_INSTALL_TIME_KEY: &str = "core/keyring-install-time";
+/// The barrier key's term: Cairn has no key rotation, so the key installed at initialisation
+/// is the first and only one.
+pub const KEY_TERM: u32 = 1;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SealConfig {
@@ -128,6 +133,32 @@ pub fn decode_share(s: &str) -> Result<Vec<u8>, SealError> {
         .map_err(|_| SealError::BadShare("must be hex or base64".into()))
 }
 
+/// Refuses a decoded share that cannot be one of `cfg`'s shares (the wrong length, or not a
+/// share at all), before it counts towards a threshold: a malformed share is refused at once
+/// and the progress made so far is kept.
+pub fn check_share(share: &[u8], cfg: &SealConfig) -> Result<(), SealError> {
+    let want = if cfg.secret_shares == 1 { 32 } else { 33 };
+    if share.len() != want {
+        return Err(SealError::BadShare(format!(
+            "expected {want} bytes, got {}; progress is unchanged",
+            share.len()
+        )));
+    }
+    if cfg.secret_shares > 1 {
+        blahaj::Share::try_from(share)
+            .map_err(|e| SealError::BadShare(format!("{e}; progress is unchanged")))?;
+    }
+    Ok(())
+}
+
+/// Decodes a key share given as hex or base64 and checks its shape against `cfg`
+/// ([`decode_share`], then [`check_share`]).
+pub fn decode_checked_share(s: &str, cfg: &SealConfig) -> Result<Vec<u8>, SealError> {
+    let share = decode_share(s)?;
+    check_share(&share, cfg)?;
+    Ok(share)
+}
+
 /// The keyring: the barrier key, stored encrypted under the root key.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Keyring {
@@ -156,6 +187,8 @@ pub fn unwrap_keyring(root: &[u8; 32], sealed: &[u8]) -> Result<[u8; 32], SealEr
 #[derive(Clone, Default)]
 pub struct Barrier {
     key: Option<[u8; 32]>,
+    /// Values encrypted with the key since this node last unsealed (`sys/key-status`).
+    encryptions: std::cell::Cell<u64>,
 }
 
 impl std::fmt::Debug for Barrier {
@@ -170,12 +203,19 @@ impl Barrier {
     }
     pub fn unseal_with(&mut self, key: [u8; 32]) {
         self.key = Some(key);
+        self.encryptions.set(0);
+    }
+    /// How many values were encrypted with the key since this node unsealed.
+    pub fn encryptions(&self) -> u64 {
+        self.encryptions.get()
     }
     pub fn seal(&mut self) {
         self.key = None;
     }
     pub fn encrypt(&self, path: &str, plain: &[u8], rng: &mut dyn RngCore) -> Option<Vec<u8>> {
         let key = self.key.as_ref()?;
+        self.encryptions
+            .set(self.encryptions.get().saturating_add(1));
         let mut out = vec![1u8];
         out.extend(crypto::seal(key, rng, plain, path.as_bytes()));
         Some(out)
@@ -289,6 +329,30 @@ mod tests {
             b.add(s);
         }
         assert_eq!(b.recover(&cfg, Some(&keyring)), Err(SealError::WrongKey));
+    }
+
+    #[test]
+    fn a_malformed_share_is_refused_before_it_counts() {
+        let mut rng = ChaCha20Rng::from_seed([5; 32]);
+        let cfg = SealConfig {
+            secret_shares: 3,
+            secret_threshold: 2,
+        };
+        let shares = split(&[7u8; 32], &cfg, &mut rng);
+        assert_eq!(check_share(&shares[0], &cfg), Ok(()));
+        // "AAAA" is valid hex (2 bytes): refused by its length, not counted.
+        assert!(matches!(
+            decode_checked_share("AAAA", &cfg),
+            Err(SealError::BadShare(m)) if m.contains("expected 33 bytes, got 2")
+        ));
+        assert!(decode_checked_share("not a key", &cfg).is_err());
+        assert!(check_share(&[0u8; 32], &cfg).is_err());
+        let one = SealConfig {
+            secret_shares: 1,
+            secret_threshold: 1,
+        };
+        assert_eq!(check_share(&[1u8; 32], &one), Ok(()));
+        assert!(check_share(&shares[0], &one).is_err());
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `sys/*` endpoints that need no node-level state: policies and capabilities.
+//! `sys/*` endpoints that need no node-level state: policies, capabilities and the barrier
+//! key's status.
 //! (Seal, init and health live in `node`, which owns the barrier.)
 
 use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request};
@@ -226,4 +227,22 @@ pub fn capabilities(
     let mut env = out.clone();
     env.insert("data".into(), Value::Object(out));
     Ok(Reply::Envelope(Value::Object(env)))
+}
+
+/// `GET sys/key-status`: the barrier key's term, when it was installed (at initialisation;
+/// a cluster initialised before this was recorded reports the epoch) and how many values
+/// were encrypted with it since this node unsealed (the reference counts since the key was
+/// installed; Cairn keeps no persistent counter).
+pub fn key_status(ctx: &Ctx, req: &Request) -> ApiResult {
+    if req.method != Method::Get {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let installed: u64 = ctx
+        .get_json(crate::seal::KEY_INSTALL_TIME_KEY)?
+        .unwrap_or_default();
+    Ok(Reply::Data(json!({
+        "term": crate::seal::KEY_TERM,
+        "install_time": crate::time::rfc3339(installed),
+        "encryptions": ctx.barrier.encryptions(),
+    })))
 }

@@ -160,6 +160,7 @@ impl<S: Storage> Node<S> {
         );
         let kr = seal::wrap_keyring(&root, &barrier_key, ctx.rng);
         ctx.txn.put(seal::KEYRING_KEY, kr);
+        ctx.put_json(seal::KEY_INSTALL_TIME_KEY, &now)?;
         let (root_token, _) = token::create(
             &mut ctx,
             NewToken {
@@ -198,7 +199,9 @@ impl<S: Storage> Node<S> {
             return self.seal_status();
         }
         let key = f.req_str("key")?;
-        let share = seal::decode_share(&key).map_err(|e| ApiError::bad(format!("key: {e}")))?;
+        // A malformed share is refused here, before it counts: the progress is kept.
+        let share = seal::decode_checked_share(&key, &cfg)
+            .map_err(|e| ApiError::bad(format!("key: {e}")))?;
         // A share given twice counts once (the status shows the unchanged progress).
         self.st.unseal_progress.add(share);
         if self.st.unseal_progress.complete(&cfg) {
