@@ -21,6 +21,7 @@ pub mod ha;
 #[doc(hidden)]
 pub mod isolation;
 pub mod kv;
+pub mod kv2;
 pub mod leases;
 pub mod license;
 pub mod metrics;

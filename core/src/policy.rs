@@ -16,6 +16,8 @@ pub const UPDATE: u8 = 4;
 pub const DELETE: u8 = 8;
 pub const LIST: u8 = 16;
 pub const SUDO: u8 = 32;
+/// Applying a merge patch (KV v2 `PATCH`), as Vault's `patch` capability.
+pub const PATCH: u8 = 64;
 pub const DENY: u8 = 128;
 
 pub const DEFAULT_POLICY: &str = r#"
@@ -61,6 +63,7 @@ pub fn cap_from_name(s: &str) -> Option<u8> {
         "delete" => DELETE,
         "list" => LIST,
         "sudo" => SUDO,
+        "patch" => PATCH,
         "deny" => DENY,
         _ => return None,
     })
@@ -75,6 +78,7 @@ pub fn cap_names(c: u8) -> Vec<&'static str> {
         (CREATE, "create"),
         (DELETE, "delete"),
         (LIST, "list"),
+        (PATCH, "patch"),
         (READ, "read"),
         (SUDO, "sudo"),
         (UPDATE, "update"),
@@ -267,7 +271,7 @@ impl Acl {
     /// Capabilities granted on `path` (all for root).
     pub fn capabilities(&self, path: &str) -> u8 {
         if self.root {
-            return CREATE | READ | UPDATE | DELETE | LIST | SUDO;
+            return CREATE | READ | UPDATE | DELETE | LIST | SUDO | PATCH;
         }
         if let Some(c) = self.exact.get(path) {
             return *c;

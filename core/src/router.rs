@@ -19,7 +19,7 @@ use crate::replication;
 use crate::routes::{self, Class, Endpoint, Proof, Route, Scope, Sys};
 use crate::sys;
 use crate::token::{self, Caller};
-use crate::{kv, wrapping};
+use crate::{kv, kv2, wrapping};
 use serde_json::{json, Value};
 
 /// What a canonical, namespace-relative path resolves to.
@@ -72,7 +72,7 @@ fn resolve(ctx: &Ctx, ns: &str, path: &str) -> ApiResult<Target> {
         }
         return Ok(match mounts::resolve_in(ctx, Table::Auth, ns, rest)? {
             Some((mount, rest)) => Target::Mount {
-                route: routes::mount_table(true, &mount.kind)
+                route: routes::mount_table(true, mount.engine())
                     .and_then(|t| routes::lookup(t, &rest)),
                 mount,
                 rest,
@@ -82,7 +82,8 @@ fn resolve(ctx: &Ctx, ns: &str, path: &str) -> ApiResult<Target> {
     }
     Ok(match mounts::resolve_in(ctx, Table::Secrets, ns, path)? {
         Some((mount, rest)) => Target::Mount {
-            route: routes::mount_table(false, &mount.kind).and_then(|t| routes::lookup(t, &rest)),
+            route: routes::mount_table(false, mount.engine())
+                .and_then(|t| routes::lookup(t, &rest)),
             mount,
             rest,
         },
@@ -98,6 +99,7 @@ fn needed(ctx: &Ctx, req: &Request, target: &Target, sudo: bool) -> ApiResult<u8
         Method::Get => policy::READ,
         Method::List => policy::LIST,
         Method::Delete => policy::DELETE,
+        Method::Patch => policy::PATCH,
         Method::Put | Method::Post => match target {
             Target::Mount {
                 route: Some(r),
@@ -105,7 +107,11 @@ fn needed(ctx: &Ctx, req: &Request, target: &Target, sudo: bool) -> ApiResult<u8
                 rest,
                 ..
             } if r.existence && mount.kind == "kv" => {
-                if kv::exists(ctx, mount, rest)? {
+                let exists = match mount.kv_version() {
+                    2 => kv2::exists(ctx, mount, rest)?,
+                    _ => kv::exists(ctx, mount, rest)?,
+                };
+                if exists {
                     policy::UPDATE
                 } else {
                     policy::CREATE
@@ -235,6 +241,7 @@ pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
             }
             match r.handler {
                 Endpoint::Kv => kv::handle(ctx, req, &mount, &rest),
+                Endpoint::Kv2 => kv2::handle(ctx, req, &mount, &rest),
                 Endpoint::LdapConfig
                 | Endpoint::LdapGroups
                 | Endpoint::LdapUsers
