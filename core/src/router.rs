@@ -400,10 +400,22 @@ mod table_tests {
                 no_sudo: String::new(),
                 other: String::new(),
             };
-            let all = r#"path "*" { capabilities = ["create", "read", "update", "delete", "list", "sudo"] }"#;
-            let no_sudo =
-                r#"path "*" { capabilities = ["create", "read", "update", "delete", "list"] }"#;
+            let all = r#"path "*" { capabilities = ["create", "read", "update", "delete", "list", "patch", "sudo"] }"#;
+            let no_sudo = r#"path "*" { capabilities = ["create", "read", "update", "delete", "list", "patch"] }"#;
             let nothing = r#"path "elsewhere/*" { capabilities = ["read"] }"#;
+            // Every mount type's routes are called under the mount the examples name.
+            for e in routes::examples() {
+                if let Some((false, kind, at)) = e.mount {
+                    let p = format!("sys/mounts/{}", at.trim_end_matches('/'));
+                    w.call(
+                        Some(ROOT),
+                        None,
+                        Method::Put,
+                        &p,
+                        Some(json!({ "type": kind })),
+                    );
+                }
+            }
             for (ns, name, p) in [
                 (None, "nothing", nothing),
                 (None, "no-sudo", no_sudo),
@@ -475,12 +487,13 @@ mod table_tests {
             .collect()
     }
 
-    const METHODS: [Method; 5] = [
+    const METHODS: [Method; 6] = [
         Method::Get,
         Method::List,
         Method::Put,
         Method::Post,
         Method::Delete,
+        Method::Patch,
     ];
 
     fn needs_token(class: Class) -> bool {
