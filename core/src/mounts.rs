@@ -575,7 +575,7 @@ pub fn ui_mounts(
             Table::Secrets => rel.to_string(),
             Table::Auth => format!("auth/{rel}"),
         };
-        acl.is_root() || acl.capabilities(&format!("{}{p}", &ns[tns.len().min(ns.len())..])) != 0
+        acl.any_under(&format!("{}{p}", &ns[tns.len().min(ns.len())..]))
     };
     let path = rest.trim_matches('/');
     if path.is_empty() {
@@ -593,15 +593,23 @@ pub fn ui_mounts(
         Some(p) => (Table::Auth, p),
         None => (Table::Secrets, path),
     };
-    let denied = || {
-        ApiError::Forbidden(format!(
-            "preflight capability check returned 403, please ensure client's policies grant access to path \"{path}/\""
-        ))
+    // A token that reaches nothing there is refused as on any other path; one that could
+    // reach the path gets the reference's message when no mount (or one it may not see)
+    // owns it.
+    let asked = format!("{}{path}/", &ns[tns.len().min(ns.len())..]);
+    let missing = || {
+        if acl.any_under(&asked) {
+            ApiError::Forbidden(format!(
+                "preflight capability check returned 403, please ensure client's policies grant access to path \"{path}/\""
+            ))
+        } else {
+            ApiError::PermissionDenied
+        }
     };
-    let (m, _) = resolve_in(ctx, table, &ns, inner)?.ok_or_else(denied)?;
+    let (m, _) = resolve_in(ctx, table, &ns, inner)?.ok_or_else(missing)?;
     let rel = m.path[m.namespace.len()..].to_string();
     if !visible(&rel, table) {
-        return Err(denied());
+        return Err(missing());
     }
     let mut v = m.api_view();
     v["path"] = json!(rel);

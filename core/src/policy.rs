@@ -294,6 +294,24 @@ impl Acl {
     pub fn is_root(&self) -> bool {
         self.root
     }
+
+    /// Whether some path at or under `prefix` (e.g. a mount's `secret/`) is granted any
+    /// capability: a rule naming such a path (`secret/data/*`), or one whose pattern covers
+    /// the prefix itself (`secret/*`, `sec*`). What the reference's UI mount lookup asks.
+    pub fn any_under(&self, prefix: &str) -> bool {
+        let here = self.capabilities(prefix);
+        if self.root || here != 0 && here & DENY == 0 {
+            return true;
+        }
+        let rules = self.exact.iter().map(|(p, c)| (p.as_str(), *c));
+        let globs = self.globs.iter().map(|(p, c)| (p.as_str(), *c));
+        rules.chain(globs).any(|(pat, caps)| {
+            caps & DENY == 0 && caps != 0 && {
+                let lit = &pat[..first_wildcard(pat)];
+                lit.starts_with(prefix) || glob_match(pat, prefix)
+            }
+        })
+    }
 }
 
 fn first_wildcard(p: &str) -> usize {
@@ -406,6 +424,15 @@ mod tests {
         assert!(acl.allows("secret/a/bcd", DELETE));
         assert!(!acl.allows("other/foo", READ));
         assert!(Acl::new([], true).allows("anything", SUDO));
+        let mut p = Policy::default();
+        p.rules.insert("kv/data/*".into(), READ);
+        p.rules.insert("sec*".into(), LIST);
+        p.rules.insert("gone/*".into(), DENY);
+        let acl = Acl::new([&p], false);
+        assert!(acl.any_under("kv/"));
+        assert!(acl.any_under("secret/"));
+        assert!(!acl.any_under("gone/"));
+        assert!(!acl.any_under("other/"));
     }
 
     /// Regression (fuzzing): deep HCL overflowed the parser's stack and aborted the process.

@@ -331,6 +331,8 @@ pub static SYS: &[Route<Sys>] = &[
         Sys::Leases,
     ),
     r("sys/leases/tidy", Token, Ns, Required, Sys::Leases),
+    // A read needs a valid token but no capability on this path: the handler shows only
+    // the mounts the token's policies reach (as the reference, for the CLI's KV probe).
     r(
         "sys/internal/ui/mounts/*",
         Token,

@@ -434,6 +434,28 @@ fn policies_name_the_api_paths_and_create_is_not_update() {
             .status,
         403
     );
+    // The CLI's probe of the mount answers for a token that reaches only `v2/data/...`,
+    // and hides the mount from one that reaches nothing under it.
+    let r = h.call(
+        &t,
+        Method::Get,
+        "sys/internal/ui/mounts/v2/old",
+        json!(null),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(data(&r)["options"]["version"], "2");
+    let d = data(&h.call(&t, Method::Get, "sys/internal/ui/mounts", json!(null)));
+    assert!(
+        d["secret"]["v2/"].is_object() && d["secret"]["secret/"].is_null(),
+        "{d}"
+    );
+    let r = h.call(
+        &t,
+        Method::Get,
+        "sys/internal/ui/mounts/secret/x",
+        json!(null),
+    );
+    assert_eq!(r.status, 403, "{r:?}");
     let t = h.token(r#"path "v2/data/*" { capabilities = ["patch"] }"#);
     assert_eq!(
         h.call(&t, Method::Patch, "v2/data/old", json!({"data": {"a": 2}}))
