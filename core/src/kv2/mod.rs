@@ -94,7 +94,7 @@ pub fn handle(ctx: &mut Ctx, req: &Request, mount: &MountEntry, rest: &str) -> A
                 "Non-listing operations on the root of a K/V v2 mount are not supported."
             } else {
                 "Invalid path for a versioned K/V secrets engine. See the API docs for the \
-                 appropriate API endpoints to use. If using the Cairn CLI, use 'bao kv get' \
+                 appropriate API endpoints to use. With the bao or vault CLI, use 'kv get' \
                  for this operation."
             };
             let id = crate::crypto::uuid(ctx.rng());
