@@ -13,6 +13,8 @@ pub enum Method {
     Put,
     Post,
     Delete,
+    /// A JSON merge patch (KV v2 `data/` and `metadata/`); needs the `patch` capability.
+    Patch,
 }
 
 impl Method {
@@ -24,6 +26,7 @@ impl Method {
             "PUT" => Method::Put,
             "POST" => Method::Post,
             "DELETE" => Method::Delete,
+            "PATCH" => Method::Patch,
             _ => return None,
         })
     }

@@ -173,6 +173,7 @@ fn operation(m: Method) -> &'static str {
         Method::List => "list",
         Method::Put | Method::Post => "update",
         Method::Delete => "delete",
+        Method::Patch => "patch",
     }
 }
 
@@ -461,7 +462,7 @@ pub fn handle(
             ctx.delete(&key);
             Ok(Reply::Empty)
         }
-        Method::List => Err(ApiError::MethodNotAllowed),
+        Method::List | Method::Patch => Err(ApiError::MethodNotAllowed),
     }
 }
 

@@ -54,6 +54,7 @@ pub fn handle(ctx: &mut Ctx, req: &Request, mount: &MountEntry, rest: &str) -> A
             ctx.delete(&format!("{prefix}{rest}"));
             Ok(Reply::Empty)
         }
+        Method::Patch => Err(ApiError::MethodNotAllowed),
     }
 }
 

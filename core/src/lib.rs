@@ -22,6 +22,7 @@ pub mod help;
 #[doc(hidden)]
 pub mod isolation;
 pub mod kv;
+pub mod kv2;
 pub mod leases;
 pub mod license;
 pub mod metrics;

@@ -88,6 +88,7 @@ pub fn method_name(m: Method) -> &'static str {
         Method::Put => "PUT",
         Method::Post => "POST",
         Method::Delete => "DELETE",
+        Method::Patch => "PATCH",
     }
 }
 

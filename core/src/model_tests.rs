@@ -1,5 +1,6 @@
 //! Model-based property tests: random sequences of client operations (token creation and
-//! revocation, KV writes, reads and deletes under `rw` / `ro` / no-access policies) run
+//! revocation, KV version 1 writes, reads and deletes, KV version 2 writes, patches, soft
+//! deletes and reads of versions, under `rw` / `ro` / no-access policies) run
 //! against the real `Node` and against a few maps that say what must happen; after every
 //! sequence the incrementally kept Merkle trees equal a recomputation from storage and the
 //! WAL holds one entry per replicated change.
@@ -45,9 +46,16 @@ impl Harness {
             "sys/replication/performance/primary/enable",
             json!({}),
         );
-        let rw =
-            r#"path "secret/*" { capabilities = ["create", "read", "update", "delete", "list"] }"#;
-        let ro = r#"path "secret/*" { capabilities = ["read", "list"] }"#;
+        h.call(
+            "root",
+            Method::Post,
+            "sys/mounts/kv2",
+            json!({"type": "kv-v2"}),
+        );
+        let rw = r#"path "secret/*" { capabilities = ["create", "read", "update", "delete", "list"] }
+            path "kv2/data/*" { capabilities = ["create", "read", "update", "delete", "patch"] }"#;
+        let ro = r#"path "secret/*" { capabilities = ["read", "list"] }
+            path "kv2/data/*" { capabilities = ["read"] }"#;
         h.call(
             "root",
             Method::Put,
@@ -98,11 +106,17 @@ fn run(ops: Vec<(u8, u8, u8, u8)>) -> TestResult {
     // Model: live tokens and their access, and the KV data.
     let mut tokens: Vec<(String, Access, bool)> = vec![("root".into(), Access::Rw, true)];
     let mut kv: BTreeMap<String, u8> = BTreeMap::new();
+    // KV version 2: each key's versions (value, soft-deleted).
+    let mut kv2: BTreeMap<String, Vec<(u8, bool)>> = BTreeMap::new();
+    // How many versions each key has had (the next write's number is one more).
+    let mut kv2_count: BTreeMap<String, u64> = BTreeMap::new();
     for (op, a, b, v) in ops.into_iter().take(40) {
         let ti = a as usize % tokens.len();
         let (tok, access, alive) = tokens[ti].clone();
         let key = format!("secret/k{}", b % 6);
-        match op % 5 {
+        let key2 = format!("kv2/data/k{}", b % 4);
+        let write = alive && access == Access::Rw;
+        match op % 8 {
             0 => {
                 let (pol, acc) = match v % 3 {
                     0 => ("rw", Access::Rw),
@@ -161,6 +175,75 @@ fn run(ops: Vec<(u8, u8, u8, u8)>) -> TestResult {
                     let got = r.body.as_ref().map(|b| b["data"]["v"].clone());
                     if got != Some(json!(kv[&key])) {
                         return TestResult::error(format!("read {key}: {got:?} want {}", kv[&key]));
+                    }
+                }
+            }
+            5 | 6 => {
+                // A write (5) or a merge patch (6) of a new version.
+                let patch = op % 8 == 6;
+                let versions = kv2.entry(key2.clone()).or_default();
+                let live = versions.last().is_some_and(|(_, d)| !d);
+                let (m, body) = if patch {
+                    (Method::Patch, json!({"data": {"v": v}}))
+                } else {
+                    (Method::Put, json!({"data": {"v": v, "w": b}}))
+                };
+                let r = h.call(&tok, m, &key2, body);
+                let want = match (write, patch, live) {
+                    (false, ..) => 403,
+                    (true, true, false) => 404,
+                    _ => 200,
+                };
+                if r.status != want {
+                    return TestResult::error(format!("v2 {m:?} {key2}: {} want {want}", r.status));
+                }
+                if want == 200 {
+                    versions.push((v, false));
+                    if versions.len() > 10 {
+                        versions.remove(0);
+                    }
+                    let n = r.body.as_ref().map(|b| b["data"]["version"].clone());
+                    let all = kv2_count.entry(key2.clone()).or_default();
+                    *all += 1;
+                    if n != Some(json!(all)) {
+                        return TestResult::error(format!(
+                            "v2 write {key2}: version {n:?} want {all}"
+                        ));
+                    }
+                }
+            }
+            7 if v % 2 == 0 => {
+                let r = h.call(&tok, Method::Delete, &key2, json!(null));
+                let want = if write { 204 } else { 403 };
+                if r.status != want {
+                    return TestResult::error(format!(
+                        "v2 delete {key2}: {} want {want}",
+                        r.status
+                    ));
+                }
+                if let Some(last) = kv2
+                    .get_mut(&key2)
+                    .and_then(|vs| vs.last_mut())
+                    .filter(|_| write)
+                {
+                    last.1 = true;
+                }
+            }
+            7 => {
+                let r = h.call(&tok, Method::Get, &key2, json!(null));
+                let latest = kv2.get(&key2).and_then(|vs| vs.last());
+                let want = match (alive && access != Access::None, latest) {
+                    (false, _) => 403,
+                    (true, Some((_, false))) => 200,
+                    (true, _) => 404,
+                };
+                if r.status != want {
+                    return TestResult::error(format!("v2 read {key2}: {} want {want}", r.status));
+                }
+                if let (200, Some((val, _))) = (want, latest) {
+                    let got = r.body.as_ref().map(|b| b["data"]["data"]["v"].clone());
+                    if got != Some(json!(val)) {
+                        return TestResult::error(format!("v2 read {key2}: {got:?} want {val}"));
                     }
                 }
             }

@@ -42,6 +42,26 @@ impl MountEntry {
             format!("logical/{}/", self.uuid)
         }
     }
+    /// The KV version of a `kv` mount (2 when its options say `version: "2"`, else 1); 0
+    /// for any other type.
+    pub fn kv_version(&self) -> u8 {
+        if self.kind != "kv" {
+            return 0;
+        }
+        match self.options.get("version").and_then(Value::as_str) {
+            Some("2") => 2,
+            _ => 1,
+        }
+    }
+    /// The name of the route table serving this mount: the type, except that a KV version 2
+    /// mount is served by the `kv-v2` table.
+    pub fn engine(&self) -> &str {
+        if self.kv_version() == 2 {
+            "kv-v2"
+        } else {
+            &self.kind
+        }
+    }
     fn api_view(&self) -> Value {
         // Built-in mounts have no options; an enabled one shows `{}` when it has none.
         let builtin = self.uuid == self.kind;
@@ -82,7 +102,7 @@ impl Table {
     }
     fn known_types(self) -> &'static [&'static str] {
         match self {
-            Table::Secrets => &["kv", "generic"],
+            Table::Secrets => &["kv", "generic", "kv-v2"],
             Table::Auth => &["ldap"],
         }
     }
@@ -254,15 +274,12 @@ pub fn enable_in(
         )));
     }
     let uuid = crypto::uuid(ctx.rng());
+    let (kind, options) = kv_options(kind, options)?;
     let entry = MountEntry {
         path,
-        kind: if kind == "generic" {
-            "kv".into()
-        } else {
-            kind.into()
-        },
-        description: description.into(),
         accessor: format!("{}_{}", kind, &uuid[..8]),
+        kind,
+        description: description.into(),
         uuid,
         local,
         options,
@@ -277,6 +294,47 @@ pub fn enable_in(
     v.sort_by(|a, b| a.path.cmp(&b.path));
     ctx.put_json(key, &v)?;
     Ok(entry)
+}
+
+/// The stored type and options of a new mount: `generic` and `kv-v2` are `kv` mounts (the
+/// latter with `version: "2"`, as the reference shows it); a KV `options.version` is
+/// normalised to a string and must be 1 or 2.
+fn kv_options(
+    kind: &str,
+    mut options: Map<String, Value>,
+) -> ApiResult<(String, Map<String, Value>)> {
+    let kind = match kind {
+        "generic" => "kv",
+        "kv-v2" => {
+            options.insert("version".into(), json!("2"));
+            "kv"
+        }
+        k => k,
+    };
+    if kind == "kv" {
+        if let Some(v) = options.get("version") {
+            let v = version_option(v)?;
+            options.insert("version".into(), json!(v));
+        }
+    }
+    Ok((kind.to_string(), options))
+}
+
+/// A KV `options.version` value (`"2"`, `2`, `""`) as `"1"` or `"2"`; others are refused.
+fn version_option(v: &Value) -> ApiResult<&'static str> {
+    let s = match v {
+        Value::String(s) => s.trim().to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Null => String::new(),
+        _ => String::from("?"),
+    };
+    match s.as_str() {
+        "" | "1" => Ok("1"),
+        "2" => Ok("2"),
+        other => Err(ApiError::bad(format!(
+            "options.version: KV version {other:?} does not exist (1 or 2)"
+        ))),
+    }
 }
 
 /// Removes a mount and all of its data.
@@ -397,7 +455,29 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
             let default_ttl = f.duration("default_lease_ttl")?;
             let max_ttl = f.duration("max_lease_ttl")?;
             let description = f.str("description")?;
+            let options: Map<String, Value> = match body.get("options") {
+                None | Some(Value::Null) => Map::new(),
+                Some(Value::Object(o)) => o.clone(),
+                Some(_) => return Err(ApiError::bad("options: expected an object")),
+            };
+            // A KV mount's version may go from 1 to 2 (its keys become version 1 of
+            // themselves, in this request's write set), never back.
+            let upgrade = match (m.kv_version(), options.get("version")) {
+                (0, _) | (_, None) => false,
+                (from, Some(v)) => match (from, version_option(v)?) {
+                    (2, "1") => return Err(ApiError::bad("cannot downgrade mount from version 2")),
+                    (1, "2") => true,
+                    _ => false,
+                },
+            };
             tune(ctx, table, &m.path, |e| {
+                for (k, v) in &options {
+                    let v = match (k.as_str(), e.kind.as_str()) {
+                        ("version", "kv") => json!(version_option(v)?),
+                        _ => v.clone(),
+                    };
+                    e.options.insert(k.clone(), v);
+                }
                 if let Some(t) = default_ttl {
                     e.default_lease_ttl = t;
                 }
@@ -419,6 +499,15 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
                 }
                 Ok(())
             })?;
+            if upgrade {
+                crate::kv2::upgrade(ctx, &m)?;
+                return Ok(Reply::Envelope(json!({
+                    "warnings": [format!(
+                        "Upgrading mount {} from KV version 1 to version 2: its keys are now version 1 of themselves.",
+                        m.path
+                    )],
+                })));
+            }
             Ok(Reply::Empty)
         }
         (Method::Post | Method::Put, p) if !p.is_empty() => {
@@ -441,17 +530,6 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
                 Some(Value::Object(o)) => o.clone(),
                 Some(_) => return Err(ApiError::bad("options: expected an object")),
             };
-            if let Some(v) = options.get("version") {
-                let v = v
-                    .as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| v.to_string());
-                if v != "1" && v != "\"1\"" && !v.is_empty() {
-                    return Err(ApiError::bad(format!(
-                        "options.version: only KV version 1 is supported, got {v}"
-                    )));
-                }
-            }
             enable_in(
                 ctx,
                 table,
@@ -567,7 +645,7 @@ pub fn ui_mounts(
             Table::Secrets => rel.to_string(),
             Table::Auth => format!("auth/{rel}"),
         };
-        acl.is_root() || acl.capabilities(&format!("{}{p}", &ns[tns.len().min(ns.len())..])) != 0
+        acl.any_under(&format!("{}{p}", &ns[tns.len().min(ns.len())..]))
     };
     let path = rest.trim_matches('/');
     if path.is_empty() {
@@ -585,15 +663,23 @@ pub fn ui_mounts(
         Some(p) => (Table::Auth, p),
         None => (Table::Secrets, path),
     };
-    let denied = || {
-        ApiError::Forbidden(format!(
-            "preflight capability check returned 403, please ensure client's policies grant access to path \"{path}/\""
-        ))
+    // A token that reaches nothing there is refused as on any other path; one that could
+    // reach the path gets the reference's message when no mount (or one it may not see)
+    // owns it.
+    let asked = format!("{}{path}/", &ns[tns.len().min(ns.len())..]);
+    let missing = || {
+        if acl.any_under(&asked) {
+            ApiError::Forbidden(format!(
+                "preflight capability check returned 403, please ensure client's policies grant access to path \"{path}/\""
+            ))
+        } else {
+            ApiError::PermissionDenied
+        }
     };
-    let (m, _) = resolve_in(ctx, table, &ns, inner)?.ok_or_else(denied)?;
+    let (m, _) = resolve_in(ctx, table, &ns, inner)?.ok_or_else(missing)?;
     let rel = m.path[m.namespace.len()..].to_string();
     if !visible(&rel, table) {
-        return Err(denied());
+        return Err(missing());
     }
     let mut v = m.api_view();
     v["path"] = json!(rel);

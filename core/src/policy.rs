@@ -16,6 +16,8 @@ pub const UPDATE: u8 = 4;
 pub const DELETE: u8 = 8;
 pub const LIST: u8 = 16;
 pub const SUDO: u8 = 32;
+/// Applying a merge patch (KV v2 `PATCH`), as Vault's `patch` capability.
+pub const PATCH: u8 = 64;
 pub const DENY: u8 = 128;
 
 pub const DEFAULT_POLICY: &str = r#"
@@ -61,6 +63,7 @@ pub fn cap_from_name(s: &str) -> Option<u8> {
         "delete" => DELETE,
         "list" => LIST,
         "sudo" => SUDO,
+        "patch" => PATCH,
         "deny" => DENY,
         _ => return None,
     })
@@ -75,6 +78,7 @@ pub fn cap_names(c: u8) -> Vec<&'static str> {
         (CREATE, "create"),
         (DELETE, "delete"),
         (LIST, "list"),
+        (PATCH, "patch"),
         (READ, "read"),
         (SUDO, "sudo"),
         (UPDATE, "update"),
@@ -267,7 +271,7 @@ impl Acl {
     /// Capabilities granted on `path` (all for root).
     pub fn capabilities(&self, path: &str) -> u8 {
         if self.root {
-            return CREATE | READ | UPDATE | DELETE | LIST | SUDO;
+            return CREATE | READ | UPDATE | DELETE | LIST | SUDO | PATCH;
         }
         if let Some(c) = self.exact.get(path) {
             return *c;
@@ -289,6 +293,24 @@ impl Acl {
 
     pub fn is_root(&self) -> bool {
         self.root
+    }
+
+    /// Whether some path at or under `prefix` (e.g. a mount's `secret/`) is granted any
+    /// capability: a rule naming such a path (`secret/data/*`), or one whose pattern covers
+    /// the prefix itself (`secret/*`, `sec*`). What the reference's UI mount lookup asks.
+    pub fn any_under(&self, prefix: &str) -> bool {
+        let here = self.capabilities(prefix);
+        if self.root || here != 0 && here & DENY == 0 {
+            return true;
+        }
+        let rules = self.exact.iter().map(|(p, c)| (p.as_str(), *c));
+        let globs = self.globs.iter().map(|(p, c)| (p.as_str(), *c));
+        rules.chain(globs).any(|(pat, caps)| {
+            caps & DENY == 0 && caps != 0 && {
+                let lit = &pat[..first_wildcard(pat)];
+                lit.starts_with(prefix) || glob_match(pat, prefix)
+            }
+        })
     }
 }
 
@@ -402,6 +424,15 @@ mod tests {
         assert!(acl.allows("secret/a/bcd", DELETE));
         assert!(!acl.allows("other/foo", READ));
         assert!(Acl::new([], true).allows("anything", SUDO));
+        let mut p = Policy::default();
+        p.rules.insert("kv/data/*".into(), READ);
+        p.rules.insert("sec*".into(), LIST);
+        p.rules.insert("gone/*".into(), DENY);
+        let acl = Acl::new([&p], false);
+        assert!(acl.any_under("kv/"));
+        assert!(acl.any_under("secret/"));
+        assert!(!acl.any_under("gone/"));
+        assert!(!acl.any_under("other/"));
     }
 
     /// Regression (fuzzing): deep HCL overflowed the parser's stack and aborted the process.

@@ -19,7 +19,7 @@ use crate::replication;
 use crate::routes::{self, Class, Endpoint, Proof, Route, Scope, Sys};
 use crate::sys;
 use crate::token::{self, Caller};
-use crate::{kv, wrapping};
+use crate::{kv, kv2, wrapping};
 use serde_json::{json, Value};
 
 /// What a canonical, namespace-relative path resolves to.
@@ -72,7 +72,7 @@ fn resolve(ctx: &Ctx, ns: &str, path: &str) -> ApiResult<Target> {
         }
         return Ok(match mounts::resolve_in(ctx, Table::Auth, ns, rest)? {
             Some((mount, rest)) => Target::Mount {
-                route: routes::mount_table(true, &mount.kind)
+                route: routes::mount_table(true, mount.engine())
                     .and_then(|t| routes::lookup(t, &rest)),
                 mount,
                 rest,
@@ -82,7 +82,8 @@ fn resolve(ctx: &Ctx, ns: &str, path: &str) -> ApiResult<Target> {
     }
     Ok(match mounts::resolve_in(ctx, Table::Secrets, ns, path)? {
         Some((mount, rest)) => Target::Mount {
-            route: routes::mount_table(false, &mount.kind).and_then(|t| routes::lookup(t, &rest)),
+            route: routes::mount_table(false, mount.engine())
+                .and_then(|t| routes::lookup(t, &rest)),
             mount,
             rest,
         },
@@ -98,6 +99,7 @@ fn needed(ctx: &Ctx, req: &Request, target: &Target, sudo: bool) -> ApiResult<u8
         Method::Get => policy::READ,
         Method::List => policy::LIST,
         Method::Delete => policy::DELETE,
+        Method::Patch => policy::PATCH,
         Method::Put | Method::Post => match target {
             Target::Mount {
                 route: Some(r),
@@ -105,7 +107,11 @@ fn needed(ctx: &Ctx, req: &Request, target: &Target, sudo: bool) -> ApiResult<u8
                 rest,
                 ..
             } if r.existence && mount.kind == "kv" => {
-                if kv::exists(ctx, mount, rest)? {
+                let exists = match mount.kv_version() {
+                    2 => kv2::exists(ctx, mount, rest)?,
+                    _ => kv::exists(ctx, mount, rest)?,
+                };
+                if exists {
                     policy::UPDATE
                 } else {
                     policy::CREATE
@@ -154,7 +160,12 @@ fn authorize(
         &ns[tns.len()..],
         routes::acl_path(req.method, &req.path)
     );
-    if !acl.allows(&acl_path, need) {
+    // A read of the UI mount list needs only a valid token: the handler shows the mounts
+    // the token's policies reach anything under (the reference's CLI asks it before every
+    // `kv` command, for tokens whose policies name only `secret/data/...`).
+    let filtered =
+        req.method == Method::Get && matches!(target, Target::Sys(r) if r.handler == Sys::UiMounts);
+    if !filtered && !acl.allows(&acl_path, need) {
         return Err(ApiError::PermissionDenied);
     }
     if e.num_uses > 0 {
@@ -274,6 +285,7 @@ pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
             }
             match r.handler {
                 Endpoint::Kv => kv::handle(ctx, req, &mount, &rest),
+                Endpoint::Kv2 => kv2::handle(ctx, req, &mount, &rest),
                 Endpoint::LdapConfig
                 | Endpoint::LdapGroups
                 | Endpoint::LdapUsers
@@ -434,10 +446,22 @@ mod table_tests {
                 no_sudo: String::new(),
                 other: String::new(),
             };
-            let all = r#"path "*" { capabilities = ["create", "read", "update", "delete", "list", "sudo"] }"#;
-            let no_sudo =
-                r#"path "*" { capabilities = ["create", "read", "update", "delete", "list"] }"#;
+            let all = r#"path "*" { capabilities = ["create", "read", "update", "delete", "list", "patch", "sudo"] }"#;
+            let no_sudo = r#"path "*" { capabilities = ["create", "read", "update", "delete", "list", "patch"] }"#;
             let nothing = r#"path "elsewhere/*" { capabilities = ["read"] }"#;
+            // Every mount type's routes are called under the mount the examples name.
+            for e in routes::examples() {
+                if let Some((false, kind, at)) = e.mount {
+                    let p = format!("sys/mounts/{}", at.trim_end_matches('/'));
+                    w.call(
+                        Some(ROOT),
+                        None,
+                        Method::Put,
+                        &p,
+                        Some(json!({ "type": kind })),
+                    );
+                }
+            }
             for (ns, name, p) in [
                 (None, "nothing", nothing),
                 (None, "no-sudo", no_sudo),
@@ -509,12 +533,13 @@ mod table_tests {
             .collect()
     }
 
-    const METHODS: [Method; 5] = [
+    const METHODS: [Method; 6] = [
         Method::Get,
         Method::List,
         Method::Put,
         Method::Post,
         Method::Delete,
+        Method::Patch,
     ];
 
     fn needs_token(class: Class) -> bool {

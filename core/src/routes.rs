@@ -117,8 +117,10 @@ pub enum Endpoint {
     LdapUsers,
     /// `login/<username>`.
     LdapLogin,
-    /// Any path of a KV mount.
+    /// Any path of a KV (version 1) mount.
     Kv,
+    /// Any path of a KV version 2 mount (`config`, `data/`, `metadata/`, ...).
+    Kv2,
 }
 
 /// One declared route.
@@ -340,6 +342,8 @@ pub static SYS: &[Route<Sys>] = &[
     r("sys/key-status", Token, Root, Required, Sys::KeyStatus),
     r("sys/remount", Sudo, Ns, Required, Sys::Remount),
     r("sys/remount/status/+", Token, Ns, Required, Sys::Remount),
+    // A read needs a valid token but no capability on this path: the handler shows only
+    // the mounts the token's policies reach (as the reference, for the CLI's KV probe).
     r(
         "sys/internal/ui/mounts/*",
         Token,
@@ -380,6 +384,32 @@ pub static KV: &[Route<Endpoint>] = &[Route {
     existence: true,
 }];
 
+/// A route of a KV version 2 mount; `existence` for the paths whose writes create a key.
+const fn kv2(pattern: &'static str, existence: bool) -> Route<Endpoint> {
+    Route {
+        pattern,
+        class: Token,
+        scope: Ns,
+        audit: Required,
+        handler: Endpoint::Kv2,
+        existence,
+    }
+}
+
+/// A KV version 2 mount, relative to the mount. Policies name these API paths
+/// (`secret/data/foo`, `secret/metadata/foo`), as in Vault.
+pub static KV2: &[Route<Endpoint>] = &[
+    kv2("config", false),
+    kv2("data/*", true),
+    kv2("metadata/*", true),
+    kv2("delete/*", false),
+    kv2("undelete/*", false),
+    kv2("destroy/*", false),
+    kv2("subkeys/*", false),
+    // The mount's root and paths outside the API: a 404 with a warning naming the API.
+    kv2("*", false),
+];
+
 /// The LDAP auth method, relative to its mount (`auth/<mount>/`).
 pub static LDAP: &[Route<Endpoint>] = &[
     r("config", Token, Ns, Required, Endpoint::LdapConfig),
@@ -391,8 +421,14 @@ pub static LDAP: &[Route<Endpoint>] = &[
 ];
 
 /// The mount types this build serves, each with its route table: (auth method?, type, table).
-pub fn mount_tables() -> [(bool, &'static str, &'static [Route<Endpoint>]); 2] {
-    [(true, "ldap", LDAP), (false, "kv", KV)]
+/// A KV version 2 mount is listed as the type `kv-v2` (the type it is enabled with; it is
+/// stored as `kv` with `options.version` 2: see [`crate::mounts::MountEntry::engine`]).
+pub fn mount_tables() -> [(bool, &'static str, &'static [Route<Endpoint>]); 3] {
+    [
+        (true, "ldap", LDAP),
+        (false, "kv", KV),
+        (false, "kv-v2", KV2),
+    ]
 }
 
 /// The route table of a mount's type; `None` for a type this build does not serve.

@@ -26,6 +26,29 @@ pub fn rfc3339(ms: Millis) -> String {
     )
 }
 
+/// [`rfc3339`] with nine fractional digits, as the reference shows KV v2 times, e.g.
+/// `2026-11-23T10:00:00.123000000Z`.
+pub fn rfc3339_nanos(ms: Millis) -> String {
+    let s = rfc3339(ms);
+    match s.strip_suffix('Z') {
+        Some(head) => format!("{head}000000Z"),
+        None => s,
+    }
+}
+
+/// Formats seconds as a Go duration string (`0s`, `45s`, `30m0s`, `1h0m0s`), the form the
+/// reference answers durations such as `delete_version_after` in.
+pub fn go_duration(secs: u64) -> String {
+    let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
+    if h > 0 {
+        format!("{h}h{m}m{s}s")
+    } else if m > 0 {
+        format!("{m}m{s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
 /// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -119,6 +142,16 @@ pub fn duration_value(v: &serde_json::Value) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_nanos_and_go_durations() {
+        assert_eq!(rfc3339_nanos(1_234), "1970-01-01T00:00:01.234000000Z");
+        assert_eq!(go_duration(0), "0s");
+        assert_eq!(go_duration(45), "45s");
+        assert_eq!(go_duration(1800), "30m0s");
+        assert_eq!(go_duration(3600), "1h0m0s");
+        assert_eq!(go_duration(90_061), "25h1m1s");
+    }
 
     #[test]
     fn formats_known_instants() {

@@ -140,6 +140,53 @@ def kv_v1_write_read_list_delete():
         pass
 
 
+@check
+def kv_v2_versions_patch_delete_undelete_destroy_metadata():
+    c = client()
+    c.sys.enable_secrets_engine("kv", path="hvac-kv2", options={"version": "2"})
+    kv = c.secrets.kv.v2
+    m = "hvac-kv2"
+    r = kv.create_or_update_secret(path="app", secret={"user": "alice"}, mount_point=m)
+    eq(r["data"]["version"], 1, "create_or_update_secret version")
+    kv.create_or_update_secret(path="app", secret={"user": "bob"}, cas=1, mount_point=m)
+    try:
+        kv.create_or_update_secret(path="app", secret={"user": "eve"}, cas=1, mount_point=m)
+        raise AssertionError("a stale check-and-set was accepted")
+    except exceptions.InvalidRequest:
+        pass
+    got = kv.read_secret_version(path="app", mount_point=m, raise_on_deleted_version=True)
+    eq(got["data"]["data"], {"user": "bob"}, "read_secret_version latest")
+    got = kv.read_secret_version(path="app", version=1, mount_point=m, raise_on_deleted_version=True)
+    eq(got["data"]["data"], {"user": "alice"}, "read_secret_version 1")
+    r = kv.patch(path="app", secret={"team": "ops"}, mount_point=m)
+    eq(r["data"]["version"], 3, "patch version")
+    got = kv.read_secret_version(path="app", mount_point=m, raise_on_deleted_version=True)
+    eq(got["data"]["data"], {"user": "bob", "team": "ops"}, "patched data")
+    kv.delete_latest_version_of_secret(path="app", mount_point=m)
+    try:
+        kv.read_secret_version(path="app", mount_point=m, raise_on_deleted_version=True)
+        raise AssertionError("deleted version still readable")
+    except exceptions.InvalidPath:
+        pass
+    kv.undelete_secret_versions(path="app", versions=[3], mount_point=m)
+    kv.destroy_secret_versions(path="app", versions=[1], mount_point=m)
+    meta = kv.read_secret_metadata(path="app", mount_point=m)["data"]
+    eq(meta["current_version"], 3, "metadata current_version")
+    eq(meta["versions"]["1"]["destroyed"], True, "metadata destroyed version")
+    eq(meta["versions"]["3"]["deletion_time"], "", "metadata undeleted version")
+    kv.update_metadata(path="app", max_versions=2, custom_metadata={"owner": "me"}, mount_point=m)
+    meta = kv.read_secret_metadata(path="app", mount_point=m)["data"]
+    eq((meta["max_versions"], meta["custom_metadata"]), (2, {"owner": "me"}), "update_metadata")
+    kv.create_or_update_secret(path="dir/x", secret={"a": 1}, mount_point=m)
+    eq(sorted(kv.list_secrets(path="", mount_point=m)["data"]["keys"]), ["app", "dir/"], "list_secrets")
+    kv.delete_metadata_and_all_versions(path="app", mount_point=m)
+    try:
+        kv.read_secret_metadata(path="app", mount_point=m)
+        raise AssertionError("deleted metadata still readable")
+    except exceptions.InvalidPath:
+        pass
+
+
 # --- response wrapping -----------------------------------------------------------------
 
 

@@ -468,8 +468,12 @@ fn secrets_and_auth_enable_list_disable() {
     u.ok(&["write", "team-kv/x", "a=b"]);
     let j = u.ok(&["secrets", "list", "-format=json"]).json();
     assert_eq!(j["team-kv/"]["type"], Value::String("kv".into()));
-    let o = u.run(&["secrets", "enable", "-version=2", "-path=v2", "kv"]);
+    u.ok(&["secrets", "enable", "-version=2", "-path=v2", "kv"]);
+    let j = u.ok(&["secrets", "list", "-format=json"]).json();
+    assert_eq!(j["v2/"]["options"]["version"], Value::String("2".into()));
+    let o = u.run(&["secrets", "enable", "-version=3", "-path=v3", "kv"]);
     assert_eq!(o.code, 2, "{o:?}");
+    u.ok(&["secrets", "disable", "v2"]);
     let o = u.ok(&["secrets", "disable", "team-kv"]);
     assert!(o
         .stdout

@@ -215,6 +215,13 @@ impl Script {
     fn put(&mut self, label: &str, path: &str, body: Value) -> &mut Step {
         self.add(label, "PUT", path).body(body)
     }
+    /// A JSON merge patch, with the content type the reference's CLI sends.
+    fn patch(&mut self, label: &str, path: &str, body: Value) -> &mut Step {
+        let step = self.add(label, "PATCH", path).body(body);
+        step.headers
+            .push(("Content-Type", "application/merge-patch+json".to_string()));
+        step
+    }
 }
 
 impl Step {
@@ -452,6 +459,7 @@ path "auth/token/create-orphan" { capabilities = ["create", "update"] }"#;
         "sys/mounts/kv-tmp",
         json!({"type": "kv", "options": {"version": "1"}}),
     );
+    s.post("mount kv-up", "sys/mounts/kv-up", json!({"type": "kv"}));
     s.get("read mount kv1", "sys/mounts/kv1");
     s.get("mounts after mount", "sys/mounts");
     s.get("tune kv1 read", "sys/mounts/kv1/tune");
@@ -909,6 +917,216 @@ path "auth/token/create-orphan" { capabilities = ["create", "update"] }"#;
     s.get("kv1 read deleted", "kv1/foo");
     s.delete("kv1 delete missing", "kv1/foo");
     s.get("secret kv2 read missing", "secret/data/nothing");
+
+    // --- KV version 2 at kvv2/ (enabled as kv-v2) and kvv2b/ (kv with options.version 2).
+    s.post(
+        "kv2 mount kv-v2",
+        "sys/mounts/kvv2",
+        json!({"type": "kv-v2"}),
+    );
+    s.post(
+        "kv2 mount options version 2",
+        "sys/mounts/kvv2b",
+        json!({"type": "kv", "options": {"version": "2"}}),
+    );
+    s.post(
+        "kv2 mount version 3",
+        "sys/mounts/kvv3",
+        json!({"type": "kv", "options": {"version": "3"}}),
+    );
+    s.get("kv2 read mount", "sys/mounts/kvv2");
+    s.get("kv2 read mount b", "sys/mounts/kvv2b");
+    s.get("kv2 tune read", "sys/mounts/kvv2/tune");
+    s.get("kv2 ui mount", "sys/internal/ui/mounts/kvv2/foo");
+    s.get("kv2 config read", "kvv2/config");
+    s.post(
+        "kv2 config write",
+        "kvv2b/config",
+        json!({"max_versions": 3, "cas_required": true, "delete_version_after": "2h"}),
+    );
+    s.get("kv2 config read after", "kvv2b/config");
+    s.put(
+        "kv2 put b without cas",
+        "kvv2b/data/c",
+        json!({"data": {"a": 1}}),
+    );
+    s.put(
+        "kv2 put b with cas",
+        "kvv2b/data/c",
+        json!({"data": {"a": 1}, "options": {"cas": 0}}),
+    );
+    s.put(
+        "kv2 put",
+        "kvv2/data/foo",
+        json!({"data": {"a": "b", "n": {"x": 1}}}),
+    );
+    s.put(
+        "kv2 put cas mismatch",
+        "kvv2/data/foo",
+        json!({"data": {"a": "c"}, "options": {"cas": 0}}),
+    );
+    s.put(
+        "kv2 put cas match",
+        "kvv2/data/foo",
+        json!({"data": {"a": "c"}, "options": {"cas": 1}}),
+    );
+    s.put(
+        "kv2 put bad cas",
+        "kvv2/data/foo",
+        json!({"data": {"a": "c"}, "options": {"cas": "x"}}),
+    );
+    s.put("kv2 put no data", "kvv2/data/foo", json!({"a": 1}));
+    s.put(
+        "kv2 put data not object",
+        "kvv2/data/foo",
+        json!({"data": "s"}),
+    );
+    s.post(
+        "kv2 post",
+        "kvv2/data/dir/bar",
+        json!({"data": {"q": true}}),
+    );
+    s.get("kv2 read", "kvv2/data/foo");
+    s.get("kv2 read version 1", "kvv2/data/foo?version=1");
+    s.get("kv2 read version missing", "kvv2/data/foo?version=9");
+    s.get("kv2 read missing", "kvv2/data/nothing");
+    s.patch(
+        "kv2 patch",
+        "kvv2/data/foo",
+        json!({"data": {"a": null, "z": "1", "n": {"y": 2}}}),
+    );
+    s.patch(
+        "kv2 patch missing",
+        "kvv2/data/nothing",
+        json!({"data": {"a": 1}}),
+    );
+    s.patch("kv2 patch no data", "kvv2/data/foo", json!({}));
+    s.patch(
+        "kv2 patch cas mismatch",
+        "kvv2/data/foo",
+        json!({"data": {"a": 1}, "options": {"cas": 1}}),
+    );
+    s.get("kv2 read patched", "kvv2/data/foo");
+    s.get("kv2 subkeys", "kvv2/subkeys/foo");
+    s.get("kv2 subkeys depth", "kvv2/subkeys/foo?depth=1");
+    s.get("kv2 subkeys missing", "kvv2/subkeys/nothing");
+    s.get("kv2 metadata read", "kvv2/metadata/foo");
+    s.get("kv2 metadata read missing", "kvv2/metadata/nothing");
+    s.post(
+        "kv2 metadata write",
+        "kvv2/metadata/foo",
+        json!({"max_versions": 2, "custom_metadata": {"owner": "me"}, "delete_version_after": "1h"}),
+    );
+    s.patch(
+        "kv2 metadata patch",
+        "kvv2/metadata/foo",
+        json!({"custom_metadata": {"k": "v"}}),
+    );
+    s.patch(
+        "kv2 metadata patch missing",
+        "kvv2/metadata/nothing",
+        json!({"max_versions": 1}),
+    );
+    s.post(
+        "kv2 metadata create",
+        "kvv2/metadata/newkey",
+        json!({"max_versions": 3}),
+    );
+    s.get("kv2 metadata read new", "kvv2/metadata/newkey");
+    s.get("kv2 read metadata-only key", "kvv2/data/newkey");
+    s.put("kv2 put trims", "kvv2/data/foo", json!({"data": {"t": 1}}));
+    s.get("kv2 metadata read trimmed", "kvv2/metadata/foo");
+    s.list("kv2 metadata list", "kvv2/metadata");
+    s.list("kv2 metadata list dir", "kvv2/metadata/dir");
+    s.list("kv2 metadata list missing", "kvv2/metadata/nothing");
+    s.delete("kv2 delete latest", "kvv2/data/foo");
+    s.get("kv2 read deleted", "kvv2/data/foo");
+    s.get("kv2 subkeys deleted", "kvv2/subkeys/foo");
+    s.patch(
+        "kv2 patch deleted",
+        "kvv2/data/foo",
+        json!({"data": {"a": 1}}),
+    );
+    s.post(
+        "kv2 undelete",
+        "kvv2/undelete/foo",
+        json!({"versions": [4]}),
+    );
+    s.post("kv2 undelete no versions", "kvv2/undelete/foo", json!({}));
+    s.post(
+        "kv2 delete versions",
+        "kvv2/delete/foo",
+        json!({"versions": [3, 7]}),
+    );
+    s.post(
+        "kv2 delete no versions",
+        "kvv2/delete/foo",
+        json!({"versions": []}),
+    );
+    s.post(
+        "kv2 delete missing key",
+        "kvv2/delete/nothing",
+        json!({"versions": [1]}),
+    );
+    s.put("kv2 destroy", "kvv2/destroy/foo", json!({"versions": [3]}));
+    s.get("kv2 read destroyed", "kvv2/data/foo?version=3");
+    s.post(
+        "kv2 destroy missing key",
+        "kvv2/destroy/nothing",
+        json!({"versions": [1]}),
+    );
+    s.get("kv2 read mount root", "kvv2/");
+    s.get("kv2 read invalid path", "kvv2/other/x");
+    s.put("kv2 put empty key", "kvv2/data/", json!({"data": {"a": 1}}));
+    s.delete("kv2 metadata delete", "kvv2/metadata/foo");
+    s.get("kv2 metadata read deleted", "kvv2/metadata/foo");
+    s.delete("kv2 metadata delete again", "kvv2/metadata/foo");
+    s.put(
+        "kv2 policy write",
+        "sys/policies/acl/kv2writer",
+        json!({"policy": "path \"kvv2/data/*\" { capabilities = [\"create\", \"read\"] }\npath \"kvv2/metadata/*\" { capabilities = [\"list\"] }"}),
+    );
+    s.post(
+        "kv2 token create",
+        "auth/token/create",
+        json!({"policies": ["kv2writer"], "ttl": "1h"}),
+    )
+    .cap("tok_kv2", "/auth/client_token");
+    s.put(
+        "kv2 create as writer",
+        "kvv2/data/w",
+        json!({"data": {"a": 1}}),
+    )
+    .as_("tok_kv2");
+    s.put(
+        "kv2 update as writer",
+        "kvv2/data/w",
+        json!({"data": {"a": 2}}),
+    )
+    .as_("tok_kv2");
+    s.get("kv2 read as writer", "kvv2/data/w").as_("tok_kv2");
+    s.patch(
+        "kv2 patch as writer",
+        "kvv2/data/w",
+        json!({"data": {"a": 3}}),
+    )
+    .as_("tok_kv2");
+    s.list("kv2 list as writer", "kvv2/metadata").as_("tok_kv2");
+    s.get("kv2 metadata as writer", "kvv2/metadata/w")
+        .as_("tok_kv2");
+    s.put("kv1 upgrade write", "kv-up/old", json!({"x": 1}));
+    s.post(
+        "kv1 upgrade tune",
+        "sys/mounts/kv-up/tune",
+        json!({"options": {"version": "2"}}),
+    );
+    s.get("kv1 upgrade tune read", "sys/mounts/kv-up/tune");
+    s.get("kv1 upgrade read", "kv-up/data/old");
+    s.post(
+        "kv1 upgrade downgrade",
+        "sys/mounts/kv-up/tune",
+        json!({"options": {"version": "1"}}),
+    );
 
     // --- wrapping.
     s.post("wrap data", "sys/wrapping/wrap", json!({"a": "b", "n": 2}))

@@ -1,6 +1,7 @@
 //! The unmodified Python client hvac (installed from PyPI into a virtualenv by
 //! `scripts/hvac-venv.sh`) drives a real dev server through `tests/hvac/test_hvac.py`:
-//! health and init status, tokens, KV v1, wrapping, enabling and configuring the LDAP auth
+//! health and init status, tokens, KV v1, KV v2 (versions, check-and-set, patch, delete,
+//! undelete, destroy, metadata), wrapping, enabling and configuring the LDAP auth
 //! method, its group and user mappings, and a real login against the dev slapd
 //! (`scripts/dev-ldap.sh`).
 
@@ -66,6 +67,7 @@ fn unmodified_hvac_drives_cairn() {
         "health_and_init_status",
         "token_lookup_create_renew_revoke",
         "kv_v1_write_read_list_delete",
+        "kv_v2_versions_patch_delete_undelete_destroy_metadata",
         "wrap_and_unwrap",
         "ldap_enable_configure_read_configuration",
         "ldap_group_and_user_mappings",

@@ -26,6 +26,26 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
         "mount team",
     );
     ok(204, p.put("secret/before", json!({"v": "1"})), "write");
+    // KV version 2 mounts (one of them filtered from perf-2): their keys' metadata and
+    // versions live under the mount's prefix and replicate as version 1 keys do.
+    ok(
+        204,
+        p.post("sys/mounts/ver", json!({"type": "kv-v2"})),
+        "mount ver",
+    );
+    ok(
+        204,
+        p.post(
+            "sys/mounts/teamv2",
+            json!({"type": "kv", "options": {"version": "2"}}),
+        ),
+        "mount teamv2",
+    );
+    ok(
+        200,
+        p.put("ver/data/before", json!({"data": {"v": "1"}})),
+        "v2 write",
+    );
     ok(204, p.put("team/before", json!({"v": "1"})), "write");
 
     // Disabled shape, and the combined status.
@@ -54,7 +74,7 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
         204,
         p.post(
             "sys/replication/performance/primary/paths-filter/perf-2",
-            json!({"mode": "deny", "paths": ["team/"]}),
+            json!({"mode": "deny", "paths": ["team/", "teamv2/"]}),
         ),
         "paths filter",
     );
@@ -70,7 +90,45 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
             "write",
         );
         ok(204, p.put(&format!("team/k{i}"), json!({"v": i})), "write");
+        if i % 4 == 0 {
+            for m in ["ver", "teamv2"] {
+                ok(
+                    200,
+                    p.put(&format!("{m}/data/k{i}"), json!({"data": {"v": i}})),
+                    "v2 write",
+                );
+            }
+        }
     }
+    // A second version, a patch, metadata and a soft delete of the first version.
+    ok(
+        200,
+        p.put(
+            "ver/data/k4",
+            json!({"data": {"v": 40}, "options": {"cas": 1}}),
+        ),
+        "v2 cas write",
+    );
+    let r = p.call_as(
+        Some(&p.root_token),
+        "PATCH",
+        "ver/data/k4",
+        Some(json!({"data": {"w": 41}})),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    ok(
+        204,
+        p.post(
+            "ver/metadata/k4",
+            json!({"custom_metadata": {"owner": "ops"}}),
+        ),
+        "v2 metadata",
+    );
+    ok(
+        204,
+        p.post("ver/delete/k4", json!({"versions": [1]})),
+        "v2 delete",
+    );
     wait_caught_up("perf-1 to catch up", 30, &p, &s1, "performance", "perf-1");
     wait_caught_up("perf-2 to catch up", 30, &p, &s2, "performance", "perf-2");
     wait_caught_up("dr-1 to catch up", 30, &p, &d, "dr", "dr-1");
@@ -98,13 +156,19 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
         p.get("sys/replication/performance/primary/dynamic-filter/perf-2"),
         "dynamic filter",
     );
-    assert_eq!(dyn_f["data"]["dynamic_filtered_mounts"], json!(["team/"]));
+    assert_eq!(
+        dyn_f["data"]["dynamic_filtered_mounts"],
+        json!(["team/", "teamv2/"])
+    );
     let pf = ok(
         200,
         p.get("sys/replication/performance/primary/paths-filter/perf-2"),
         "read filter",
     );
-    assert_eq!(pf["data"], json!({"mode": "deny", "paths": ["team/"]}));
+    assert_eq!(
+        pf["data"],
+        json!({"mode": "deny", "paths": ["team/", "teamv2/"]})
+    );
 
     // Heartbeats on both sides.
     let ps = status(&p, "performance");
@@ -134,6 +198,45 @@ fn perf_and_dr_secondaries_replicate_with_filter_and_revoke() {
     });
     let (code, body) = get_with_index(&s1, &s1_token, "secret/raw", "not-a-state");
     assert_eq!(code, 400, "{body}");
+
+    // KV version 2 on the secondaries: every version, the metadata and the soft delete
+    // arrived; the filtered mount's keys did not reach perf-2; a secondary refuses writes.
+    let r = s1.call_as(Some(&s1_token), "GET", "ver/data/k4", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["data"]["data"], json!({"v": 40, "w": 41}));
+    assert_eq!(r.body["data"]["metadata"]["version"], 3);
+    assert_eq!(
+        r.body["data"]["metadata"]["custom_metadata"],
+        json!({"owner": "ops"})
+    );
+    let r = s1.call_as(Some(&s1_token), "GET", "ver/data/k4?version=1", None);
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert_ne!(
+        r.body["data"]["metadata"]["deletion_time"], "",
+        "{}",
+        r.body
+    );
+    let r = s1.call_as(Some(&s1_token), "GET", "teamv2/data/k8", None);
+    assert_eq!(r.body["data"]["data"], json!({"v": 8}), "{}", r.body);
+    let r = s1.call_as(Some(&s1_token), "GET", "ver/data/before", None);
+    assert_eq!(r.body["data"]["data"], json!({"v": "1"}), "{}", r.body);
+    let s2_token = generate_root(&s2, &p.unseal_keys);
+    let r = s2.call_as(Some(&s2_token), "GET", "ver/data/k8", None);
+    assert_eq!(r.body["data"]["data"], json!({"v": 8}), "{}", r.body);
+    let r = s2.call_as(Some(&s2_token), "GET", "teamv2/data/k8", None);
+    assert_eq!(
+        r.status, 404,
+        "a filtered v2 key reached perf-2: {}",
+        r.body
+    );
+    let r = s1.call_as(
+        Some(&s1_token),
+        "PUT",
+        "ver/data/k4",
+        Some(json!({"data": {"v": 0}})),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.errors().contains("read-only"), "{}", r.errors());
 
     // The DR secondary refuses client requests with a clear error.
     let r = d.call_as(Some(&p.root_token), "GET", "secret/k1", None);

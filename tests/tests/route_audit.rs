@@ -70,7 +70,7 @@ const DR_PROTECTED: &[&str] = &[
     "sys/replication/dr/secondary/merkle-check",
 ];
 
-const METHODS: [&str; 5] = ["GET", "LIST", "PUT", "POST", "DELETE"];
+const METHODS: [&str; 6] = ["GET", "LIST", "PUT", "POST", "DELETE", "PATCH"];
 
 const ROOT: &str = "root-e2e";
 

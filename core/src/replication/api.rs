@@ -658,7 +658,7 @@ fn paths_filter(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, id: &str) -> 
             ctx.put_json(&record_key(Mode::Performance, &rec.id), &rec)?;
             Ok(Reply::Empty)
         }
-        Method::List => Err(ApiError::MethodNotAllowed),
+        Method::List | Method::Patch => Err(ApiError::MethodNotAllowed),
     }
 }
 

@@ -235,7 +235,7 @@ pub struct EnableArgs {
     /// Do not replicate this mount.
     #[arg(long)]
     pub local: bool,
-    /// KV version (only 1 is supported).
+    /// KV version (1 or 2).
     #[arg(long)]
     pub version: Option<String>,
     /// Mount option k=v (repeatable).

@@ -258,6 +258,7 @@ fn method_name(m: Method) -> &'static str {
         Method::Put => "PUT",
         Method::Post => "POST",
         Method::Delete => "DELETE",
+        Method::Patch => "PATCH",
     }
 }
 

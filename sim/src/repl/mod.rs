@@ -228,6 +228,8 @@ pub struct ReplWorld {
     last_conv_check: u64,
     secs: Vec<Sec>,
     mounted: bool,
+    /// The KV version 2 mount `versioned/` is enabled on the primary.
+    v2_mounted: bool,
     perf_enabled: bool,
     dr_enabled: bool,
     next_key: u64,
@@ -379,6 +381,7 @@ impl ReplWorld {
             last_conv_check: 0,
             secs,
             mounted: false,
+            v2_mounted: false,
             perf_enabled: false,
             dr_enabled: false,
             next_key: 0,

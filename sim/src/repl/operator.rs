@@ -9,6 +9,11 @@ use super::*;
 pub(super) enum Op {
     Unseal(HostId),
     Mount,
+    /// Enabling the KV version 2 mount `versioned/`.
+    MountV2,
+    /// A KV version 2 request on `versioned/` (a write, patch, soft delete or metadata
+    /// write): its data is replicated like any other and checked by convergence.
+    KvV2,
     EnablePrimary(Mode),
     SecToken(usize),
     Filter(usize),
@@ -273,6 +278,12 @@ impl ReplWorld {
                 .with_json(json!({"type": "kv"}));
             return Some((self.primary, Op::Mount, req));
         }
+        if !self.v2_mounted {
+            let req = Request::new(id, Method::Post, "sys/mounts/versioned")
+                .with_token(&r0)
+                .with_json(json!({"type": "kv-v2"}));
+            return Some((self.primary, Op::MountV2, req));
+        }
         let need_dr = self.secs.iter().any(|s| s.mode == Mode::Dr);
         for (mode, done) in [
             (Mode::Performance, self.perf_enabled),
@@ -404,6 +415,22 @@ impl ReplWorld {
             .weighted(&[35, 15, 8, 5, 4, 6, 15, 2, 1, 10, 3, 2, 2]);
         let existing = |r: &mut SimRng, next: u64| if next == 0 { 0 } else { r.below(next) };
         match pick {
+            0 if self.v2_mounted && self.oprng.chance(250) => {
+                let key = format!("versioned/data/v-{}", self.oprng.below(8));
+                let v = self.oprng.below(1_000);
+                let (m, path, body) = match self.oprng.below(4) {
+                    0 => (Method::Patch, key, json!({"data": {"p": v}})),
+                    1 => (Method::Delete, key, Value::Null),
+                    2 => (
+                        Method::Post,
+                        key.replacen("/data/", "/metadata/", 1),
+                        json!({"max_versions": 1 + v % 4, "custom_metadata": {"v": v.to_string()}}),
+                    ),
+                    _ => (Method::Put, key, json!({"data": {"v": v}})),
+                };
+                let req = Request::new(id, m, &path).with_token(&r0).with_json(body);
+                Some((self.primary, Op::KvV2, req))
+            }
             0 | 1 => {
                 let other = pick == 1;
                 let fresh = self.next_key == 0 || self.oprng.chance(700);
@@ -668,6 +695,7 @@ impl ReplWorld {
                         Method::Put => "PUT",
                         Method::Post => "POST",
                         Method::Delete => "DELETE",
+                        Method::Patch => "PATCH",
                         _ => "?",
                     },
                     req.path,

@@ -60,6 +60,16 @@ impl ReplWorld {
         match op {
             Op::Unseal(h) => self.on_unsealed(&a, h)?,
             Op::Mount => self.on_mounted(&a)?,
+            Op::MountV2 => {
+                let text = &a.text;
+                if a.ok || text.contains("already") || text.contains("in use") {
+                    self.v2_mounted = true;
+                }
+            }
+            // Its answer may be anything a client can see (a patch of a key with no live
+            // version is a 404, a write on a deposed primary is refused, storage faults are
+            // 5xx); what it wrote is checked by the convergence of the secondaries.
+            Op::KvV2 => {}
             Op::EnablePrimary(m) => self.on_primary_enabled(&a, m)?,
             Op::SecToken(i) => self.on_sec_token(&a, i)?,
             Op::Filter(i) => self.on_filter_set(&a, i)?,

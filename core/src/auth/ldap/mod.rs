@@ -289,7 +289,7 @@ fn mapping(ctx: &mut Ctx, req: &Request, m: &MountEntry, kind: Kind, name: &str)
             ctx.delete(&key);
             Ok(Reply::Empty)
         }
-        (Method::List, _) => Err(ApiError::MethodNotAllowed),
+        (Method::List | Method::Patch, _) => Err(ApiError::MethodNotAllowed),
     }
 }
 
