@@ -19,6 +19,7 @@ pub mod fuzzing;
 pub mod generate_root;
 pub mod ha;
 #[doc(hidden)]
+pub mod identity;
 pub mod isolation;
 pub mod kv;
 pub mod leases;

@@ -262,7 +262,11 @@ pub fn enable_in(
             kind.into()
         },
         description: description.into(),
-        accessor: format!("{}_{}", kind, &uuid[..8]),
+        // As the reference names them: `auth_ldap_1a2b3c4d`, `kv_1a2b3c4d`.
+        accessor: match table {
+            Table::Auth => format!("auth_{}_{}", kind, &uuid[..8]),
+            Table::Secrets => format!("{}_{}", kind, &uuid[..8]),
+        },
         uuid,
         local,
         options,
