@@ -656,8 +656,24 @@ pub fn lookup_view(ctx: &Ctx, e: &TokenEntry, id: Option<&str>) -> ApiResult<Val
     let ip = crate::identity::lookup::policies(ctx, &e.entity_id)?;
     if !ip.is_empty() {
         d["identity_policies"] = json!(ip);
+        // Policies of the entity's groups in other namespaces, by namespace (Cairn's
+        // groups give policies in their own namespace only).
+        d["external_namespace_policies"] = json!({});
     }
     Ok(d)
+}
+
+/// [`auth_block`] with the token's identity policies as they are now (renewals).
+pub fn auth_view(
+    ctx: &Ctx,
+    id: &str,
+    e: &TokenEntry,
+    token_policies: &[String],
+) -> ApiResult<Value> {
+    let mut auth = auth_block(id, e, token_policies);
+    let ip = crate::identity::lookup::policies(ctx, &e.entity_id)?;
+    with_identity_policies(&mut auth, &ip);
+    Ok(auth)
 }
 
 /// Adds a login's identity policies to its `auth` block: `identity_policies`, and
@@ -958,14 +974,14 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
             let mut e = caller.entry.clone();
             let w = renew_capped(ctx, &caller.hash, &mut e, f.duration("increment")?)?;
             let tp = e.policies.clone();
-            Ok(renewed(auth_block(&caller.id, &e, &tp), w))
+            Ok(renewed(auth_view(ctx, &caller.id, &e, &tp)?, w))
         }
         (Method::Post | Method::Put, "renew") => {
             let t = f.req_str("token")?;
             let (h, mut e) = lookup_in(ctx, &t, &ns)?.ok_or_else(|| ApiError::bad("bad token"))?;
             let w = renew_capped(ctx, &h, &mut e, f.duration("increment")?)?;
             let tp = e.policies.clone();
-            Ok(renewed(auth_block(&t, &e, &tp), w))
+            Ok(renewed(auth_view(ctx, &t, &e, &tp)?, w))
         }
         (Method::Post | Method::Put, "renew-accessor") => {
             let a = f.req_str("accessor")?;
@@ -982,7 +998,7 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
             let w = renew_capped(ctx, &h, &mut e, f.duration("increment")?)?;
             let tp = e.policies.clone();
             // The secret id is not shown to a caller who named the token by accessor.
-            Ok(renewed(auth_block("", &e, &tp), w))
+            Ok(renewed(auth_view(ctx, "", &e, &tp)?, w))
         }
         (Method::Post | Method::Put, "revoke-self") => {
             revoke_tree(ctx, &caller.hash)?;

@@ -86,6 +86,23 @@ pub fn resolve(
     })
 }
 
+/// Refreshes the external groups of entity `entity_id` from `groups` (a renewal's fresh
+/// look-up of the directory); nothing happens when the entity is gone.
+pub fn refresh(
+    ctx: &mut Ctx,
+    local: bool,
+    mount: &MountEntry,
+    entity_id: &str,
+    groups: &[String],
+) -> ApiResult<()> {
+    if entity::load(ctx, entity_id)?.is_none() {
+        return Ok(());
+    }
+    let base = if local { LOCAL } else { REPLICATED };
+    let ns_id = namespace_id(ctx, &mount.namespace)?;
+    refresh_external(ctx, base, &mount.accessor, &ns_id, entity_id, groups)
+}
+
 /// Makes the entity a member of exactly the external groups whose alias on `accessor` names
 /// one of `groups`, among the external groups aliased on that mount; writes only changes.
 fn refresh_external(

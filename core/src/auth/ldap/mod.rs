@@ -419,7 +419,7 @@ pub fn on_reply(ctx: &mut Ctx, st: &mut LdapIo<'_>, r: LdapReply) -> Option<Fini
         ))
     });
     let result = match waiting.renew {
-        Some(renewal) => renew::finish(ctx, &login, outcome, renewal),
+        Some(renewal) => renew::finish(ctx, st.identity_local, &login, outcome, renewal),
         None => login_done(ctx, st, &login, outcome, waiting.lock_stored),
     };
     let refused = match &result {
@@ -630,12 +630,6 @@ fn finish_login(
     );
     let mut auth = token::auth_block(&id, &entry, &policies);
     token::with_identity_policies(&mut auth, &ident.policies);
-    auth["alias"] = json!({
-        "name": found.alias,
-        "mount_accessor": m.accessor,
-        "mount_type": m.kind,
-        "metadata": { "name": login.username },
-    });
     let warnings = if found.warnings.is_empty() {
         Value::Null
     } else {

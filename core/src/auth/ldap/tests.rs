@@ -259,7 +259,19 @@ fn authenticated_search_login_with_group_objects() {
     assert_eq!(policies(&r), vec!["default", "eng", "ops", "shared"]);
     assert_eq!(b["auth"]["token_policies"], b["auth"]["policies"]);
     assert_eq!(b["auth"]["metadata"]["username"], "alice");
-    assert_eq!(b["auth"]["alias"]["name"], "alice");
+    // The alias is the identity store's: the entity of (mount, "alice").
+    let acc = accessor(&mut w);
+    let e = w.admin(
+        Method::Post,
+        "identity/lookup/entity",
+        json!({"alias_name": "alice", "alias_mount_accessor": acc}),
+    );
+    assert_eq!(
+        e.body.as_ref().unwrap()["data"]["id"],
+        b["auth"]["entity_id"],
+        "{:?}",
+        e.body
+    );
     assert!(b["auth"]["client_token"].as_str().unwrap().len() > 10);
     assert!(!b["auth"]["accessor"].as_str().unwrap().is_empty());
     assert_eq!(b["auth"]["renewable"], true);
