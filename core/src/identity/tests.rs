@@ -507,3 +507,88 @@ fn auth_mount_accessors_have_the_reference_shape() {
     assert!(acc.starts_with("auth_ldap_"), "{acc}");
     assert_eq!(acc.len(), "auth_ldap_".len() + 8);
 }
+
+/// A login on a performance secondary (`local`): the entity, its alias and its external
+/// group memberships go to the cluster-local base, read back merged with the replicated one.
+#[test]
+fn a_perf_secondary_login_writes_the_local_base_and_reads_both() {
+    use super::group::{Group, GroupAlias};
+    use super::{login, put, put_id, LOCAL, REPLICATED};
+    use crate::ctx::Ctx;
+    use crate::seal::Barrier;
+    use crate::storage::{MemStorage, Txn};
+    use rand_chacha::ChaCha20Rng;
+    use rand_core::SeedableRng;
+
+    let storage = MemStorage::new();
+    let mut barrier = Barrier::default();
+    barrier.unseal_with([7; 32]);
+    let mut rng = ChaCha20Rng::seed_from_u64(9);
+    let mut ctx = Ctx {
+        txn: Txn::new(&storage),
+        barrier: &barrier,
+        rng: &mut rng,
+        now: 5_000,
+    };
+    let mount = crate::mounts::MountEntry {
+        path: "ldap/".into(),
+        kind: "ldap".into(),
+        uuid: "u1".into(),
+        accessor: "auth_ldap_0000abcd".into(),
+        description: String::new(),
+        local: false,
+        options: serde_json::Map::new(),
+        default_lease_ttl: 0,
+        max_lease_ttl: 0,
+        namespace: String::new(),
+    };
+    // Replicated from the primary: an external group aliased to the directory group `devs`.
+    let g = Group {
+        id: "g1".into(),
+        name: "devs-ext".into(),
+        namespace_id: "root".into(),
+        kind: "external".into(),
+        policies: vec!["dev-p".into()],
+        alias_id: Some("ga1".into()),
+        ..Default::default()
+    };
+    let ga = GroupAlias {
+        id: "ga1".into(),
+        name: "devs".into(),
+        canonical_id: "g1".into(),
+        mount_accessor: mount.accessor.clone(),
+        namespace_id: "root".into(),
+        ..Default::default()
+    };
+    put(&mut ctx, REPLICATED, "group/g1", &g).unwrap();
+    put(&mut ctx, REPLICATED, "group-alias/ga1", &ga).unwrap();
+    put_id(
+        &mut ctx,
+        REPLICATED,
+        "group-alias-key/auth_ldap_0000abcd/devs",
+        "ga1",
+    )
+    .unwrap();
+    let before = ctx.keys(REPLICATED).unwrap();
+
+    let first = login::resolve(&mut ctx, true, &mount, "alice", &["DEVS".to_string()]).unwrap();
+    assert_eq!(first.policies, ["dev-p"]);
+    assert!(!first.disabled);
+    // Nothing new in the replicated base; entity, name, alias, its indexes, membership local.
+    assert_eq!(ctx.keys(REPLICATED).unwrap(), before);
+    let local = ctx.keys(LOCAL).unwrap();
+    assert_eq!(local.len(), 6, "{local:?}");
+    assert!(local.contains(&format!("{LOCAL}member/{}/g1", first.entity_id)));
+    let alias = super::entity::alias_by_key(&ctx, &mount.accessor, "alice")
+        .unwrap()
+        .unwrap();
+    assert!(alias.local);
+    // The next login finds the same entity; leaving the directory group leaves the group.
+    let again = login::resolve(&mut ctx, true, &mount, "alice", &[]).unwrap();
+    assert_eq!(again.entity_id, first.entity_id);
+    assert!(again.policies.is_empty());
+    assert!(!ctx
+        .keys(LOCAL)
+        .unwrap()
+        .contains(&format!("{LOCAL}member/{}/g1", first.entity_id)));
+}
