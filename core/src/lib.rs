@@ -20,6 +20,7 @@ pub mod generate_root;
 pub mod ha;
 pub mod help;
 #[doc(hidden)]
+pub mod identity;
 pub mod isolation;
 pub mod kv;
 pub mod kv2;

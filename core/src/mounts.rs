@@ -277,7 +277,11 @@ pub fn enable_in(
     let (kind, options) = kv_options(kind, options)?;
     let entry = MountEntry {
         path,
-        accessor: format!("{}_{}", kind, &uuid[..8]),
+        // As the reference names them: `auth_ldap_1a2b3c4d`, `kv_1a2b3c4d`.
+        accessor: match table {
+            Table::Auth => format!("auth_{}_{}", kind, &uuid[..8]),
+            Table::Secrets => format!("{}_{}", kind, &uuid[..8]),
+        },
         kind,
         description: description.into(),
         uuid,

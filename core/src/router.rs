@@ -27,6 +27,8 @@ enum Target {
     Sys(&'static Route<Sys>),
     /// `auth/token/<rest>`.
     Token(Option<&'static Route<Endpoint>>, String),
+    /// `identity/<rest>`.
+    Identity(Option<&'static Route<Endpoint>>, String),
     /// A path inside a mount; `route` is `None` when the mount's type declares no route
     /// for `rest`.
     Mount {
@@ -42,7 +44,7 @@ impl Target {
     fn class(&self) -> Class {
         match self {
             Target::Sys(r) => r.class,
-            Target::Token(r, _) | Target::Mount { route: r, .. } => {
+            Target::Token(r, _) | Target::Identity(r, _) | Target::Mount { route: r, .. } => {
                 r.map(|r| r.class).unwrap_or(routes::UNDECLARED)
             }
             Target::Undeclared => routes::UNDECLARED,
@@ -51,7 +53,9 @@ impl Target {
     fn scope(&self) -> Scope {
         match self {
             Target::Sys(r) => r.scope,
-            Target::Token(Some(r), _) | Target::Mount { route: Some(r), .. } => r.scope,
+            Target::Token(Some(r), _)
+            | Target::Identity(Some(r), _)
+            | Target::Mount { route: Some(r), .. } => r.scope,
             _ => Scope::Namespace,
         }
     }
@@ -62,6 +66,13 @@ fn resolve(ctx: &Ctx, ns: &str, path: &str) -> ApiResult<Target> {
         return Ok(routes::lookup(routes::SYS, path)
             .map(Target::Sys)
             .unwrap_or(Target::Undeclared));
+    }
+    if path == "identity" || path.starts_with("identity/") {
+        let op = path.strip_prefix("identity/").unwrap_or("");
+        return Ok(Target::Identity(
+            routes::lookup(routes::IDENTITY, op),
+            op.to_string(),
+        ));
     }
     if let Some(rest) = path.strip_prefix("auth/") {
         if let Some(op) = rest.strip_prefix("token/") {
@@ -153,7 +164,23 @@ fn authorize(
     {
         return Err(ApiError::PermissionDenied);
     }
-    let acl = sys::acl_for_in(ctx, tns, &e.policies)?;
+    // The entity's policies (its own and its groups') join the token's at request time, so
+    // a policy given to a group later applies to tokens issued before; a disabled entity's
+    // tokens are refused.
+    let mut policies = e.policies.clone();
+    if !e.entity_id.is_empty() {
+        if let Some(s) = crate::identity::lookup::standing(ctx, &e.entity_id)? {
+            if s.disabled {
+                log::info!(
+                    "request refused: the token's entity {} is disabled",
+                    e.entity_id
+                );
+                return Err(ApiError::PermissionDenied);
+            }
+            policies.extend(s.policies);
+        }
+    }
+    let acl = sys::acl_for_in(ctx, tns, &policies)?;
     let need = needed(ctx, req, target, sudo)?;
     let acl_path = format!(
         "{}{}",
@@ -183,6 +210,7 @@ fn authorize(
 /// The part of the node's state the LDAP method may change.
 fn ldap_io(st: &mut NodeState) -> ldap::LdapIo<'_> {
     ldap::LdapIo {
+        identity_local: st.repl.is_perf_secondary(),
         logins: &mut st.logins,
         outputs: &mut st.outputs,
     }
@@ -204,6 +232,7 @@ fn help(ctx: &mut Ctx, req: &Request, target: &Target, path: &str) -> ApiResult 
             r,
         )),
         Target::Token(Some(r), op) => Ok(crate::help::endpoint(op, "auth/token/", r)),
+        Target::Identity(Some(r), op) => Ok(crate::help::endpoint(op, "identity/", r)),
         Target::Mount { route, mount, rest } => {
             let auth = path.starts_with("auth/");
             let prefix = format!(
@@ -220,7 +249,7 @@ fn help(ctx: &mut Ctx, req: &Request, target: &Target, path: &str) -> ApiResult 
                 None => Err(not_found()),
             }
         }
-        Target::Token(None, _) | Target::Undeclared => Err(not_found()),
+        Target::Token(None, _) | Target::Identity(None, _) | Target::Undeclared => Err(not_found()),
     }
 }
 
@@ -274,6 +303,7 @@ pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
             }
             token::handle(ctx, req, &op, caller)
         }
+        Target::Identity(Some(_), op) => crate::identity::handle(ctx, req, &op),
         Target::Mount {
             route: Some(r),
             mount,
@@ -292,12 +322,13 @@ pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
                 | Endpoint::LdapLogin => {
                     ldap::handle(ctx, &mut ldap_io(st), req, &mount, r.handler, &rest)
                 }
-                Endpoint::Token => Err(ApiError::NotFound(String::new())),
+                Endpoint::Token | Endpoint::Identity => Err(ApiError::NotFound(String::new())),
             }
         }
-        Target::Token(None, _) | Target::Mount { route: None, .. } | Target::Undeclared => {
-            Err(ApiError::NotFound(String::new()))
-        }
+        Target::Token(None, _)
+        | Target::Identity(None, _)
+        | Target::Mount { route: None, .. }
+        | Target::Undeclared => Err(ApiError::NotFound(String::new())),
     }
 }
 

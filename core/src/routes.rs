@@ -8,8 +8,9 @@
 //! else in the code decides whether a request needs a token, sudo or the root namespace.
 //!
 //! Patterns are `/`-separated segments: a literal, `+` (exactly one segment) or a final
-//! `*` (zero or more segments). The first matching entry of a table wins. Three tables:
-//! [`SYS`] (`sys/...`), [`TOKEN`] (`auth/token/...`, relative to `auth/token/`), and the
+//! `*` (zero or more segments). The first matching entry of a table wins. Four tables:
+//! [`SYS`] (`sys/...`), [`TOKEN`] (`auth/token/...`, relative to `auth/token/`),
+//! [`IDENTITY`] (`identity/...`, relative to `identity/`), and the
 //! tables each auth method and secrets engine declares for paths relative to its mount
 //! ([`crate::auth::ldap::ROUTES`], [`KV`]). A path under `auth/` that is not a declared
 //! login route of the mount's method is never a login.
@@ -121,6 +122,8 @@ pub enum Endpoint {
     Kv,
     /// Any path of a KV version 2 mount (`config`, `data/`, `metadata/`, ...).
     Kv2,
+    /// `identity/<op>`: the identity store.
+    Identity,
 }
 
 /// One declared route.
@@ -374,6 +377,28 @@ pub static TOKEN: &[Route<Endpoint>] = &[
     r("accessors", Sudo, Ns, Required, Endpoint::Token),
 ];
 
+/// `identity/...`, relative to `identity/` (the identity store, [`crate::identity`]).
+pub static IDENTITY: &[Route<Endpoint>] = &[
+    r("entity", Token, Ns, Required, Endpoint::Identity),
+    r("entity/id", Token, Ns, Required, Endpoint::Identity),
+    r("entity/id/+", Token, Ns, Required, Endpoint::Identity),
+    r("entity/name", Token, Ns, Required, Endpoint::Identity),
+    r("entity/name/+", Token, Ns, Required, Endpoint::Identity),
+    r("entity-alias", Token, Ns, Required, Endpoint::Identity),
+    r("entity-alias/id", Token, Ns, Required, Endpoint::Identity),
+    r("entity-alias/id/+", Token, Ns, Required, Endpoint::Identity),
+    r("group", Token, Ns, Required, Endpoint::Identity),
+    r("group/id", Token, Ns, Required, Endpoint::Identity),
+    r("group/id/+", Token, Ns, Required, Endpoint::Identity),
+    r("group/name", Token, Ns, Required, Endpoint::Identity),
+    r("group/name/+", Token, Ns, Required, Endpoint::Identity),
+    r("group-alias", Token, Ns, Required, Endpoint::Identity),
+    r("group-alias/id", Token, Ns, Required, Endpoint::Identity),
+    r("group-alias/id/+", Token, Ns, Required, Endpoint::Identity),
+    r("lookup/entity", Token, Ns, Required, Endpoint::Identity),
+    r("lookup/group", Token, Ns, Required, Endpoint::Identity),
+];
+
 /// A KV (version 1) mount, relative to the mount.
 pub static KV: &[Route<Endpoint>] = &[Route {
     pattern: "*",
@@ -499,6 +524,7 @@ pub fn examples() -> Vec<Example> {
     }
     let mut out = of("", SYS, None);
     out.extend(of("auth/token/", TOKEN, None));
+    out.extend(of("identity/", IDENTITY, None));
     for (auth, kind, table) in mount_tables() {
         let at = example_mount(auth, kind);
         out.extend(of(&at, table, Some((auth, kind, at.clone()))));
@@ -617,11 +643,16 @@ mod tests {
         let ex = examples();
         assert_eq!(
             ex.len(),
-            SYS.len() + TOKEN.len() + mount_tables().iter().map(|m| m.2.len()).sum::<usize>()
+            SYS.len()
+                + TOKEN.len()
+                + IDENTITY.len()
+                + mount_tables().iter().map(|m| m.2.len()).sum::<usize>()
         );
         for e in ex {
             let found = if let Some(op) = e.path.strip_prefix("auth/token/") {
                 lookup(TOKEN, op).map(|r| r.class)
+            } else if let Some(op) = e.path.strip_prefix("identity/") {
+                lookup(IDENTITY, op).map(|r| r.class)
             } else if let Some((auth, kind, at)) = &e.mount {
                 let rest = e.path.strip_prefix(at.as_str()).unwrap_or_default();
                 lookup(mount_table(*auth, kind).unwrap_or_default(), rest).map(|r| r.class)

@@ -189,6 +189,10 @@ pub struct TokenEntry {
     /// The token role it was created through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
+    /// The identity entity it was issued for (logins; [`crate::identity`]): its policies
+    /// and its groups' join the token's at request time.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub entity_id: String,
 }
 
 impl TokenEntry {
@@ -246,6 +250,8 @@ pub struct NewToken {
     pub namespace: String,
     /// The token role it is created through.
     pub role: Option<String>,
+    /// The identity entity of a login.
+    pub entity_id: String,
 }
 
 pub fn salt(ctx: &mut Ctx) -> ApiResult<Vec<u8>> {
@@ -382,6 +388,7 @@ pub fn create(ctx: &mut Ctx, req: NewToken) -> ApiResult<(String, TokenEntry)> {
         namespace_id,
         last_renewal: None,
         role: req.role,
+        entity_id: req.entity_id,
     };
     store(ctx, &h, &entry, None, generated)?;
     ctx.put_new(&format!("{ACCESSOR}{accessor}"), h.as_bytes())?;
@@ -598,7 +605,7 @@ pub fn auth_block(id: &str, e: &TokenEntry, token_policies: &[String]) -> Value 
         "metadata": if e.meta.is_empty() { Value::Null } else { json!(e.meta) },
         "lease_duration": e.ttl,
         "renewable": e.renewable,
-        "entity_id": "",
+        "entity_id": e.entity_id,
         "token_type": e.type_name(),
         "orphan": e.orphan,
         "mfa_requirement": null,
@@ -613,7 +620,7 @@ pub fn lookup_data(e: &TokenEntry, id: Option<&str>, now: Millis) -> Value {
         "creation_time": e.creation_time / 1000,
         "creation_ttl": e.ttl,
         "display_name": e.display_name,
-        "entity_id": "",
+        "entity_id": e.entity_id,
         "expire_time": e.expire_time.map(rfc3339),
         "explicit_max_ttl": e.explicit_max_ttl,
         "id": id.unwrap_or(""),
@@ -640,6 +647,54 @@ pub fn lookup_data(e: &TokenEntry, id: Option<&str>, now: Millis) -> Value {
         d["last_renewal_time"] = json!(at / 1000);
     }
     d
+}
+
+/// [`lookup_data`] with the token's identity policies (its entity's and its groups', as
+/// they are now) when it has any.
+pub fn lookup_view(ctx: &Ctx, e: &TokenEntry, id: Option<&str>) -> ApiResult<Value> {
+    let mut d = lookup_data(e, id, ctx.now);
+    let ip = crate::identity::lookup::policies(ctx, &e.entity_id)?;
+    if !ip.is_empty() {
+        d["identity_policies"] = json!(ip);
+        // Policies of the entity's groups in other namespaces, by namespace (Cairn's
+        // groups give policies in their own namespace only).
+        d["external_namespace_policies"] = json!({});
+    }
+    Ok(d)
+}
+
+/// [`auth_block`] with the token's identity policies as they are now (renewals).
+pub fn auth_view(
+    ctx: &Ctx,
+    id: &str,
+    e: &TokenEntry,
+    token_policies: &[String],
+) -> ApiResult<Value> {
+    let mut auth = auth_block(id, e, token_policies);
+    let ip = crate::identity::lookup::policies(ctx, &e.entity_id)?;
+    with_identity_policies(&mut auth, &ip);
+    Ok(auth)
+}
+
+/// Adds a login's identity policies to its `auth` block: `identity_policies`, and
+/// `policies` as the union of the token's and the identity's (the reference's shape).
+pub fn with_identity_policies(auth: &mut Value, identity: &[String]) {
+    if identity.is_empty() {
+        return;
+    }
+    let mut all: Vec<String> = auth["token_policies"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    all.extend(identity.iter().cloned());
+    all.sort();
+    all.dedup();
+    auth["policies"] = json!(all);
+    auth["identity_policies"] = json!(identity);
 }
 
 /// A renewal's envelope: the `auth` block and the capping warning, if any.
@@ -888,7 +943,7 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
             Ok(Reply::Envelope(env))
         }
         (Method::Get, "lookup-self") | (Method::Post | Method::Put, "lookup-self") => Ok(
-            Reply::Data(lookup_data(&caller.entry, Some(&caller.id), ctx.now)),
+            Reply::Data(lookup_view(ctx, &caller.entry, Some(&caller.id))?),
         ),
         (Method::Post | Method::Put | Method::Get, "lookup") => {
             let t = f
@@ -897,14 +952,14 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                 .unwrap_or_default();
             // No token named: the caller's own, as the reference answers.
             if t.is_empty() {
-                return Ok(Reply::Data(lookup_data(
+                return Ok(Reply::Data(lookup_view(
+                    ctx,
                     &caller.entry,
                     Some(&caller.id),
-                    ctx.now,
-                )));
+                )?));
             }
             match lookup_in(ctx, &t, &ns)? {
-                Some((_, e)) => Ok(Reply::Data(lookup_data(&e, Some(&t), ctx.now))),
+                Some((_, e)) => Ok(Reply::Data(lookup_view(ctx, &e, Some(&t))?)),
                 None => Err(ApiError::Forbidden("bad token".into())),
             }
         }
@@ -913,20 +968,20 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
             let h = hash_by_accessor_in(ctx, &a, &ns)?
                 .ok_or_else(|| ApiError::bad("invalid accessor"))?;
             let e = lookup_hash(ctx, &h)?.ok_or_else(|| ApiError::bad("invalid accessor"))?;
-            Ok(Reply::Data(lookup_data(&e, None, ctx.now)))
+            Ok(Reply::Data(lookup_view(ctx, &e, None)?))
         }
         (Method::Post | Method::Put, "renew-self") => {
             let mut e = caller.entry.clone();
             let w = renew_capped(ctx, &caller.hash, &mut e, f.duration("increment")?)?;
             let tp = e.policies.clone();
-            Ok(renewed(auth_block(&caller.id, &e, &tp), w))
+            Ok(renewed(auth_view(ctx, &caller.id, &e, &tp)?, w))
         }
         (Method::Post | Method::Put, "renew") => {
             let t = f.req_str("token")?;
             let (h, mut e) = lookup_in(ctx, &t, &ns)?.ok_or_else(|| ApiError::bad("bad token"))?;
             let w = renew_capped(ctx, &h, &mut e, f.duration("increment")?)?;
             let tp = e.policies.clone();
-            Ok(renewed(auth_block(&t, &e, &tp), w))
+            Ok(renewed(auth_view(ctx, &t, &e, &tp)?, w))
         }
         (Method::Post | Method::Put, "renew-accessor") => {
             let a = f.req_str("accessor")?;
@@ -943,7 +998,7 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
             let w = renew_capped(ctx, &h, &mut e, f.duration("increment")?)?;
             let tp = e.policies.clone();
             // The secret id is not shown to a caller who named the token by accessor.
-            Ok(renewed(auth_block("", &e, &tp), w))
+            Ok(renewed(auth_view(ctx, "", &e, &tp)?, w))
         }
         (Method::Post | Method::Put, "revoke-self") => {
             revoke_tree(ctx, &caller.hash)?;

@@ -390,15 +390,16 @@ fn parse_value(text: &str) -> Result<ServerConfig, Refusal> {
                                 c.tls_key_file =
                                     Some(PathBuf::from(string(lv, &what).map_err(bad)?))
                             }
-                            "max_connections" => c.connection_limits.max_connections = lv
-                                .as_u64()
-                                .filter(|n| *n > 0 && *n <= 1_000_000)
-                                .ok_or_else(|| {
-                                    bad(format!(
+                            "max_connections" => {
+                                c.connection_limits.max_connections =
+                                    lv.as_u64()
+                                        .filter(|n| *n > 0 && *n <= 1_000_000)
+                                        .ok_or_else(|| {
+                                            bad(format!(
                                         "{what}: expected a number of connections (1 to 1000000)"
                                     ))
-                                })?
-                                as usize,
+                                        })? as usize
+                            }
                             "http_read_header_timeout" | "http_idle_timeout" => {
                                 let secs = cairn_core::time::duration_value(lv)
                                     .ok()

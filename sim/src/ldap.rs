@@ -107,6 +107,10 @@ pub struct Ldap {
     /// (host, user) pairs whose lockout state is unknown (a lost answer, an activation
     /// wipe, a failover): not checked until a successful login resets it.
     unsure: BTreeSet<(HostId, usize)>,
+    /// Per user: the identity entity its first successful login on the original primary
+    /// got. Every later login there must get the same one (the entity and its alias are
+    /// written with the first login's token, so they are as durable as its answer).
+    entities: BTreeMap<usize, String>,
 }
 
 /// What the operator expects of one login.
@@ -168,6 +172,7 @@ impl Ldap {
             pending: None,
             locks: BTreeMap::new(),
             unsure: BTreeSet::new(),
+            entities: BTreeMap::new(),
         };
         l.dir
             .add(BASE, &[("objectClass", &["dcObject", "organization"])]);
@@ -483,6 +488,32 @@ impl Ldap {
     /// finished the login (handled the directory's answer); `primary`: the host is the
     /// primary (latest mappings); `ready`: the host holds the LDAP mount and config.
     #[allow(clippy::too_many_arguments)]
+    /// Checks that a successful login on the original primary got the entity the user's
+    /// first one did.
+    fn same_entity(&mut self, a: &Attempt, body: &Value) -> Result<(), Violation> {
+        let got = body["auth"]["entity_id"].as_str().unwrap_or_default();
+        if got.is_empty() {
+            return Err(Violation {
+                invariant: "login",
+                detail: format!("u{} logged in on n{} without an entity_id", a.user, a.host),
+            });
+        }
+        match self.entities.get(&a.user) {
+            Some(first) if first != got => Err(Violation {
+                invariant: "login",
+                detail: format!(
+                    "u{} logged in on n{} as entity {got}; its first login there was entity {first}",
+                    a.user, a.host
+                ),
+            }),
+            Some(_) => Ok(()),
+            None => {
+                self.entities.insert(a.user, got.to_string());
+                Ok(())
+            }
+        }
+    }
+
     pub fn observe(
         &mut self,
         a: &Attempt,
@@ -548,6 +579,9 @@ impl Ldap {
                 sets = next;
             }
             if sets.contains(&got) {
+                if primary {
+                    self.same_entity(a, body)?;
+                }
                 self.locks.remove(&key);
                 self.unsure.remove(&key);
                 return Ok(if a.nested { "ok-nested" } else { "ok" });
@@ -644,6 +678,29 @@ mod tests {
             Ok(f) => Ok(f.groups.into_iter().collect()),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    #[test]
+    fn a_login_with_another_entity_than_the_first_breaks_the_invariant() {
+        let mut l = Ldap::for_seed(3);
+        let a = Attempt {
+            host: 0,
+            user: 1,
+            right_password: true,
+            t0: 0,
+            groups: BTreeSet::new(),
+            nested: false,
+            barred: None,
+        };
+        let body = |e: &str| json!({"auth": {"entity_id": e}});
+        assert!(l.same_entity(&a, &body("e-1")).is_ok());
+        assert!(l.same_entity(&a, &body("e-1")).is_ok());
+        let v = l.same_entity(&a, &body("e-2")).unwrap_err();
+        assert_eq!(v.invariant, "login");
+        assert!(l.same_entity(&a, &body("")).is_err());
+        // Another user has its own.
+        let b = Attempt { user: 2, ..a };
+        assert!(l.same_entity(&b, &body("e-2")).is_ok());
     }
 
     #[test]

@@ -331,6 +331,49 @@ def ldap_login():
         pass
 
 
+@check
+def identity_entities_groups_and_ldap_login():
+    ldap_available()
+    env = os.environ
+    if not env.get("CAIRN_HVAC_LDAP_URL"):
+        raise Skip("no directory (set CAIRN_HVAC_LDAP_URL ...)")
+    c = client()
+    ident = c.secrets.identity
+    e = ident.create_or_update_entity(name="hvac-e", policies=["hvac-e-pol"], metadata={"team": "x"})
+    eid = e["data"]["id"]
+    r = ident.read_entity(entity_id=eid)["data"]
+    eq(r["name"], "hvac-e", "entity name")
+    eq(r["metadata"], {"team": "x"}, "entity metadata")
+    eq(ident.read_entity_by_name(name="hvac-e")["data"]["id"], eid, "entity by name")
+    if eid not in ident.list_entities()["data"]["keys"]:
+        raise AssertionError("entity not listed")
+    auths = c.sys.list_auth_methods()
+    accessor = (auths.get("data") or auths)["ldap/"]["accessor"]
+    a = ident.create_or_update_entity_alias(name="hvac-alias", canonical_id=eid, mount_accessor=accessor)
+    eq(a["data"]["canonical_id"], eid, "alias canonical id")
+    found = ident.lookup_entity(alias_name="hvac-alias", alias_mount_accessor=accessor)
+    eq(found["data"]["id"], eid, "lookup entity by alias")
+    # An external group aliased to the directory group: logins carry its policies.
+    group = env.get("CAIRN_HVAC_LDAP_GROUP", "engineers")
+    g = ident.create_or_update_group(name="hvac-ext", group_type="external", policies=["hvac-ext-pol"])
+    gid = g["data"]["id"]
+    ga = ident.create_or_update_group_alias(name=group, mount_accessor=accessor, canonical_id=gid)
+    eq(ga["data"]["canonical_id"], gid, "group alias canonical id")
+    gi = ident.create_or_update_group(name="hvac-int", policies=["hvac-int-pol"], member_entity_ids=[eid])
+    if eid not in ident.read_group(group_id=gi["data"]["id"])["data"]["member_entity_ids"]:
+        raise AssertionError("internal group member missing")
+    anon = client(token=None)
+    user = env["CAIRN_HVAC_LDAP_USER"]
+    r = anon.auth.ldap.login(username=user, password=env["CAIRN_HVAC_LDAP_PASSWORD"])
+    auth = r["auth"]
+    if "hvac-ext-pol" not in (auth.get("identity_policies") or []):
+        raise AssertionError("identity policies missing: %r" % auth)
+    me = anon.auth.token.lookup_self()["data"]
+    eq(me["entity_id"], auth["entity_id"], "lookup-self entity id")
+    found = ident.lookup_entity(entity_id=auth["entity_id"])["data"]
+    eq([x["name"] for x in found["aliases"]], [user], "login alias")
+
+
 def main():
     only = set(sys.argv[1:])
     passed = failed = skipped = 0

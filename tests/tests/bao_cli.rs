@@ -1175,7 +1175,6 @@ fn ldap_login_with_the_real_cli() {
 /// `-mount=` too). Needs KV v2, built on another branch: the coordinator enables it after
 /// merging.
 #[test]
-#[ignore = "needs KV v2"]
 fn kv_v2_with_the_real_cli() {
     let s = Server::dev();
     let b = Bao::new(&s, Some(&s.root_token));

@@ -2,8 +2,9 @@
 //! `scripts/hvac-venv.sh`) drives a real dev server through `tests/hvac/test_hvac.py`:
 //! health and init status, tokens, KV v1, KV v2 (versions, check-and-set, patch, delete,
 //! undelete, destroy, metadata), wrapping, enabling and configuring the LDAP auth
-//! method, its group and user mappings, and a real login against the dev slapd
-//! (`scripts/dev-ldap.sh`).
+//! method, its group and user mappings, a real login against the dev slapd
+//! (`scripts/dev-ldap.sh`), and the identity store (entities, aliases, groups, group aliases,
+//! lookups, a login carrying an external group's policies).
 
 use cairn_tests::Server;
 use std::collections::BTreeMap;
@@ -72,6 +73,7 @@ fn unmodified_hvac_drives_cairn() {
         "ldap_enable_configure_read_configuration",
         "ldap_group_and_user_mappings",
         "ldap_login",
+        "identity_entities_groups_and_ldap_login",
     ] {
         assert!(
             stdout.contains(&format!("ok   {name}")),

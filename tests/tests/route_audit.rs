@@ -1,6 +1,6 @@
 //! Route-by-route auth audit over real HTTP against the real binary, generated from the
 //! router's own table (`cairn_core::routes::examples`: every route of the sys table, the
-//! token table and each mount type's table, with a concrete path), so a new route is covered
+//! token table, the identity table and each mount type's table, with a concrete path), so a new route is covered
 //! without touching this file.
 //!
 //! For every route, every method and the path written three ways (as is, with a trailing

@@ -384,8 +384,10 @@ impl<S: Storage> Node<S> {
                 }
             }
             Input::Ldap(reply) => {
+                let identity_local = self.st.repl.is_perf_secondary();
                 let mut ctx = node_ctx!(self);
                 let mut io = ldap::LdapIo {
+                    identity_local,
                     logins: &mut self.st.logins,
                     outputs: &mut self.st.outputs,
                 };

@@ -2,8 +2,8 @@
 //!
 //! | class | keys | perf secondary | DR secondary |
 //! |---|---|---|---|
-//! | replicated | everything else (mount tables, policies, KV data of non-local mounts, keyring) | yes, unless path-filtered | yes |
-//! | cluster-local | `sys/token/`, `core/local-*`, data of `local` mounts | no | yes |
+//! | replicated | everything else (mount tables, policies, identity under `sys/identity/`, KV data of non-local mounts, keyring) | yes, unless path-filtered | yes |
+//! | cluster-local | `sys/token/`, `core/local-*` (e.g. a perf secondary's `core/local-identity/`), data of `local` mounts | no | yes |
 //! | node-local | `node/` | no | no |
 //!
 //! Whether `logical/<uuid>/…` (or `auth/<uuid>/…`) is cluster-local depends on the mount
@@ -88,6 +88,14 @@ mod tests {
         assert_eq!(classify("core/mounts", &local), Class::Replicated);
         assert_eq!(classify("core/keyring", &local), Class::Replicated);
         assert_eq!(classify("sys/policy/p", &local), Class::Replicated);
+        // Identity data replicates like policies; what a perf secondary's logins create
+        // stays in its cluster (its DR secondaries get it, its primary never does).
+        assert_eq!(classify("sys/identity/entity/e", &local), Class::Replicated);
+        assert_eq!(
+            classify("core/local-identity/entity/e", &local),
+            Class::ClusterLocal
+        );
+        assert_eq!(subtree("sys/identity/group/g"), "sys");
         assert_eq!(subtree("logical/R1/a/b"), "logical/R1");
         assert_eq!(subtree("auth/X/users/u"), "auth/X");
         assert_eq!(subtree("core/mounts"), "sys");

@@ -1224,3 +1224,61 @@ fn replication_never_flows_from_a_newer_version_to_an_older_one() {
     assert_eq!(st["state"], json!("stream-wals"), "{st}");
     assert_eq!(net.data_keys(1, "").len(), net.data_keys(2, "").len());
 }
+
+#[test]
+fn identity_data_streams_to_perf_and_dr_secondaries() {
+    let (mut net, roots) = Net::new(3);
+    let r0 = roots[0].clone();
+    net.enable_primary(0, &r0, "performance");
+    net.enable_primary(0, &r0, "dr");
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.activate(0, &r0, 2, &roots[2], "dr", "dr1");
+    net.run_for(2_000);
+    let e = net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "identity/entity",
+        json!({"name": "e1", "policies": ["p"]}),
+    );
+    let id = e["data"]["id"].as_str().unwrap_or_default().to_string();
+    assert_eq!(id.len(), 36, "{e}");
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "identity/group",
+        json!({"name": "g", "member_entity_ids": [id]}),
+    );
+    net.run_for(300);
+    let want = net.data_keys(0, crate::identity::REPLICATED);
+    // The entity, its name, the group, its name, the membership.
+    assert_eq!(
+        want.len(),
+        5,
+        "{:?}",
+        want.iter().map(|k| &k.0).collect::<Vec<_>>()
+    );
+    assert_eq!(net.data_keys(1, crate::identity::REPLICATED), want);
+    assert_eq!(net.data_keys(2, crate::identity::REPLICATED), want);
+    assert_eq!(
+        net.status(1, "performance")["merkle_root"],
+        net.status(0, "performance")["merkle_root"]
+    );
+    // A delete streams too.
+    net.ok(0, &r0, Method::Delete, "identity/group/name/g", json!({}));
+    net.run_for(300);
+    let want = net.data_keys(0, crate::identity::REPLICATED);
+    assert_eq!(want.len(), 2);
+    assert_eq!(net.data_keys(1, crate::identity::REPLICATED), want);
+    assert_eq!(net.data_keys(2, crate::identity::REPLICATED), want);
+    // The DR secondary still refuses client requests, identity ones included.
+    let r = net.call(
+        2,
+        &r0,
+        Method::Get,
+        &format!("identity/entity/id/{id}"),
+        json!({}),
+    );
+    assert_eq!(r.status, 400);
+}

@@ -120,6 +120,9 @@ pub fn load_config(ctx: &Ctx, m: &MountEntry) -> ApiResult<Option<LdapConfig>> {
 /// What the LDAP method changes besides storage: its logins in flight and lockout counters,
 /// and the node's output queue (the directory calls it emits).
 pub struct LdapIo<'a> {
+    /// The node is a performance secondary: identity objects a login creates are
+    /// cluster-local ([`crate::identity`]).
+    pub identity_local: bool,
     pub logins: &'a mut Logins,
     pub outputs: &'a mut std::collections::VecDeque<Output>,
 }
@@ -416,7 +419,7 @@ pub fn on_reply(ctx: &mut Ctx, st: &mut LdapIo<'_>, r: LdapReply) -> Option<Fini
         ))
     });
     let result = match waiting.renew {
-        Some(renewal) => renew::finish(ctx, &login, outcome, renewal),
+        Some(renewal) => renew::finish(ctx, st.identity_local, &login, outcome, renewal),
         None => login_done(ctx, st, &login, outcome, waiting.lock_stored),
     };
     let refused = match &result {
@@ -475,7 +478,7 @@ fn login_done(
             if let Some(a) = &entry {
                 lockout::succeeded(ctx, failures, accessor, a, entry_lock.stored);
             }
-            finish_login(ctx, login, found)
+            finish_login(ctx, st.identity_local, login, found)
         }
         Err(e) => {
             match &login.directory_reason {
@@ -547,7 +550,12 @@ pub fn login_policies(
     Ok((policies.into_iter().collect(), all_groups))
 }
 
-fn finish_login(ctx: &mut Ctx, login: &Login, found: Found) -> ApiResult<Reply> {
+fn finish_login(
+    ctx: &mut Ctx,
+    identity_local: bool,
+    login: &Login,
+    found: Found,
+) -> ApiResult<Reply> {
     let cfg = &login.cfg;
     let m = &login.mount;
     let (policies, all_groups) = login_policies(ctx, m, cfg, &login.username, &found.groups)?;
@@ -560,6 +568,18 @@ fn finish_login(ctx: &mut Ctx, login: &Login, found: Found) -> ApiResult<Reply> 
         return Err(ApiError::bad("auth methods cannot create root tokens"));
     }
     let policies = token::normalize_policies(policies, !cfg.token_no_default_policy);
+    // The entity of (mount, alias name), created on first login, and its external groups
+    // refreshed from the user's groups.
+    let ident = crate::identity::login::resolve(ctx, identity_local, m, &found.alias, &all_groups)?;
+    if ident.disabled {
+        log::info!(
+            "ldap login of {:?} on auth/{} refused: its entity {} is disabled",
+            login.username,
+            m.path,
+            ident.entity_id
+        );
+        return Err(ApiError::PermissionDenied);
+    }
     let max = if cfg.token_max_ttl > 0 {
         cfg.token_max_ttl
     } else {
@@ -597,6 +617,7 @@ fn finish_login(ctx: &mut Ctx, login: &Login, found: Found) -> ApiResult<Reply> 
             auth_mount: Some(format!("auth/{}", m.path)),
             login_name: Some(login.username.clone()),
             no_default_policy: cfg.token_no_default_policy,
+            entity_id: ident.entity_id.clone(),
             ..Default::default()
         },
     )?;
@@ -608,12 +629,7 @@ fn finish_login(ctx: &mut Ctx, login: &Login, found: Found) -> ApiResult<Reply> 
         policies
     );
     let mut auth = token::auth_block(&id, &entry, &policies);
-    auth["alias"] = json!({
-        "name": found.alias,
-        "mount_accessor": m.accessor,
-        "mount_type": m.kind,
-        "metadata": { "name": login.username },
-    });
+    token::with_identity_policies(&mut auth, &ident.policies);
     let warnings = if found.warnings.is_empty() {
         Value::Null
     } else {
@@ -625,4 +641,4 @@ fn finish_login(ctx: &mut Ctx, login: &Login, found: Found) -> ApiResult<Reply> 
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

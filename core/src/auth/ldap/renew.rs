@@ -133,6 +133,7 @@ fn comparable(p: &[String]) -> BTreeSet<String> {
 /// Finishes a renewal with the outcome of the look-up.
 pub fn finish(
     ctx: &mut Ctx,
+    identity_local: bool,
     login: &Login,
     outcome: Result<Found, ApiError>,
     r: Renewal,
@@ -145,7 +146,7 @@ pub fn finish(
         );
         e
     })?;
-    let (policies, _) = login_policies(
+    let (policies, all_groups) = login_policies(
         ctx,
         &login.mount,
         &login.cfg,
@@ -164,8 +165,18 @@ pub fn finish(
         return Err(ApiError::bad("policies have changed, not renewing"));
     }
     token::renew(ctx, &r.hash, &mut e, r.increment)?;
+    // The directory was just asked: the entity's external groups follow it, as at login.
+    if !e.entity_id.is_empty() {
+        crate::identity::login::refresh(
+            ctx,
+            identity_local,
+            &login.mount,
+            &e.entity_id,
+            &all_groups,
+        )?;
+    }
     let tp = e.policies.clone();
     Ok(Reply::Envelope(
-        json!({ "auth": token::auth_block(r.token.expose(), &e, &tp) }),
+        json!({ "auth": token::auth_view(ctx, r.token.expose(), &e, &tp)? }),
     ))
 }

@@ -7,7 +7,7 @@ use crate::node::{Admin, AdminResult, Input, Node, NodeConfig};
 use crate::storage::MemStorage;
 use crate::Response;
 
-struct World {
+pub(crate) struct World {
     node: Node<MemStorage>,
     dir: FakeDirectory,
     root: String,
@@ -106,7 +106,7 @@ fn directory() -> FakeDirectory {
 }
 
 impl World {
-    fn new() -> World {
+    pub(crate) fn new() -> World {
         let mut node = Node::new(MemStorage::new(), [7; 32], NodeConfig::default());
         node.handle(
             1_000,
@@ -138,7 +138,13 @@ impl World {
     }
 
     /// Sends a request and pumps LDAP calls through the fake until its response.
-    fn call(&mut self, method: Method, path: &str, body: Value, token: Option<&str>) -> Response {
+    pub(crate) fn call(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Value,
+        token: Option<&str>,
+    ) -> Response {
         self.next_id += 1;
         let id = self.next_id;
         let mut req = Request::new(id, method, path).with_json(body);
@@ -185,17 +191,17 @@ impl World {
         }
     }
 
-    fn admin(&mut self, method: Method, path: &str, body: Value) -> Response {
+    pub(crate) fn admin(&mut self, method: Method, path: &str, body: Value) -> Response {
         let root = self.root.clone();
         self.call(method, path, body, Some(&root))
     }
 
-    fn configure(&mut self, body: Value) {
+    pub(crate) fn configure(&mut self, body: Value) {
         let r = self.admin(Method::Post, "auth/ldap/config", body);
         assert!(r.status == 204 || r.status == 200, "{:?}", r.body);
     }
 
-    fn login(&mut self, user: &str, pw: &str) -> Response {
+    pub(crate) fn login(&mut self, user: &str, pw: &str) -> Response {
         self.call(
             Method::Post,
             &format!("auth/ldap/login/{user}"),
@@ -205,7 +211,7 @@ impl World {
     }
 }
 
-fn authenticated_search() -> Value {
+pub(crate) fn authenticated_search() -> Value {
     json!({
         "url": "ldap://dir.example:389",
         "binddn": "cn=admin,dc=example,dc=org",
@@ -253,7 +259,19 @@ fn authenticated_search_login_with_group_objects() {
     assert_eq!(policies(&r), vec!["default", "eng", "ops", "shared"]);
     assert_eq!(b["auth"]["token_policies"], b["auth"]["policies"]);
     assert_eq!(b["auth"]["metadata"]["username"], "alice");
-    assert_eq!(b["auth"]["alias"]["name"], "alice");
+    // The alias is the identity store's: the entity of (mount, "alice").
+    let acc = accessor(&mut w);
+    let e = w.admin(
+        Method::Post,
+        "identity/lookup/entity",
+        json!({"alias_name": "alice", "alias_mount_accessor": acc}),
+    );
+    assert_eq!(
+        e.body.as_ref().unwrap()["data"]["id"],
+        b["auth"]["entity_id"],
+        "{:?}",
+        e.body
+    );
     assert!(b["auth"]["client_token"].as_str().unwrap().len() > 10);
     assert!(!b["auth"]["accessor"].as_str().unwrap().is_empty());
     assert_eq!(b["auth"]["renewable"], true);
@@ -718,7 +736,7 @@ fn anonymous_group_search_binds_anonymously_before_groups() {
     assert!(matches!(&w.dir.log[n - 2].op, LdapOp::Bind { dn, .. } if dn.is_empty()));
 }
 
-fn accessor(w: &mut World) -> String {
+pub(crate) fn accessor(w: &mut World) -> String {
     let r = w.admin(Method::Get, "sys/auth", json!({}));
     let b = r.body.unwrap();
     let d = if b["data"].is_object() {
