@@ -1172,8 +1172,7 @@ fn ldap_login_with_the_real_cli() {
 }
 
 /// KV version 2 through `bao kv` (put/get/list/delete/patch/metadata/undelete/destroy, with
-/// `-mount=` too). Needs KV v2, built on another branch: the coordinator enables it after
-/// merging.
+/// `-mount=` too).
 #[test]
 fn kv_v2_with_the_real_cli() {
     let s = Server::dev();
@@ -1231,7 +1230,10 @@ fn kv_v2_with_the_real_cli() {
         o.line(),
         "Success! Data deleted (if it existed) at: kv2/data/app"
     );
-    b.step(&["kv", "get", "kv2/app"], 2);
+    // As the reference: a soft-deleted latest version shows its metadata (with its
+    // deletion_time) and exits 0.
+    let o = b.step(&["kv", "get", "kv2/app"], 0);
+    assert!(o.stdout.contains("deletion_time"), "{o:?}");
     let o = b.ok(&["kv", "undelete", "-versions=3", "kv2/app"]);
     assert!(
         o.stdout
