@@ -158,6 +158,9 @@ pub struct WireRequest {
     pub body: String,
     /// The standby's signature.
     pub mac: String,
+    /// `X-Vault-Inconsistent: forward-active-node`.
+    #[serde(default)]
+    pub forward_inconsistent: bool,
 }
 
 /// The active node's answer on the wire.
@@ -193,6 +196,7 @@ impl WireRequest {
             remote_addr: req.remote_addr.clone(),
             body: base64::engine::general_purpose::STANDARD.encode(&req.body),
             mac: req.forwarded.clone().unwrap_or_default(),
+            forward_inconsistent: req.forward_inconsistent,
         }
     }
 
@@ -214,6 +218,7 @@ impl WireRequest {
             .decode(self.body)
             .map_err(|e| format!("body: {e}"))?;
         r.forwarded = Some(self.mac);
+        r.forward_inconsistent = self.forward_inconsistent;
         Ok(r)
     }
 }
@@ -375,6 +380,7 @@ mod tests {
         r.remote_addr = "10.0.0.9:5555".into();
         r.body = vec![0, 1, 2, 255];
         r.forwarded = Some("mac".into());
+        r.forward_inconsistent = true;
         let wire = serde_json::to_vec(&WireRequest::of(&r)).expect("json");
         let back: WireRequest = serde_json::from_slice(&wire).expect("json");
         let b = back.into_request(77).expect("request");
@@ -402,6 +408,7 @@ mod tests {
             (&r.query, &r.remote_addr, &r.body)
         );
         assert_eq!(b.forwarded.as_deref(), Some("mac"));
+        assert!(b.forward_inconsistent);
     }
 
     #[test]

@@ -1091,3 +1091,6 @@ fn a_writes_index_state_gives_read_after_write_on_a_perf_secondary() {
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.body.unwrap()["data"]["v"], 1);
 }
+
+#[path = "forward_tests.rs"]
+mod forwarding;
