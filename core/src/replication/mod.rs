@@ -205,6 +205,9 @@ pub(crate) struct SecRt {
     /// The trees changed under a diff or sync in progress (a reindex finished meanwhile):
     /// what it compared is stale, so when it completes another one starts.
     pub rediff: bool,
+    /// Merkle diffs started since the node started (`sys/metrics`): a secondary that
+    /// resumes from its WAL index after its primary cluster's failover starts none.
+    pub diffs: u64,
 }
 
 #[derive(Debug, Default)]

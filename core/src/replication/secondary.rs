@@ -109,6 +109,9 @@ fn pull(env: &mut Env, mode: Mode) {
 
 fn start_diff(env: &mut Env, mode: Mode) {
     let rt = env.st.repl.mode_mut(mode);
+    if rt.sec.phase != Phase::MerkleDiff {
+        rt.sec.diffs += 1;
+    }
     rt.sec.phase = Phase::MerkleDiff;
     rt.sec.rediff = false;
     rt.sec.asked.clear();
