@@ -58,6 +58,14 @@ pub struct Request {
     /// Set on a request a standby forwarded to this node (the active one of its HA
     /// cluster): the standby's signature over the request ([`crate::ha::forward_mac`]).
     pub forwarded: Option<String>,
+    /// `X-Vault-Inconsistent: forward-active-node`: when this node has not reached the
+    /// request's `X-Vault-Index`, a performance secondary forwards the request to its
+    /// primary instead of answering 412.
+    pub forward_inconsistent: bool,
+    /// Set only by a primary on a request a performance secondary forwarded to it: the
+    /// caller the secondary authorized ([`crate::replication::forward`]). Never taken from
+    /// a client.
+    pub on_behalf: Option<Box<crate::replication::forward::OnBehalf>>,
 }
 
 impl Request {
@@ -74,6 +82,8 @@ impl Request {
             remote_addr: String::new(),
             index: None,
             forwarded: None,
+            forward_inconsistent: false,
+            on_behalf: None,
         }
     }
     pub fn with_token(mut self, t: &str) -> Self {

@@ -226,11 +226,15 @@ pub fn on_request(
         }
         return Ok(None);
     }
-    let entry = req
-        .token
-        .as_deref()
-        .filter(|t| !t.is_empty())
-        .and_then(|t| token::lookup(ctx, t).ok().flatten().map(|(_, e)| (t, e)));
+    // A request a performance secondary forwarded is audited as its caller's.
+    let entry = match &req.on_behalf {
+        Some(on) => Some(("", on.entry())),
+        None => req
+            .token
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .and_then(|t| token::lookup(ctx, t).ok().flatten().map(|(_, e)| (t, e))),
+    };
     let data: Value = if req.body.is_empty() {
         Value::Null
     } else {

@@ -384,6 +384,12 @@ pub fn render(st: &MetricsView<'_>, sealed: bool, now: u64) -> String {
         "gauge",
         "Secondary: Merkle sync (reindex) keys done and total.",
     );
+    header(
+        &mut out,
+        "cairn_replication_merkle_diffs_total",
+        "counter",
+        "Secondary: Merkle diffs (resyncs) started since the process started.",
+    );
     for m in [Mode::Performance, Mode::Dr] {
         let rt = repl.mode(m);
         if rt.role.role != crate::replication::state::Role::Secondary {
@@ -411,6 +417,11 @@ pub fn render(st: &MetricsView<'_>, sealed: bool, now: u64) -> String {
             out,
             "cairn_replication_sync_progress{{mode=\"{mode}\",kind=\"total\"}} {}",
             rt.sec.sync_total
+        );
+        let _ = writeln!(
+            out,
+            "cairn_replication_merkle_diffs_total{{mode=\"{mode}\"}} {}",
+            rt.sec.diffs
         );
     }
     header(

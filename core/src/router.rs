@@ -147,12 +147,20 @@ fn authorize(
     target: &Target,
     sudo: bool,
 ) -> ApiResult<Caller> {
-    let t = req
-        .token
-        .as_deref()
-        .filter(|t| !t.is_empty())
-        .ok_or(ApiError::MissingToken)?;
-    let (h, e) = token::lookup(ctx, t)?.ok_or(ApiError::PermissionDenied)?;
+    // A request a performance secondary forwarded carries the caller it authorized (the
+    // token lives on the secondary); its policies are checked here again all the same.
+    let (t, h, e) = match &req.on_behalf {
+        Some(on) => (String::new(), String::new(), on.entry()),
+        None => {
+            let t = req
+                .token
+                .as_deref()
+                .filter(|t| !t.is_empty())
+                .ok_or(ApiError::MissingToken)?;
+            let (h, e) = token::lookup(ctx, t)?.ok_or(ApiError::PermissionDenied)?;
+            (t.to_string(), h, e)
+        }
+    };
     // A token acts in its namespace and below, with that namespace's policies, on paths
     // relative to it.
     let tns = e.namespace.as_str();
@@ -201,7 +209,7 @@ fn authorize(
     let sudo = acl.allows(&acl_path, policy::SUDO);
     Ok(Caller {
         hash: h,
-        id: t.to_string(),
+        id: t,
         entry: e,
         sudo,
     })
@@ -253,23 +261,87 @@ fn help(ctx: &mut Ctx, req: &Request, target: &Target, path: &str) -> ApiResult 
     }
 }
 
+/// Whether a primary serves `target` for a performance secondary: only the routes of
+/// replicated data (KV, the LDAP method's configuration, users and groups, policies, mount
+/// tables, namespaces). Tokens, logins, leases, wrapping and the cluster's own endpoints are
+/// the secondary's, or the primary's alone.
+fn forwardable(target: &Target) -> bool {
+    match target {
+        Target::Sys(r) => matches!(
+            r.handler,
+            Sys::Mounts | Sys::Auth | Sys::Policies | Sys::Policy | Sys::Namespaces
+        ),
+        Target::Mount { route: Some(r), .. } => matches!(
+            r.handler,
+            Endpoint::Kv
+                | Endpoint::Kv2
+                | Endpoint::LdapConfig
+                | Endpoint::LdapGroups
+                | Endpoint::LdapUsers
+        ),
+        // The identity store's API (a login's own entities stay on the secondary).
+        Target::Identity(Some(_), _) => true,
+        _ => false,
+    }
+}
+
 /// Authenticates and authorizes by the declared route, then dispatches to its handler.
 pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
+    if req.method == Method::Get && matches!(req.query("help"), Some("1") | Some("true")) {
+        let (routed, _, target) = locate(ctx, req)?;
+        let req = routed.as_ref().unwrap_or(req);
+        return help(ctx, req, &target, &req.path);
+    }
+    let (routed, target, caller) = admit(ctx, st, req)?;
+    let req = routed.as_ref().unwrap_or(req);
+    dispatch(ctx, st, req, target, caller.as_ref())
+}
+
+/// Authenticates and authorizes by the declared route without running its handler: the
+/// caller, if the route has one (a performance secondary forwarding the request to its
+/// primary instead of serving it).
+pub fn authorize_only(
+    ctx: &mut Ctx,
+    st: &mut NodeState,
+    req: &Request,
+) -> ApiResult<Option<Caller>> {
+    admit(ctx, st, req).map(|(_, _, caller)| caller)
+}
+
+/// The request relative to its namespace (when it differs), the namespace and the target.
+fn locate(ctx: &mut Ctx, req: &Request) -> ApiResult<(Option<Request>, String, Target)> {
     // The namespace (header and/or leading path segments) and the path inside it; handlers
     // see the request rewritten to that path, with `namespace` = the namespace's full path.
     let (ns, rel) = crate::namespace::resolve(ctx, req.namespace.as_deref(), &req.path)?;
-    let routed;
-    let req = if ns.is_empty() && rel == req.path && req.namespace.is_none() {
-        req
+    let routed = if ns.is_empty() && rel == req.path && req.namespace.is_none() {
+        None
     } else {
         let mut r = req.clone();
         r.path = rel;
         r.namespace = (!ns.is_empty()).then(|| ns.clone());
-        routed = r;
-        &routed
+        Some(r)
     };
+    let target = resolve(ctx, &ns, &routed.as_ref().unwrap_or(req).path)?;
+    Ok((routed, ns, target))
+}
+
+/// The request relative to its namespace (when it differs), its target and its authorized
+/// caller.
+fn admit(
+    ctx: &mut Ctx,
+    st: &mut NodeState,
+    req: &Request,
+) -> ApiResult<(Option<Request>, Target, Option<Caller>)> {
+    let (routed, ns, target) = locate(ctx, req)?;
+    let req = routed.as_ref().unwrap_or(req);
     let path = req.path.as_str();
-    let target = resolve(ctx, &ns, path)?;
+    if req.on_behalf.is_some() && !forwardable(&target) {
+        return Err(ApiError::Forbidden(format!(
+            "{path} is not served for a performance secondary: a primary applies only \
+             requests on replicated data (KV, LDAP configuration, users and groups, policies, \
+             mounts, namespaces)"
+        )));
+    }
     if target.scope() == Scope::Root && !ns.is_empty() {
         return Err(ApiError::bad(format!(
             "{path} acts on the whole cluster and is served only in the root namespace \
@@ -281,15 +353,23 @@ pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
         Class::DrSecondary => Class::Sudo,
         c => c,
     };
-    if req.method == Method::Get && matches!(req.query("help"), Some("1") | Some("true")) {
-        return help(ctx, req, &target, path);
-    }
     let caller = match class {
         Class::Public | Class::Login | Class::Proof(_) => None,
         Class::Token => Some(authorize(ctx, st, req, &ns, &target, false)?),
         Class::Sudo | Class::DrSecondary => Some(authorize(ctx, st, req, &ns, &target, true)?),
     };
-    let caller = caller.as_ref();
+    Ok((routed, target, caller))
+}
+
+/// Runs the handler of an authorized request.
+fn dispatch(
+    ctx: &mut Ctx,
+    st: &mut NodeState,
+    req: &Request,
+    target: Target,
+    caller: Option<&Caller>,
+) -> ApiResult {
+    let path = req.path.as_str();
     match target {
         Target::Sys(r) => {
             let rest = &path["sys".len()..].trim_start_matches('/');

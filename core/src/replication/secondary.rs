@@ -40,47 +40,56 @@ fn tree_class(k: TreeKind) -> Class {
     }
 }
 
-/// Sends `body` to the current primary address.
-fn send(env: &mut Env, mode: Mode, body: PeerBody) {
-    let node_id = env.st.config.node_id.clone();
-    let version = env.st.config.version.clone();
-    let api_addr = env.cfg().api_addr.clone();
-    let cluster_addr = env.cfg().cluster_addr.clone();
-    let id = env.repl().call_id();
-    let rt = env.st.repl.mode_mut(mode);
-    let Some(creds) = rt.role.creds.clone() else {
-        rt.sec.phase = Phase::Idle;
-        return;
+/// Who to ask and as whom: the primary address this secondary currently uses (the one its
+/// pulls go to: they move on through the known addresses until one answers as the active
+/// node), its credential, and the CA to pin. `Err` says why there is none.
+pub(super) fn addressed(env: &Env, mode: Mode) -> Result<(String, PeerAuth, String), String> {
+    let rt = env.st.repl.mode(mode);
+    let Some(creds) = rt.role.creds.as_ref() else {
+        return Err("this cluster holds no credential of a primary".into());
     };
     if creds.primary_cluster_addrs.is_empty() {
-        rt.sec.phase = Phase::Idle;
-        rt.sec.last_error = "no known primary cluster address".into();
-        return;
+        return Err("no known primary cluster address".into());
     }
     let to =
         creds.primary_cluster_addrs[rt.sec.addr_idx % creds.primary_cluster_addrs.len()].clone();
+    let auth = PeerAuth {
+        secondary_id: creds.secondary_id.clone(),
+        secret: creds.secret.clone(),
+        primary_cluster_id: creds.primary_cluster_id.clone(),
+        cluster_id: rt.role.cluster_id.clone(),
+        node_id: env.st.config.node_id.clone(),
+        api_addr: env.cfg().api_addr.clone(),
+        cluster_addr: env.cfg().cluster_addr.clone(),
+        version: env.st.config.version.clone(),
+    };
+    Ok((to, auth, creds.ca_pem.clone()))
+}
+
+/// Sends `body` to the current primary address.
+fn send(env: &mut Env, mode: Mode, body: PeerBody) {
+    let (to, auth, ca_pem) = match addressed(env, mode) {
+        Ok(a) => a,
+        Err(why) => {
+            let rt = env.st.repl.mode_mut(mode);
+            rt.sec.phase = Phase::Idle;
+            if rt.role.creds.is_some() {
+                rt.sec.last_error = why;
+            }
+            return;
+        }
+    };
+    let id = env.repl().call_id();
+    let rt = env.st.repl.mode_mut(mode);
     rt.sec.inflight = Some(id);
     rt.sec.next_at = None;
-    let msg = PeerMsg {
-        mode,
-        auth: PeerAuth {
-            secondary_id: creds.secondary_id.clone(),
-            secret: creds.secret.clone(),
-            primary_cluster_id: creds.primary_cluster_id.clone(),
-            cluster_id: rt.role.cluster_id.clone(),
-            node_id,
-            api_addr,
-            cluster_addr,
-            version,
-        },
-        body,
-    };
+    let msg = PeerMsg { mode, auth, body };
     env.st.repl.calls.insert(id, Call::Peer { mode });
     env.push(Output::PeerSend(PeerSend {
         call_id: id,
         to,
         msg,
-        ca_pem: creds.ca_pem,
+        ca_pem,
     }));
 }
 
@@ -101,6 +110,9 @@ fn pull(env: &mut Env, mode: Mode) {
 
 fn start_diff(env: &mut Env, mode: Mode) {
     let rt = env.st.repl.mode_mut(mode);
+    if rt.sec.phase != Phase::MerkleDiff {
+        rt.sec.diffs += 1;
+    }
     rt.sec.phase = Phase::MerkleDiff;
     rt.sec.rediff = false;
     rt.sec.asked.clear();
@@ -242,7 +254,7 @@ fn advance(env: &mut Env, mode: Mode, a: PeerAnswer) -> ApiResult<()> {
         PeerAnswer::Pages { pages } => on_pages(env, mode, pages)?,
         PeerAnswer::Subpages { subpages } => on_subpages(env, mode, subpages)?,
         PeerAnswer::Synced { batch, more } => on_synced(env, mode, batch, more)?,
-        PeerAnswer::Error { .. } => {}
+        PeerAnswer::Error { .. } | PeerAnswer::Forwarded { .. } => {}
     }
     Ok(())
 }

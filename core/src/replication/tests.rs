@@ -1282,3 +1282,6 @@ fn identity_data_streams_to_perf_and_dr_secondaries() {
     );
     assert_eq!(r.status, 400);
 }
+
+#[path = "forward_tests.rs"]
+mod forwarding;

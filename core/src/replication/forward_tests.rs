@@ -1,0 +1,221 @@
+//! Requests a performance secondary forwards to its primary, on the in-memory network.
+
+use super::*;
+
+/// A primary (0) and its performance secondary (1), caught up, with a token on the
+/// secondary whose policy allows `secret/team/*` only.
+fn pair() -> (Net, String, String) {
+    let (mut net, roots) = Net::new(2);
+    let r0 = roots[0].clone();
+    net.enable_primary(0, &r0, "performance");
+    let pol = r#"
+        path "secret/team/*" { capabilities = ["create", "read", "update", "list"] }
+        path "auth/token/create" { capabilities = ["update"] }
+    "#;
+    net.ok(
+        0,
+        &r0,
+        Method::Put,
+        "sys/policies/acl/team",
+        json!({ "policy": pol }),
+    );
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.run_for(2_000);
+    let t1 = generate_root(&mut net, 1, 0);
+    let team = net.ok(
+        1,
+        &t1,
+        Method::Post,
+        "auth/token/create",
+        json!({"policies": ["team"]}),
+    )["auth"]["client_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (net, r0, team)
+}
+
+fn forwards(net: &Net) -> usize {
+    net.ops.get("forward").copied().unwrap_or(0)
+}
+
+#[test]
+fn a_write_on_a_perf_secondary_is_applied_by_the_primary_and_replicates_back() {
+    let (mut net, r0, team) = pair();
+    let wal = net.nodes[0].replication().wal.last;
+    let w = net.call(1, &team, Method::Put, "secret/team/a", json!({"v": "one"}));
+    assert_eq!(w.status, 204, "{:?}", w.body);
+    assert_eq!(forwards(&net), 1);
+    // The primary applied it (one more WAL entry) and answered with its index state.
+    assert!(net.nodes[0].replication().wal.last > wal);
+    let state = w.index.clone().expect("the primary's X-Vault-Index");
+    let st = index_state::IndexState::decode(&state).unwrap();
+    assert_eq!(st.index, net.nodes[0].replication().wal.last);
+    let on_primary = net.ok(0, &r0, Method::Get, "secret/team/a", json!({}));
+    assert_eq!(on_primary["data"]["v"], "one");
+    // Back on the secondary by replication; with the index state, never a stale read.
+    net.next_id += 1;
+    let mut req = Request::new(net.next_id, Method::Get, "secret/team/a").with_token(&team);
+    req.index = Some(state);
+    let r = net.send(1, req);
+    assert!(r.status == 200 || r.status == 412, "{r:?}");
+    net.run_for(2_000);
+    let r = net.ok(1, &team, Method::Get, "secret/team/a", json!({}));
+    assert_eq!(r["data"]["v"], "one");
+    // A secondary's own tokens stay its own: token writes are not forwarded.
+    net.ok(
+        1,
+        &team,
+        Method::Post,
+        "auth/token/create",
+        json!({"policies": ["team"]}),
+    );
+    assert_eq!(forwards(&net), 1);
+}
+
+#[test]
+fn a_forbidden_write_is_refused_by_the_secondary_and_never_forwarded() {
+    let (mut net, r0, team) = pair();
+    let wal = net.nodes[0].replication().wal.last;
+    let r = net.call(1, &team, Method::Put, "secret/other", json!({"v": 1}));
+    assert_eq!(r.status, 403, "{:?}", r.body);
+    let r = net.call(
+        1,
+        &team,
+        Method::Put,
+        "sys/policies/acl/x",
+        json!({"policy": ""}),
+    );
+    assert_eq!(r.status, 403, "{:?}", r.body);
+    assert_eq!(forwards(&net), 0);
+    assert_eq!(net.nodes[0].replication().wal.last, wal);
+    assert_eq!(
+        net.call(0, &r0, Method::Get, "secret/other", json!({}))
+            .status,
+        404
+    );
+}
+
+#[test]
+fn with_the_primary_unreachable_a_write_is_a_502_naming_it_and_nothing_is_applied() {
+    let (mut net, r0, team) = pair();
+    let before = net.data_keys(1, "logical/");
+    net.down.insert(0);
+    let r = net.call(1, &team, Method::Put, "secret/team/lost", json!({"v": 1}));
+    assert_eq!(r.status, 502, "{:?}", r.body);
+    let msg = r.body.unwrap().to_string();
+    assert!(msg.contains("cluster0") && msg.contains("nothing"), "{msg}");
+    assert!(net.data_keys(1, "logical/") == before, "applied locally");
+    net.down.clear();
+    net.run_for(2_000);
+    assert_eq!(
+        net.call(0, &r0, Method::Get, "secret/team/lost", json!({}))
+            .status,
+        404,
+        "the primary never got it"
+    );
+}
+
+#[test]
+fn a_primary_serves_only_registered_secondaries_and_only_replicated_routes() {
+    let (mut net, r0, _team) = pair();
+    let creds = net.nodes[1]
+        .replication()
+        .mode(Mode::Performance)
+        .role
+        .creds
+        .clone()
+        .unwrap();
+    let forged = |net: &mut Net, secret: &str, path: &str| {
+        let auth = msg::PeerAuth {
+            secondary_id: creds.secondary_id.clone(),
+            secret: secret.to_string(),
+            primary_cluster_id: creds.primary_cluster_id.clone(),
+            cluster_id: String::new(),
+            node_id: "n1".into(),
+            api_addr: String::new(),
+            cluster_addr: String::new(),
+            version: String::new(),
+        };
+        let req = Request::new(0, Method::Post, path).with_json(json!({"policies": ["root"]}));
+        let caller = super::forward::OnBehalf {
+            policies: vec!["root".into()],
+            ..Default::default()
+        };
+        net.next_id += 1;
+        let id = net.next_id;
+        net.nodes[0].handle(
+            net.now,
+            Input::PeerRequest(PeerRequest {
+                id,
+                msg: PeerMsg {
+                    mode: Mode::Performance,
+                    auth,
+                    body: PeerBody::Forward {
+                        req: Box::new(super::forward::ForwardedRequest::of(&req, caller)),
+                    },
+                },
+            }),
+        );
+        let out: Vec<Output> = std::iter::from_fn(|| net.nodes[0].poll_output()).collect();
+        out.into_iter()
+            .find_map(|o| match o {
+                Output::PeerResponse(r) if r.id == id => Some(r.msg),
+                _ => None,
+            })
+            .expect("an answer")
+    };
+    // A wrong secret: refused as an unknown secondary.
+    match forged(&mut net, "wrong", "secret/x") {
+        PeerAnswer::Error { code, .. } => assert_eq!(code, "unknown-secondary"),
+        a => panic!("{a:?}"),
+    }
+    // Tokens are no replicated data: the route is refused (403) with nothing applied.
+    let wal = net.nodes[0].replication().wal.last;
+    match forged(&mut net, &creds.secret, "auth/token/create") {
+        PeerAnswer::Forwarded { status, .. } => assert_eq!(status, 403),
+        a => panic!("{a:?}"),
+    }
+    assert_eq!(net.nodes[0].replication().wal.last, wal);
+    // A revoked secondary is refused.
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/revoke-secondary",
+        json!({"id": "perf1"}),
+    );
+    match forged(&mut net, &creds.secret, "secret/x") {
+        PeerAnswer::Error { code, .. } => assert_eq!(code, "unknown-secondary"),
+        a => panic!("{a:?}"),
+    }
+}
+
+#[test]
+fn x_vault_inconsistent_sends_a_lagging_read_to_the_primary_instead_of_412() {
+    let (mut net, r0, team) = pair();
+    net.down.insert(1);
+    let w = net.call(0, &r0, Method::Put, "secret/team/new", json!({"v": 2}));
+    let state = w.index.clone().expect("index");
+    let get = |net: &mut Net, inconsistent: bool| {
+        net.next_id += 1;
+        let mut req = Request::new(net.next_id, Method::Get, "secret/team/new").with_token(&team);
+        req.index = Some(state.clone());
+        req.forward_inconsistent = inconsistent;
+        net.send(1, req)
+    };
+    assert_eq!(get(&mut net, false).status, 412);
+    // Reachable again but not caught up yet (its next pull waits for its back-off).
+    net.down.clear();
+    let r = get(&mut net, true);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body.unwrap()["data"]["v"], 2);
+    assert_eq!(forwards(&net), 1);
+    // A token the policy does not allow there is refused by the secondary, not forwarded.
+    net.next_id += 1;
+    let mut req = Request::new(net.next_id, Method::Get, "secret/elsewhere").with_token(&team);
+    req.index = Some(state.clone());
+    req.forward_inconsistent = true;
+    assert_eq!(net.send(1, req).status, 403);
+    assert_eq!(forwards(&net), 1);
+}
