@@ -959,3 +959,38 @@ pub fn psql(env: &std::collections::BTreeMap<String, String>, sql: &str) -> Stri
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+
+/// An OpenPGP key pair for the PGP modes of generate-root and the DR operation token
+/// (Ed25519 primary, Curve25519 encryption subkey) for `user_id`, made from `seed`: a test
+/// fixture, not a secret.
+pub fn pgp_keypair(
+    seed: u64,
+    user_id: &str,
+) -> (
+    pgp::composed::SignedSecretKey,
+    pgp::composed::SignedPublicKey,
+) {
+    use pgp::composed::{EncryptionCaps, KeyType, SecretKeyParamsBuilder, SubkeyParamsBuilder};
+    use pgp::crypto::ecc_curve::ECCCurve;
+    use rand_chacha::rand_core::SeedableRng;
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed);
+    let mut enc = SubkeyParamsBuilder::default();
+    enc.key_type(KeyType::ECDH(ECCCurve::Curve25519Legacy))
+        .can_sign(false)
+        .can_encrypt(EncryptionCaps::All)
+        .can_authenticate(false);
+    let mut p = SecretKeyParamsBuilder::default();
+    p.key_type(KeyType::Ed25519Legacy)
+        .can_certify(true)
+        .can_sign(true)
+        .can_encrypt(EncryptionCaps::None)
+        .primary_user_id(user_id.into())
+        .subkeys(vec![enc.build().expect("subkey params")]);
+    let sk = p
+        .build()
+        .expect("key params")
+        .generate(&mut rng)
+        .expect("generate key");
+    let pk = pgp::composed::SignedPublicKey::from(sk.clone());
+    (sk, pk)
+}

@@ -175,37 +175,6 @@ fn keys(v: &Value) -> Vec<String> {
         .collect()
 }
 
-/// An OpenPGP key pair for `generate-root -pgp-key` (Ed25519 primary, Curve25519 encryption
-/// subkey), seeded: key generation is a test fixture, not a secret.
-fn pgp_keypair() -> (
-    pgp::composed::SignedSecretKey,
-    pgp::composed::SignedPublicKey,
-) {
-    use pgp::composed::{EncryptionCaps, KeyType, SecretKeyParamsBuilder, SubkeyParamsBuilder};
-    use pgp::crypto::ecc_curve::ECCCurve;
-    use rand_chacha::rand_core::SeedableRng;
-    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(7);
-    let mut enc = SubkeyParamsBuilder::default();
-    enc.key_type(KeyType::ECDH(ECCCurve::Curve25519Legacy))
-        .can_sign(false)
-        .can_encrypt(EncryptionCaps::All)
-        .can_authenticate(false);
-    let mut p = SecretKeyParamsBuilder::default();
-    p.key_type(KeyType::Ed25519Legacy)
-        .can_certify(true)
-        .can_sign(true)
-        .can_encrypt(EncryptionCaps::None)
-        .primary_user_id("Operator <op@example.com>".into())
-        .subkeys(vec![enc.build().expect("subkey params")]);
-    let sk = p
-        .build()
-        .expect("key params")
-        .generate(&mut rng)
-        .expect("generate key");
-    let pk = pgp::composed::SignedPublicKey::from(sk.clone());
-    (sk, pk)
-}
-
 /// Decrypts a base64 OpenPGP message (an `encoded_token` of the PGP mode) with `sk`.
 fn pgp_decrypt(sk: &pgp::composed::SignedSecretKey, b64: &str) -> String {
     use base64::Engine;
@@ -422,7 +391,7 @@ fn operator_init_unseal_generate_root_and_seal() {
     );
 
     // -pgp-key: the token comes back encrypted to the operator's key.
-    let (sk, pk) = pgp_keypair();
+    let (sk, pk) = cairn_tests::pgp_keypair(7, "Operator <op@example.com>");
     let dir = tmpdir("bao-cli-pgp");
     let file = dir.join("operator.gpg");
     {

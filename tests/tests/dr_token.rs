@@ -343,35 +343,6 @@ fn dr_token_refusals_wrong_nonce_second_attempt_bad_and_duplicate_share() {
     );
 }
 
-fn pgp_keypair() -> (
-    pgp::composed::SignedSecretKey,
-    pgp::composed::SignedPublicKey,
-) {
-    use pgp::composed::{EncryptionCaps, KeyType, SecretKeyParamsBuilder, SubkeyParamsBuilder};
-    use pgp::crypto::ecc_curve::ECCCurve;
-    use rand_chacha::rand_core::SeedableRng;
-    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(42);
-    let mut enc = SubkeyParamsBuilder::default();
-    enc.key_type(KeyType::ECDH(ECCCurve::Curve25519Legacy))
-        .can_sign(false)
-        .can_encrypt(EncryptionCaps::All)
-        .can_authenticate(false);
-    let mut p = SecretKeyParamsBuilder::default();
-    p.key_type(KeyType::Ed25519Legacy)
-        .can_certify(true)
-        .can_sign(true)
-        .can_encrypt(EncryptionCaps::None)
-        .primary_user_id("DR operator <dr@example.com>".into())
-        .subkeys(vec![enc.build().expect("subkey params")]);
-    let sk = p
-        .build()
-        .expect("key params")
-        .generate(&mut rng)
-        .expect("generate key");
-    let pk = pgp::composed::SignedPublicKey::from(sk.clone());
-    (sk, pk)
-}
-
 #[test]
 fn dr_token_pgp_flow_decrypts_with_the_private_key() {
     use pgp::composed::Message;
@@ -379,7 +350,7 @@ fn dr_token_pgp_flow_decrypts_with_the_private_key() {
     use pgp::types::KeyDetails;
     let (p, s) = dr_pair();
     let keys = p.unseal_keys.clone();
-    let (sk, pk) = pgp_keypair();
+    let (sk, pk) = cairn_tests::pgp_keypair(42, "DR operator <dr@example.com>");
     let dir = tmpdir("drt-pgp-key");
     let file = dir.join("operator.gpg");
     std::fs::write(&file, pk.to_bytes().expect("serialize key")).expect("write key");
