@@ -24,7 +24,9 @@
 //! * Replies reach only the incarnation (boot) of the node that made the call.
 //!
 //! One operator client sets the topology up (mount, primary enable, secondary-token,
-//! paths-filter, secondary enable), then mixes KV writes and deletes on two mounts, policy
+//! paths-filter, secondary enable), then mixes KV writes and deletes on two mounts (a few
+//! writes sent to a performance secondary, which forwards them to its primary: acknowledged,
+//! they are writes like any other; unanswered, uncertain — never applied twice), policy
 //! writes, token creation, reads on secondaries, probes of primary tokens on performance
 //! secondaries and revocations, while faults crash hosts and partition primary↔secondary
 //! links. The final phase stops faults and traffic, heals the network, restarts and unseals

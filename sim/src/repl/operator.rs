@@ -22,6 +22,13 @@ pub(super) enum Op {
         n: u64,
         other: bool,
     },
+    /// A KV write sent to performance secondary `h` with its own root token: the secondary
+    /// forwards it to its primary (at most once) and relays the answer.
+    FwdPut {
+        h: HostId,
+        n: u64,
+        other: bool,
+    },
     Delete {
         n: u64,
         other: bool,
@@ -441,6 +448,22 @@ impl ReplWorld {
                     existing(&mut self.oprng, self.next_key)
                 };
                 let v = n + 1_000_000 * self.oprng.below(100);
+                // Now and then through a performance secondary, which forwards it.
+                let via = if perf_secs.is_empty() || !self.oprng.chance(120) {
+                    None
+                } else {
+                    self.oprng.pick(&perf_secs).copied()
+                };
+                if let Some(h) = via {
+                    let t = self
+                        .sec_of(h)
+                        .and_then(|s| s.local_root.clone())
+                        .unwrap_or_default();
+                    let req = Request::new(id, Method::Put, &key_name(other, n))
+                        .with_token(&t)
+                        .with_json(json!({ "v": v }));
+                    return Some((h, Op::FwdPut { h, n: v, other }, req));
+                }
                 let req = Request::new(id, Method::Put, &key_name(other, n))
                     .with_token(&r0)
                     .with_json(json!({ "v": v }));

@@ -75,6 +75,20 @@ impl ReplWorld {
             Op::Filter(i) => self.on_filter_set(&a, i)?,
             Op::SecEnable(i) => self.on_sec_enabled(&a, i)?,
             Op::Put { n, other } => self.on_put(&a, n, other)?,
+            Op::FwdPut { h, n, other } => {
+                // Applied on the primary (if at all): the secondary's WAL says nothing of
+                // its index there, so it is unknown; otherwise a write like any other.
+                let a = Answer {
+                    wal_at: u64::MAX,
+                    ..a
+                };
+                if a.ok {
+                    self.bump("forwarded-write");
+                } else {
+                    self.log(&format!("op: write forwarded by n{h} not acknowledged"));
+                }
+                self.on_put(&a, n, other)?
+            }
             Op::Delete { n, other } => self.on_deleted(&a, n, other)?,
             Op::Policy => {}
             Op::TokenCreate => self.on_token_created(&a)?,
