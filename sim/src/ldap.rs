@@ -740,12 +740,12 @@ mod tests {
                         ever: [vec!["nestp".to_string()]].into(),
                     },
                 );
-                let ok = json!({"auth": {"policies": ["default", "nestp"]}});
+                let ok = json!({"auth": {"policies": ["default", "nestp"], "entity_id": "e-u0"}});
                 assert_eq!(
                     l.observe(&a, None, Some(200), &ok, true, true),
                     Ok("ok-nested")
                 );
-                let short = json!({"auth": {"policies": ["default"]}});
+                let short = json!({"auth": {"policies": ["default"], "entity_id": "e-u0"}});
                 assert!(l.observe(&a, None, Some(200), &short, true, true).is_err());
             }
         }
