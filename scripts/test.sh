@@ -14,6 +14,11 @@ export CARGO_TERM_COLOR=never
 # No incremental caches: a one-shot build gains nothing from them and they double the disk
 # the debug target takes.
 export CARGO_INCREMENTAL=0
+# The connection-flood test holds 2,200 sockets open (and the server its side of them): raise
+# the soft descriptor limit to the hard one when it is lower than that needs.
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt 8192 ]; then
+    ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+fi
 df -h . | sed 's/^/disk: /'
 # Style and lints first (the determinism bans of core/ and sim/ are clippy lints).
 cargo fmt --all -- --check
