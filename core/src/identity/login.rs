@@ -46,9 +46,16 @@ pub fn resolve(
         None => {
             let e = entity::new_entity(ctx, &ns_id, "");
             entity::store(ctx, base, &e)?;
-            // An alias whose entity is gone is replaced by one for the new entity.
+            // An alias whose entity is gone is replaced by one for the new entity. A
+            // performance secondary removes only its own (local) records: the replicated
+            // ones are the primary's (an alias can arrive before its entity during a sync).
             if let Some(old) = entity::alias_by_key(ctx, accessor, alias_name)? {
-                for b in [REPLICATED, LOCAL] {
+                let bases: &[&str] = if local {
+                    &[LOCAL]
+                } else {
+                    &[REPLICATED, LOCAL]
+                };
+                for &b in bases {
                     for k in [
                         entity::alias_key(&old.id),
                         entity::alias_index(accessor, alias_name),
