@@ -51,32 +51,27 @@ fn view(a: Option<&Attempt>, required: u8, encoded: &str) -> serde_json::Value {
     })
 }
 
+/// The operator's OTP: [`OTP_LEN`] base62 characters.
+fn check_otp(otp: &str) -> ApiResult<()> {
+    if otp.len() != OTP_LEN || !otp.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(ApiError::bad(format!(
+            "otp: must be {OTP_LEN} base62 characters (the length of a root token; \
+             GET sys/generate-root/attempt says otp_length), got {}",
+            otp.len()
+        )));
+    }
+    Ok(())
+}
+
 /// A new attempt from the body of `POST .../attempt`: `otp` (the operator's, [`OTP_LEN`]
 /// base62 characters), `pgp_key`, or neither (an OTP generated here).
 fn start(ctx: &mut Ctx, body: &serde_json::Map<String, serde_json::Value>) -> ApiResult<Attempt> {
     let f = Fields(body);
-    let pgp_key = f.str("pgp_key")?.unwrap_or_default().trim().to_string();
-    let given_otp = f.str("otp")?.unwrap_or_default().trim().to_string();
-    if !pgp_key.is_empty() && !given_otp.is_empty() {
-        return Err(ApiError::bad(
-            "pgp_key and otp: give one or the other (the token is either encrypted to the PGP key or encoded with the OTP)",
-        ));
-    }
-    let mut pgp_fingerprint = String::new();
-    if !pgp_key.is_empty() {
-        let key = openpgp::parse_public_key(&pgp_key)
-            .map_err(|e| ApiError::bad(format!("pgp_key: {e}")))?;
-        pgp_fingerprint = openpgp::fingerprint(&key);
-    }
-    if !given_otp.is_empty()
-        && (given_otp.len() != OTP_LEN || !given_otp.bytes().all(|b| b.is_ascii_alphanumeric()))
-    {
-        return Err(ApiError::bad(format!(
-            "otp: must be {OTP_LEN} base62 characters (the length of a root token; \
-             GET sys/generate-root/attempt says otp_length), got {}",
-            given_otp.len()
-        )));
-    }
+    let dr_token::Delivery {
+        pgp_key,
+        pgp_fingerprint,
+        otp: given_otp,
+    } = dr_token::delivery(&f, check_otp)?;
     let nonce = crypto::uuid(ctx.rng());
     let otp = if !pgp_key.is_empty() {
         String::new()

@@ -179,7 +179,7 @@ fn read_body(declared: Option<usize>, reader: impl Read, max: usize) -> Result<V
 }
 
 /// Decodes `%XX` escapes; `plus_is_space` for query strings (form encoding), never for paths.
-fn percent_decode(s: &str, plus_is_space: bool) -> String {
+pub(crate) fn percent_decode(s: &str, plus_is_space: bool) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

@@ -199,6 +199,41 @@ fn status(ctx: &Ctx) -> ApiResult {
     ))
 }
 
+/// How a new attempt's token is to reach the operator: encrypted to `pgp_key` (with its
+/// fingerprint), or encoded with the operator's `otp`; neither given, the caller generates an
+/// OTP. Shared by the DR operation token and generate-root, each with its own OTP check.
+pub(crate) struct Delivery {
+    pub pgp_key: String,
+    pub pgp_fingerprint: String,
+    pub otp: String,
+}
+
+/// Reads `pgp_key` and `otp` from an attempt's body: not both, the key parsed, the OTP
+/// checked by `check_otp`.
+pub(crate) fn delivery(f: &Fields, check_otp: fn(&str) -> ApiResult<()>) -> ApiResult<Delivery> {
+    let pgp_key = f.str("pgp_key")?.unwrap_or_default().trim().to_string();
+    let otp = f.str("otp")?.unwrap_or_default().trim().to_string();
+    if !pgp_key.is_empty() && !otp.is_empty() {
+        return Err(ApiError::bad(
+            "pgp_key and otp: give one or the other (the token is either encrypted to the PGP key or encoded with the OTP)",
+        ));
+    }
+    let mut pgp_fingerprint = String::new();
+    if !pgp_key.is_empty() {
+        let key = openpgp::parse_public_key(&pgp_key)
+            .map_err(|e| ApiError::bad(format!("pgp_key: {e}")))?;
+        pgp_fingerprint = openpgp::fingerprint(&key);
+    }
+    if !otp.is_empty() {
+        check_otp(&otp)?;
+    }
+    Ok(Delivery {
+        pgp_key,
+        pgp_fingerprint,
+        otp,
+    })
+}
+
 /// `POST .../attempt`.
 fn start(ctx: &mut Ctx, body: &Map<String, Value>) -> ApiResult {
     let f = Fields(body);
@@ -211,22 +246,11 @@ fn start(ctx: &mut Ctx, body: &Map<String, Value>) -> ApiResult {
             a.nonce
         )));
     }
-    let pgp_key = f.str("pgp_key")?.unwrap_or_default().trim().to_string();
-    let given_otp = f.str("otp")?.unwrap_or_default().trim().to_string();
-    if !pgp_key.is_empty() && !given_otp.is_empty() {
-        return Err(ApiError::bad(
-            "pgp_key and otp: give one or the other (the token is either encrypted to the PGP key or encoded with the OTP)",
-        ));
-    }
-    let mut pgp_fingerprint = String::new();
-    if !pgp_key.is_empty() {
-        let key = openpgp::parse_public_key(&pgp_key)
-            .map_err(|e| ApiError::bad(format!("pgp_key: {e}")))?;
-        pgp_fingerprint = openpgp::fingerprint(&key);
-    }
-    if !given_otp.is_empty() {
-        check_otp(&given_otp)?;
-    }
+    let Delivery {
+        pgp_key,
+        pgp_fingerprint,
+        otp: given_otp,
+    } = delivery(&f, check_otp)?;
     let nonce = crypto::uuid(ctx.rng());
     let generated = pgp_key.is_empty() && given_otp.is_empty();
     let otp = if generated {

@@ -113,65 +113,56 @@ impl Params {
 /// parses (libpq's TLS parameters removed, `sslmode` mapped to one it knows) and the TLS
 /// settings, reading the files they name.
 pub fn split(url: &str) -> Result<(String, DbTls), String> {
+    /// The connection string's parameters other than libpq's TLS ones, by form.
+    enum Form<'a> {
+        Url { base: &'a str, kept: Vec<&'a str> },
+        KeyValue(Vec<&'a str>),
+    }
     let mut p = Params::default();
-    let rest = if let Some((base, query)) = url.split_once('?') {
-        let kept: Vec<&str> = query
+    let form = if let Some((base, query)) = url.split_once('?') {
+        let kept = query
             .split('&')
             .filter(|kv| match kv.split_once('=') {
-                Some((k, v)) => !p.take(k, percent_decode(v)),
+                Some((k, v)) => !p.take(k, crate::http::percent_decode(v, false)),
                 None => true,
             })
             .collect();
-        (base.to_string(), kept.join("&"))
+        Form::Url { base, kept }
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        (url.to_string(), String::new())
+        Form::Url {
+            base: url,
+            kept: Vec::new(),
+        }
     } else {
-        let kept: Vec<&str> = url
-            .split_whitespace()
-            .filter(|kv| match kv.split_once('=') {
-                Some((k, v)) => !p.take(k.trim(), v.trim_matches('\'').to_string()),
-                None => true,
-            })
-            .collect();
-        (kept.join(" "), String::new())
+        Form::KeyValue(
+            url.split_whitespace()
+                .filter(|kv| match kv.split_once('=') {
+                    Some((k, v)) => !p.take(k.trim(), v.trim_matches('\'').to_string()),
+                    None => true,
+                })
+                .collect(),
+        )
     };
     let mode = match &p.sslmode {
         Some(m) => SslMode::parse(m)?,
         None => SslMode::Prefer,
     };
     let param = format!("sslmode={}", mode.crate_mode());
-    let cleaned = match rest {
-        (kv, q) if q.is_empty() && !url.contains('?') && !kv.starts_with("postgres") => {
-            format!("{kv} {param}")
+    let cleaned = match form {
+        Form::Url { base, mut kept } => {
+            kept.push(&param);
+            format!("{base}?{}", kept.join("&"))
         }
-        (base, q) if q.is_empty() => format!("{base}?{param}"),
-        (base, q) => format!("{base}?{q}&{param}"),
+        Form::KeyValue(mut kept) => {
+            kept.push(&param);
+            kept.join(" ")
+        }
     };
     let connector = match mode {
         SslMode::Disable | SslMode::Allow => None,
         _ => Some(MakeRustlsConnect::new(client_config(mode, &p)?)),
     };
     Ok((cleaned, DbTls { mode, connector }))
-}
-
-/// `%XX` sequences decoded (a path in a URL may be escaped); anything else kept as is.
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn read_file(what: &str, path: &str) -> Result<Vec<u8>, String> {
@@ -366,8 +357,9 @@ mod tests {
 
     #[test]
     fn escaped_paths_are_decoded() {
-        assert_eq!(percent_decode("%2Ftmp%2Fca.pem"), "/tmp/ca.pem");
-        assert_eq!(percent_decode("a%2"), "a%2");
-        assert_eq!(percent_decode("100%"), "100%");
+        let decode = |s| crate::http::percent_decode(s, false);
+        assert_eq!(decode("%2Ftmp%2Fca.pem"), "/tmp/ca.pem");
+        assert_eq!(decode("a%2"), "a%2");
+        assert_eq!(decode("100%"), "100%");
     }
 }
