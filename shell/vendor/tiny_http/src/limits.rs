@@ -147,11 +147,6 @@ impl Registry {
         late.len()
     }
 
-    /// Connections held now.
-    pub(crate) fn len(&self) -> usize {
-        self.lock().1.len()
-    }
-
     /// Runs [`Registry::reap`] every quarter of the shorter timeout (at most every second)
     /// until `closed`.
     pub(crate) fn spawn_reaper(self: &Arc<Self>, closed: Arc<AtomicBool>) {
