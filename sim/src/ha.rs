@@ -14,7 +14,9 @@
 //! Invariants: `fenced-commits` (no batch under an older epoch is applied after a newer
 //! epoch's first commit), `acked-write-readable` (every acknowledged write is read back,
 //! during the run by successful reads and at the end through the active node),
-//! `forward-at-most-once` (a forwarded request reaches the active at most once), and
+//! `forward-at-most-once` (a forwarded request reaches the active at most once),
+//! `trees-follow-storage` (after each of its commits the active node's Merkle trees and WAL
+//! position are those of the shared storage: what a secondary compares with), and
 //! `failover-liveness` (once faults heal, a node is active within a bounded time). A planted
 //! bug (`--plant-fault skip-fence-check`: the store forgets the epoch check) must be caught.
 
@@ -122,6 +124,8 @@ pub struct HaWorld {
     pauses: u64,
     fenced: u64,
     failovers: u64,
+    /// The cluster is a performance and DR replication primary (its writes extend the WAL).
+    replication_primary: bool,
     params: String,
 }
 
@@ -140,6 +144,8 @@ impl HaWorld {
     pub fn new(cfg: &RunConfig) -> HaWorld {
         let mut rng = SimRng::derive(cfg.seed, "ha");
         let n = 1 + rng.weighted(&[1, 3, 4]);
+        // Drawn from its own stream, so that the other draws of a seed stay as they were.
+        let replication_primary = SimRng::derive(cfg.seed, "ha-replication").chance(500);
         let store = Rc::new(RefCell::new(LeaseStore::new()));
         store.borrow_mut().skip_fence_check = cfg.fault == Some(StorageFault::SkipFenceCheck);
         let mut nodes = Vec::new();
@@ -191,7 +197,10 @@ impl HaWorld {
             pauses: 0,
             fenced: 0,
             failovers: 0,
-            params: format!("ha nodes={n} skews={skews:?} ttl={TTL}ms"),
+            replication_primary,
+            params: format!(
+                "ha nodes={n} skews={skews:?} ttl={TTL}ms replication_primary={replication_primary}"
+            ),
         };
         w.boot_cluster();
         w
@@ -201,6 +210,7 @@ impl HaWorld {
         NodeConfig {
             node_id: self.nodes[i].identity.node_id.clone(),
             ha: Some(config_of(i)),
+            license: cairn_core::license::LicenseState::hosted(),
             ..Default::default()
         }
     }
@@ -254,6 +264,22 @@ impl HaWorld {
                 r.status
             ),
         );
+        // Half of the clusters are replication primaries: their writes also extend the
+        // WAL, which each new active node must continue where the previous one stopped.
+        if self.replication_primary {
+            for mode in ["performance", "dr"] {
+                let enable = Request::new(
+                    0,
+                    Method::Post,
+                    &format!("sys/replication/{mode}/primary/enable"),
+                )
+                .with_token(&self.root)
+                .with_json(json!({}));
+                let r = self.direct(0, enable);
+                self.trace
+                    .log(self.now, &format!("{mode} primary enabled: {}", r.status));
+            }
+        }
         for i in 0..self.nodes.len() {
             self.schedule_wake(i, 0);
         }
@@ -569,6 +595,15 @@ impl HaWorld {
                             );
                         }
                         self.highest_epoch_committed = e;
+                        // What the active node serves from memory (Merkle trees, WAL
+                        // position) is what the cluster's storage now holds.
+                        if let Some(d) = n.replication().drift(n.storage()) {
+                            return fail(
+                                "trees-follow-storage",
+                                format!("node {i} (active, epoch {e}) after batch {batch}: {d}"),
+                            );
+                        }
+                        *self.checks.entry("trees-follow-storage").or_default() += 1;
                     }
                     self.commits += 1;
                     Ok(())

@@ -310,3 +310,76 @@ fn a_sealed_standby_answers_sealed_and_forwards_nothing() {
     assert_eq!(response(&out).map(|r| r.status), Some(503));
     assert!(forward(&out).is_none());
 }
+
+/// The active node's Merkle trees equal trees rebuilt from the cluster's storage, after
+/// writes made on it and through standbys, and after the lease moves (so secondaries, whose
+/// trees follow the data, agree with the primary's roots).
+#[test]
+fn the_active_nodes_trees_follow_the_shared_storage() {
+    use crate::replication::reindex::rebuild_for_tests;
+    let (mut c, root) = unsealed(3);
+    let check = |c: &Cluster, i: usize, when: &str| {
+        let n = &c.nodes[i];
+        let fresh = rebuild_for_tests(n.storage(), n.replication());
+        let diff = n.replication().trees.differing_buckets(&fresh);
+        let keys: Vec<String> = diff
+            .iter()
+            .flat_map(|(sub, b)| {
+                crate::storage::Storage::scan(n.storage(), "")
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(move |(k, _)| {
+                        crate::replication::merkle::bucket_index(k) == *b
+                            && crate::replication::class::subtree(k) == sub.1
+                    })
+                    .map(|(k, _)| k)
+            })
+            .collect();
+        assert!(
+            n.replication().trees == fresh,
+            "node {i}'s trees differ from its storage {when}: {diff:?} keys {keys:?}"
+        );
+    };
+    check(&c, 0, "after the first mount");
+    for k in 0..5u64 {
+        let (out, ok) = c.request(
+            0,
+            3_000 + k,
+            Request::new(0, Method::Put, &format!("kv/a{k}"))
+                .with_token(&root)
+                .with_json(json!({"v": k})),
+        );
+        assert!(ok);
+        assert_eq!(response(&out).map(|r| r.status), Some(204));
+    }
+    check(&c, 0, "after writes on it");
+    for i in 1..3 {
+        c.tick(i, 4_000);
+    }
+    c.tick(0, 4_100);
+    check(&c, 0, "after the standbys' ticks");
+    // The lease moves: node 0 steps down, node 1 takes over.
+    let (out, _) = c.request(
+        0,
+        5_000,
+        Request::new(0, Method::Put, "sys/step-down").with_token(&root),
+    );
+    assert_eq!(response(&out).map(|r| r.status), Some(204));
+    c.tick(1, 5_100);
+    c.tick(2, 5_100);
+    let a = (0..3)
+        .find(|&i| matches!(c.nodes[i].fence(), Fence::Epoch(_)))
+        .expect("an active node");
+    c.tick(a, 5_200);
+    check(&c, a, "after it became active");
+    let (out, ok) = c.request(
+        a,
+        5_300,
+        Request::new(0, Method::Put, "kv/b")
+            .with_token(&root)
+            .with_json(json!({"v": 1})),
+    );
+    assert!(ok);
+    assert_eq!(response(&out).map(|r| r.status), Some(204));
+    check(&c, a, "after a write on the new active");
+}

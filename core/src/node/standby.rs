@@ -90,6 +90,13 @@ impl<S: Storage> Node<S> {
         match c {
             Change::BecameActive { epoch } => {
                 log::info!("this node is now the active node of its cluster (lease epoch {epoch})");
+                // What a standby derived from storage (trees, WAL position, roles) is the
+                // previous active's past: reload it before this node writes anything, so
+                // that its first write extends the stored trees and WAL, not a stale copy.
+                self.st.repl.forget_uncommitted();
+                if let Err(e) = crate::replication::ensure_loaded(&mut self.env()) {
+                    log::error!("replication state not loaded: {e}");
+                }
                 // The cluster channel's CA: the first active node creates it (a write under
                 // its new epoch); its listener then serves a certificate of it, which the
                 // standbys pin when they forward.
@@ -99,7 +106,6 @@ impl<S: Storage> Node<S> {
                 if let Err(e) = created.and_then(|_| self.commit(writes)) {
                     log::warn!("the cluster CA could not be created: {e}");
                 }
-                self.st.repl.forget_uncommitted();
                 self.st.outputs.push_back(Output::HaRole(Some(epoch)));
             }
             Change::BecameStandby { reason } => {

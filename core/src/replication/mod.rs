@@ -394,12 +394,61 @@ impl Replication {
     /// back): reload trees, WAL position and roles from storage on the next input, and start
     /// a running scan over.
     pub fn forget_uncommitted(&mut self) {
-        // The trees are reloaded (or rebuilt and written whole) from storage.
+        // The trees are reloaded (or rebuilt and written whole) from storage. The deferred
+        // records may include ones of committed batches, which deleted the stored marker:
+        // forgetting them is safe only because the marker is then left as storage has it
+        // (absent: the reload rebuilds from the data). Writing the marker back without them
+        // would declare stale pages complete.
         self.deferred.clear();
         self.deferred_since = None;
+        self.marker_absent = false;
         self.loaded = false;
         self.roles_loaded = false;
         self.jobs.epoch += 1;
+    }
+
+    /// What this node derived from storage that no longer matches it (`None`: all agree):
+    /// the served trees against trees rebuilt from the data, the WAL position against the
+    /// stored one, and, while the completeness marker is stored, the stored page records.
+    /// For checkers (the simulator, tests): it reads the whole storage.
+    pub fn drift(&self, s: &dyn Storage) -> Option<String> {
+        if !self.loaded {
+            return None;
+        }
+        let fresh = match reindex::rebuild(s, &self.local_uuids) {
+            Ok(t) => t,
+            Err(e) => return Some(format!("the storage could not be read: {e}")),
+        };
+        if self.trees != fresh {
+            return Some(format!(
+                "the served Merkle trees differ from the data in (subtree, bucket) {:?}",
+                self.trees.differing_buckets(&fresh)
+            ));
+        }
+        match wal::load_meta(s) {
+            Ok(m) if m != self.wal => {
+                return Some(format!(
+                    "the WAL position {:?} differs from the stored one {m:?}",
+                    self.wal
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => return Some(format!("the WAL position could not be read: {e}")),
+        }
+        if matches!(s.get(merkle::MARKER), Ok(Some(v)) if v == merkle::VERSION) {
+            let stored = match s.scan(merkle::PREFIX) {
+                Ok(r) => r,
+                Err(e) => return Some(format!("the Merkle records could not be read: {e}")),
+            };
+            let report = merkle::check(&fresh, &fresh, &stored);
+            if !report.is_clean() {
+                return Some(format!(
+                    "the stored Merkle records are marked complete but differ from the data: \
+                     {report:?}"
+                ));
+            }
+        }
+        None
     }
 
     /// Whether this node's copy in mode `m` is incomplete: it is a secondary that has not
