@@ -81,6 +81,31 @@ impl std::fmt::Display for Tier {
     }
 }
 
+/// The topology a seed's replication world gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Profile {
+    /// One primary and one to three secondaries on about a third of the seeds (the
+    /// others run the single-node world).
+    #[default]
+    Default,
+    /// Every seed: one primary, twelve performance secondaries (every third
+    /// path-filtered) and three DR secondaries.
+    Scale,
+}
+
+impl std::str::FromStr for Profile {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Profile, String> {
+        match s {
+            "default" => Ok(Profile::Default),
+            "scale" => Ok(Profile::Scale),
+            other => Err(format!(
+                "unknown profile {other:?} (available: default, scale)"
+            )),
+        }
+    }
+}
+
 /// How to run one seed.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -92,6 +117,8 @@ pub struct RunConfig {
     pub print_trace: bool,
     /// A planted storage bug (for testing the checkers).
     pub fault: Option<StorageFault>,
+    /// The replication topology (fast and turmoil tiers).
+    pub profile: Profile,
 }
 
 impl RunConfig {
@@ -102,6 +129,7 @@ impl RunConfig {
             steps: DEFAULT_STEPS,
             print_trace: false,
             fault: None,
+            profile: Profile::Default,
         }
     }
 
@@ -113,6 +141,9 @@ impl RunConfig {
         }
         if self.steps != DEFAULT_STEPS {
             cmd.push_str(&format!(" --steps {}", self.steps));
+        }
+        if self.profile == Profile::Scale {
+            cmd.push_str(" --profile scale");
         }
         match self.fault {
             Some(StorageFault::DropCommittedWrite) => {
@@ -225,7 +256,7 @@ fn with_logged_errors(mut o: Outcome, errors: Vec<String>) -> Outcome {
 fn run_fast(cfg: &RunConfig) -> Outcome {
     // Replication topologies on a fraction of the seeds; a planted storage fault keeps the
     // single-node world, whose durability checker is the one it is meant for.
-    if cfg.fault.is_none() && repl::wants_replication(cfg.seed) {
+    if cfg.fault.is_none() && (cfg.profile == Profile::Scale || repl::wants_replication(cfg.seed)) {
         return run_repl(cfg, repl::ReplWorld::new(cfg));
     }
     let mut w = world::World::new(cfg);

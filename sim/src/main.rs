@@ -4,8 +4,8 @@
 //! reaches a simulation except as a printed seed.
 
 use cairn_sim::{
-    parse_regressions, parse_seed, run, seed_sequence, Outcome, RunConfig, StorageFault, Tier,
-    DEFAULT_STEPS,
+    parse_regressions, parse_seed, run, seed_sequence, Outcome, Profile, RunConfig, StorageFault,
+    Tier, DEFAULT_STEPS,
 };
 use std::io::Write;
 use std::process::ExitCode;
@@ -35,6 +35,9 @@ usage: cairn-sim [options] (--seed N | --seeds K [--start S] | --regressions [FI
                     final phase (crash every node, unseal, read everything back) follows
   --tier T          simulator tier: fast (default), turmoil (sockets) or ha (one HA
                     cluster over a shared store with a leadership lease)
+  --profile P       replication topology: default (1 primary + 1-3 secondaries on a
+                    third of the seeds) or scale (every seed: 1 primary, 12 performance
+                    and 3 DR secondaries)
   --trace           print the event log
   --plant-fault drop-committed-write
                     plant a storage bug the durability checker must catch
@@ -54,6 +57,7 @@ struct Args {
     tier: Tier,
     trace: bool,
     fault: Option<StorageFault>,
+    profile: Profile,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -66,6 +70,7 @@ fn parse_args() -> Result<Args, String> {
     let mut tier = Tier::Fast;
     let mut trace = false;
     let mut fault = None;
+    let mut profile = Profile::Default;
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
         match a.as_str() {
@@ -84,6 +89,7 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|_| "--steps takes a count".to_string())?
             }
             "--tier" => tier = value("--tier")?.parse()?,
+            "--profile" => profile = value("--profile")?.parse()?,
             "--trace" => trace = true,
             "--plant-fault" => match value("--plant-fault")?.as_str() {
                 "drop-committed-write" => fault = Some(StorageFault::DropCommittedWrite),
@@ -113,6 +119,7 @@ fn parse_args() -> Result<Args, String> {
         tier,
         trace,
         fault,
+        profile,
     })
 }
 
@@ -133,6 +140,7 @@ fn config(args: &Args, seed: u64) -> RunConfig {
         steps: args.steps,
         print_trace: args.trace,
         fault: args.fault,
+        profile: args.profile,
     }
 }
 

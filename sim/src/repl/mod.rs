@@ -325,7 +325,7 @@ impl ReplWorld {
 
     fn build(cfg: &crate::RunConfig, turmoil: bool) -> ReplWorld {
         let seed = cfg.seed;
-        let params = Params::derive(seed);
+        let params = Params::derive(seed, cfg.profile);
         let tcp = turmoil.then(|| crate::tcp::TcpNet::new(seed, params.kinds.len()));
         let mut trace = Trace::new(cfg.print_trace);
         let tier = match &tcp {

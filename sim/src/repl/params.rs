@@ -37,7 +37,7 @@ pub struct Params {
 }
 
 impl Params {
-    pub fn derive(seed: u64) -> Params {
+    pub fn derive(seed: u64, profile: crate::Profile) -> Params {
         let mut r = SimRng::derive(seed, "repl-params");
         let n = r.range(1, 3) as usize;
         let mut kinds = vec![Kind::Primary];
@@ -47,6 +47,15 @@ impl Params {
                 5..=7 => Kind::Perf { filtered: true },
                 _ => Kind::Dr,
             });
+        }
+        if profile == crate::Profile::Scale {
+            // The draws above still happen, so that the other parameters of a seed are
+            // those of the default profile.
+            kinds.truncate(1);
+            kinds.extend((0..12).map(|i| Kind::Perf {
+                filtered: i % 3 == 2,
+            }));
+            kinds.extend((0..3).map(|_| Kind::Dr));
         }
         Params {
             kinds,
