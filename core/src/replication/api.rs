@@ -511,21 +511,7 @@ fn secondary_token(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode
     let bundle = Bundle {
         mode,
         primary_cluster_id: role.cluster_id.clone(),
-        primary_cluster_addrs: {
-            // This node first, then the other nodes of its HA cluster: a secondary that
-            // loses the active node tries them in turn (a standby sends it on).
-            let mut addrs = vec![if role.primary_cluster_addr.is_empty() {
-                st.config.replication.cluster_addr.clone()
-            } else {
-                role.primary_cluster_addr.clone()
-            }];
-            for p in st.ha.nodes() {
-                if !addrs.contains(&p.cluster_addr) {
-                    addrs.push(p.cluster_addr.clone());
-                }
-            }
-            addrs
-        },
+        primary_cluster_addrs: super::primary_cluster_addrs(st, &role),
         primary_api_addr: api_addr.clone(),
         secondary_id: id.clone(),
         secret: secret.clone(),

@@ -1107,6 +1107,23 @@ pub fn gate_request(repl: &Replication, req: &Request) -> ApiResult<()> {
     }
 }
 
+/// The cluster addresses a secondary may reach this primary cluster at: the one this node
+/// advertises first, then every other node of its HA cluster (a secondary that loses the
+/// active node tries them in turn; a standby answers that it is one).
+pub(crate) fn primary_cluster_addrs(st: &ReplIo<'_>, role: &RoleState) -> Vec<String> {
+    let mut addrs = vec![if role.primary_cluster_addr.is_empty() {
+        st.config.replication.cluster_addr.clone()
+    } else {
+        role.primary_cluster_addr.clone()
+    }];
+    for p in st.ha.nodes() {
+        if !p.cluster_addr.is_empty() && !addrs.contains(&p.cluster_addr) {
+            addrs.push(p.cluster_addr.clone());
+        }
+    }
+    addrs
+}
+
 /// Ok(()) once replication state is loaded (after unseal).
 pub(crate) fn require_loaded(st: &ReplIo<'_>) -> ApiResult<()> {
     if st.repl.roles_loaded {

@@ -105,6 +105,11 @@ pub struct PrimaryInfo {
     /// The primary's version.
     #[serde(default)]
     pub version: String,
+    /// Every cluster address of the primary's cluster (the one it advertises first, then
+    /// the other nodes of its HA cluster): the secondary keeps its known addresses up to
+    /// date from it, so that it finds the next active node after a failover.
+    #[serde(default)]
+    pub cluster_addrs: Vec<String>,
 }
 
 /// What the primary answers.

@@ -119,6 +119,7 @@ fn info(env: &mut Env, mode: Mode, view: &View) -> PrimaryInfo {
             .then(|| filter::view(view.filter.as_ref(), &view.mounts))
             .filter(|f| !f.mode.is_empty()),
         version: env.st.config.version.clone(),
+        cluster_addrs: super::primary_cluster_addrs(&env.st, role),
     }
 }
 

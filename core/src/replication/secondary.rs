@@ -196,7 +196,8 @@ pub(crate) fn on_reply(
             rt.sec.failures = 0;
             rt.sec.last_error.clear();
             rt.sec.version_refused = false;
-            if let Err(e) = advance(env, mode, a) {
+            let learned = learn_addrs(env, mode, &a);
+            if let Err(e) = learned.and_then(|_| advance(env, mode, a)) {
                 fail(
                     env,
                     mode,
@@ -206,6 +207,48 @@ pub(crate) fn on_reply(
             }
         }
     }
+}
+
+/// Keeps the known addresses of the primary's cluster as the primary lists them (durably:
+/// a restart must find the active node too), with the address that answered first.
+fn learn_addrs(env: &mut Env, mode: Mode, a: &PeerAnswer) -> ApiResult<()> {
+    let info = match a {
+        PeerAnswer::Pong { info }
+        | PeerAnswer::Entries { info, .. }
+        | PeerAnswer::Gone { info }
+        | PeerAnswer::Roots { info, .. } => info,
+        _ => return Ok(()),
+    };
+    if info.cluster_addrs.is_empty() {
+        return Ok(());
+    }
+    let rt = env.st.repl.mode_mut(mode);
+    let idx = rt.sec.addr_idx;
+    let Some(c) = rt.role.creds.as_mut() else {
+        return Ok(());
+    };
+    let known = &c.primary_cluster_addrs;
+    let Some(hit) = known.get(idx % known.len().max(1)).cloned() else {
+        return Ok(());
+    };
+    let mut order = vec![hit.clone()];
+    order.extend(info.cluster_addrs.iter().filter(|a| **a != hit).cloned());
+    let mut was: Vec<&String> = known.iter().collect();
+    let mut now: Vec<&String> = order.iter().collect();
+    was.sort();
+    now.sort();
+    if was == now {
+        return Ok(());
+    }
+    log::info!(
+        "{} replication: the primary cluster's addresses are now {}",
+        mode.name(),
+        order.join(", ")
+    );
+    c.primary_cluster_addrs = order;
+    rt.sec.addr_idx = 0;
+    let w = env.role_write(mode)?;
+    commit_changes(env, vec![w], Origin::Replication)
 }
 
 fn advance(env: &mut Env, mode: Mode, a: PeerAnswer) -> ApiResult<()> {

@@ -19,6 +19,12 @@
 //! position are those of the shared storage: what a secondary compares with), and
 //! `failover-liveness` (once faults heal, a node is active within a bounded time). A planted
 //! bug (`--plant-fault skip-fence-check`: the store forgets the epoch check) must be caught.
+//!
+//! Half of the clusters are performance and DR replication primaries with one secondary of
+//! each kind ([`secondaries`]): they stream from the active node through every failover, and
+//! once faults heal they reach its Merkle root (`secondary-converges`).
+
+mod secondaries;
 
 use crate::host::Host;
 use crate::rng::SimRng;
@@ -63,6 +69,8 @@ enum Ev {
     Fault,
     /// A crashed node restarts.
     Restart(usize),
+    /// Node `.0` has not answered peer request `.1` in time: its caller gives up.
+    PeerTimeout(usize, u64),
 }
 
 /// Who waits for a request's answer.
@@ -80,6 +88,14 @@ enum Caller {
     Unseal,
     /// A standby forwarded it: answer node `.0`'s request `.1` (incarnation `.2`).
     Forwarded(usize, RequestId, u64),
+    /// Node `from` (incarnation `boot`) made an outbound HTTP call `call`.
+    Http {
+        from: usize,
+        boot: u64,
+        call: u64,
+    },
+    /// The operator's request making node `.0` a secondary.
+    Setup(usize),
 }
 
 struct HaNode {
@@ -97,6 +113,8 @@ struct HaNode {
     inbox: VecDeque<Input>,
     waiting: BTreeMap<RequestId, Caller>,
     wake_at: Option<u64>,
+    /// Peer requests it is serving, by request id.
+    peer_in: BTreeMap<u64, secondaries::PeerCall>,
 }
 
 pub struct HaWorld {
@@ -126,6 +144,10 @@ pub struct HaWorld {
     failovers: u64,
     /// The cluster is a performance and DR replication primary (its writes extend the WAL).
     replication_primary: bool,
+    /// Nodes `0..cluster_n` form the HA cluster; the others are its secondaries.
+    cluster_n: usize,
+    secs: Vec<secondaries::Secondary>,
+    next_peer_id: u64,
     params: String,
 }
 
@@ -170,6 +192,7 @@ impl HaWorld {
                 inbox: VecDeque::new(),
                 waiting: BTreeMap::new(),
                 wake_at: None,
+                peer_in: BTreeMap::new(),
             });
         }
         let mut w = HaWorld {
@@ -198,10 +221,16 @@ impl HaWorld {
             fenced: 0,
             failovers: 0,
             replication_primary,
+            cluster_n: n,
+            secs: Vec::new(),
+            next_peer_id: 0,
             params: format!(
                 "ha nodes={n} skews={skews:?} ttl={TTL}ms replication_primary={replication_primary}"
             ),
         };
+        if replication_primary {
+            w.add_secondaries(cfg.seed);
+        }
         w.boot_cluster();
         w
     }
@@ -209,7 +238,12 @@ impl HaWorld {
     fn node_config(&self, i: usize) -> NodeConfig {
         NodeConfig {
             node_id: self.nodes[i].identity.node_id.clone(),
-            ha: Some(config_of(i)),
+            ha: (i < self.cluster_n).then(|| config_of(i)),
+            replication: cairn_core::replication::ReplicationConfig {
+                api_addr: self.nodes[i].identity.api_addr.clone(),
+                cluster_addr: self.nodes[i].identity.cluster_addr.clone(),
+                ..Default::default()
+            },
             license: cairn_core::license::LicenseState::hosted(),
             ..Default::default()
         }
@@ -236,7 +270,7 @@ impl HaWorld {
         let body = r.body.unwrap_or_default();
         self.key = body["keys"][0].as_str().unwrap_or_default().to_string();
         self.root = body["root_token"].as_str().unwrap_or_default().to_string();
-        for i in 0..self.nodes.len() {
+        for i in 0..self.cluster_n {
             let unseal =
                 Request::new(0, Method::Put, "sys/unseal").with_json(json!({"key": self.key}));
             self.direct(i, unseal);
@@ -279,6 +313,7 @@ impl HaWorld {
                 self.trace
                     .log(self.now, &format!("{mode} primary enabled: {}", r.status));
             }
+            self.activate_secondaries();
         }
         for i in 0..self.nodes.len() {
             self.schedule_wake(i, 0);
@@ -369,6 +404,7 @@ impl HaWorld {
                     self.at(d, Ev::Fault);
                 }
             }
+            Ev::PeerTimeout(j, id) => self.peer_timeout(j, id),
             Ev::Restart(i) => {
                 self.restarts += 1;
                 self.start_node(i);
@@ -407,7 +443,7 @@ impl HaWorld {
     }
 
     fn client_op(&mut self) {
-        let i = self.rng.below(self.nodes.len() as u64) as usize;
+        let i = self.rng.below(self.cluster_n as u64) as usize;
         if !self.acked.is_empty() && self.rng.chance(300) {
             let pick = self.rng.below(self.acked.len() as u64) as usize;
             let Some(key) = self.acked.keys().nth(pick).cloned() else {
@@ -430,7 +466,7 @@ impl HaWorld {
         // Faults of the active node are the ones failover is about: most faults hit it.
         let i = match self.active_node() {
             Some(a) if self.rng.chance(600) => a,
-            _ => self.rng.below(self.nodes.len() as u64) as usize,
+            _ => self.rng.below(self.cluster_n as u64) as usize,
         };
         let kind = self.rng.weighted(&[3, 4, 2, 2, 3]);
         let what = match kind {
@@ -443,7 +479,8 @@ impl HaWorld {
                 // The node and its uncommitted writes vanish; what it held is never sent.
                 let _ = h.host.crash();
                 h.inbox.clear();
-                h.waiting.clear();
+                let waiting = std::mem::take(&mut h.waiting);
+                self.calls_broken_by_crash(i, waiting);
                 let d = self.rng.range(500, 5_000);
                 self.at(d, Ev::Restart(i));
                 format!("crash node {i} (restart in {d} ms)")
@@ -701,6 +738,9 @@ impl HaWorld {
                     }
                 }
             }
+            Output::PeerSend(s) => self.route_peer_send(i, s),
+            Output::PeerResponse(r) => self.route_peer_response(i, r, failed.is_some()),
+            Output::HttpCall(c) => self.route_http_call(i, c),
             _ => {}
         }
         Ok(())
@@ -736,6 +776,8 @@ impl HaWorld {
                 }
             }
             Caller::Unseal => {}
+            Caller::Setup(n) => self.on_setup_answer(n, &r),
+            Caller::Http { from, boot, call } => self.on_http_answer(i, from, boot, call, r),
             Caller::Forwarded(j, id, boot) => {
                 // Back over the cluster channel, unless it broke meanwhile.
                 let cut = self.nodes[i].peers_cut_until > self.now
@@ -801,6 +843,34 @@ impl HaWorld {
                     ),
                 );
             }
+        }
+        // The secondaries reach the active node's Merkle root, streaming from it.
+        let limit = self.now + 60_000;
+        loop {
+            let Some(a) = self.active_node() else {
+                return fail(
+                    "failover-liveness",
+                    "the active node stepped down after every fault healed".into(),
+                );
+            };
+            let Some(behind) = self.secondaries_behind(a) else {
+                break;
+            };
+            match self.events.first_key_value() {
+                Some(((t, _), _)) if *t <= limit => {
+                    self.step()?;
+                }
+                _ => {
+                    let statuses = self.replication_statuses(a);
+                    return fail(
+                        "secondary-converges",
+                        format!("60 s after the faults healed: {behind}; {statuses}"),
+                    );
+                }
+            }
+        }
+        if !self.secs.is_empty() {
+            self.count("secondary-converges");
         }
         Ok(false)
     }
@@ -877,6 +947,7 @@ mod tests {
 
     #[test]
     fn ha_seeds_pass_and_replay() {
+        let mut converged = 0;
         for seed in 1..=12 {
             let mut cfg = RunConfig::new(seed);
             cfg.tier = crate::Tier::Ha;
@@ -884,7 +955,11 @@ mod tests {
             assert!(a.ok(), "{}", a.report());
             let b = crate::run(&cfg);
             assert_eq!(a.trace_hash, b.trace_hash, "seed {seed} did not replay");
+            converged += a.checks.get("secondary-converges").copied().unwrap_or(0);
         }
+        // Some of them are replication primaries whose secondaries converged after the
+        // failovers.
+        assert!(converged > 0, "no seed checked its secondaries");
     }
 
     /// Without the epoch check in the store, a paused active node's late commit lands
