@@ -111,7 +111,7 @@ pub fn run(addr: &str, clients: usize, secs: f64, pids: &[u32], make: MakeOp) ->
             std::thread::spawn(move || {
                 let mut conn = KeepAlive::new(&addr, Duration::from_secs(30));
                 let mut p = Phase::default();
-                let mut note = |p: &mut Phase, e: String| {
+                let note = |p: &mut Phase, e: String| {
                     p.errors += 1;
                     if p.samples.len() < 3 {
                         p.samples.push(format!("client {t}: {e}"));

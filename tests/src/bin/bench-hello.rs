@@ -41,8 +41,8 @@ fn main() -> Result<(), String> {
             std::thread::spawn(move || loop {
                 match server.recv() {
                     Ok(rq) => {
-                        let r = tiny_http::Response::from_data(body.to_vec())
-                            .with_header(json.clone());
+                        let r =
+                            tiny_http::Response::from_data(body.to_vec()).with_header(json.clone());
                         let _ = rq.respond(r);
                     }
                     Err(e) => eprintln!("accept: {e}"),

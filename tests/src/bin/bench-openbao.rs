@@ -75,7 +75,10 @@ fn call(t_url: &str, token: Option<&str>, method: &str, path: &str, body: Option
 fn wait_for(what: &str, secs: u64, mut ready: impl FnMut() -> bool) {
     let t = Instant::now();
     while !ready() {
-        assert!(t.elapsed() < Duration::from_secs(secs), "{what}: not ready after {secs} s");
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "{what}: not ready after {secs} s"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -108,7 +111,9 @@ fn start_cairn() -> Target {
     }
     std::thread::spawn(move || for _ in lines {});
     let url = format!("http://127.0.0.1:{port}");
-    wait_for("cairn", 30, || call(&url, None, "GET", "sys/health", None).status == 200);
+    wait_for("cairn", 30, || {
+        call(&url, None, "GET", "sys/health", None).status == 200
+    });
     Target {
         name: "Cairn",
         url,
@@ -201,17 +206,31 @@ fn setup(t: &mut Target, ldap: &BTreeMap<String, String>, clients: usize) {
         call(&t.url, Some(&root), method, path, body)
     };
     let ok = |r: Resp, what: &str| {
-        assert!(r.status < 300, "{}: {what}: {} {}", t.name, r.status, r.body);
+        assert!(
+            r.status < 300,
+            "{}: {what}: {} {}",
+            t.name,
+            r.status,
+            r.body
+        );
         r
     };
     ok(
-        c("PUT", "sys/policy/bench", Some(json!({ "policy": BENCH_POLICY }))),
+        c(
+            "PUT",
+            "sys/policy/bench",
+            Some(json!({ "policy": BENCH_POLICY })),
+        ),
         "policy bench",
     );
     for (_, p) in GROUPS {
         let rule = format!(r#"path "kv1/{p}/*" {{ capabilities = ["read"] }}"#);
         ok(
-            c("PUT", &format!("sys/policy/{p}"), Some(json!({ "policy": rule }))),
+            c(
+                "PUT",
+                &format!("sys/policy/{p}"),
+                Some(json!({ "policy": rule })),
+            ),
             "policy",
         );
     }
@@ -501,8 +520,7 @@ fn report_errors(name: &str, work: Work, p: &Phase) {
 
 fn openbao(secs: f64, rounds: usize, clients: usize) {
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
-    let ldap_dir =
-        std::env::temp_dir().join(format!("cairn-bench-vs-ldap-{}", std::process::id()));
+    let ldap_dir = std::env::temp_dir().join(format!("cairn-bench-vs-ldap-{}", std::process::id()));
     let ldap = cairn_tests::start_dev_directory("dev-ldap.sh", &ldap_dir, "CAIRN_LDAP_WATCH_PID");
     let slapd_pid: u32 = std::fs::read_to_string(ldap_dir.join("main/slapd.pid"))
         .ok()
@@ -528,13 +546,7 @@ fn openbao(secs: f64, rounds: usize, clients: usize) {
         for work in WORKLOADS {
             for (si, s) in servers.iter().enumerate() {
                 let op = make_op(work, &s.root, &s.token, round as u64);
-                let p = loadgen::run(
-                    addr_of(&s.url),
-                    clients,
-                    secs,
-                    &[s.pid, slapd_pid],
-                    op,
-                );
+                let p = loadgen::run(addr_of(&s.url), clients, secs, &[s.pid, slapd_pid], op);
                 report_errors(s.name, work, &p);
                 eprintln!(
                     "round {} {} {work:?}: {:.0}/s p99 {:.2} ms, {:.0} µs CPU/req, {} errors",
@@ -607,8 +619,14 @@ fn print_openbao(
     for w in WORKLOADS {
         let rate = [metric(w, 0, &|p| p.rate()), metric(w, 1, &|p| p.rate())];
         let p50 = [metric(w, 0, &|p| p.pct(0.5)), metric(w, 1, &|p| p.pct(0.5))];
-        let p99 = [metric(w, 0, &|p| p.pct(0.99)), metric(w, 1, &|p| p.pct(0.99))];
-        let cpu = [metric(w, 0, &|p| p.cpu_us(0)), metric(w, 1, &|p| p.cpu_us(0))];
+        let p99 = [
+            metric(w, 0, &|p| p.pct(0.99)),
+            metric(w, 1, &|p| p.pct(0.99)),
+        ];
+        let cpu = [
+            metric(w, 0, &|p| p.cpu_us(0)),
+            metric(w, 1, &|p| p.cpu_us(0)),
+        ];
         let errs = [
             metric(w, 0, &|p| p.errors as f64).iter().sum::<f64>(),
             metric(w, 1, &|p| p.errors as f64).iter().sum::<f64>(),
@@ -710,7 +728,12 @@ fn kv_read_limit(secs: f64, clients: usize, rounds: usize) {
         let fixed = fixed.clone();
         Box::new(move |c: &mut KeepAlive, i| {
             let k = i % READ_KEYS;
-            let r = c.call("GET", &format!("/v1/kv1/r/0/{k}"), &[("X-Vault-Token", "x")], b"")?;
+            let r = c.call(
+                "GET",
+                &format!("/v1/kv1/r/0/{k}"),
+                &[("X-Vault-Token", "x")],
+                b"",
+            )?;
             if r.status == 200 && r.body == *fixed {
                 Ok(())
             } else {
@@ -724,7 +747,13 @@ fn kv_read_limit(secs: f64, clients: usize, rounds: usize) {
         let p = loadgen::run(addr_of(&cairn.url), clients, secs, &[cairn.pid], op);
         report_errors("Cairn", Work::KvRead, &p);
         c_runs.push(p);
-        let p = loadgen::run(addr_of(&hello_url), clients, secs, &[hello_pid], hello_op.clone());
+        let p = loadgen::run(
+            addr_of(&hello_url),
+            clients,
+            secs,
+            &[hello_pid],
+            hello_op.clone(),
+        );
         report_errors("hello", Work::KvRead, &p);
         h_runs.push(p);
     }
@@ -736,8 +765,14 @@ fn kv_read_limit(secs: f64, clients: usize, rounds: usize) {
     println!("| server | requests/s | p50 ms | p99 ms | server CPU µs/req | wrong or failed |");
     println!("|---|---:|---:|---:|---:|---:|");
     for (name, v) in [
-        ("Cairn `GET kv1/<key>` (KV v1 read, token checked, value decrypted)", &c_runs),
-        ("tiny_http hello-world (`bench-hello`, same thread model, fixed body)", &h_runs),
+        (
+            "Cairn `GET kv1/<key>` (KV v1 read, token checked, value decrypted)",
+            &c_runs,
+        ),
+        (
+            "tiny_http hello-world (`bench-hello`, same thread model, fixed body)",
+            &h_runs,
+        ),
     ] {
         println!(
             "| {name} | {} | {} | {} | {} | {} |",
@@ -767,8 +802,16 @@ fn main() {
     let what = args.first().map(String::as_str).unwrap_or("openbao");
     let num = |i: usize, d: f64| -> f64 { args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d) };
     match what {
-        "openbao" => openbao(num(1, 5.0), num(2, 3.0).max(1.0) as usize, num(3, 16.0) as usize),
-        "kv-read-limit" => kv_read_limit(num(1, 5.0), num(2, 16.0) as usize, num(3, 3.0).max(1.0) as usize),
+        "openbao" => openbao(
+            num(1, 5.0),
+            num(2, 3.0).max(1.0) as usize,
+            num(3, 16.0) as usize,
+        ),
+        "kv-read-limit" => kv_read_limit(
+            num(1, 5.0),
+            num(2, 16.0) as usize,
+            num(3, 3.0).max(1.0) as usize,
+        ),
         other => {
             eprintln!("unknown benchmark {other:?}; available: openbao, kv-read-limit");
             std::process::exit(1);
