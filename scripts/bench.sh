@@ -3,24 +3,34 @@
 # (LDAP logins against the dev slapd vs direct ldap3 round trips), `scripts/bench.sh ad-login [SECONDS]
 # [CLIENTS] [ROUNDS]` (the same against the Samba AD of scripts/dev-ad.sh: LDAPS, a service account,
 # sAMAccountName, in-chain nested groups; needs root), `replication`, `reindex`, `ha [SECONDS] [TRIALS]
-# [CLIENTS]` (an HA cluster on PostgreSQL). Builds release binaries and prints a Markdown table with
+# [CLIENTS]` (an HA cluster on PostgreSQL), `openbao` and `kv-read-limit` (below). Builds release binaries and prints a Markdown table with
 # Cairn's numbers next to a baseline measured in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-kv}"; shift || true
 cargo build --release -q -p cairn -p cairn-tests
+# Where cargo put them (CARGO_TARGET_DIR when set).
+REL="${CARGO_TARGET_DIR:-$PWD/target}/release"
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr)"
 case "$what" in
-    login) exec target/release/bench-login "$@" ;;
-    ad-login) exec target/release/bench-login --ad "$@" ;;
+    login) exec "$REL"/bench-login "$@" ;;
+    ad-login) exec "$REL"/bench-login --ad "$@" ;;
     # `scripts/bench.sh replication [SECONDS] [CLIENTS] [LAG_SAMPLES] [RATE] [RESYNC_KEYS]`:
     # replication lag (p50/p99) for perf and DR secondaries, sequential and at a paced RATE,
     # WAL streaming vs the primary's maximum write rate, and Merkle resync time and bytes for
     # RESYNC_KEYS changed keys, each next to a no-secondary baseline.
-    replication) exec target/release/bench-replication "$@" ;;
+    replication) exec "$REL"/bench-replication "$@" ;;
     # `scripts/bench.sh reindex [KEYS] [READERS]`: reindex time and keys/s for KEYS stored
     # keys vs a raw SQLite scan, and API p99 during the reindex vs idle.
-    reindex) exec target/release/bench-reindex "$@" ;;
+    reindex) exec "$REL"/bench-reindex "$@" ;;
+    # `scripts/bench.sh openbao [SECONDS=5] [ROUNDS=3] [CLIENTS=16]`: Cairn (--dev, SQLite) and
+    # OpenBao 2.6.2 (scripts/reference.sh; raft storage, initialised and unsealed) against one
+    # slapd, phases alternating: LDAP login, token create, KV v1/v2 writes, KV read,
+    # lookup-self; req/s, p50/p99, server CPU per request, RSS. See tests/src/bin/bench-openbao.rs.
+    openbao) exec "$REL"/bench-openbao openbao "$@" ;;
+    # `scripts/bench.sh kv-read-limit [SECONDS=5] [CLIENTS=16] [ROUNDS=3]`: Cairn's KV v1 reads
+    # over HTTP vs a tiny_http hello-world server (tests/src/bin/bench-hello.rs), alternating.
+    kv-read-limit) exec "$REL"/bench-openbao kv-read-limit "$@" ;;
     # `scripts/bench.sh ha [SECONDS=3] [TRIALS=3] [CLIENTS=32]`: three `cairn server` nodes on one
     # PostgreSQL (scripts/dev-postgres.sh): durable KV writes/s through the active vs pgbench -c 1
     # single-row INSERT ... ON CONFLICT commits; failover time over TRIALS kill -9s of the active
@@ -41,7 +51,7 @@ case "$what" in
             if [ -f "$WORK/pids" ]; then
                 while read -r pid; do
                     # Only a still-running cairn this run started (the pid file lists them).
-                    if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f target/release/cairn)" ]; then
+                    if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$REL"/cairn)" ]; then
                         kill -9 "$pid" 2>/dev/null || true
                     fi
                 done < "$WORK/pids"
@@ -53,9 +63,9 @@ case "$what" in
         trap 'exit 130' INT
         trap 'exit 143' TERM
         # In the background and waited for, so that a signal to this script runs its traps at once.
-        CAIRN_BENCH_WORK="$WORK" CAIRN_BIN="$PWD/target/release/cairn" python3 scripts/bench-ha.py "$@" &
+        CAIRN_BENCH_WORK="$WORK" CAIRN_BIN="$REL/cairn" python3 scripts/bench-ha.py "$@" &
         PY=$!
         wait "$PY"
         ;;
-    *) exec target/release/bench "$what" "$@" ;;
+    *) exec "$REL"/bench "$what" "$@" ;;
 esac

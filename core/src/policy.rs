@@ -173,7 +173,44 @@ fn too_deep(text: &str) -> Option<String> {
     None
 }
 
+/// Texts of parsed policies kept by [`Policy::parse_cached`] (and their total bytes), beyond
+/// which the cache starts over.
+const PARSED_CACHE_BYTES: usize = 1 << 20;
+const PARSED_CACHE_ENTRIES: usize = 256;
+
+/// Policies [`Policy::parse_cached`] parsed on this thread, by their text: (result, total
+/// bytes of the texts held).
+type ParsedCache = (BTreeMap<String, Result<Policy, PolicyError>>, usize);
+
+std::thread_local! {
+    static PARSED: std::cell::RefCell<ParsedCache> =
+        const { std::cell::RefCell::new((BTreeMap::new(), 0)) };
+}
+
 impl Policy {
+    /// [`Policy::parse`] of a text this thread parsed recently without parsing it again.
+    /// Every request builds its token's ACL from the stored policy texts, and parsing HCL
+    /// costs more than the rest of a read; the answer is a function of the text alone, so a
+    /// text's cached answer is the one a new parse would give. The cache holds at most
+    /// [`PARSED_CACHE_ENTRIES`] texts and [`PARSED_CACHE_BYTES`] bytes, then starts over.
+    pub fn parse_cached(text: &str) -> Result<Policy, PolicyError> {
+        if let Some(hit) = PARSED.with(|c| c.borrow().0.get(text).cloned()) {
+            return hit;
+        }
+        let parsed = Policy::parse(text);
+        if text.len() <= PARSED_CACHE_BYTES / 4 {
+            PARSED.with(|c| {
+                let mut c = c.borrow_mut();
+                if c.0.len() >= PARSED_CACHE_ENTRIES || c.1 + text.len() > PARSED_CACHE_BYTES {
+                    *c = (BTreeMap::new(), 0);
+                }
+                c.1 += text.len();
+                c.0.insert(text.to_string(), parsed.clone());
+            });
+        }
+        parsed
+    }
+
     /// Parses a policy in HCL or in its JSON form.
     pub fn parse(text: &str) -> Result<Policy, PolicyError> {
         if let Some(why) = too_deep(text) {
@@ -391,6 +428,29 @@ pub fn valid_name(name: &str) -> bool {
 mod tests {
     use super::*;
     use quickcheck::quickcheck;
+
+    /// The cached parse answers what a parse does, for good and bad texts, again and again,
+    /// also after the cache started over (more texts than it holds).
+    #[test]
+    fn a_cached_parse_is_the_parse() {
+        let texts: Vec<String> = (0..PARSED_CACHE_ENTRIES + 10)
+            .map(|i| match i % 3 {
+                0 => format!(r#"path "a/{i}/*" {{ capabilities = ["read"] }}"#),
+                1 => format!(r#"{{"path":{{"b/{i}":{{"capabilities":["update","list"]}}}}}}"#),
+                _ => format!(r#"path "c/{i}" {{ capabilities = ["fly"] }}"#),
+            })
+            .collect();
+        for _ in 0..2 {
+            for t in &texts {
+                assert_eq!(Policy::parse_cached(t), Policy::parse(t), "{t}");
+            }
+        }
+        assert_eq!(
+            Policy::parse_cached(DEFAULT_POLICY),
+            Policy::parse(DEFAULT_POLICY)
+        );
+        assert!(Policy::parse_cached(DEFAULT_POLICY).is_ok_and(|p| !p.rules.is_empty()));
+    }
 
     #[test]
     fn parses_hcl_and_json() {

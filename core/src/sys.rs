@@ -42,11 +42,11 @@ pub fn load_policy(ctx: &Ctx, name: &str) -> ApiResult<Option<Policy>> {
 /// [`load_policy`] in namespace `ns`.
 pub fn load_policy_in(ctx: &Ctx, ns: &str, name: &str) -> ApiResult<Option<Policy>> {
     if let Some(sp) = ctx.get_json::<StoredPolicy>(&policy_key(ns, name))? {
-        return Ok(Policy::parse(&sp.policy).ok());
+        return Ok(Policy::parse_cached(&sp.policy).ok());
     }
     Ok(match name {
-        "default" => Policy::parse(policy::DEFAULT_POLICY).ok(),
-        "response-wrapping" => Policy::parse(RESPONSE_WRAPPING).ok(),
+        "default" => Policy::parse_cached(policy::DEFAULT_POLICY).ok(),
+        "response-wrapping" => Policy::parse_cached(RESPONSE_WRAPPING).ok(),
         _ => None,
     })
 }

@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod keepalive;
+pub mod loadgen;
 pub mod tls_hello;
 
 use serde_json::Value;
