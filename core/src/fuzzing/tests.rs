@@ -415,3 +415,10 @@ fn fuzz_targets_wrap_the_entry_points_ci_runs() {
         );
     }
 }
+
+#[test]
+fn snapshot_reader_survives_generated_input() {
+    inputs("snapshot_file", 300)
+        .iter()
+        .for_each(|d| snapshot_file(d));
+}
