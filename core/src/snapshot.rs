@@ -281,11 +281,17 @@ pub fn read(file: &[u8], keys: &Keys) -> Result<Snapshot, SnapshotError> {
         });
     }
     let mac_at = file.len() - 32;
-    if !crypto::ct_eq(&crypto::hmac_sha256(&keys.mac, &file[..mac_at]), &file[mac_at..]) {
+    if !crypto::ct_eq(
+        &crypto::hmac_sha256(&keys.mac, &file[..mac_at]),
+        &file[mac_at..],
+    ) {
         return Err(SnapshotError::Mac);
     }
     let head_len = u32::from_be_bytes(file[18..22].try_into().unwrap_or_default()) as usize;
-    let rows = rows(&file[PREAMBLE + head_len..file.len() - TRAILER], header.rows)?;
+    let rows = rows(
+        &file[PREAMBLE + head_len..file.len() - TRAILER],
+        header.rows,
+    )?;
     Ok(Snapshot { header, rows })
 }
 

@@ -220,11 +220,11 @@ fn common_headers(resp: &Response) -> Vec<Header> {
     out
 }
 
-/// Writes `resp` as the answer to `rq`.
-#[allow(clippy::expect_used)] // the constant header is valid
 /// Largest snapshot file a restore accepts (`POST sys/storage/raft/snapshot`).
 const SNAPSHOT_MAX_BODY: usize = 4 << 30;
 
+/// Writes `resp` as the answer to `rq`.
+#[allow(clippy::expect_used)] // the constant header is valid
 fn respond(rq: tiny_http::Request, resp: Response) {
     let json =
         Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).expect("static header");

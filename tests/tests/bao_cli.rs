@@ -1256,7 +1256,13 @@ fn raft_snapshot_restore_with_the_real_cli() {
     let bad = dir.path().join("bad.snap");
     std::fs::write(&bad, &bytes[..bytes.len() / 2]).expect("write");
     b.fails(
-        &["operator", "raft", "snapshot", "restore", bad.to_str().expect("path")],
+        &[
+            "operator",
+            "raft",
+            "snapshot",
+            "restore",
+            bad.to_str().expect("path"),
+        ],
         2,
         "truncated",
     );
@@ -1265,8 +1271,14 @@ fn raft_snapshot_restore_with_the_real_cli() {
         2,
         "snapshot-force is not supported",
     );
-    assert_eq!(b.json(&["read", "-format=json", "secret/snap"])["data"]["v"], json!("2"));
+    assert_eq!(
+        b.json(&["read", "-format=json", "secret/snap"])["data"]["v"],
+        json!("2")
+    );
     b.ok(&["operator", "raft", "snapshot", "restore", f]);
-    assert_eq!(b.json(&["read", "-format=json", "secret/snap"])["data"]["v"], json!("1"));
+    assert_eq!(
+        b.json(&["read", "-format=json", "secret/snap"])["data"]["v"],
+        json!("1")
+    );
     b.step(&["read", "secret/late"], 2);
 }

@@ -74,7 +74,11 @@ fn restore(s: &Server, file: &[u8]) -> Raw {
 
 /// Writers putting `secret/w<t>/<n>` one after the other, each write's WAL index noted from
 /// its `X-Vault-Index`, until `stop`.
-fn writers(s: &Server, n: usize, stop: &Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<Vec<(String, u64)>>> {
+fn writers(
+    s: &Server,
+    n: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Vec<(String, u64)>>> {
     (0..n)
         .map(|t| {
             let (addr, tok, stop) = (s.addr.clone(), s.root_token.clone(), stop.clone());
@@ -100,8 +104,14 @@ fn writers(s: &Server, n: usize, stop: &Arc<AtomicBool>) -> Vec<std::thread::Joi
 /// Takes a snapshot while writers run, lets them go on, restores it, and checks that every
 /// acknowledged write at or below the snapshot's index is there and none above it.
 fn exact_under_load(s: &Server) {
-    assert_eq!(s.post("sys/mounts/secret", json!({"type": "kv"})).status, 204);
-    ok_status(s.post("sys/replication/performance/primary/enable", json!({})), 200);
+    assert_eq!(
+        s.post("sys/mounts/secret", json!({"type": "kv"})).status,
+        204
+    );
+    ok_status(
+        s.post("sys/replication/performance/primary/enable", json!({})),
+        200,
+    );
     assert_eq!(s.put("secret/before", json!({"n": 0})).status, 204);
     let stop = Arc::new(AtomicBool::new(false));
     let ws = writers(s, 4, &stop);
@@ -110,14 +120,24 @@ fn exact_under_load(s: &Server) {
     let index = index.expect("a primary's snapshot names its WAL index");
     std::thread::sleep(Duration::from_millis(1_500));
     stop.store(true, Ordering::Relaxed);
-    let acked: Vec<(String, u64)> = ws.into_iter().flat_map(|w| w.join().expect("writer")).collect();
+    let acked: Vec<(String, u64)> = ws
+        .into_iter()
+        .flat_map(|w| w.join().expect("writer"))
+        .collect();
     let before = acked.iter().filter(|(_, i)| *i <= index).count();
     let after = acked.len() - before;
-    assert!(before > 0 && after > 0, "{before} writes before, {after} after");
+    assert!(
+        before > 0 && after > 0,
+        "{before} writes before, {after} after"
+    );
     let r = restore(s, &file);
     assert_eq!(r.status, 204, "restore: {}", r.errors());
     for (key, i) in &acked {
-        let n: u64 = key.rsplit('/').next().and_then(|n| n.parse().ok()).expect("n");
+        let n: u64 = key
+            .rsplit('/')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("n");
         let r = s.get(key);
         if *i <= index {
             assert_eq!(r.status, 200, "{key} (index {i} <= {index}) missing");
@@ -191,11 +211,17 @@ fn a_restored_primary_brings_its_secondaries_back_by_merkle_sync() {
     let p = licensed("snap-p");
     let perf = licensed("snap-perf");
     let dr = licensed("snap-dr");
-    assert_eq!(p.post("sys/mounts/secret", json!({"type": "kv"})).status, 204);
+    assert_eq!(
+        p.post("sys/mounts/secret", json!({"type": "kv"})).status,
+        204
+    );
     for i in 0..10 {
         assert_eq!(p.put(&format!("secret/k{i}"), json!({"v": i})).status, 204);
     }
-    ok_status(p.post("sys/replication/performance/primary/enable", json!({})), 200);
+    ok_status(
+        p.post("sys/replication/performance/primary/enable", json!({})),
+        200,
+    );
     ok_status(p.post("sys/replication/dr/primary/enable", json!({})), 200);
     enable_secondary(&perf, "performance", &token(&p, "performance", "perf"));
     enable_secondary(&dr, "dr", &token(&p, "dr", "dr"));
@@ -209,24 +235,38 @@ fn a_restored_primary_brings_its_secondaries_back_by_merkle_sync() {
     );
     // Writes after the snapshot reach both secondaries ...
     for i in 0..10 {
-        assert_eq!(p.put(&format!("secret/k{i}"), json!({"v": i + 100})).status, 204);
-        assert_eq!(p.put(&format!("secret/late{i}"), json!({"v": i})).status, 204);
+        assert_eq!(
+            p.put(&format!("secret/k{i}"), json!({"v": i + 100})).status,
+            204
+        );
+        assert_eq!(
+            p.put(&format!("secret/late{i}"), json!({"v": i})).status,
+            204
+        );
     }
     wait_for("secondaries caught up with the later writes", 60, || {
         caught_up(&p, &perf, "performance", "perf") && caught_up(&p, &dr, "dr", "dr")
     });
-    let diffs_before = status(&perf, "performance")["merkle_diffs"].as_u64().unwrap_or(0);
+    let diffs_before = status(&perf, "performance")["merkle_diffs"]
+        .as_u64()
+        .unwrap_or(0);
     // ... and go away again with the restore, on the primary and on its secondaries.
     let r = restore(&p, &file);
     assert_eq!(r.status, 204, "restore: {}", r.errors());
-    assert_eq!(status(&p, "performance")["merkle_root"], roots_at_snapshot.0);
+    assert_eq!(
+        status(&p, "performance")["merkle_root"],
+        roots_at_snapshot.0
+    );
     assert_eq!(status(&p, "dr")["merkle_root"], roots_at_snapshot.1);
     wait_for("secondaries converged on the restored primary", 60, || {
         caught_up(&p, &perf, "performance", "perf") && caught_up(&p, &dr, "dr", "dr")
     });
     assert_eq!(status(&dr, "dr")["merkle_root"], roots_at_snapshot.1);
     assert!(
-        status(&perf, "performance")["merkle_diffs"].as_u64().unwrap_or(0) > diffs_before,
+        status(&perf, "performance")["merkle_diffs"]
+            .as_u64()
+            .unwrap_or(0)
+            > diffs_before,
         "the secondary compared trees"
     );
     // The data itself, on the performance secondary.
@@ -234,7 +274,10 @@ fn a_restored_primary_brings_its_secondaries_back_by_merkle_sync() {
     note_secret(&st);
     let r = perf.call_as(Some(&st), "GET", "secret/k3", None);
     assert_eq!(r.body["data"]["v"], json!(3), "{}", r.body);
-    assert_eq!(perf.call_as(Some(&st), "GET", "secret/late3", None).status, 404);
+    assert_eq!(
+        perf.call_as(Some(&st), "GET", "secret/late3", None).status,
+        404
+    );
     // Streaming goes on.
     assert_eq!(p.put("secret/after", json!({"v": 1})).status, 204);
     wait_for("the next write replicated", 30, || {
@@ -265,9 +308,15 @@ fn visible(s: &Server) -> BTreeMap<String, Value> {
     let keys = s.list("secret/").body["data"]["keys"].clone();
     for k in keys.as_array().into_iter().flatten() {
         let k = k.as_str().unwrap_or_default();
-        out.insert(format!("secret/{k}"), s.get(&format!("secret/{k}")).body["data"].clone());
+        out.insert(
+            format!("secret/{k}"),
+            s.get(&format!("secret/{k}")).body["data"].clone(),
+        );
     }
-    out.insert("policies".into(), s.list("sys/policies/acl").body["data"].clone());
+    out.insert(
+        "policies".into(),
+        s.list("sys/policies/acl").body["data"].clone(),
+    );
     out
 }
 
@@ -283,7 +332,10 @@ fn the_cli_saves_and_restores_and_bad_files_change_nothing() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("Snapshot saved"), "{out}");
     let good = std::fs::read(&file).expect("snapshot file");
-    assert!(!String::from_utf8_lossy(&good).contains("\"v\":1"), "values are encrypted");
+    assert!(
+        !String::from_utf8_lossy(&good).contains("\"v\":1"),
+        "values are encrypted"
+    );
     assert_eq!(s.put("secret/a", json!({"v": 2})).status, 204);
     assert_eq!(s.put("secret/b", json!({"v": 3})).status, 204);
     let changed = visible(&s);
@@ -312,11 +364,21 @@ fn the_cli_saves_and_restores_and_bad_files_change_nothing() {
     // The CLI reports a refusal with the server's message and exit 2.
     let bad = dir.join("bad.snap");
     std::fs::write(&bad, &good[..40]).expect("write");
-    let (code, _, err) = cli(&s, &["operator", "snapshot", "restore", bad.to_str().expect("path")]);
+    let (code, _, err) = cli(
+        &s,
+        &[
+            "operator",
+            "snapshot",
+            "restore",
+            bad.to_str().expect("path"),
+        ],
+    );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("truncated"), "{err}");
     // Without sudo: refused.
-    let t = s.post("auth/token/create", json!({"policies": ["default"]})).body["auth"]["client_token"]
+    let t = s
+        .post("auth/token/create", json!({"policies": ["default"]}))
+        .body["auth"]["client_token"]
         .as_str()
         .expect("token")
         .to_string();

@@ -26,7 +26,11 @@ fn put(n: &mut Node<MemStorage>, id: u64, key: &str, v: u64) {
 }
 
 fn save(n: &mut Node<MemStorage>, id: u64) -> Vec<u8> {
-    let r = call(n, 2_000, Request::new(id, Method::Get, SNAP).with_token("root"));
+    let r = call(
+        n,
+        2_000,
+        Request::new(id, Method::Get, SNAP).with_token("root"),
+    );
     assert_eq!(r.status, 200, "{r:?}");
     let (ct, file) = r.raw.expect("a snapshot body");
     assert_eq!(ct, "application/octet-stream");
@@ -169,15 +173,24 @@ fn snapshots_need_sudo_and_force_is_refused() {
         .as_str()
         .unwrap()
         .to_string();
-    let r = call(&mut n, 2_000, Request::new(3, Method::Get, SNAP).with_token(&t));
+    let r = call(
+        &mut n,
+        2_000,
+        Request::new(3, Method::Get, SNAP).with_token(&t),
+    );
     assert_eq!(r.status, 403);
     let file = save(&mut n, 4);
     let before = n.storage().map.clone();
-    let mut req = Request::new(5, Method::Post, "sys/storage/raft/snapshot-force").with_token("root");
+    let mut req =
+        Request::new(5, Method::Post, "sys/storage/raft/snapshot-force").with_token("root");
     req.body = file;
     let r = call(&mut n, 2_000, req);
     assert_eq!(r.status, 400);
-    assert!(r.body.unwrap().to_string().contains("snapshot-force is not supported"));
+    assert!(r
+        .body
+        .unwrap()
+        .to_string()
+        .contains("snapshot-force is not supported"));
     assert!(n.storage().map == before);
 }
 
@@ -185,17 +198,27 @@ fn snapshots_need_sudo_and_force_is_refused() {
 fn a_sealed_node_refuses_both() {
     let mut n = node(5);
     let file = save(&mut n, 1);
-    let r = call(&mut n, 2_000, Request::new(2, Method::Put, "sys/seal").with_token("root"));
+    let r = call(
+        &mut n,
+        2_000,
+        Request::new(2, Method::Put, "sys/seal").with_token("root"),
+    );
     assert_eq!(r.status, 204);
     let before = n.storage().map.clone();
     assert_eq!(restore(&mut n, 3, &file).status, 503);
-    let r = call(&mut n, 2_000, Request::new(4, Method::Get, SNAP).with_token("root"));
+    let r = call(
+        &mut n,
+        2_000,
+        Request::new(4, Method::Get, SNAP).with_token("root"),
+    );
     assert_eq!(r.status, 503);
     assert!(n.storage().map == before);
 }
 
 /// A file of a dev node with a few keys, that node's snapshot keys and its data.
-fn sample() -> (Vec<u8>, Keys, Vec<(String, Vec<u8>)>) {
+type Sample = (Vec<u8>, Keys, Vec<(String, Vec<u8>)>);
+
+fn sample() -> Sample {
     let mut n = node(6);
     for i in 0..5 {
         put(&mut n, i + 1, &format!("k{i}"), i);
@@ -210,7 +233,7 @@ quickcheck! {
     /// when it changed nothing) read back with exactly the original rows.
     fn any_corruption_is_refused_or_harmless(edits: Vec<(u32, u8)>, cut: Option<u32>, extra: Vec<u8>) -> TestResult {
         thread_local! {
-            static SAMPLE: (Vec<u8>, Keys, Vec<(String, Vec<u8>)>) = sample();
+            static SAMPLE: Sample = sample();
         }
         SAMPLE.with(|(file, keys, rows)| {
             let mut f = file.clone();

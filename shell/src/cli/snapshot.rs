@@ -55,7 +55,10 @@ pub fn run(cmd: SnapshotCmd) -> CmdResult {
         SnapshotCmd::Restore(a) => {
             let c = Client::new(&a.common)?;
             let file = std::fs::read(&a.file).map_err(|e| {
-                CliError::Local(format!("cannot read snapshot file {}: {e}", a.file.display()))
+                CliError::Local(format!(
+                    "cannot read snapshot file {}: {e}",
+                    a.file.display()
+                ))
             })?;
             let (status, body, _) = c
                 .send_bytes("POST", PATH, file, 1 << 20)
@@ -79,7 +82,10 @@ pub fn run(cmd: SnapshotCmd) -> CmdResult {
 /// renamed, so an interrupted save never leaves a partial file under the name.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     let err = |e: std::io::Error| {
-        CliError::Local(format!("cannot write snapshot file {}: {e}", path.display()))
+        CliError::Local(format!(
+            "cannot write snapshot file {}: {e}",
+            path.display()
+        ))
     };
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".partial");

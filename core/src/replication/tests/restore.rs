@@ -3,9 +3,18 @@
 use super::*;
 
 fn save(net: &mut Net, i: usize, token: &str) -> Vec<u8> {
-    let r = net.call(i, token, Method::Get, "sys/storage/raft/snapshot", json!(null));
+    let r = net.call(
+        i,
+        token,
+        Method::Get,
+        "sys/storage/raft/snapshot",
+        json!(null),
+    );
     assert_eq!(r.status, 200, "{r:?}");
-    assert!(r.index.is_some(), "a primary's snapshot names its WAL index");
+    assert!(
+        r.index.is_some(),
+        "a primary's snapshot names its WAL index"
+    );
     r.raw.expect("a snapshot body").1
 }
 
@@ -57,7 +66,11 @@ fn secondaries_converge_on_a_restored_primary() {
     assert_eq!(s2["merkle_root"], pd["merkle_root"], "{s2} vs {pd}");
     assert_eq!(net.data_keys(1, &prefix), at_snapshot);
     assert_eq!(net.data_keys(2, &prefix), at_snapshot);
-    assert!(net.ops.get("merkle-sync").copied().unwrap_or(0) > 0, "{:?}", net.ops);
+    assert!(
+        net.ops.get("merkle-sync").copied().unwrap_or(0) > 0,
+        "{:?}",
+        net.ops
+    );
     // Streaming goes on from the new history.
     net.ok(0, &r0, Method::Put, "secret/d", json!({"v": 4}));
     net.run_for(500);
