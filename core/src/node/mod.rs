@@ -740,6 +740,8 @@ impl<S: Storage> Node<S> {
         }
         let mut ctx = node_ctx!(self);
         let routed = router::route(&mut ctx, &mut self.st, &req);
+        // Taken at once: an error below must not leave it for a later request to run.
+        let snapshot_op = self.st.snapshot_op.take();
         // A limited-use token spends one use on every authorised request, whether or not
         // the handler then succeeds; on failure the spend is its own write set.
         let spend = self.st.spend_use.take();
@@ -781,7 +783,7 @@ impl<S: Storage> Node<S> {
             }
             self.commit(writes)?;
         }
-        if let Some(op) = self.st.snapshot_op.take() {
+        if let Some(op) = snapshot_op {
             return self.run_snapshot(op);
         }
         if let Reply::Pending = reply {
