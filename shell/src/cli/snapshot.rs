@@ -2,6 +2,7 @@
 //! (`sys/storage/raft/snapshot`) moved between the server and a file, byte for byte.
 
 use super::{CliError, Client, CmdResult, Common, Ctx, Format};
+use cairn_core::replication::index_state::IndexState;
 use clap::Subcommand;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -43,7 +44,11 @@ pub fn run(cmd: SnapshotCmd) -> CmdResult {
             }
             write_atomically(&a.file, &body)?;
             if a.common.format == Format::Table {
-                let at = index.map(|i| format!(", at {i}")).unwrap_or_default();
+                // A primary names the point in its write order the snapshot holds.
+                let at = index
+                    .and_then(|i| IndexState::decode(&i).ok())
+                    .map(|i| format!(", at WAL index {}", i.index))
+                    .unwrap_or_default();
                 println!(
                     "Success! Snapshot saved to {} ({} bytes{at}).",
                     a.file.display(),
