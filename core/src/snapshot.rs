@@ -13,8 +13,8 @@
 //! ```
 //!
 //! The header names the cluster the file came from (a fingerprint of its barrier key), the
-//! point in the write order it captured (the WAL index, when the node keeps a WAL) and the
-//! number of rows. The checksum tells a damaged file from a good one whatever the keys; the
+//! point in the write order it captured (the WAL index, when the node keeps a WAL), the
+//! number of rows and whether a performance secondary took it (no restore takes such a file). The checksum tells a damaged file from a good one whatever the keys; the
 //! MAC, under a key derived from the barrier key (HKDF-SHA256), refuses a file that was
 //! altered and checksummed again, or made under other keys. Node-local keys (`node/`: WAL,
 //! Merkle records, replication roles) are not in the file: they describe this node, not the
@@ -53,6 +53,10 @@ pub struct Header {
     pub taken_at: Millis,
     /// The node that took it.
     pub node_id: String,
+    /// Taken on a performance secondary: its data is its primary's filtered view plus its
+    /// own cluster-local data, so no cluster is restored from it.
+    #[serde(default)]
+    pub on_secondary: bool,
 }
 
 /// A file that passed every check: its header and its rows in key order.
@@ -173,13 +177,12 @@ impl Keys {
     }
 }
 
-/// Writes every key of `storage` that belongs in a snapshot into a file.
+/// Writes every key of `storage` that belongs in a snapshot into a file whose header is
+/// `header` with this cluster's fingerprint and the row count filled in.
 pub fn write(
     storage: &dyn Storage,
     keys: &Keys,
-    index: u64,
-    taken_at: Millis,
-    node_id: &str,
+    mut header: Header,
 ) -> Result<Vec<u8>, SnapshotError> {
     let mut rows = Vec::new();
     let mut after: Option<String> = None;
@@ -193,13 +196,8 @@ pub fn write(
             break;
         }
     }
-    let header = Header {
-        cluster: keys.cluster.clone(),
-        index,
-        rows: rows.len() as u64,
-        taken_at,
-        node_id: node_id.to_string(),
-    };
+    header.cluster = keys.cluster.clone();
+    header.rows = rows.len() as u64;
     Ok(encode(&header, &rows, keys))
 }
 

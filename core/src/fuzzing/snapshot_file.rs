@@ -28,6 +28,7 @@ pub fn snapshot_file(data: &[u8]) {
         rows: 5,
         taken_at: 1_000,
         node_id: "n".into(),
+        on_secondary: false,
     };
     let rows = sample_rows();
     let valid = snapshot::encode(&header, &rows, &keys);

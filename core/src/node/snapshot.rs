@@ -84,7 +84,15 @@ pub(crate) fn handle(ctx: &Ctx, st: &mut NodeState, req: &Request, rest: &str) -
                     "snapshot: the request body is empty; send the snapshot file as the body",
                 ));
             }
-            SnapshotOp::Restore(Box::new(snapshot::read(&req.body, &keys)?))
+            let snap = snapshot::read(&req.body, &keys)?;
+            if snap.header.on_secondary {
+                return Err(ApiError::bad(format!(
+                    "snapshot: the file was taken on performance secondary {}, whose data is \
+                     its primary's filtered view: restore a snapshot taken on the primary",
+                    snap.header.node_id
+                )));
+            }
+            SnapshotOp::Restore(Box::new(snap))
         }
         _ => return Err(ApiError::MethodNotAllowed),
     };
@@ -98,13 +106,15 @@ impl<S: Storage> Node<S> {
         let keys = self.barrier.snapshot_keys().ok_or(ApiError::Sealed)?;
         match op {
             SnapshotOp::Save => {
-                let file = snapshot::write(
-                    &self.storage,
-                    &keys,
-                    self.st.repl.wal.last,
-                    self.now,
-                    &self.st.config.node_id,
-                )?;
+                let header = snapshot::Header {
+                    cluster: String::new(),
+                    index: self.st.repl.wal.last,
+                    rows: 0,
+                    taken_at: self.now,
+                    node_id: self.st.config.node_id.clone(),
+                    on_secondary: self.st.repl.is_perf_secondary(),
+                };
+                let file = snapshot::write(&self.storage, &keys, header)?;
                 self.st.snapshot_index = replication::index_state::current(&self.st.repl);
                 Ok(Reply::Text(200, "application/octet-stream".into(), file))
             }

@@ -306,3 +306,24 @@ quickcheck! {
         )
     }
 }
+
+#[test]
+fn a_file_of_a_performance_secondary_is_refused() {
+    let mut n = node(8);
+    put(&mut n, 1, "a", 1);
+    let file = save(&mut n, 2);
+    let keys = n.barrier_for_tests().snapshot_keys().expect("unsealed");
+    let mut snap = read(&file, &keys).expect("a good file");
+    snap.header.on_secondary = true;
+    let forged = encode(&snap.header, &snap.rows, &keys);
+    put(&mut n, 3, "a", 2);
+    let before = n.storage().map.clone();
+    let r = restore(&mut n, 4, &forged);
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r
+        .body
+        .unwrap()
+        .to_string()
+        .contains("performance secondary"));
+    assert!(n.storage().map == before);
+}
