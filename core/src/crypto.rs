@@ -1,5 +1,5 @@
 //! Crypto primitives used by the core, all from well-kept crates: AES-256-GCM, SHA-256,
-//! HMAC-SHA256, constant-time comparison, and random identifiers drawn from the node's
+//! HMAC-SHA256, HKDF-SHA256, constant-time comparison, and random identifiers drawn from the node's
 //! seeded RNG (never from the OS: the shell seeds the RNG, the simulator derives it).
 
 use aes_gcm::aead::{Aead, KeyInit};
@@ -58,6 +58,14 @@ pub fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
     mac.update(data);
     mac.finalize().into_bytes().into()
+}
+
+/// A 32-byte key derived from `ikm` for the purpose `info` (HKDF-SHA256, no salt).
+pub fn hkdf_sha256(ikm: &[u8], info: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    // 32 bytes is far below HKDF-SHA256's output limit (255 × 32): this cannot fail.
+    let _ = hkdf::Hkdf::<Sha256>::new(None, ikm).expand(info, &mut out);
+    out
 }
 
 /// Constant-time equality of two byte strings.

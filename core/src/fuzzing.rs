@@ -22,6 +22,9 @@ use crate::time::Millis;
 use serde_json::{json, Value};
 use std::sync::OnceLock;
 
+mod snapshot_file;
+pub use snapshot_file::snapshot_file;
+
 /// Reads structured values off the front of fuzz bytes; past the end everything is empty.
 pub struct Bytes<'a>(&'a [u8]);
 

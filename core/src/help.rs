@@ -40,6 +40,7 @@ fn sys_synopsis(h: Sys) -> &'static str {
         Sys::UiMounts => "The mounts a token may use (what the CLI asks before a kv command).",
         Sys::KeyStatus => "The barrier key's term, install time and encryption count.",
         Sys::Remount => "Move a secrets engine or auth method to another path.",
+        Sys::Snapshot => "Take (GET) or restore (POST) a snapshot of the storage.",
         // Handlers added on other branches describe themselves once listed above.
         #[allow(unreachable_patterns)]
         _ => "A system endpoint.",

@@ -476,6 +476,7 @@ fn route_sys(
         Sys::Leases => crate::leases::handle(ctx, req, tail),
         Sys::KeyStatus => sys::key_status(ctx, req),
         Sys::Remount => crate::remount::handle(ctx, req, tail),
+        Sys::Snapshot => crate::node::snapshot::handle(ctx, st, req, rest),
         Sys::UiMounts => {
             let sub = rest.strip_prefix("internal/ui/mounts").unwrap_or("");
             mounts::ui_mounts(ctx, req, sub, caller)
@@ -785,6 +786,7 @@ mod table_tests {
             Sys::UiMounts,
             Sys::KeyStatus,
             Sys::Remount,
+            Sys::Snapshot,
         ];
         // Exhaustive: a new variant must be listed above.
         for h in all {
@@ -816,7 +818,8 @@ mod table_tests {
                 | Sys::Leases
                 | Sys::UiMounts
                 | Sys::KeyStatus
-                | Sys::Remount => {}
+                | Sys::Remount
+                | Sys::Snapshot => {}
             }
             assert!(
                 routes::SYS.iter().any(|r| r.handler == h),

@@ -103,6 +103,8 @@ pub enum Sys {
     KeyStatus,
     /// `sys/remount` (move a mount) and `sys/remount/status/<id>`.
     Remount,
+    /// `sys/storage/raft/snapshot`: take (GET) or restore (POST) a snapshot of storage.
+    Snapshot,
 }
 
 /// The handlers of a secrets engine or auth method mount, and `auth/token/`.
@@ -355,6 +357,20 @@ pub static SYS: &[Route<Sys>] = &[
         Sys::UiMounts,
     ),
     r("sys/wrapping/rewrap", Token, Ns, Required, Sys::Wrapping),
+    r(
+        "sys/storage/raft/snapshot",
+        Sudo,
+        Root,
+        Required,
+        Sys::Snapshot,
+    ),
+    r(
+        "sys/storage/raft/snapshot-force",
+        Sudo,
+        Root,
+        Required,
+        Sys::Snapshot,
+    ),
 ];
 
 /// `auth/token/...`, relative to `auth/token/`.

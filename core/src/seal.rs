@@ -212,6 +212,12 @@ impl Barrier {
     pub fn seal(&mut self) {
         self.key = None;
     }
+    /// The keys a snapshot file is tied to this cluster with (`None` while sealed).
+    pub fn snapshot_keys(&self) -> Option<crate::snapshot::Keys> {
+        self.key
+            .as_ref()
+            .map(crate::snapshot::Keys::from_barrier_key)
+    }
     pub fn encrypt(&self, path: &str, plain: &[u8], rng: &mut dyn RngCore) -> Option<Vec<u8>> {
         let key = self.key.as_ref()?;
         self.encryptions

@@ -220,6 +220,9 @@ fn common_headers(resp: &Response) -> Vec<Header> {
     out
 }
 
+/// Largest snapshot file a restore accepts (`POST sys/storage/raft/snapshot`).
+const SNAPSHOT_MAX_BODY: usize = 4 << 30;
+
 /// Writes `resp` as the answer to `rq`.
 #[allow(clippy::expect_used)] // the constant header is valid
 fn respond(rq: tiny_http::Request, resp: Response) {
@@ -267,7 +270,14 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
         return respond(rq, Response::error(id, &ApiError::MethodNotAllowed));
     };
     let declared = rq.body_length();
-    let body = match read_body(declared, rq.as_reader(), opts.max_body) {
+    // A snapshot to restore is the whole storage: `max_request_size` does not bound it.
+    let limit = match url.split('?').next().unwrap_or("").trim_end_matches('/') {
+        "/v1/sys/storage/raft/snapshot" | "/v1/sys/storage/raft/snapshot-force" => {
+            SNAPSHOT_MAX_BODY.max(opts.max_body)
+        }
+        _ => opts.max_body,
+    };
+    let body = match read_body(declared, rq.as_reader(), limit) {
         Ok(b) => b,
         Err(e) => return respond(rq, Response::error(id, &e)),
     };

@@ -1229,3 +1229,56 @@ fn kv_v2_with_the_real_cli() {
     assert!(o.stdout.contains("Success! Data deleted"), "{o:?}");
     b.step(&["kv", "metadata", "get", "kv2/app"], 2);
 }
+
+/// `bao operator raft snapshot restore` (a POST of the file to `sys/storage/raft/snapshot`)
+/// restores a snapshot `cairn operator snapshot save` wrote, and relays the server's
+/// refusals: a damaged file, and `-force` (another cluster's file). Its `save` writes the
+/// file too but then checks it as a raft archive, which a Cairn snapshot is not (exit 2).
+#[test]
+fn raft_snapshot_restore_with_the_real_cli() {
+    let s = Server::dev();
+    let b = Bao::new(&s, Some(&s.root_token));
+    b.ok(&["write", "secret/snap", "v=1"]);
+    let dir = tmpdir("bao-snap");
+    let file = dir.path().join("backup.snap");
+    let f = file.to_str().expect("path");
+    let o = Command::new(cairn_tests::cairn_bin())
+        .args(["operator", "snapshot", "save", f])
+        .env("CAIRN_ADDR", &s.addr)
+        .env("CAIRN_TOKEN", &s.root_token)
+        .env("HOME", b.home.path())
+        .output()
+        .expect("run cairn");
+    assert!(o.status.success(), "{o:?}");
+    b.ok(&["write", "secret/snap", "v=2"]);
+    b.ok(&["write", "secret/late", "v=3"]);
+    let bytes = std::fs::read(&file).expect("snapshot");
+    let bad = dir.path().join("bad.snap");
+    std::fs::write(&bad, &bytes[..bytes.len() / 2]).expect("write");
+    b.fails(
+        &[
+            "operator",
+            "raft",
+            "snapshot",
+            "restore",
+            bad.to_str().expect("path"),
+        ],
+        2,
+        "truncated",
+    );
+    b.fails(
+        &["operator", "raft", "snapshot", "restore", "-force", f],
+        2,
+        "snapshot-force is not supported",
+    );
+    assert_eq!(
+        b.json(&["read", "-format=json", "secret/snap"])["data"]["v"],
+        json!("2")
+    );
+    b.ok(&["operator", "raft", "snapshot", "restore", f]);
+    assert_eq!(
+        b.json(&["read", "-format=json", "secret/snap"])["data"]["v"],
+        json!("1")
+    );
+    b.step(&["read", "secret/late"], 2);
+}

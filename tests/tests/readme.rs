@@ -443,6 +443,26 @@ fn readme_dr_failover_runbook() {
     assert_eq!(out.lines().last(), Some("2026-11"), "{out}");
 }
 
+/// "Back up and restore": a snapshot saved, a bad change undone by restoring it, a damaged
+/// copy refused with the data left as it was.
+#[test]
+fn readme_backup_and_restore() {
+    let r = run("backup");
+    let out = &r.output;
+    assert_eq!(r.code, 0, "the walkthrough failed:\n{out}");
+    assert!(out.contains("Success! Snapshot saved to "), "{out}");
+    assert!(out.contains("Success! Snapshot restored from "), "{out}");
+    assert!(
+        out.contains("secret/other is gone: it was written after the snapshot"),
+        "{out}"
+    );
+    assert!(out.contains("the file is truncated (100 of "), "{out}");
+    assert!(out.contains("refused; nothing was changed"), "{out}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.trim() == "first").collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(!out.contains("oops"), "{out}");
+}
+
 /// "Log in against Active Directory", pasted while the dev server runs: the DC starts, the
 /// config an AD admin writes is taken, alice logs in with her UPN and gets the policies of
 /// her group and of the group it is nested in; disabled carol is refused; the DC stops.

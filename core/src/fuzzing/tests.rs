@@ -368,6 +368,11 @@ fn namespace_isolation_mutants() {
     );
 }
 
+#[test]
+fn snapshot_file_mutants() {
+    run_mutants("snapshot_file", 40, snapshot_file);
+}
+
 /// Every cargo-fuzz target (core/fuzz/fuzz_targets) is a wrapper over one entry point that
 /// the mutant tests above run, and `scripts/fuzz.sh` knows it: the targets cannot drift
 /// from what CI exercises without the coverage-guided build.
@@ -389,6 +394,7 @@ fn fuzz_targets_wrap_the_entry_points_ci_runs() {
             "namespace_isolation",
             "cairn_core::isolation::fuzz_namespace_isolation(data)",
         ),
+        ("snapshot_file", "cairn_core::fuzzing::snapshot_file(data)"),
     ];
     let root = env!("CARGO_MANIFEST_DIR");
     let mut files: Vec<String> = std::fs::read_dir(format!("{root}/fuzz/fuzz_targets"))
@@ -414,4 +420,11 @@ fn fuzz_targets_wrap_the_entry_points_ci_runs() {
             "scripts/fuzz.sh does not list {name}"
         );
     }
+}
+
+#[test]
+fn snapshot_reader_survives_generated_input() {
+    inputs("snapshot_file", 300)
+        .iter()
+        .for_each(|d| snapshot_file(d));
 }

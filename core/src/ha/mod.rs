@@ -409,7 +409,13 @@ impl Ha {
 pub fn served_locally(path: &str) -> bool {
     matches!(
         path.trim_end_matches('/'),
-        "sys/health" | "sys/seal-status" | "sys/init" | "sys/unseal" | "sys/leader"
+        "sys/health"
+            | "sys/seal-status"
+            | "sys/init"
+            | "sys/unseal"
+            | "sys/leader"
+            | "sys/storage/raft/snapshot"
+            | "sys/storage/raft/snapshot-force"
     )
 }
 

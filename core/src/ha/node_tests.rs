@@ -383,3 +383,32 @@ fn the_active_nodes_trees_follow_the_shared_storage() {
     assert_eq!(response(&out).map(|r| r.status), Some(204));
     check(&c, a, "after a write on the new active");
 }
+
+#[test]
+fn a_standby_refuses_snapshots_and_names_the_active_node() {
+    let (mut c, root) = unsealed(2);
+    for m in [Method::Get, Method::Post] {
+        let mut req = Request::new(0, m, "sys/storage/raft/snapshot").with_token(&root);
+        req.body = b"CAIRNSNP".to_vec();
+        let (out, ok) = c.request(1, 3_000, req);
+        assert!(ok, "the standby writes nothing");
+        assert!(
+            forward(&out).is_none(),
+            "{m:?}: answered by the standby itself"
+        );
+        let r = response(&out).expect("the standby's answer");
+        assert_eq!(r.status, 400, "{m:?}: {r:?}");
+        let msg = body(r).to_string();
+        assert!(
+            msg.contains("standby") && msg.contains("http://10.0.0.1:8200"),
+            "{msg}"
+        );
+    }
+    // The active node takes one.
+    let (out, _) = c.request(
+        0,
+        3_000,
+        Request::new(0, Method::Get, "sys/storage/raft/snapshot").with_token(&root),
+    );
+    assert_eq!(response(&out).map(|r| r.status), Some(200));
+}

@@ -21,6 +21,7 @@ macro_rules! node_ctx {
 
 mod head;
 mod seal_endpoints;
+pub(crate) mod snapshot;
 pub mod standby;
 mod to_primary;
 pub use crate::admin::{Admin, AdminAnswer, AdminId, AdminResult, DevKeys};
@@ -202,6 +203,10 @@ pub struct NodeState {
     /// A primary: requests its performance secondaries forwarded, running here under their
     /// own id, and the peer request each answers.
     pub(crate) peer_forwards: BTreeMap<RequestId, u64>,
+    /// A snapshot save or restore the current request's handler decided on.
+    pub(crate) snapshot_op: Option<snapshot::SnapshotOp>,
+    /// The replication state a snapshot just taken captured (its answer's `X-Vault-Index`).
+    pub(crate) snapshot_index: Option<String>,
 }
 
 pub struct Node<S: Storage> {
@@ -237,6 +242,8 @@ impl<S: Storage> Node<S> {
                 ha: crate::ha::Ha::new(config_ha),
                 forwarded: BTreeMap::new(),
                 peer_forwards: BTreeMap::new(),
+                snapshot_op: None,
+                snapshot_index: None,
             },
             now: 0,
             last_tick: 0,
@@ -257,6 +264,10 @@ impl<S: Storage> Node<S> {
     }
     pub fn config(&self) -> &NodeConfig {
         &self.st.config
+    }
+    #[cfg(test)]
+    pub(crate) fn barrier_for_tests(&self) -> &Barrier {
+        &self.barrier
     }
 
     /// The next thing the node wants done.
@@ -663,7 +674,11 @@ impl<S: Storage> Node<S> {
     /// Puts the replication state (`X-Vault-Index`) into the successful answer to request
     /// `id` when the request appended to the WAL.
     fn stamp_index(&mut self, id: RequestId, wal_before: u64) {
-        let Some(state) = replication::index_state::after_request(&self.st.repl, wal_before) else {
+        let state = match self.st.snapshot_index.take() {
+            Some(s) => Some(s),
+            None => replication::index_state::after_request(&self.st.repl, wal_before),
+        };
+        let Some(state) = state else {
             return;
         };
         let answer = self.st.outputs.iter_mut().rev().find_map(|o| match o {
@@ -725,6 +740,8 @@ impl<S: Storage> Node<S> {
         }
         let mut ctx = node_ctx!(self);
         let routed = router::route(&mut ctx, &mut self.st, &req);
+        // Taken at once: an error below must not leave it for a later request to run.
+        let snapshot_op = self.st.snapshot_op.take();
         // A limited-use token spends one use on every authorised request, whether or not
         // the handler then succeeds; on failure the spend is its own write set.
         let spend = self.st.spend_use.take();
@@ -765,6 +782,9 @@ impl<S: Storage> Node<S> {
                 self.only_replicated(&writes)?;
             }
             self.commit(writes)?;
+        }
+        if let Some(op) = snapshot_op {
+            return self.run_snapshot(op);
         }
         if let Reply::Pending = reply {
             self.st.pending.insert(

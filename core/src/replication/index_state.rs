@@ -78,6 +78,12 @@ pub fn after_request(r: &Replication, wal_before: u64) -> Option<String> {
     if r.wal.last <= wal_before {
         return None;
     }
+    current(r)
+}
+
+/// The state this node is at (its WAL's last index), `None` when it is no primary: what a
+/// snapshot's answer carries, naming the point in the write order the snapshot captured.
+pub fn current(r: &Replication) -> Option<String> {
     let perf = primary_id(r, Mode::Performance);
     let dr = primary_id(r, Mode::Dr);
     if perf.is_empty() && dr.is_empty() {

@@ -801,6 +801,16 @@ pub fn end_batch(env: &mut Env) {
     }
 }
 
+/// After a restore replaced the data and restarted the WAL: held pulls are answered (their
+/// entries are gone) with the batch, or at once outside batched mode.
+pub fn serve_after_restore(env: &mut Env) {
+    if env.st.repl.batched {
+        env.st.repl.serve_due = true;
+    } else {
+        primary::serve_waiters(env);
+    }
+}
+
 pub fn commit_changes(env: &mut Env, changes: Vec<Change>, origin: Origin) -> ApiResult<()> {
     if changes.is_empty() {
         return Ok(());

@@ -1285,3 +1285,5 @@ fn identity_data_streams_to_perf_and_dr_secondaries() {
 
 #[path = "forward_tests.rs"]
 mod forwarding;
+
+mod restore;

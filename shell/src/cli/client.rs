@@ -185,6 +185,50 @@ impl Client {
         Ok(ApiResponse { status, body })
     }
 
+    /// Sends `body` as `application/octet-stream` (when not empty) and returns the status,
+    /// the raw response body (at most `limit` bytes) and its `X-Vault-Index`.
+    pub fn send_bytes(
+        &self,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+        limit: u64,
+    ) -> Result<(u16, Vec<u8>, Option<String>), CliError> {
+        let url = self.url(path);
+        let mut b = ureq::http::Request::builder().method(method).uri(&url);
+        if let Some(t) = &self.token {
+            b = b.header("X-Service-Token", t.as_str());
+        }
+        if let Some(n) = &self.namespace {
+            b = b.header("X-Service-Namespace", n.as_str());
+        }
+        if !body.is_empty() {
+            b = b.header("Content-Type", "application/octet-stream");
+        }
+        let req = b
+            .body(body)
+            .map_err(|e| CliError::Local(format!("bad request for {url}: {e}")))?;
+        let transport = |msg: String| CliError::Transport {
+            method: method.to_string(),
+            url: url.clone(),
+            msg,
+        };
+        let mut resp = self.agent.run(req).map_err(|e| transport(e.to_string()))?;
+        let status = resp.status().as_u16();
+        let index = resp
+            .headers()
+            .get("X-Vault-Index")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let bytes = resp
+            .body_mut()
+            .with_config()
+            .limit(limit)
+            .read_to_vec()
+            .map_err(|e| transport(format!("reading the response: {e}")))?;
+        Ok((status, bytes, index))
+    }
+
     /// Like [`Client::send`], but a status of 400 or more is an [`CliError::Api`].
     pub fn call(
         &self,

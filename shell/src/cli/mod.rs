@@ -15,6 +15,7 @@ mod kv;
 mod namespace;
 mod output;
 mod replication;
+mod snapshot;
 mod sys;
 
 use clap::builder::FalseyValueParser;

@@ -378,6 +378,9 @@ pub enum OperatorCmd {
     Seal(NoArgs),
     /// Generate a token from root key shares (`-dr-token`: the DR operation token).
     GenerateRoot(super::generate_root::GenerateRootArgs),
+    /// Save or restore a snapshot of the server's storage.
+    #[command(subcommand)]
+    Snapshot(super::snapshot::SnapshotCmd),
 }
 
 #[derive(clap::Args, Debug)]
@@ -502,5 +505,6 @@ pub fn operator(cmd: OperatorCmd) -> CmdResult {
             Ok(0)
         }
         OperatorCmd::GenerateRoot(a) => super::generate_root::run(a),
+        OperatorCmd::Snapshot(c) => super::snapshot::run(c),
     }
 }
