@@ -35,6 +35,7 @@ const LDAPCFG: &str = "Cairn extension: the lockout settings (user_lockout_*) li
 const DEREF: &str = "spec lists never/finding/searching/always for dereference_aliases: Cairn refuses other values, the reference stores anything";
 const LOGINDATA: &str = "spec: the LDAP login response's data is null (the reference answers {})";
 const UNWRAPLOGIN: &str = "deliberate: Cairn lets the wrapping token itself authorize an unwrap; the reference also wants a client token when the wrapping token is in the body";
+const NESTBAD: &str = "the reference answers 500 to a group naming itself or an unknown group as a member; that is bad input, a 400 here";
 const GENROOT: &str = "the reference (2.6) serves the attempt under sys/generate-root-token/ only (405 here); Cairn serves both paths";
 
 /// Known differences: (request label, aspect, reason). Every entry must still differ.
@@ -69,6 +70,8 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     ("wrapping unwrap login", "auth", UNWRAPLOGIN),
     ("wrapping unwrap login", "wrap_info", UNWRAPLOGIN),
     ("wrapping unwrap login", "warnings", UNWRAPLOGIN),
+    ("identity nested self member", "status", NESTBAD),
+    ("identity nested unknown member", "status", NESTBAD),
     ("generate-root status", "status", GENROOT),
     ("generate-root start", "status", GENROOT),
     ("generate-root status started", "status", GENROOT),
@@ -1500,6 +1503,69 @@ path "auth/token/create-orphan" { capabilities = ["create", "update"] }"#;
         "kv1 write as alice via group",
         "kv1/dir/alice-w",
         json!({"x": 1}),
+    )
+    .as_("tok_alice");
+    // Nested groups: alice's entity in nest-c, nest-c in nest-p, nest-p in nest-g; her
+    // token carries all three groups' policies.
+    s.post(
+        "identity nested child create",
+        "identity/group",
+        json!({"name": "nest-c", "policies": ["nest-c-pol"], "member_entity_ids": ["${alice_eid}"]}),
+    )
+    .cap("nest_c", "/data/id");
+    s.post(
+        "identity nested parent create",
+        "identity/group",
+        json!({"name": "nest-p", "policies": ["nest-p-pol"], "member_group_ids": ["${nest_c}"]}),
+    )
+    .cap("nest_p", "/data/id");
+    s.post(
+        "identity nested grand create",
+        "identity/group",
+        json!({"name": "nest-g", "policies": ["writer"], "member_group_ids": ["${nest_p}"]}),
+    )
+    .cap("nest_g", "/data/id");
+    s.get("identity nested read child", "identity/group/id/${nest_c}");
+    s.get("identity nested read parent", "identity/group/id/${nest_p}");
+    s.get("identity nested read grand", "identity/group/name/nest-g");
+    s.post(
+        "identity nested cycle",
+        "identity/group/id/${nest_c}",
+        json!({"member_group_ids": ["${nest_g}"]}),
+    );
+    s.post(
+        "identity nested self member",
+        "identity/group/id/${nest_p}",
+        json!({"member_group_ids": ["${nest_p}"]}),
+    );
+    s.post(
+        "identity nested unknown member",
+        "identity/group/id/${nest_p}",
+        json!({"member_group_ids": ["nope"]}),
+    );
+    s.post(
+        "identity nested external with member groups",
+        "identity/group",
+        json!({"name": "nest-x", "type": "external", "member_group_ids": ["${nest_c}"]}),
+    );
+    s.list("identity nested list", "identity/group/id");
+    s.get("lookup-self alice nested", "auth/token/lookup-self")
+        .as_("tok_alice");
+    s.get(
+        "identity entity read alice nested",
+        "identity/entity/id/${alice_eid}",
+    );
+    s.delete(
+        "identity nested delete parent",
+        "identity/group/id/${nest_p}",
+    );
+    s.get(
+        "identity nested read grand after delete",
+        "identity/group/id/${nest_g}",
+    );
+    s.get(
+        "lookup-self alice nested after delete",
+        "auth/token/lookup-self",
     )
     .as_("tok_alice");
     s.delete(
