@@ -933,10 +933,17 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                 },
                 role: role.as_ref().map(|r| r.name.clone()),
                 namespace: crate::namespace::of(req),
+                // A child token acts for its parent's entity (its identity policies
+                // follow); an orphan has no parent and no entity, as in the reference.
+                entity_id: if no_parent {
+                    String::new()
+                } else {
+                    caller.entry.entity_id.clone()
+                },
                 ..Default::default()
             };
             let (id, e) = create(ctx, nt)?;
-            let mut env = json!({ "auth": auth_block(&id, &e, &policies) });
+            let mut env = json!({ "auth": auth_view(ctx, &id, &e, &policies)? });
             if !warnings.is_empty() {
                 env["warnings"] = json!(warnings);
             }

@@ -1510,7 +1510,7 @@ path "auth/token/create-orphan" { capabilities = ["create", "update"] }"#;
     s.post(
         "identity nested child create",
         "identity/group",
-        json!({"name": "nest-c", "policies": ["nest-c-pol"], "member_entity_ids": ["${alice_eid}"]}),
+        json!({"name": "nest-c", "policies": ["tokmaker"], "member_entity_ids": ["${alice_eid}"]}),
     )
     .cap("nest_c", "/data/id");
     s.post(
@@ -1551,6 +1551,16 @@ path "auth/token/create-orphan" { capabilities = ["create", "update"] }"#;
     s.list("identity nested list", "identity/group/id");
     s.get("lookup-self alice nested", "auth/token/lookup-self")
         .as_("tok_alice");
+    // A child token of alice's acts for her entity (tokmaker reaches her through nest-c).
+    s.post(
+        "token create child of alice",
+        "auth/token/create",
+        json!({"policies": ["default"], "ttl": "10m"}),
+    )
+    .as_("tok_alice")
+    .cap("tok_alice_child", "/auth/client_token");
+    s.get("lookup-self child of alice", "auth/token/lookup-self")
+        .as_("tok_alice_child");
     s.get(
         "identity entity read alice nested",
         "identity/entity/id/${alice_eid}",
