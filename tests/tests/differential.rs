@@ -215,9 +215,20 @@ impl Script {
     }
     /// A JSON merge patch, with the content type the reference's CLI sends.
     fn patch(&mut self, label: &str, path: &str, body: Value) -> &mut Step {
+        self.patch_as(label, path, body, Some("application/merge-patch+json"))
+    }
+    /// A `PATCH` with the given `Content-Type` (none: the header is left out).
+    fn patch_as(
+        &mut self,
+        label: &str,
+        path: &str,
+        body: Value,
+        content_type: Option<&str>,
+    ) -> &mut Step {
         let step = self.add(label, "PATCH", path).body(body);
-        step.headers
-            .push(("Content-Type", "application/merge-patch+json".to_string()));
+        if let Some(ct) = content_type {
+            step.headers.push(("Content-Type", ct.to_string()));
+        }
         step
     }
 }
@@ -997,6 +1008,45 @@ path "auth/token/create-orphan" { capabilities = ["create", "update"] }"#;
         "kv2 patch missing",
         "kvv2/data/nothing",
         json!({"data": {"a": 1}}),
+    );
+    // A PATCH that is not a JSON merge patch: 415 (another type) or 400 (none), before
+    // anything else is looked at, even without a token.
+    s.patch_as(
+        "kv2 patch as plain json",
+        "kvv2/data/foo",
+        json!({"data": {"a": 1}}),
+        Some("application/json"),
+    );
+    s.patch_as(
+        "kv2 patch without content type",
+        "kvv2/data/foo",
+        json!({"data": {"a": 1}}),
+        None,
+    );
+    s.patch_as(
+        "kv2 patch as form",
+        "kvv2/data/nothing",
+        json!({"data": {"a": 1}}),
+        Some("application/x-www-form-urlencoded"),
+    );
+    s.patch_as(
+        "kv2 metadata patch as plain json",
+        "kvv2/metadata/foo",
+        json!({"max_versions": 3}),
+        Some("application/json"),
+    );
+    s.patch_as(
+        "kv2 patch as text without token",
+        "kvv2/data/foo",
+        json!({"data": {"a": 1}}),
+        Some("text/plain"),
+    )
+    .anon();
+    s.patch_as(
+        "kv2 patch merge-patch with charset",
+        "kvv2/data/foo",
+        json!({"data": {"c": 3}}),
+        Some("Application/Merge-Patch+JSON; charset=utf-8"),
     );
     s.patch("kv2 patch no data", "kvv2/data/foo", json!({}));
     s.patch(
