@@ -847,6 +847,96 @@ path "auth/token/create-orphan" { capabilities = ["create", "update"] }"#;
     );
     s.get("lookup-self role token", "auth/token/lookup-self")
         .as_("tok_role");
+    // Role fields: the older names, token types, lifetimes and policy bounds.
+    s.post(
+        "token role write old names",
+        "auth/token/roles/r2",
+        json!({"period": "30m", "explicit_max_ttl": "5h", "orphan": true, "token_ttl": "1h",
+               "token_max_ttl": "2h"}),
+    );
+    s.get("token role read old names", "auth/token/roles/r2");
+    s.post(
+        "token create with role old names",
+        "auth/token/create/r2",
+        json!({"policies": ["reader"], "period": "1h"}),
+    );
+    s.post(
+        "token role write batch non-orphan",
+        "auth/token/roles/rb",
+        json!({"token_type": "batch"}),
+    );
+    s.post(
+        "token role write batch renewable",
+        "auth/token/roles/rb",
+        json!({"token_type": "batch", "orphan": true}),
+    );
+    s.post(
+        "token role write bad type",
+        "auth/token/roles/rb",
+        json!({"token_type": "bogus"}),
+    );
+    s.get("token role read refused", "auth/token/roles/rb");
+    s.post(
+        "token role write typed",
+        "auth/token/roles/r3",
+        json!({"token_type": "service", "renewable": false, "allowed_policies": ["reader", "writer"],
+               "disallowed_policies": ["tokmaker"], "token_explicit_max_ttl": "2h"}),
+    );
+    s.get("token role read typed", "auth/token/roles/r3");
+    s.post(
+        "token create with role typed",
+        "auth/token/create/r3",
+        json!({"policies": ["reader"], "type": "batch", "ttl": "5h", "renewable": true}),
+    )
+    .cap("tok_role3", "/auth/client_token");
+    s.get("lookup-self role typed token", "auth/token/lookup-self")
+        .as_("tok_role3");
+    s.post(
+        "token create with role outside allowed",
+        "auth/token/create/r3",
+        json!({"policies": ["tokmaker"]}),
+    );
+    s.post(
+        "token create with role allowed by default",
+        "auth/token/create/r3",
+        json!({}),
+    );
+    s.post(
+        "token role write disallowed only",
+        "auth/token/roles/r5",
+        json!({"disallowed_policies": ["tokmaker"]}),
+    );
+    s.post(
+        "token create with role disallowed",
+        "auth/token/create/r5",
+        json!({"policies": ["tokmaker"]}),
+    );
+    s.post(
+        "token create with role no_parent ignored",
+        "auth/token/create/r5",
+        json!({"policies": ["reader"], "no_parent": true}),
+    );
+    s.post(
+        "token role write default-batch",
+        "auth/token/roles/r4",
+        json!({"token_type": "default-batch", "orphan": true, "renewable": false}),
+    );
+    s.get("token role read default-batch", "auth/token/roles/r4");
+    s.post(
+        "token create with role default-batch",
+        "auth/token/create/r4",
+        json!({"policies": ["reader"]}),
+    );
+    s.post(
+        "token create with role default-batch as service",
+        "auth/token/create/r4",
+        json!({"policies": ["reader"], "type": "service"}),
+    );
+    s.post(
+        "token create with role default-batch root",
+        "auth/token/create/r4",
+        json!({}),
+    );
     s.get("token role read missing", "auth/token/roles/missing");
     s.delete("token role delete", "auth/token/roles/r1");
     s.list("token roles list after delete", "auth/token/roles");

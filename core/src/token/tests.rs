@@ -705,7 +705,14 @@ fn batch_tokens_are_neither_renewed_nor_revoked_and_types_are_checked() {
     assert_eq!(r.status, 400);
     let r = t.create(&root, json!({ "type": "batch", "period": "1h" }));
     assert_eq!(r.status, 400);
+    // A batch token of root's policy is refused (the reference's rule).
     let r = t.create(&root, json!({ "type": "batch", "ttl": "30m" }));
+    assert_eq!(r.status, 400);
+    assert_eq!(error(&r), "batch tokens cannot be root tokens");
+    let r = t.create(
+        &root,
+        json!({ "type": "batch", "ttl": "30m", "policies": ["default"] }),
+    );
     assert_eq!(r.status, 200);
     let b = r.body.unwrap();
     assert_eq!(b["auth"]["token_type"], "batch");
