@@ -380,6 +380,20 @@ pub fn revoke_tree(ctx: &mut Ctx, h: &str) -> ApiResult<()> {
     Ok(())
 }
 
+/// Revokes every token of namespace `ns` and below (expired ones too) with their
+/// children; returns how many tokens were named. For deleting a namespace.
+pub fn revoke_namespace(ctx: &mut Ctx, ns: &str) -> ApiResult<usize> {
+    let mut n = 0;
+    for h in hashes(ctx)? {
+        let e = ctx.get_json::<TokenEntry>(&format!("{ID}{h}"))?;
+        if e.is_some_and(|e| !e.namespace.is_empty() && within(&e, ns)) {
+            revoke_tree(ctx, &h)?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// Revokes one token; its children become orphans.
 pub fn revoke_orphan(ctx: &mut Ctx, h: &str) -> ApiResult<()> {
     let prefix = format!("{PARENT}{h}/");

@@ -250,6 +250,11 @@ impl Step {
         self.headers.push(("X-Vault-Wrap-TTL", ttl.to_string()));
         self
     }
+    /// Runs the request in namespace `ns` (the `X-Vault-Namespace` header).
+    fn ns(&mut self, ns: &str) -> &mut Self {
+        self.headers.push(("X-Vault-Namespace", ns.to_string()));
+        self
+    }
     fn cap(&mut self, var: &'static str, pointer: &'static str) -> &mut Self {
         self.captures.push((var, pointer));
         self
@@ -1934,6 +1939,58 @@ path "auth/token/create-orphan" { capabilities = ["create", "update"] }"#;
     s.list("namespaces list", "sys/namespaces");
     s.get("namespace read missing", "sys/namespaces/nothere");
     s.delete("namespace delete", "sys/namespaces/team1");
+    // A namespace holding a KV mount with data, an auth mount, a policy and a token is
+    // deleted with all of it; one holding a child namespace is not.
+    s.post("namespace create team2", "sys/namespaces/team2", json!({}));
+    s.post(
+        "namespace team2 mount kv",
+        "sys/mounts/kv",
+        json!({"type": "kv", "options": {"version": "1"}}),
+    )
+    .ns("team2");
+    s.post("namespace team2 kv write", "kv/a", json!({"v": "1"}))
+        .ns("team2");
+    s.post(
+        "namespace team2 auth enable",
+        "sys/auth/ldap",
+        json!({"type": "ldap"}),
+    )
+    .ns("team2");
+    s.put(
+        "namespace team2 policy write",
+        "sys/policies/acl/p1",
+        json!({"policy": "path \"kv/*\" { capabilities = [\"read\"] }"}),
+    )
+    .ns("team2");
+    s.post(
+        "namespace team2 token create",
+        "auth/token/create",
+        json!({"policies": ["p1"]}),
+    )
+    .ns("team2")
+    .cap("tok_team2", "/auth/client_token");
+    s.get("namespace team2 kv read as its token", "kv/a")
+        .ns("team2")
+        .as_("tok_team2");
+    s.post(
+        "namespace team2 child create",
+        "sys/namespaces/kid",
+        json!({}),
+    )
+    .ns("team2");
+    s.delete("namespace delete team2 with child", "sys/namespaces/team2");
+    s.delete("namespace team2 child delete", "sys/namespaces/kid")
+        .ns("team2");
+    s.delete("namespace delete team2 with mounts", "sys/namespaces/team2");
+    s.get("namespace read deleted team2", "sys/namespaces/team2");
+    s.get("namespace team2 kv read after delete", "kv/a")
+        .ns("team2");
+    s.get(
+        "namespace team2 token after delete",
+        "auth/token/lookup-self",
+    )
+    .as_("tok_team2");
+    s.delete("namespace delete missing", "sys/namespaces/team2");
 
     // --- misc sys.
     s.get("audit list", "sys/audit");

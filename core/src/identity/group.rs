@@ -361,7 +361,7 @@ pub fn list(ctx: &mut Ctx, req: &Request, by: &str) -> ApiResult {
 }
 
 /// Deletes group `g`: its alias, its memberships, its record.
-fn remove(ctx: &mut Ctx, g: &Group) -> ApiResult<()> {
+pub fn remove(ctx: &mut Ctx, g: &Group) -> ApiResult<()> {
     if let Some(a) = g.alias_id.as_deref() {
         if let Some(a) = load_alias(ctx, a)? {
             remove_alias_keys(ctx, &a)?;

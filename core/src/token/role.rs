@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 /// Token roles: `sys/token/role/<namespace path><name>`.
-const ROLE: &str = "sys/token/role/";
+pub const PREFIX: &str = "sys/token/role/";
 
 /// The token types a role may name.
 pub const TOKEN_TYPES: [&str; 4] = ["service", "batch", "default-service", "default-batch"];
@@ -166,7 +166,7 @@ fn go_list(v: &[String]) -> String {
 }
 
 fn role_key(ns: &str, name: &str) -> String {
-    format!("{ROLE}{ns}{name}")
+    format!("{PREFIX}{ns}{name}")
 }
 
 /// Role `name` of namespace `ns`; a 400 naming it when there is none.
@@ -242,7 +242,7 @@ pub fn roles(ctx: &mut Ctx, req: &Request, f: &Fields, ns: &str, name: &str) -> 
     }
     match (req.method, name) {
         (Method::List | Method::Get, "") => {
-            let prefix = format!("{ROLE}{ns}");
+            let prefix = format!("{PREFIX}{ns}");
             let keys: Vec<String> = ctx
                 .keys(&prefix)?
                 .into_iter()
