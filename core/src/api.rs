@@ -52,6 +52,9 @@ pub struct Request {
     pub query: Vec<(String, String)>,
     /// Client address, for audit and metrics.
     pub remote_addr: String,
+    /// Raw `Content-Type` header (a `PATCH` must be a JSON merge patch,
+    /// [`crate::node`]'s head check).
+    pub content_type: Option<String>,
     /// Raw `X-Vault-Index` header: the replication state a write left on the primary,
     /// which this node must have applied before it serves the request.
     pub index: Option<String>,
@@ -80,6 +83,7 @@ impl Request {
             body: Vec::new(),
             query: Vec::new(),
             remote_addr: String::new(),
+            content_type: None,
             index: None,
             forwarded: None,
             forward_inconsistent: false,
@@ -90,8 +94,18 @@ impl Request {
         self.token = Some(t.to_string());
         self
     }
+    /// A JSON body with the content type its method takes: a JSON merge patch for
+    /// `PATCH`, plain JSON otherwise.
     pub fn with_json(mut self, v: Value) -> Self {
         self.body = serde_json::to_vec(&v).unwrap_or_default();
+        self.content_type = Some(
+            if self.method == Method::Patch {
+                MERGE_PATCH
+            } else {
+                "application/json"
+            }
+            .to_string(),
+        );
         self
     }
     pub fn query(&self, name: &str) -> Option<&str> {
@@ -184,6 +198,9 @@ pub fn envelope_with(request_id: &str, fields: Map<String, Value>) -> Value {
     env
 }
 
+/// The media type a `PATCH` body must have (RFC 7396 JSON merge patch).
+pub const MERGE_PATCH: &str = "application/merge-patch+json";
+
 /// Errors a request can end in; each maps to one status code and a message a user can act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApiError {
@@ -203,6 +220,9 @@ pub enum ApiError {
     Conflict(String),
     /// 413: body too large.
     TooLarge(String),
+    /// 415: the body's media type is not one the method takes (`PATCH` wants a JSON merge
+    /// patch).
+    UnsupportedMediaType(String),
     /// 412: the node has not yet applied the replication state the request requires.
     NotCaughtUp(String),
     /// 429: rate or lockout limits.
@@ -229,6 +249,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => 405,
             ApiError::NotCaughtUp(_) => 412,
             ApiError::TooLarge(_) => 413,
+            ApiError::UnsupportedMediaType(_) => 415,
             ApiError::TooMany(_) => 429,
             ApiError::Internal(_) => 500,
             ApiError::Upstream(_) => 502,
@@ -247,6 +268,7 @@ impl std::fmt::Display for ApiError {
             ApiError::BadRequest(m)
             | ApiError::Conflict(m)
             | ApiError::TooLarge(m)
+            | ApiError::UnsupportedMediaType(m)
             | ApiError::TooMany(m)
             | ApiError::NotCaughtUp(m)
             | ApiError::Forbidden(m)

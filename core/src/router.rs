@@ -620,10 +620,9 @@ mod table_tests {
         ) -> Response {
             self.id += 1;
             let id = self.id;
-            let mut req = Request::new(id, m, path);
+            let mut req = Request::new(id, m, path).with_json(body.unwrap_or(json!({})));
             req.token = token.map(str::to_string);
             req.namespace = ns.map(str::to_string);
-            req.body = serde_json::to_vec(&body.unwrap_or(json!({}))).unwrap_or_default();
             self.node.handle(2_000, Input::Request(req));
             let mut answer = None;
             while let Some(o) = self.node.poll_output() {

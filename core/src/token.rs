@@ -14,6 +14,9 @@
 //! each cap with a warning. Expiry arithmetic is checked: a duration that does not fit is a
 //! 400 naming the field (and request durations are bounded by
 //! [`crate::time::MAX_DURATION_SECS`] when parsed).
+//!
+//! Split: [`issue`] (the create endpoints: what a caller or a role may issue), [`role`]
+//! (token roles).
 
 use crate::api::{body_object, ApiError, ApiResult, Fields, Method, Reply, Request};
 use crate::crypto;
@@ -28,120 +31,6 @@ const ID: &str = "sys/token/id/";
 const ACCESSOR: &str = "sys/token/accessor/";
 const PARENT: &str = "sys/token/parent/";
 const EXPIRY: &str = "sys/token/expiry/";
-/// Token roles: `sys/token/role/<namespace path><name>`.
-const ROLE: &str = "sys/token/role/";
-
-/// A token role (`auth/token/roles/<name>`): what `auth/token/create/<name>` may issue.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-pub struct Role {
-    pub name: String,
-    /// Empty: any policy (of the caller's) may be asked for.
-    pub allowed_policies: Vec<String>,
-    pub disallowed_policies: Vec<String>,
-    pub orphan: bool,
-    pub renewable: bool,
-    /// Seconds; 0 = not periodic.
-    pub period: u64,
-    pub explicit_max_ttl: u64,
-    pub path_suffix: String,
-    pub no_default_policy: bool,
-}
-
-impl Role {
-    fn view(&self) -> Value {
-        json!({
-            "name": self.name,
-            "allowed_policies": self.allowed_policies,
-            "allowed_policies_glob": [],
-            "disallowed_policies": self.disallowed_policies,
-            "disallowed_policies_glob": [],
-            "allowed_entity_aliases": null,
-            "orphan": self.orphan,
-            "renewable": self.renewable,
-            "period": 0,
-            "token_period": self.period,
-            "explicit_max_ttl": 0,
-            "token_explicit_max_ttl": self.explicit_max_ttl,
-            "path_suffix": self.path_suffix,
-            "token_no_default_policy": self.no_default_policy,
-            "token_type": "default-service",
-        })
-    }
-}
-
-fn role_key(ns: &str, name: &str) -> String {
-    format!("{ROLE}{ns}{name}")
-}
-
-/// `auth/token/roles[/<name>]`.
-fn roles(ctx: &mut Ctx, req: &Request, f: &Fields, ns: &str, name: &str) -> ApiResult {
-    if name.contains('/') {
-        return Err(ApiError::NotFound(String::new()));
-    }
-    match (req.method, name) {
-        (Method::List | Method::Get, "") => {
-            let prefix = format!("{ROLE}{ns}");
-            let keys: Vec<String> = ctx
-                .keys(&prefix)?
-                .into_iter()
-                .map(|k| k[prefix.len()..].to_string())
-                .filter(|k| !k.contains('/'))
-                .collect();
-            if keys.is_empty() {
-                return Err(ApiError::NotFound(String::new()));
-            }
-            Ok(Reply::Data(json!({ "keys": keys })))
-        }
-        (Method::Get, n) => match ctx.get_json::<Role>(&role_key(ns, n))? {
-            Some(r) => Ok(Reply::Data(r.view())),
-            None => Err(ApiError::NotFound(String::new())),
-        },
-        (Method::Post | Method::Put, n) => {
-            let mut r = ctx
-                .get_json::<Role>(&role_key(ns, n))?
-                .unwrap_or_else(|| Role {
-                    name: n.to_string(),
-                    renewable: true,
-                    ..Default::default()
-                });
-            if let Some(p) = f.list("allowed_policies")? {
-                r.allowed_policies = normalize_policies(p, false);
-            }
-            if let Some(p) = f.list("disallowed_policies")? {
-                r.disallowed_policies = normalize_policies(p, false);
-            }
-            if let Some(b) = f.bool("orphan")? {
-                r.orphan = b;
-            }
-            if let Some(b) = f.bool("renewable")? {
-                r.renewable = b;
-            }
-            if let Some(b) = f.bool("token_no_default_policy")? {
-                r.no_default_policy = b;
-            }
-            for k in ["token_period", "period"] {
-                if let Some(d) = f.duration(k)? {
-                    r.period = d;
-                }
-            }
-            for k in ["token_explicit_max_ttl", "explicit_max_ttl"] {
-                if let Some(d) = f.duration(k)? {
-                    r.explicit_max_ttl = d;
-                }
-            }
-            if let Some(p) = f.str("path_suffix")? {
-                r.path_suffix = p;
-            }
-            ctx.put_json(&role_key(ns, n), &r)?;
-            Ok(Reply::Empty)
-        }
-        (Method::Delete, n) => {
-            ctx.delete(&role_key(ns, n));
-            Ok(Reply::Empty)
-        }
-        _ => Err(ApiError::MethodNotAllowed),
-    }
-}
 
 /// Default and ceiling TTL of tokens (the reference's 768h).
 pub const DEFAULT_TTL: u64 = 768 * 3600;
@@ -491,6 +380,20 @@ pub fn revoke_tree(ctx: &mut Ctx, h: &str) -> ApiResult<()> {
     Ok(())
 }
 
+/// Revokes every token of namespace `ns` and below (expired ones too) with their
+/// children; returns how many tokens were named. For deleting a namespace.
+pub fn revoke_namespace(ctx: &mut Ctx, ns: &str) -> ApiResult<usize> {
+    let mut n = 0;
+    for h in hashes(ctx)? {
+        let e = ctx.get_json::<TokenEntry>(&format!("{ID}{h}"))?;
+        if e.is_some_and(|e| !e.namespace.is_empty() && within(&e, ns)) {
+            revoke_tree(ctx, &h)?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// Revokes one token; its children become orphans.
 pub fn revoke_orphan(ctx: &mut Ctx, h: &str) -> ApiResult<()> {
     let prefix = format!("{PARENT}{h}/");
@@ -728,57 +631,6 @@ pub fn hash_by_accessor_in(ctx: &Ctx, accessor: &str, ns: &str) -> ApiResult<Opt
     })
 }
 
-/// The lifetimes a `create` request asks for, as the caller may have them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-struct Lifetimes {
-    ttl: Option<u64>,
-    explicit_max_ttl: u64,
-    period: u64,
-}
-
-impl Lifetimes {
-    /// Reads `ttl`, `explicit_max_ttl` and `period`. Without root or sudo (`privileged`) a
-    /// periodic token is refused (400, as the reference does) and `explicit_max_ttl` over
-    /// [`MAX_TTL`] is capped there; `ttl` is capped there for every caller. Each cap adds a
-    /// warning. Root and sudo callers may ask for a period or explicit max up to
-    /// [`crate::time::MAX_DURATION_SECS`].
-    fn read(f: &Fields, privileged: bool) -> ApiResult<(Lifetimes, Vec<String>)> {
-        let period = f.duration("period")?.unwrap_or(0);
-        if period > 0 && !privileged {
-            return Err(ApiError::bad(
-                "period: root or sudo privileges required to create periodic token",
-            ));
-        }
-        let mut warnings = Vec::new();
-        let mut capped = |name: &str, v: u64, cap: bool| {
-            if v > MAX_TTL && cap {
-                warnings.push(format!(
-                    "{name} of {v}s exceeded the effective max_ttl of {MAX_TTL}s; {name} value is capped accordingly"
-                ));
-                MAX_TTL
-            } else {
-                v
-            }
-        };
-        // A TTL is capped for everyone ([`create`] would cap it anyway); an explicit max
-        // only for callers without root or sudo.
-        let ttl = f.duration("ttl")?.map(|t| capped("ttl", t, true));
-        let explicit_max_ttl = capped(
-            "explicit_max_ttl",
-            f.duration("explicit_max_ttl")?.unwrap_or(0),
-            !privileged,
-        );
-        Ok((
-            Lifetimes {
-                ttl,
-                explicit_max_ttl,
-                period,
-            },
-            warnings,
-        ))
-    }
-}
-
 /// The caller as the router resolved it.
 pub struct Caller {
     pub hash: String,
@@ -803,144 +655,12 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
                 .strip_prefix("roles")
                 .unwrap_or("")
                 .trim_start_matches('/');
-            roles(ctx, req, &f, &ns, name)
+            role::roles(ctx, req, &f, &ns, name)
         }
         (Method::Post | Method::Put, op)
             if op == "create" || op == "create-orphan" || op.starts_with("create/") =>
         {
-            // Through a role: its allowed policies replace the caller's as the bound, and
-            // its orphan, period and renewable settings apply without sudo.
-            let role = match op.strip_prefix("create/") {
-                Some(n) => Some(
-                    ctx.get_json::<Role>(&role_key(&ns, n))?
-                        .ok_or_else(|| ApiError::bad(format!("unknown role {n}")))?,
-                ),
-                None => None,
-            };
-            let root = caller.entry.is_root();
-            // Root, or `sudo` on this path (the router sets it; root always has it).
-            let privileged = root || caller.sudo;
-            let policies = f.list("policies")?;
-            let no_default = f.bool("no_default_policy")?.unwrap_or(false)
-                || role.as_ref().is_some_and(|r| r.no_default_policy);
-            let policies = match (policies, &role) {
-                (Some(p), _) if !p.is_empty() => p,
-                (_, Some(r)) if !r.allowed_policies.is_empty() => r.allowed_policies.clone(),
-                _ => caller
-                    .entry
-                    .policies
-                    .iter()
-                    .filter(|p| *p != "default" || !no_default)
-                    .cloned()
-                    .collect(),
-            };
-            if let Some(r) = &role {
-                let allowed = |p: &String| p == "default" || r.allowed_policies.contains(p);
-                if (!r.allowed_policies.is_empty() && !policies.iter().all(allowed))
-                    || policies.iter().any(|p| r.disallowed_policies.contains(p))
-                {
-                    return Err(ApiError::bad(format!(
-                        "token policies ({policies:?}) must be subset of the role's allowed policies ({:?}) and not in its disallowed policies ({:?})",
-                        r.allowed_policies, r.disallowed_policies
-                    )));
-                }
-            }
-            if !root
-                && (role.is_none() || role.as_ref().is_some_and(|r| r.allowed_policies.is_empty()))
-            {
-                for p in &policies {
-                    if p != "default" && !caller.entry.policies.contains(p) {
-                        // A 400, as the reference answers.
-                        return Err(ApiError::bad(format!(
-                            "child policies must be subset of parent: {p:?} is not held by the caller"
-                        )));
-                    }
-                }
-            }
-            let batch = match f.str("type")?.as_deref() {
-                None | Some("" | "service" | "default" | "default-service") => false,
-                Some("batch" | "default-batch") => true,
-                Some(_) => return Err(ApiError::bad("invalid 'token_type' value")),
-            };
-            if batch && f.duration("period")?.unwrap_or(0) > 0 {
-                return Err(ApiError::bad("batch tokens cannot have \"period\" set"));
-            }
-            if batch && f.bool("renewable")? == Some(true) {
-                return Err(ApiError::bad("batch tokens cannot be renewable"));
-            }
-            let add_default = !no_default && !policies.iter().any(|p| p == "root");
-            let policies = normalize_policies(policies, add_default);
-            let id = f.str("id")?;
-            if id.is_some() && !root {
-                return Err(ApiError::Forbidden(
-                    "id: only root tokens may set a token id".into(),
-                ));
-            }
-            let no_parent = rest == "create-orphan"
-                || role.as_ref().is_some_and(|r| r.orphan)
-                || (role.is_none() && f.bool("no_parent")?.unwrap_or(false));
-            // `create-orphan` is sudo-only by its route; `no_parent` on `create` needs the
-            // same privilege (the reference's answer is a 400).
-            if no_parent && !privileged && rest != "create-orphan" {
-                return Err(ApiError::bad(
-                    "no_parent: root or sudo privileges required to create orphan token",
-                ));
-            }
-            let (mut lifetimes, warnings) = Lifetimes::read(&f, privileged)?;
-            if let Some(r) = &role {
-                if r.period > 0 {
-                    lifetimes.period = r.period;
-                }
-                if r.explicit_max_ttl > 0 {
-                    lifetimes.explicit_max_ttl = match lifetimes.explicit_max_ttl {
-                        0 => r.explicit_max_ttl,
-                        e => e.min(r.explicit_max_ttl),
-                    };
-                }
-            }
-            let meta: BTreeMap<String, String> = match body.get("meta") {
-                None | Some(Value::Null) => BTreeMap::new(),
-                Some(v) => serde_json::from_value(v.clone())
-                    .map_err(|_| ApiError::bad("meta: expected an object of strings"))?,
-            };
-            let num_uses = f.int("num_uses")?.unwrap_or(0);
-            if num_uses < 0 {
-                return Err(ApiError::bad("num_uses: must be zero or positive"));
-            }
-            let display = f.str("display_name")?.unwrap_or_default();
-            let nt = NewToken {
-                id,
-                policies: policies.clone(),
-                meta,
-                display_name: if display.is_empty() {
-                    "token".into()
-                } else {
-                    format!("token-{display}")
-                },
-                num_uses,
-                ttl: lifetimes.ttl,
-                explicit_max_ttl: lifetimes.explicit_max_ttl,
-                period: lifetimes.period,
-                no_parent,
-                parent: Some(caller.hash.clone()),
-                renewable: !batch
-                    && f.bool("renewable")?.unwrap_or(true)
-                    && role.as_ref().is_none_or(|r| r.renewable),
-                kind: if batch { "batch".into() } else { String::new() },
-                path: match &role {
-                    Some(r) => format!("auth/token/create/{}", r.name),
-                    None => "auth/token/create".into(),
-                },
-                role: role.as_ref().map(|r| r.name.clone()),
-                namespace: crate::namespace::of(req),
-                ..Default::default()
-            };
-            let (id, e) = create(ctx, nt)?;
-            let mut env = json!({ "auth": auth_block(&id, &e, &policies) });
-            if !warnings.is_empty() {
-                env["warnings"] = json!(warnings);
-            }
-            Ok(Reply::Envelope(env))
+            issue::create_endpoint(ctx, req, op, &body, caller, &ns)
         }
         (Method::Get, "lookup-self") | (Method::Post | Method::Put, "lookup-self") => Ok(
             Reply::Data(lookup_view(ctx, &caller.entry, Some(&caller.id))?),
@@ -1053,6 +773,9 @@ pub fn handle(ctx: &mut Ctx, req: &Request, rest: &str, caller: Option<&Caller>)
         _ => Err(ApiError::NotFound(String::new())),
     }
 }
+
+pub mod issue;
+pub mod role;
 
 #[cfg(test)]
 mod tests;

@@ -161,6 +161,9 @@ pub struct WireRequest {
     /// `X-Vault-Inconsistent: forward-active-node`.
     #[serde(default)]
     pub forward_inconsistent: bool,
+    /// The client's `Content-Type` (the active node checks a `PATCH`'s).
+    #[serde(default)]
+    pub content_type: Option<String>,
 }
 
 /// The active node's answer on the wire.
@@ -198,6 +201,7 @@ impl WireRequest {
             body: base64::engine::general_purpose::STANDARD.encode(&req.body),
             mac: req.forwarded.clone().unwrap_or_default(),
             forward_inconsistent: req.forward_inconsistent,
+            content_type: req.content_type.clone(),
         }
     }
 
@@ -220,6 +224,7 @@ impl WireRequest {
             .map_err(|e| format!("body: {e}"))?;
         r.forwarded = Some(self.mac);
         r.forward_inconsistent = self.forward_inconsistent;
+        r.content_type = self.content_type;
         Ok(r)
     }
 }

@@ -151,6 +151,7 @@ fn core_request(
     req.namespace = first_header(headers, &["X-Service-Namespace", "X-Vault-Namespace"]);
     req.wrap_ttl = first_header(headers, &["X-Service-Wrap-TTL", "X-Vault-Wrap-TTL"]);
     req.index = first_header(headers, &["X-Service-Index", "X-Vault-Index"]);
+    req.content_type = first_header(headers, &["Content-Type"]);
     // The only value the reference knows: send the request on rather than answer 412.
     req.forward_inconsistent = first_header(headers, &["X-Vault-Inconsistent"])
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("forward-active-node"));

@@ -762,6 +762,9 @@ impl Server {
         if let Some(t) = token {
             b = b.header("X-Service-Token", t);
         }
+        if method == "PATCH" {
+            b = b.header("Content-Type", "application/merge-patch+json");
+        }
         let data = body
             .map(|v| serde_json::to_vec(v).unwrap_or_default())
             .unwrap_or_default();
@@ -900,6 +903,9 @@ pub fn request(
     let mut b = ureq::http::Request::builder().method(method).uri(&url);
     if let Some(t) = token {
         b = b.header("X-Vault-Token", t);
+    }
+    if method == "PATCH" {
+        b = b.header("Content-Type", "application/merge-patch+json");
     }
     let data = body
         .map(|v| serde_json::to_vec(v).unwrap_or_default())

@@ -35,6 +35,7 @@ const LDAPCFG: &str = "Cairn extension: the lockout settings (user_lockout_*) li
 const DEREF: &str = "spec lists never/finding/searching/always for dereference_aliases: Cairn refuses other values, the reference stores anything";
 const LOGINDATA: &str = "spec: the LDAP login response's data is null (the reference answers {})";
 const UNWRAPLOGIN: &str = "deliberate: Cairn lets the wrapping token itself authorize an unwrap; the reference also wants a client token when the wrapping token is in the body";
+const NESTBAD: &str = "the reference answers 500 to a group naming itself or an unknown group as a member; that is bad input, a 400 here";
 const GENROOT: &str = "the reference (2.6) serves the attempt under sys/generate-root-token/ only (405 here); Cairn serves both paths";
 
 /// Known differences: (request label, aspect, reason). Every entry must still differ.
@@ -69,6 +70,8 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     ("wrapping unwrap login", "auth", UNWRAPLOGIN),
     ("wrapping unwrap login", "wrap_info", UNWRAPLOGIN),
     ("wrapping unwrap login", "warnings", UNWRAPLOGIN),
+    ("identity nested self member", "status", NESTBAD),
+    ("identity nested unknown member", "status", NESTBAD),
     ("generate-root status", "status", GENROOT),
     ("generate-root start", "status", GENROOT),
     ("generate-root status started", "status", GENROOT),
@@ -212,9 +215,20 @@ impl Script {
     }
     /// A JSON merge patch, with the content type the reference's CLI sends.
     fn patch(&mut self, label: &str, path: &str, body: Value) -> &mut Step {
+        self.patch_as(label, path, body, Some("application/merge-patch+json"))
+    }
+    /// A `PATCH` with the given `Content-Type` (none: the header is left out).
+    fn patch_as(
+        &mut self,
+        label: &str,
+        path: &str,
+        body: Value,
+        content_type: Option<&str>,
+    ) -> &mut Step {
         let step = self.add(label, "PATCH", path).body(body);
-        step.headers
-            .push(("Content-Type", "application/merge-patch+json".to_string()));
+        if let Some(ct) = content_type {
+            step.headers.push(("Content-Type", ct.to_string()));
+        }
         step
     }
 }
@@ -234,6 +248,11 @@ impl Step {
     }
     fn wrap(&mut self, ttl: &str) -> &mut Self {
         self.headers.push(("X-Vault-Wrap-TTL", ttl.to_string()));
+        self
+    }
+    /// Runs the request in namespace `ns` (the `X-Vault-Namespace` header).
+    fn ns(&mut self, ns: &str) -> &mut Self {
+        self.headers.push(("X-Vault-Namespace", ns.to_string()));
         self
     }
     fn cap(&mut self, var: &'static str, pointer: &'static str) -> &mut Self {
@@ -833,6 +852,96 @@ path "auth/token/create-orphan" { capabilities = ["create", "update"] }"#;
     );
     s.get("lookup-self role token", "auth/token/lookup-self")
         .as_("tok_role");
+    // Role fields: the older names, token types, lifetimes and policy bounds.
+    s.post(
+        "token role write old names",
+        "auth/token/roles/r2",
+        json!({"period": "30m", "explicit_max_ttl": "5h", "orphan": true, "token_ttl": "1h",
+               "token_max_ttl": "2h"}),
+    );
+    s.get("token role read old names", "auth/token/roles/r2");
+    s.post(
+        "token create with role old names",
+        "auth/token/create/r2",
+        json!({"policies": ["reader"], "period": "1h"}),
+    );
+    s.post(
+        "token role write batch non-orphan",
+        "auth/token/roles/rb",
+        json!({"token_type": "batch"}),
+    );
+    s.post(
+        "token role write batch renewable",
+        "auth/token/roles/rb",
+        json!({"token_type": "batch", "orphan": true}),
+    );
+    s.post(
+        "token role write bad type",
+        "auth/token/roles/rb",
+        json!({"token_type": "bogus"}),
+    );
+    s.get("token role read refused", "auth/token/roles/rb");
+    s.post(
+        "token role write typed",
+        "auth/token/roles/r3",
+        json!({"token_type": "service", "renewable": false, "allowed_policies": ["reader", "writer"],
+               "disallowed_policies": ["tokmaker"], "token_explicit_max_ttl": "2h"}),
+    );
+    s.get("token role read typed", "auth/token/roles/r3");
+    s.post(
+        "token create with role typed",
+        "auth/token/create/r3",
+        json!({"policies": ["reader"], "type": "batch", "ttl": "5h", "renewable": true}),
+    )
+    .cap("tok_role3", "/auth/client_token");
+    s.get("lookup-self role typed token", "auth/token/lookup-self")
+        .as_("tok_role3");
+    s.post(
+        "token create with role outside allowed",
+        "auth/token/create/r3",
+        json!({"policies": ["tokmaker"]}),
+    );
+    s.post(
+        "token create with role allowed by default",
+        "auth/token/create/r3",
+        json!({}),
+    );
+    s.post(
+        "token role write disallowed only",
+        "auth/token/roles/r5",
+        json!({"disallowed_policies": ["tokmaker"]}),
+    );
+    s.post(
+        "token create with role disallowed",
+        "auth/token/create/r5",
+        json!({"policies": ["tokmaker"]}),
+    );
+    s.post(
+        "token create with role no_parent ignored",
+        "auth/token/create/r5",
+        json!({"policies": ["reader"], "no_parent": true}),
+    );
+    s.post(
+        "token role write default-batch",
+        "auth/token/roles/r4",
+        json!({"token_type": "default-batch", "orphan": true, "renewable": false}),
+    );
+    s.get("token role read default-batch", "auth/token/roles/r4");
+    s.post(
+        "token create with role default-batch",
+        "auth/token/create/r4",
+        json!({"policies": ["reader"]}),
+    );
+    s.post(
+        "token create with role default-batch as service",
+        "auth/token/create/r4",
+        json!({"policies": ["reader"], "type": "service"}),
+    );
+    s.post(
+        "token create with role default-batch root",
+        "auth/token/create/r4",
+        json!({}),
+    );
     s.get("token role read missing", "auth/token/roles/missing");
     s.delete("token role delete", "auth/token/roles/r1");
     s.list("token roles list after delete", "auth/token/roles");
@@ -994,6 +1103,45 @@ path "auth/token/create-orphan" { capabilities = ["create", "update"] }"#;
         "kv2 patch missing",
         "kvv2/data/nothing",
         json!({"data": {"a": 1}}),
+    );
+    // A PATCH that is not a JSON merge patch: 415 (another type) or 400 (none), before
+    // anything else is looked at, even without a token.
+    s.patch_as(
+        "kv2 patch as plain json",
+        "kvv2/data/foo",
+        json!({"data": {"a": 1}}),
+        Some("application/json"),
+    );
+    s.patch_as(
+        "kv2 patch without content type",
+        "kvv2/data/foo",
+        json!({"data": {"a": 1}}),
+        None,
+    );
+    s.patch_as(
+        "kv2 patch as form",
+        "kvv2/data/nothing",
+        json!({"data": {"a": 1}}),
+        Some("application/x-www-form-urlencoded"),
+    );
+    s.patch_as(
+        "kv2 metadata patch as plain json",
+        "kvv2/metadata/foo",
+        json!({"max_versions": 3}),
+        Some("application/json"),
+    );
+    s.patch_as(
+        "kv2 patch as text without token",
+        "kvv2/data/foo",
+        json!({"data": {"a": 1}}),
+        Some("text/plain"),
+    )
+    .anon();
+    s.patch_as(
+        "kv2 patch merge-patch with charset",
+        "kvv2/data/foo",
+        json!({"data": {"c": 3}}),
+        Some("Application/Merge-Patch+JSON; charset=utf-8"),
     );
     s.patch("kv2 patch no data", "kvv2/data/foo", json!({}));
     s.patch(
@@ -1502,6 +1650,79 @@ path "auth/token/create-orphan" { capabilities = ["create", "update"] }"#;
         json!({"x": 1}),
     )
     .as_("tok_alice");
+    // Nested groups: alice's entity in nest-c, nest-c in nest-p, nest-p in nest-g; her
+    // token carries all three groups' policies.
+    s.post(
+        "identity nested child create",
+        "identity/group",
+        json!({"name": "nest-c", "policies": ["tokmaker"], "member_entity_ids": ["${alice_eid}"]}),
+    )
+    .cap("nest_c", "/data/id");
+    s.post(
+        "identity nested parent create",
+        "identity/group",
+        json!({"name": "nest-p", "policies": ["nest-p-pol"], "member_group_ids": ["${nest_c}"]}),
+    )
+    .cap("nest_p", "/data/id");
+    s.post(
+        "identity nested grand create",
+        "identity/group",
+        json!({"name": "nest-g", "policies": ["writer"], "member_group_ids": ["${nest_p}"]}),
+    )
+    .cap("nest_g", "/data/id");
+    s.get("identity nested read child", "identity/group/id/${nest_c}");
+    s.get("identity nested read parent", "identity/group/id/${nest_p}");
+    s.get("identity nested read grand", "identity/group/name/nest-g");
+    s.post(
+        "identity nested cycle",
+        "identity/group/id/${nest_c}",
+        json!({"member_group_ids": ["${nest_g}"]}),
+    );
+    s.post(
+        "identity nested self member",
+        "identity/group/id/${nest_p}",
+        json!({"member_group_ids": ["${nest_p}"]}),
+    );
+    s.post(
+        "identity nested unknown member",
+        "identity/group/id/${nest_p}",
+        json!({"member_group_ids": ["nope"]}),
+    );
+    s.post(
+        "identity nested external with member groups",
+        "identity/group",
+        json!({"name": "nest-x", "type": "external", "member_group_ids": ["${nest_c}"]}),
+    );
+    s.list("identity nested list", "identity/group/id");
+    s.get("lookup-self alice nested", "auth/token/lookup-self")
+        .as_("tok_alice");
+    // A child token of alice's acts for her entity (tokmaker reaches her through nest-c).
+    s.post(
+        "token create child of alice",
+        "auth/token/create",
+        json!({"policies": ["default"], "ttl": "10m"}),
+    )
+    .as_("tok_alice")
+    .cap("tok_alice_child", "/auth/client_token");
+    s.get("lookup-self child of alice", "auth/token/lookup-self")
+        .as_("tok_alice_child");
+    s.get(
+        "identity entity read alice nested",
+        "identity/entity/id/${alice_eid}",
+    );
+    s.delete(
+        "identity nested delete parent",
+        "identity/group/id/${nest_p}",
+    );
+    s.get(
+        "identity nested read grand after delete",
+        "identity/group/id/${nest_g}",
+    );
+    s.get(
+        "lookup-self alice nested after delete",
+        "auth/token/lookup-self",
+    )
+    .as_("tok_alice");
     s.delete(
         "identity entity-alias delete",
         "identity/entity-alias/id/${eaid}",
@@ -1718,6 +1939,58 @@ path "auth/token/create-orphan" { capabilities = ["create", "update"] }"#;
     s.list("namespaces list", "sys/namespaces");
     s.get("namespace read missing", "sys/namespaces/nothere");
     s.delete("namespace delete", "sys/namespaces/team1");
+    // A namespace holding a KV mount with data, an auth mount, a policy and a token is
+    // deleted with all of it; one holding a child namespace is not.
+    s.post("namespace create team2", "sys/namespaces/team2", json!({}));
+    s.post(
+        "namespace team2 mount kv",
+        "sys/mounts/kv",
+        json!({"type": "kv", "options": {"version": "1"}}),
+    )
+    .ns("team2");
+    s.post("namespace team2 kv write", "kv/a", json!({"v": "1"}))
+        .ns("team2");
+    s.post(
+        "namespace team2 auth enable",
+        "sys/auth/ldap",
+        json!({"type": "ldap"}),
+    )
+    .ns("team2");
+    s.put(
+        "namespace team2 policy write",
+        "sys/policies/acl/p1",
+        json!({"policy": "path \"kv/*\" { capabilities = [\"read\"] }"}),
+    )
+    .ns("team2");
+    s.post(
+        "namespace team2 token create",
+        "auth/token/create",
+        json!({"policies": ["p1"]}),
+    )
+    .ns("team2")
+    .cap("tok_team2", "/auth/client_token");
+    s.get("namespace team2 kv read as its token", "kv/a")
+        .ns("team2")
+        .as_("tok_team2");
+    s.post(
+        "namespace team2 child create",
+        "sys/namespaces/kid",
+        json!({}),
+    )
+    .ns("team2");
+    s.delete("namespace delete team2 with child", "sys/namespaces/team2");
+    s.delete("namespace team2 child delete", "sys/namespaces/kid")
+        .ns("team2");
+    s.delete("namespace delete team2 with mounts", "sys/namespaces/team2");
+    s.get("namespace read deleted team2", "sys/namespaces/team2");
+    s.get("namespace team2 kv read after delete", "kv/a")
+        .ns("team2");
+    s.get(
+        "namespace team2 token after delete",
+        "auth/token/lookup-self",
+    )
+    .as_("tok_team2");
+    s.delete("namespace delete missing", "sys/namespaces/team2");
 
     // --- misc sys.
     s.get("audit list", "sys/audit");

@@ -148,12 +148,25 @@ fn errors_have_the_envelope_and_the_right_codes() {
         s.raw(
             "PATCH",
             "/v1/secret/x",
-            &[("X-Vault-Token", "root-e2e")],
+            &[
+                ("X-Vault-Token", "root-e2e"),
+                ("Content-Type", "application/merge-patch+json")
+            ],
             b"{}".to_vec()
         )
         .status,
         405
     );
+    // A PATCH that is not a JSON merge patch is refused before anything else, as the
+    // reference refuses it.
+    let r = s.raw(
+        "PATCH",
+        "/v1/secret/x",
+        &[("Content-Type", "application/json")],
+        b"{}".to_vec(),
+    );
+    assert_eq!(r.status, 415, "{:?}", r.body);
+    assert!(r.errors().contains("merge-patch"), "{:?}", r.body);
     assert_eq!(s.get("secret/missing").status, 404);
     let bad_mount = s.post("sys/mounts/x", json!({"type": "nosuch"}));
     assert_eq!(bad_mount.status, 400);

@@ -115,6 +115,9 @@ fn try_call(
             ureq::http::HeaderValue::from_bytes(v).expect("header value"),
         );
     }
+    if method == "PATCH" {
+        b = b.header("Content-Type", "application/merge-patch+json");
+    }
     let data = body.map(|v| v.to_string().into_bytes()).unwrap_or_default();
     let mut r = agent.run(b.body(data).expect("request"))?;
     let status = r.status().as_u16();

@@ -170,15 +170,17 @@ pub fn view(ctx: &Ctx, e: &Entity) -> ApiResult<Value> {
     for a in aliases_of(ctx, &e.id)? {
         aliases.push(alias_view(ctx, &a)?);
     }
-    let groups = group_ids(ctx, &e.id)?;
+    let direct = group_ids(ctx, &e.id)?;
+    let inherited = super::nesting::ancestors(ctx, &direct)?;
+    let all: Vec<&String> = direct.iter().chain(&inherited).collect();
     Ok(json!({
         "aliases": aliases,
         "creation_time": rfc3339(e.creation_time),
-        "direct_group_ids": groups,
+        "direct_group_ids": direct,
         "disabled": e.disabled,
-        "group_ids": groups,
+        "group_ids": all,
         "id": e.id,
-        "inherited_group_ids": [],
+        "inherited_group_ids": inherited,
         "last_update_time": rfc3339(e.last_update_time),
         "merged_entity_ids": null,
         "metadata": e.metadata,

@@ -7,6 +7,7 @@
 //! `member/<entity>/<group>` so a token's groups are one prefix scan.
 
 use super::entity::{self, member_prefix};
+use super::nesting;
 use super::{
     check_name, delete, fold, get, get_id, keys_reply, metadata, mount_fields, put, put_id,
     request_ns, suffixes, REPLICATED,
@@ -33,6 +34,9 @@ pub struct Group {
     pub policies: Vec<String>,
     /// Members of an internal group (an external group's are in the membership index).
     pub member_entity_ids: Vec<String>,
+    /// The subgroups of an internal group (sorted; [`super::nesting`] keeps their parent
+    /// index).
+    pub member_group_ids: Vec<String>,
     pub metadata: Option<Map<String, Value>>,
     /// The id of its alias (external groups).
     pub alias_id: Option<String>,
@@ -99,7 +103,7 @@ pub fn alias_by_key(ctx: &Ctx, accessor: &str, name: &str) -> ApiResult<Option<G
     }
 }
 
-fn store(ctx: &mut Ctx, g: &Group) -> ApiResult<()> {
+pub(super) fn store(ctx: &mut Ctx, g: &Group) -> ApiResult<()> {
     put(ctx, REPLICATED, &group_key(&g.id), g)?;
     put_id(ctx, REPLICATED, &name_key(&g.namespace_id, &g.name), &g.id)
 }
@@ -155,19 +159,27 @@ pub fn view(ctx: &Ctx, g: &Group) -> ApiResult<Value> {
         None => json!({}),
     };
     let members = members(ctx, g)?;
+    let parents = nesting::parents(ctx, &g.id)?;
+    let listed = |v: &[String]| {
+        if v.is_empty() {
+            Value::Null
+        } else {
+            json!(v)
+        }
+    };
     Ok(json!({
         "alias": alias,
         "creation_time": rfc3339(g.creation_time),
         "id": g.id,
         "last_update_time": rfc3339(g.last_update_time),
-        "member_entity_ids": if members.is_empty() { Value::Null } else { json!(members) },
-        "member_group_ids": null,
+        "member_entity_ids": listed(&members),
+        "member_group_ids": listed(&g.member_group_ids),
         "metadata": g.metadata,
         "modify_index": g.modify_index,
         "name": g.name,
         "namespace_id": g.namespace_id,
-        "parent_group_ids": null,
-        "policies": g.policies,
+        "parent_group_ids": listed(&parents),
+        "policies": listed(&g.policies),
         "type": g.kind,
     }))
 }
@@ -257,10 +269,11 @@ fn upsert(
         }
         g.member_entity_ids = ids;
     }
-    if f.list("member_group_ids")?.is_some_and(|l| !l.is_empty()) {
-        return Err(ApiError::bad(
-            "member_group_ids: nested groups are not supported",
-        ));
+    if let Some(mut ids) = f.list("member_group_ids")? {
+        ids.sort();
+        ids.dedup();
+        nesting::check_members(ctx, &g, ns_id, &ids)?;
+        nesting::set_members(ctx, &mut g, ids)?;
     }
     g.last_update_time = ctx.now;
     g.modify_index += 1;
@@ -320,7 +333,7 @@ pub fn list(ctx: &mut Ctx, req: &Request, by: &str) -> ApiResult {
                 let mut v = json!({
                     "name": g.name,
                     "num_member_entities": members(ctx, g)?.len(),
-                    "num_parent_groups": 0,
+                    "num_parent_groups": nesting::parents(ctx, &g.id)?.len(),
                 });
                 if let Some(a) = g.alias_id.as_deref().map(|id| load_alias(ctx, id)) {
                     if let Some(a) = a? {
@@ -348,7 +361,7 @@ pub fn list(ctx: &mut Ctx, req: &Request, by: &str) -> ApiResult {
 }
 
 /// Deletes group `g`: its alias, its memberships, its record.
-fn remove(ctx: &mut Ctx, g: &Group) -> ApiResult<()> {
+pub fn remove(ctx: &mut Ctx, g: &Group) -> ApiResult<()> {
     if let Some(a) = g.alias_id.as_deref() {
         if let Some(a) = load_alias(ctx, a)? {
             remove_alias_keys(ctx, &a)?;
@@ -357,6 +370,7 @@ fn remove(ctx: &mut Ctx, g: &Group) -> ApiResult<()> {
     for m in members(ctx, g)? {
         delete(ctx, &member_key(&m, &g.id))?;
     }
+    nesting::unlink(ctx, g, ctx.now)?;
     delete(ctx, &name_key(&g.namespace_id, &g.name))?;
     delete(ctx, &group_key(&g.id))
 }

@@ -12,7 +12,8 @@ use std::collections::BTreeSet;
 pub struct Standing {
     /// The entity is disabled: its tokens are refused.
     pub disabled: bool,
-    /// The entity's own policies and those of the groups it belongs to (sorted, unique).
+    /// The entity's own policies and those of the groups it belongs to, directly or
+    /// through subgroups (sorted, unique).
     pub policies: Vec<String>,
 }
 
@@ -23,8 +24,16 @@ pub fn standing(ctx: &Ctx, id: &str) -> ApiResult<Option<Standing>> {
         return Ok(None);
     };
     let mut set: BTreeSet<String> = e.policies.iter().cloned().collect();
-    for g in group::of_entity(ctx, id)? {
+    let direct = group::of_entity(ctx, id)?;
+    let ids: Vec<String> = direct.iter().map(|g| g.id.clone()).collect();
+    for g in direct {
         set.extend(g.policies);
+    }
+    // Nested groups: the policies of every group above a direct one apply too.
+    for a in super::nesting::ancestors(ctx, &ids)? {
+        if let Some(g) = group::load(ctx, &a)? {
+            set.extend(g.policies);
+        }
     }
     Ok(Some(Standing {
         disabled: e.disabled,

@@ -30,17 +30,21 @@
 //! `group-name/<namespace id>/<name lower-cased>` → id, `group-alias/<id>`,
 //! `group-alias-key/<mount accessor>/<name lower-cased>` → id, and
 //! `member/<entity id>/<group id>` (every membership, internal and external, so the groups of
-//! a token's entity are one prefix scan at request time). Names are matched without regard
+//! a token's entity are one prefix scan at request time), and `parent/<group id>/<parent
+//! id>` (nested groups: the groups naming a group among their `member_group_ids`, so a
+//! group's ancestors are one scan per level, [`nesting`]). Names are matched without regard
 //! to case, as the reference does by default. Ids are UUIDs from the node's seeded RNG.
 //!
 //! Split: [`entity`] (entities and their aliases), [`group`] (groups and group aliases),
-//! [`lookup`] (the lookup endpoints and the policies of an entity), [`login`] (what an auth
+//! [`nesting`] (subgroups, ancestors, cycle checks), [`lookup`] (the lookup endpoints and
+//! the policies of an entity), [`login`] (what an auth
 //! method's login does: find or create the entity and alias, refresh external groups).
 
 pub mod entity;
 pub mod group;
 pub mod login;
 pub mod lookup;
+pub mod nesting;
 
 use crate::api::{ApiError, ApiResult, Reply, Request};
 use crate::ctx::Ctx;

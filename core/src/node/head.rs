@@ -1,10 +1,11 @@
 //! The head of a client request, read once before anything runs: the canonical path, the
 //! list form of `GET ?list=true`, the response-wrapping TTL (`X-Vault-Wrap-TTL`) and the
-//! replication state the client asks for (`X-Vault-Index`). A bad value refuses the request
-//! with 400 before routing, authorization or any handler, so it changes nothing; what comes
+//! replication state the client asks for (`X-Vault-Index`), and a `PATCH` body's media type
+//! (a JSON merge patch, as the reference insists: 415 for another type, 400 for none). A bad
+//! value refuses the request with 400 (415) before routing, authorization or any handler, so it changes nothing; what comes
 //! after (audit, router, handlers, wrapping) reads the typed fields, never the raw headers.
 
-use crate::api::{ApiError, ApiResult, Method, Request};
+use crate::api::{ApiError, ApiResult, Method, Request, MERGE_PATCH};
 use crate::replication::index_state::IndexState;
 use crate::routes;
 use crate::time;
@@ -27,6 +28,10 @@ impl Head {
         if req.method == Method::Get && matches!(req.query("list"), Some("true") | Some("1")) {
             req.method = Method::List;
         }
+        if req.method == Method::Patch && req.on_behalf.is_none() {
+            // A performance secondary checked its client's request before forwarding it.
+            patch_media_type(req.content_type.as_deref())?;
+        }
         let path = routes::canonical(&req.path)?;
         req.path = path.clone();
         let wrap_ttl = match req.wrap_ttl.as_deref().map(str::trim) {
@@ -46,6 +51,26 @@ impl Head {
             index,
         })
     }
+}
+
+/// Checks a `PATCH`'s `Content-Type`: its media type (parameters such as `charset` aside,
+/// compared without regard to case) must be [`MERGE_PATCH`].
+fn patch_media_type(content_type: Option<&str>) -> ApiResult<()> {
+    let media = content_type
+        .and_then(|c| c.split(';').next())
+        .map(str::trim)
+        .unwrap_or("");
+    if media.is_empty() {
+        return Err(ApiError::bad(format!(
+            "PATCH requires Content-Type of {MERGE_PATCH}; the request has no media type"
+        )));
+    }
+    if !media.eq_ignore_ascii_case(MERGE_PATCH) {
+        return Err(ApiError::UnsupportedMediaType(format!(
+            "PATCH requires Content-Type of {MERGE_PATCH}, provided {media}"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -76,6 +101,44 @@ mod tests {
         );
         assert_eq!(h.wrap_ttl, Some(90));
         assert_eq!(h.index, Some(st));
+    }
+
+    #[test]
+    fn patch_wants_a_merge_patch_media_type() {
+        let patch = |ct: Option<&str>| {
+            let mut r = Request::new(1, Method::Patch, "secret/data/x");
+            r.content_type = ct.map(str::to_string);
+            Head::parse(&mut r).map(|_| ())
+        };
+        for ok in [
+            "application/merge-patch+json",
+            "Application/Merge-Patch+JSON",
+            "application/merge-patch+json; charset=utf-8",
+            " application/merge-patch+json ; x=1",
+        ] {
+            assert_eq!(patch(Some(ok)), Ok(()), "{ok}");
+        }
+        for (ct, status) in [
+            (Some("application/json"), 415),
+            (Some("application/x-www-form-urlencoded"), 415),
+            (Some("text/plain; charset=utf-8"), 415),
+            (None, 400),
+            (Some(""), 400),
+            (Some(" ; charset=utf-8"), 400),
+        ] {
+            let e = patch(ct).unwrap_err();
+            assert_eq!(e.status(), status, "{ct:?}: {e}");
+            assert!(e.to_string().contains(MERGE_PATCH), "{e}");
+        }
+        let e = patch(Some("application/json")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "PATCH requires Content-Type of application/merge-patch+json, provided application/json"
+        );
+        // Other methods do not look at the content type.
+        let mut r = Request::new(1, Method::Post, "secret/data/x");
+        r.content_type = Some("text/plain".into());
+        assert!(Head::parse(&mut r).is_ok());
     }
 
     #[test]

@@ -705,7 +705,14 @@ fn batch_tokens_are_neither_renewed_nor_revoked_and_types_are_checked() {
     assert_eq!(r.status, 400);
     let r = t.create(&root, json!({ "type": "batch", "period": "1h" }));
     assert_eq!(r.status, 400);
+    // A batch token of root's policy is refused (the reference's rule).
     let r = t.create(&root, json!({ "type": "batch", "ttl": "30m" }));
+    assert_eq!(r.status, 400);
+    assert_eq!(error(&r), "batch tokens cannot be root tokens");
+    let r = t.create(
+        &root,
+        json!({ "type": "batch", "ttl": "30m", "policies": ["default"] }),
+    );
     assert_eq!(r.status, 200);
     let b = r.body.unwrap();
     assert_eq!(b["auth"]["token_type"], "batch");
@@ -768,4 +775,76 @@ fn token_roles_bound_policies_and_set_orphan_and_period() {
     assert_eq!(r.status, 204);
     let r = t.call(&root, Method::Get, "auth/token/roles/r1", json!({}));
     assert_eq!(r.status, 404);
+}
+
+/// A token created by a token with an entity acts for that entity (its identity policies
+/// come along); an orphan (no_parent, create-orphan, an orphan role) has none.
+#[test]
+fn child_tokens_inherit_the_parents_entity_and_orphans_do_not() {
+    use crate::auth::ldap::tests::{authenticated_search, World};
+    let mut w = World::new();
+    w.configure(authenticated_search());
+    let login = w.login("alice", "alicepw");
+    let la = auth(&login);
+    let parent = la["client_token"].as_str().unwrap_or_default().to_string();
+    let eid = la["entity_id"].as_str().unwrap_or_default().to_string();
+    assert_eq!(eid.len(), 36, "{la}");
+    let pol = r#"path "auth/token/*" { capabilities = ["create", "update", "read", "sudo"] }"#;
+    let r = w.admin(
+        Method::Put,
+        "sys/policies/acl/tok-maker",
+        json!({ "policy": pol }),
+    );
+    assert_eq!(r.status, 204, "{:?}", r.body);
+    let r = w.admin(
+        Method::Post,
+        "identity/group",
+        json!({"name": "makers", "policies": ["tok-maker"], "member_entity_ids": [eid]}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    for (role, orphan) in [("kid", false), ("orphans", true)] {
+        let r = w.admin(
+            Method::Post,
+            &format!("auth/token/roles/{role}"),
+            json!({ "orphan": orphan }),
+        );
+        assert_eq!(r.status, 204, "{:?}", r.body);
+    }
+    let cases = [
+        ("auth/token/create", json!({"policies": ["default"]}), true),
+        ("auth/token/create", json!({"type": "batch"}), true),
+        ("auth/token/create/kid", json!({}), true),
+        ("auth/token/create", json!({"no_parent": true}), false),
+        ("auth/token/create-orphan", json!({}), false),
+        ("auth/token/create/orphans", json!({}), false),
+    ];
+    for (path, body, inherits) in cases {
+        let r = w.call(Method::Post, path, body.clone(), Some(&parent));
+        assert_eq!(r.status, 200, "{path} {body}: {:?}", r.body);
+        let a = auth(&r);
+        let want = if inherits { eid.as_str() } else { "" };
+        assert_eq!(a["entity_id"], want, "{path} {body}: {a}");
+        assert_eq!(a["orphan"], !inherits, "{path} {body}: {a}");
+        if inherits {
+            assert_eq!(a["identity_policies"], json!(["tok-maker"]), "{a}");
+            // The child's own requests carry the entity's policies.
+            let child = a["client_token"].as_str().unwrap_or_default().to_string();
+            let l = w.call(
+                Method::Get,
+                "auth/token/lookup-self",
+                json!({}),
+                Some(&child),
+            );
+            assert_eq!(l.status, 200, "{:?}", l.body);
+            let d = l
+                .body
+                .as_ref()
+                .map(|b| b["data"].clone())
+                .unwrap_or_default();
+            assert_eq!(d["entity_id"], eid.as_str(), "{d}");
+            assert_eq!(d["identity_policies"], json!(["tok-maker"]), "{d}");
+        } else {
+            assert!(a.get("identity_policies").is_none(), "{a}");
+        }
+    }
 }

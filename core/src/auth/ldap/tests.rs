@@ -8,7 +8,7 @@ use crate::storage::MemStorage;
 use crate::Response;
 
 pub(crate) struct World {
-    node: Node<MemStorage>,
+    pub(crate) node: Node<MemStorage>,
     dir: FakeDirectory,
     root: String,
     next_id: u64,
