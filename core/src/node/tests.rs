@@ -1,0 +1,348 @@
+//! Tests of the node: initialisation and unsealing, encryption at rest, write sets that
+//! apply whole or not at all, token use limits and response wrapping.
+
+use super::*;
+use crate::api::Method;
+use crate::storage::MemStorage;
+
+pub(crate) fn call(n: &mut Node<MemStorage>, now: Millis, req: Request) -> Response {
+    let id = req.id;
+    n.handle(now, Input::Request(req));
+    while let Some(o) = n.poll_output() {
+        if let Output::Response(r) = o {
+            if r.id == id {
+                return r;
+            }
+        }
+    }
+    panic!("no response for request {id}");
+}
+
+fn dev() -> (Node<MemStorage>, String) {
+    let mut n = Node::new(MemStorage::new(), [1; 32], NodeConfig::default());
+    n.handle(
+        1_000,
+        Input::Admin {
+            id: 1,
+            cmd: Admin::DevSetup {
+                root_token_id: None,
+            },
+        },
+    );
+    let Some(Output::AdminDone {
+        id: 1,
+        result: Ok(AdminResult::DevSetup(keys)),
+    }) = n.poll_output()
+    else {
+        panic!("no admin output")
+    };
+    (n, keys.root_token)
+}
+
+#[test]
+fn a_write_set_claiming_an_existing_key_is_new_is_refused_whole() {
+    let (mut n, _) = dev();
+    let put = |n: &mut Node<MemStorage>, fresh: &[&str]| {
+        let mut ctx = Ctx {
+            txn: Txn::new(&n.storage),
+            barrier: &n.barrier,
+            rng: &mut n.rng,
+            now: 2_000,
+        };
+        for k in ["sys/test/a", "sys/test/b"] {
+            if fresh.contains(&k) {
+                ctx.put_new(k, b"v").unwrap();
+            } else {
+                ctx.put(k, b"v").unwrap();
+            }
+        }
+        let ws = ctx.txn.into_write_set();
+        n.commit(ws)
+    };
+    put(&mut n, &["sys/test/a"]).unwrap();
+    let root = n.replication().trees.clone();
+    // `sys/test/a` exists now: claiming it is new is refused (in every build), and
+    // nothing of the set is applied.
+    let e = put(&mut n, &["sys/test/a"]).unwrap_err();
+    assert!(e.to_string().contains("already exists"), "{e}");
+    assert!(n.replication().trees == root);
+    // An honest set goes through.
+    put(&mut n, &[]).unwrap();
+}
+
+#[test]
+fn init_unseal_threshold_and_restart_sealed() {
+    let mut n = Node::new(MemStorage::new(), [2; 32], NodeConfig::default());
+    let r = call(
+        &mut n,
+        0,
+        Request::new(1, Method::Put, "sys/init")
+            .with_json(json!({"secret_shares": 5, "secret_threshold": 3})),
+    );
+    assert_eq!(r.status, 200);
+    let b = r.body.unwrap();
+    let keys: Vec<String> = b["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap().to_string())
+        .collect();
+    let root = b["root_token"].as_str().unwrap().to_string();
+    assert_eq!(
+        call(
+            &mut n,
+            0,
+            Request::new(2, Method::Get, "secret/x").with_token(&root)
+        )
+        .status,
+        503
+    );
+    for (i, k) in keys.iter().take(3).enumerate() {
+        let r = call(
+            &mut n,
+            0,
+            Request::new(10 + i as u64, Method::Put, "sys/unseal").with_json(json!({"key": k})),
+        );
+        assert_eq!(r.body.unwrap()["sealed"], json!(i < 2));
+    }
+    let r = call(
+        &mut n,
+        0,
+        Request::new(20, Method::Get, "auth/token/lookup-self").with_token(&root),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    // A restart (new node on the same storage) comes back sealed.
+    let mut n2 = Node::new(n.into_storage(), [3; 32], NodeConfig::default());
+    assert!(n2.is_sealed());
+    let r = call(
+        &mut n2,
+        0,
+        Request::new(21, Method::Put, "sys/unseal").with_json(json!({"key": keys[4]})),
+    );
+    assert_eq!(r.body.unwrap()["progress"], json!(1));
+}
+
+#[test]
+fn stored_values_are_encrypted() {
+    let (mut n, root) = dev();
+    let r = call(
+        &mut n,
+        2_000,
+        Request::new(1, Method::Put, "secret/plain")
+            .with_token(&root)
+            .with_json(json!({"password": "hunter2-very-secret"})),
+    );
+    assert_eq!(r.status, 204);
+    for (_, v) in n.storage().map.iter() {
+        assert!(!String::from_utf8_lossy(v).contains("hunter2-very-secret"));
+    }
+    let r = call(
+        &mut n,
+        2_000,
+        Request::new(2, Method::Get, "secret/plain").with_token(&root),
+    );
+    assert_eq!(
+        r.body.unwrap()["data"]["password"],
+        json!("hunter2-very-secret")
+    );
+}
+
+#[test]
+fn policy_limits_token_and_failed_write_changes_nothing() {
+    let (mut n, root) = dev();
+    let pol = r#"path "secret/team/*" { capabilities = ["create", "read", "update", "list"] }"#;
+    let r = call(
+        &mut n,
+        2_000,
+        Request::new(1, Method::Put, "sys/policies/acl/team")
+            .with_token(&root)
+            .with_json(json!({"policy": pol})),
+    );
+    assert_eq!(r.status, 204);
+    let r = call(
+        &mut n,
+        2_000,
+        Request::new(2, Method::Post, "auth/token/create")
+            .with_token(&root)
+            .with_json(json!({"policies": ["team"], "ttl": "1h"})),
+    );
+    let t = r.body.unwrap()["auth"]["client_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ok = call(
+        &mut n,
+        2_000,
+        Request::new(3, Method::Put, "secret/team/a")
+            .with_token(&t)
+            .with_json(json!({"v": 1})),
+    );
+    assert_eq!(ok.status, 204);
+    let denied = call(
+        &mut n,
+        2_000,
+        Request::new(4, Method::Put, "secret/other")
+            .with_token(&t)
+            .with_json(json!({"v": 1})),
+    );
+    assert_eq!(denied.status, 403);
+    let before = n.storage().map.clone();
+    let bad = call(
+        &mut n,
+        2_000,
+        Request::new(5, Method::Put, "sys/policies/acl/broken")
+            .with_token(&root)
+            .with_json(json!({"policy": "path {"})),
+    );
+    assert_eq!(bad.status, 400);
+    assert_eq!(
+        n.storage().map.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>()
+    );
+    // The token expires after its TTL, driven by ticks.
+    n.handle(2_000 + 3_601_000, Input::Tick);
+    let gone = call(
+        &mut n,
+        2_000 + 3_601_000,
+        Request::new(6, Method::Get, "secret/team/a").with_token(&t),
+    );
+    assert_eq!(gone.status, 403);
+}
+
+#[test]
+fn failed_request_spends_a_use_of_a_limited_token() {
+    let (mut n, root) = dev();
+    let pol = r#"path "secret/*" { capabilities = ["read"] }"#;
+    call(
+        &mut n,
+        2_000,
+        Request::new(1, Method::Put, "sys/policies/acl/p")
+            .with_token(&root)
+            .with_json(json!({ "policy": pol })),
+    );
+    let r = call(
+        &mut n,
+        2_000,
+        Request::new(2, Method::Post, "auth/token/create")
+            .with_token(&root)
+            .with_json(json!({"policies": ["p"], "num_uses": 1})),
+    );
+    let t = r.body.unwrap()["auth"]["client_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        call(
+            &mut n,
+            2_000,
+            Request::new(3, Method::Get, "secret/missing").with_token(&t)
+        )
+        .status,
+        404
+    );
+    assert_eq!(
+        call(
+            &mut n,
+            2_000,
+            Request::new(4, Method::Get, "secret/missing").with_token(&t)
+        )
+        .status,
+        403
+    );
+}
+
+#[test]
+fn wrapped_response_unwraps_once() {
+    let (mut n, root) = dev();
+    call(
+        &mut n,
+        2_000,
+        Request::new(1, Method::Put, "secret/w")
+            .with_token(&root)
+            .with_json(json!({"k": "v"})),
+    );
+    let mut req = Request::new(2, Method::Get, "secret/w").with_token(&root);
+    req.wrap_ttl = Some("5m".into());
+    let r = call(&mut n, 2_000, req);
+    let wt = r.body.unwrap()["wrap_info"]["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let u = call(
+        &mut n,
+        2_500,
+        Request::new(3, Method::Post, "sys/wrapping/unwrap").with_token(&wt),
+    );
+    assert_eq!(u.status, 200);
+    assert_eq!(u.body.unwrap()["data"]["k"], json!("v"));
+    let again = call(
+        &mut n,
+        2_600,
+        Request::new(4, Method::Post, "sys/wrapping/unwrap").with_token(&wt),
+    );
+    assert_eq!(again.status, 400);
+}
+
+#[test]
+fn a_bad_wrap_ttl_changes_nothing_and_starts_nothing() {
+    let (mut n, root) = dev();
+    // Data keys only (node-local Merkle page records are flushed on their own clock).
+    let data = |n: &Node<MemStorage>| -> Vec<(String, Vec<u8>)> {
+        n.storage()
+            .map
+            .iter()
+            .filter(|(k, _)| !k.starts_with("node/"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let before = data(&n);
+    let mut req = Request::new(1, Method::Post, "auth/token/create")
+        .with_token(&root)
+        .with_json(json!({"policies": ["default"]}));
+    req.wrap_ttl = Some("zzz".into());
+    let r = call(&mut n, 2_000, req);
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.unwrap().to_string().contains("X-Vault-Wrap-TTL"));
+    assert!(data(&n) == before, "a token was stored");
+    // A login with a bad wrap TTL asks the directory nothing.
+    let mut req =
+        Request::new(2, Method::Post, "auth/ldap/login/alice").with_json(json!({"password": "pw"}));
+    req.wrap_ttl = Some("-1".into());
+    n.handle(2_000, Input::Request(req));
+    let out: Vec<Output> = std::iter::from_fn(|| n.poll_output()).collect();
+    assert!(out.iter().all(|o| !matches!(o, Output::Ldap(_))));
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, Output::Response(r) if r.id == 2 && r.status == 400)));
+    assert!(data(&n) == before, "the login changed storage");
+}
+
+#[test]
+fn a_wrapped_token_create_is_one_write_set() {
+    let (mut n, root) = dev();
+    let mut req = Request::new(1, Method::Post, "auth/token/create")
+        .with_token(&root)
+        .with_json(json!({"policies": ["default"]}));
+    req.wrap_ttl = Some("5m".into());
+    let wal_before = n.replication().wal.last;
+    let commits_before = n.storage().map.len();
+    let r = call(&mut n, 2_000, req);
+    assert_eq!(r.status, 200, "{r:?}");
+    let b = r.body.unwrap();
+    assert!(
+        b["auth"].is_null() && b["wrap_info"]["token"].is_string(),
+        "{b}"
+    );
+    assert!(n.storage().map.len() > commits_before);
+    // Both the token and its wrapping were applied by one commit (the WAL is off on a
+    // dev node, so the write-set count is what the replication layer saw).
+    assert_eq!(n.replication().wal.last, wal_before);
+    let wt = b["wrap_info"]["token"].as_str().unwrap().to_string();
+    let u = call(
+        &mut n,
+        2_100,
+        Request::new(2, Method::Post, "sys/wrapping/unwrap").with_token(&wt),
+    );
+    assert_eq!(u.status, 200);
+    assert!(u.body.unwrap()["auth"]["client_token"].is_string());
+}

@@ -1,0 +1,537 @@
+//! Against a real PostgreSQL: `scripts/dev-postgres.sh` starts one per test process (it
+//! stops when the process exits); each test works in a database of its own.
+use super::*;
+use std::collections::BTreeMap as Map;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// The dev server's `export` lines.
+fn server() -> &'static Map<String, String> {
+    static ENV: OnceLock<Map<String, String>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let dir = std::env::temp_dir().join(format!("cairn-shell-pg-{}", std::process::id()));
+        let out = std::process::Command::new("bash")
+            .arg(root.join("scripts/dev-postgres.sh"))
+            .arg("start")
+            .arg(&dir)
+            .env("CAIRN_PG_WATCH_PID", std::process::id().to_string())
+            .output()
+            .expect("run scripts/dev-postgres.sh");
+        assert!(
+            out.status.success(),
+            "scripts/dev-postgres.sh start failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
+            .collect()
+    })
+}
+
+/// The URL of a new, empty database named after `tag`.
+fn fresh_db(tag: &str) -> String {
+    let env = server();
+    let mut admin = Client::connect(&env["CAIRN_PG_URL"], NoTls).expect("connect");
+    let name = format!("t_{tag}");
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+        .expect("drop");
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .expect("create");
+    format!(
+        "postgres://{}:{}@127.0.0.1:{}/{name}?sslmode=disable",
+        env["CAIRN_PG_USER"], env["CAIRN_PG_PASSWORD"], env["CAIRN_PG_PORT"]
+    )
+}
+
+fn settings(url: &str) -> PgSettings {
+    PgSettings::new(url, None, None).expect("settings")
+}
+
+fn put(k: &str, v: &str) -> Write {
+    (k.to_string(), Some(v.as_bytes().to_vec()))
+}
+
+fn keys(rows: Vec<(String, Vec<u8>)>) -> Vec<String> {
+    rows.into_iter().map(|(k, _)| k).collect()
+}
+
+/// Whether the session of `s`'s next connection runs over TLS, and its protocol version.
+fn session_tls(s: &PgSettings) -> Result<(bool, String), String> {
+    let mut c = s.connect()?;
+    let row = c
+        .query_one(
+            "SELECT ssl, coalesce(version, '') FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .map_err(|e| why(&e))?;
+    Ok((row.get(0), row.get(1)))
+}
+
+#[test]
+fn tls_to_the_database_follows_sslmode() {
+    let env = server();
+    let base = fresh_db("tls").replace("?sslmode=disable", "");
+    let ca = &env["CAIRN_PG_CA"];
+    // Plain when asked; TLS (1.2 or newer) in every other mode the server offers it in.
+    let (plain_tls, _) = session_tls(&settings(&format!("{base}?sslmode=disable"))).unwrap();
+    assert!(!plain_tls, "sslmode=disable made an encrypted session");
+    for url in [
+        base.clone(),
+        format!("{base}?sslmode=prefer"),
+        format!("{base}?sslmode=require"),
+        format!("{base}?sslmode=verify-ca&sslrootcert={ca}"),
+        format!("{base}?sslmode=verify-full&sslrootcert={ca}"),
+    ] {
+        let (on, version) = session_tls(&settings(&url)).unwrap_or_else(|e| panic!("{url}: {e}"));
+        assert!(on, "{url}: the session is not encrypted");
+        assert!(
+            version == "TLSv1.3" || version == "TLSv1.2",
+            "{url}: {version}"
+        );
+    }
+    // The wrong CA: refused by every verifying mode, and by `require` given a root
+    // certificate (libpq's rule); the message names the certificate problem.
+    let other = &env["CAIRN_PG_OTHER_CA"];
+    for mode in ["require", "verify-ca", "verify-full"] {
+        let url = format!("{base}?sslmode={mode}&sslrootcert={other}");
+        let e = session_tls(&settings(&url)).expect_err(&url);
+        assert!(
+            e.contains("cannot connect") && e.to_lowercase().contains("certificate"),
+            "{e}"
+        );
+        assert!(!e.contains(&env["CAIRN_PG_PASSWORD"]), "{e}");
+    }
+    // verify-full checks the name: the certificate is for 127.0.0.1 and localhost, not for
+    // db.invalid (reached here through `hostaddr`); verify-ca checks only the chain.
+    let misnamed = format!(
+        "{}&hostaddr=127.0.0.1&sslrootcert={ca}",
+        base.replace("@127.0.0.1:", "@db.invalid:")
+            .replacen("/t_tls", "/t_tls?x=1", 1)
+            .replace("?x=1", "?connect_timeout=5")
+    );
+    let e = session_tls(&settings(&format!("{misnamed}&sslmode=verify-full")))
+        .expect_err("a name the certificate does not carry");
+    assert!(e.to_lowercase().contains("certificate"), "{e}");
+    assert!(
+        session_tls(&settings(&format!("{misnamed}&sslmode=verify-ca")))
+            .unwrap()
+            .0
+    );
+}
+
+#[test]
+fn postgres_storage_contract() {
+    let s = settings(&fresh_db("contract"));
+    let mut st = PgStorage::open(&s).expect("open");
+    st.set_read_cache(true);
+    st.apply(&[
+        put("a/1", "x"),
+        put("a/é", "y"),
+        put("a0", "z"),
+        put("b", "w"),
+        put("a/", "dir"),
+    ])
+    .unwrap();
+    assert_eq!(st.get("a/1").unwrap(), Some(b"x".to_vec()));
+    assert_eq!(st.get("nope").unwrap(), None);
+    // Prefix-exact and in key (byte) order.
+    assert_eq!(keys(st.scan("a/").unwrap()), vec!["a/", "a/1", "a/é"]);
+    assert_eq!(
+        keys(st.scan("").unwrap()),
+        vec!["a/", "a/1", "a/é", "a0", "b"]
+    );
+    assert_eq!(
+        keys(st.scan_after(Some("a/1"), 2).unwrap()),
+        vec!["a/é", "a0"]
+    );
+    assert_eq!(keys(st.scan_after(None, 1).unwrap()), vec!["a/"]);
+    assert_eq!(st.count().unwrap(), 5);
+
+    // In a batch, reads see the batch's own writes; a rollback leaves nothing.
+    st.begin().unwrap();
+    st.apply(&[put("a/2", "new"), ("a/1".into(), None)])
+        .unwrap();
+    st.apply(&[put("c", "1")]).unwrap();
+    assert_eq!(st.get("a/2").unwrap(), Some(b"new".to_vec()));
+    assert_eq!(st.get("a/1").unwrap(), None);
+    assert_eq!(keys(st.scan("a/").unwrap()), vec!["a/", "a/2", "a/é"]);
+    assert_eq!(
+        keys(st.scan_after(Some("a/"), 2).unwrap()),
+        vec!["a/2", "a/é"]
+    );
+    assert_eq!(st.count().unwrap(), 6);
+    st.rollback();
+    assert_eq!(st.get("a/2").unwrap(), None);
+    assert_eq!(st.get("a/1").unwrap(), Some(b"x".to_vec()));
+    assert_eq!(st.count().unwrap(), 5);
+
+    // Committed: another connection sees it.
+    st.begin().unwrap();
+    st.apply(&[put("a/2", "new"), ("a/1".into(), None)])
+        .unwrap();
+    assert!(st.commit(None).unwrap());
+    let other = PgStorage::open(&s).expect("open");
+    assert_eq!(other.get("a/2").unwrap(), Some(b"new".to_vec()));
+    assert_eq!(other.get("a/1").unwrap(), None);
+    // A batch that wrote nothing commits nothing.
+    st.begin().unwrap();
+    assert!(!st.commit(None).unwrap());
+
+    // A commit that fails (a trigger refuses the key `bad`) leaves nothing of the batch,
+    // and the next batch works.
+    let mut admin = s.connect().unwrap();
+    admin
+        .batch_execute(
+            "CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN \
+                   IF NEW.key = '\\x626164'::bytea THEN RAISE EXCEPTION 'refused'; END IF; \
+                   RETURN NEW; END $$ LANGUAGE plpgsql;
+                 CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON cairn_kv \
+                   FOR EACH ROW EXECUTE FUNCTION refuse();",
+        )
+        .unwrap();
+    st.begin().unwrap();
+    st.apply(&[put("d", "1"), ("b".into(), None)]).unwrap();
+    st.apply(&[put("bad", "1")]).unwrap();
+    let e = st.commit(None).unwrap_err();
+    assert!(
+        matches!(&e, StorageError::Io(m) if m.contains("refused")),
+        "{e:?}"
+    );
+    assert_eq!(other.get("d").unwrap(), None);
+    assert_eq!(other.get("b").unwrap(), Some(b"w".to_vec()));
+    assert_eq!(st.get("d").unwrap(), None);
+    st.begin().unwrap();
+    st.apply(&[put("e", "1")]).unwrap();
+    assert!(st.commit(None).unwrap());
+    assert_eq!(other.get("e").unwrap(), Some(b"1".to_vec()));
+
+    // The read cache is kept exact by this storage's own commits, and assumes it is the
+    // only writer: another writer's change shows once the cache starts over.
+    assert_eq!(st.get("e").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(st.scan("a/").unwrap().len(), 3);
+    admin
+        .batch_execute(
+            "DROP TRIGGER refuse ON cairn_kv; DELETE FROM cairn_kv WHERE key = '\\x65'::bytea",
+        )
+        .unwrap();
+    assert_eq!(
+        st.get("e").unwrap(),
+        Some(b"1".to_vec()),
+        "served from the cache"
+    );
+    st.set_read_cache(true);
+    assert_eq!(st.get("e").unwrap(), None);
+    st.begin().unwrap();
+    st.apply(&[put("a/3", "3")]).unwrap();
+    assert!(st.commit(None).unwrap());
+    assert_eq!(st.scan("a/").unwrap().len(), 4);
+    assert_eq!(other.scan("a/").unwrap().len(), 4);
+}
+
+/// Reads in a batch agree with memory storage after the same writes, whatever the mix
+/// of stored keys and the batch's puts and deletes (scan_after's merge in particular).
+#[test]
+fn postgres_batch_reads_match_memory_storage() {
+    batch_reads_match_memory_storage(false);
+    batch_reads_match_memory_storage(true);
+}
+
+fn batch_reads_match_memory_storage(cached: bool) {
+    use cairn_core::storage::MemStorage;
+    let s = settings(&fresh_db(&format!("merge_{cached}")));
+    let mut st = PgStorage::open(&s).expect("open");
+    st.set_read_cache(cached);
+    let mut mem = MemStorage::new();
+    let mut seed: u64 = 0x5eed;
+    let mut next = |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    let base: Vec<Write> = (0..40)
+        .map(|_| (format!("p/{:02}", next(60)), Some(vec![next(9) as u8])))
+        .collect();
+    st.apply(&base).unwrap();
+    mem.apply(&base).unwrap();
+    for round in 0..12 {
+        st.begin().unwrap();
+        let mut expect = mem.clone();
+        for _ in 0..next(20) {
+            let k = format!("p/{:02}", next(60));
+            let w: Write = if next(2) == 0 {
+                (k, None)
+            } else {
+                (k, Some(vec![next(9) as u8]))
+            };
+            st.apply(std::slice::from_ref(&w)).unwrap();
+            expect.apply(&[w]).unwrap();
+        }
+        for after in [None, Some("p/"), Some("p/10"), Some("p/33"), Some("p/59")] {
+            for limit in [1, 3, 7, 100] {
+                assert_eq!(
+                    st.scan_after(after, limit).unwrap(),
+                    expect.scan_after(after, limit).unwrap(),
+                    "round {round}, after {after:?}, limit {limit}"
+                );
+            }
+        }
+        assert_eq!(st.scan("p/1").unwrap(), expect.scan("p/1").unwrap());
+        assert_eq!(
+            st.count().unwrap(),
+            expect.count().unwrap(),
+            "round {round}"
+        );
+        if round % 3 == 0 {
+            st.rollback();
+        } else {
+            st.commit(None).unwrap();
+            mem = expect;
+        }
+        assert_eq!(st.scan("").unwrap(), mem.scan("").unwrap());
+    }
+}
+
+#[test]
+fn postgres_newer_schema_version_is_refused() {
+    let url = fresh_db("schema");
+    let s = settings(&url);
+    drop(PgStorage::open(&s).expect("open"));
+    // Opening again: same version, fine.
+    drop(PgStorage::open(&s).expect("open again"));
+    let mut admin = s.connect().unwrap();
+    admin
+        .batch_execute("UPDATE cairn_schema SET version = 7")
+        .unwrap();
+    let e = PgStorage::open(&s).err().expect("refused");
+    assert!(e.contains("schema version 7"), "{e}");
+    assert!(e.contains(&format!("version {SCHEMA_VERSION}")), "{e}");
+    assert!(!e.contains(&server()["CAIRN_PG_PASSWORD"]), "{e}");
+}
+
+#[test]
+fn postgres_lease_fences_the_old_holder() {
+    let s = settings(&fresh_db("lease"));
+    let mut st_a = PgStorage::open(&s).expect("open");
+    let mut st_b = PgStorage::open(&s).expect("open");
+    let mut a = PgLease::connect(&s).unwrap();
+    let mut b = PgLease::connect(&s).unwrap();
+    assert_eq!(a.leader().unwrap(), None);
+    let ttl = Duration::from_millis(800);
+    let mut held_a = a
+        .try_acquire("a", "http://a:8200", "https://a:8201", ttl)
+        .unwrap()
+        .expect("A takes the free lease");
+    assert!(held_a.epoch >= 1);
+    assert!(held_a.valid_until <= Instant::now() + ttl);
+    // B cannot while A holds it; A can renew.
+    assert_eq!(
+        b.try_acquire("b", "http://b", "https://b", ttl).unwrap(),
+        None
+    );
+    assert!(a.renew(&mut held_a, ttl).unwrap());
+    let l = b.leader().unwrap().expect("a leader");
+    assert_eq!(
+        (l.epoch, l.node_id.as_str(), l.api_addr.as_str()),
+        (held_a.epoch, "a", "http://a:8200")
+    );
+    assert!(l.remaining_ms > 0 && l.remaining_ms <= 800, "{l:?}");
+    // A's fenced commit goes through while it holds the lease.
+    st_a.begin().unwrap();
+    st_a.apply(&[put("k", "from-a")]).unwrap();
+    assert!(st_a.commit(Some(held_a.epoch)).unwrap());
+
+    // A's lease expires (A stopped renewing): B takes it at a higher epoch.
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(b.leader().unwrap(), None, "expired");
+    let held_b = b
+        .try_acquire(
+            "b",
+            "http://b:8200",
+            "https://b:8201",
+            Duration::from_secs(30),
+        )
+        .unwrap()
+        .expect("B takes the expired lease");
+    assert!(held_b.epoch > held_a.epoch);
+    assert!(!a.renew(&mut held_a, ttl).unwrap(), "A's renewal must fail");
+    assert!(!a.release(&held_a).unwrap(), "A has nothing to release");
+    // A's fenced commit is refused whole and writes nothing.
+    st_a.begin().unwrap();
+    st_a.apply(&[put("k", "stale"), put("k2", "stale")])
+        .unwrap();
+    let e = st_a.commit(Some(held_a.epoch)).unwrap_err();
+    assert_eq!(
+        e,
+        StorageError::Fenced {
+            held: Some(held_a.epoch),
+            current: held_b.epoch
+        }
+    );
+    assert!(e.to_string().contains("lost leadership"), "{e}");
+    assert_eq!(st_b.get("k").unwrap(), Some(b"from-a".to_vec()));
+    assert_eq!(st_b.get("k2").unwrap(), None);
+    // B's commit succeeds (fenced as the runtime does: through the shared handle).
+    st_b.set_fence_mode(FenceMode::Epoch(held_b.epoch));
+    assert_eq!(st_b.fence_mode(), FenceMode::Epoch(held_b.epoch));
+    let mut shell_b = crate::storage::ShellStorage::Postgres(st_b);
+    shell_b.begin().unwrap();
+    shell_b.apply(&[put("k", "from-b")]).unwrap();
+    assert!(shell_b.commit_unsynced().unwrap());
+    let crate::storage::ShellStorage::Postgres(mut st_b) = shell_b else {
+        unreachable!()
+    };
+    assert_eq!(st_a.get("k").unwrap(), Some(b"from-b".to_vec()));
+    // A standby writes nothing; a batch that only reads is fine.
+    st_a.set_fence_mode(FenceMode::Standby);
+    st_a.begin().unwrap();
+    assert!(!st_a.commit_mode(st_a.fence_mode()).unwrap());
+    st_a.begin().unwrap();
+    st_a.apply(&[put("k", "standby")]).unwrap();
+    let e = st_a.commit_mode(st_a.fence_mode()).unwrap_err();
+    assert_eq!(
+        e,
+        StorageError::Fenced {
+            held: None,
+            current: held_b.epoch
+        }
+    );
+    assert!(e.to_string().contains("standby"), "{e}");
+    assert_eq!(st_a.apply(&[put("k", "standby")]), Err(e));
+    assert_eq!(st_b.get("k").unwrap(), Some(b"from-b".to_vec()));
+
+    // The node registry.
+    a.echo("a", "http://a:8200", "https://a:8201", "0.1.0")
+        .unwrap();
+    b.echo("b", "http://b:8200", "https://b:8201", "0.1.0")
+        .unwrap();
+    a.echo("a", "http://a:9200", "https://a:9201", "0.1.1")
+        .unwrap();
+    let nodes = b.nodes().unwrap();
+    assert_eq!(nodes.len(), 2);
+    assert_eq!(
+        (
+            nodes[0].node_id.as_str(),
+            nodes[0].api_addr.as_str(),
+            nodes[0].version.as_str()
+        ),
+        ("a", "http://a:9200", "0.1.1")
+    );
+    assert!(
+        nodes[1].age_ms >= 0 && nodes[1].age_ms < 60_000,
+        "{nodes:?}"
+    );
+
+    // B steps down: the epoch moves on (B's own fenced commits are refused), and another
+    // node can take the lease at once.
+    assert!(b.release(&held_b).unwrap());
+    assert_eq!(a.leader().unwrap(), None);
+    st_b.begin().unwrap();
+    st_b.apply(&[put("k", "after-release")]).unwrap();
+    assert!(matches!(
+        st_b.commit(Some(held_b.epoch)),
+        Err(StorageError::Fenced { .. })
+    ));
+    let held_a2 = a
+        .try_acquire("a", "http://a:8200", "https://a:8201", ttl)
+        .unwrap()
+        .expect("A takes the released lease");
+    assert!(held_a2.epoch > held_b.epoch);
+    assert_eq!(a.epoch().unwrap(), held_a2.epoch);
+}
+
+/// A commit that checked its epoch holds the lease row until it ends: a take-over waits.
+#[test]
+fn postgres_takeover_waits_for_a_fenced_commit_in_flight() {
+    let s = settings(&fresh_db("linear"));
+    drop(PgStorage::open(&s).expect("open"));
+    let mut a = PgLease::connect(&s).unwrap();
+    let held = a
+        .try_acquire("a", "x", "y", Duration::from_millis(100))
+        .unwrap()
+        .expect("lease");
+    std::thread::sleep(Duration::from_millis(200));
+    // A commit in flight: the fence's row lock taken, not yet committed.
+    let mut c = s.connect().unwrap();
+    let mut tx = c.transaction().unwrap();
+    let row = tx
+        .query_one(
+            "SELECT epoch FROM cairn_ha_lock WHERE id = 1 FOR SHARE",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0) as u64, held.epoch);
+    let s2 = s.clone();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        let mut b = PgLease::connect(&s2).unwrap();
+        let r = b
+            .try_acquire("b", "x", "y", Duration::from_secs(5))
+            .unwrap();
+        let _ = done_tx.send(());
+        r
+    });
+    assert!(
+        done_rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "the take-over did not wait for the commit in flight"
+    );
+    tx.execute(
+        "INSERT INTO cairn_kv (key, value) VALUES ('\\x6b'::bytea, '\\x31'::bytea)",
+        &[],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    let held_b = t
+        .join()
+        .unwrap()
+        .expect("B takes the lease after the commit");
+    assert!(held_b.epoch > held.epoch);
+}
+
+#[test]
+fn postgres_connection_errors_name_the_server_not_the_password() {
+    let env = server();
+    let pw = env["CAIRN_PG_PASSWORD"].as_str();
+    let port = env["CAIRN_PG_PORT"].as_str();
+    // A wrong password.
+    let url = format!("postgres://cairn:wrong-{pw}@127.0.0.1:{port}/cairn?sslmode=disable");
+    let e = PgStorage::open(&settings(&url)).err().expect("refused");
+    assert!(e.contains(&format!("127.0.0.1:{port}")), "{e}");
+    assert!(e.contains("password authentication failed"), "{e}");
+    assert!(!e.contains(pw), "{e}");
+    // Nothing listening.
+    let e = PgStorage::open(&settings(&env["CAIRN_PG_DEAD_URL"]))
+        .err()
+        .expect("refused");
+    let dead_port = env["CAIRN_PG_DEAD_URL"]
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.split('/').next())
+        .unwrap();
+    assert!(e.contains(&format!("127.0.0.1:{dead_port}")), "{e}");
+    assert!(e.to_lowercase().contains("refused"), "{e}");
+    assert!(!e.contains(pw), "{e}");
+    // A URL that does not parse, and a verifying TLS mode without its CA.
+    let e =
+        PgSettings::new("postgres://cairn:secret@127.0.0.1:notaport/x", None, None).unwrap_err();
+    assert!(e.contains("not a valid PostgreSQL URL"), "{e}");
+    assert!(!e.contains("secret"), "{e}");
+    let e = PgSettings::new(
+        "postgres://cairn:secret@127.0.0.1/x?sslmode=verify-full",
+        None,
+        None,
+    )
+    .unwrap_err();
+    assert!(e.contains("needs sslrootcert"), "{e}");
+    assert!(!e.contains("secret"), "{e}");
+    assert!(PgSettings::new("postgres://u@h/db", Some("Bad-Name"), None).is_err());
+    assert!(PgSettings::new("postgres://u@h/db", Some("same"), Some("same")).is_err());
+    let ok = PgSettings::new("postgres://u:pw@h:5433/db?sslmode=prefer", None, None).unwrap();
+    assert_eq!(ok.target, "h:5433 (database db, user u), sslmode=prefer");
+    assert!(!format!("{ok:?}").contains("pw"));
+}
