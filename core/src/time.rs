@@ -49,6 +49,23 @@ pub fn go_duration(secs: u64) -> String {
     }
 }
 
+/// Formats seconds with only the units that are not zero (`2h`, `1h2m3s`, `2m`, `0s`), the
+/// form the reference's CLI and its warnings print durations in.
+pub fn short_duration(secs: u64) -> String {
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 || out.is_empty() {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
 /// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;

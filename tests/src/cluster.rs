@@ -172,6 +172,26 @@ pub fn generate(s: &Server, base: &str, keys: &[String]) -> String {
     generate_noting(s, base, keys, crate::note_secret)
 }
 
+/// Promotes the DR secondary `d` with a DR operation token made from the primary's key
+/// shares (the primary is gone).
+pub fn promote_dr(d: &Server, keys: &[String]) {
+    let op = generate(
+        d,
+        "sys/replication/dr/secondary/generate-operation-token",
+        keys,
+    );
+    ok(
+        200,
+        d.call_as(
+            None,
+            "POST",
+            "sys/replication/dr/secondary/promote",
+            Some(json!({ "dr_operation_token": op })),
+        ),
+        "promote",
+    );
+}
+
 /// A root token on `s` (e.g. a secondary, whose own tokens were wiped at activation) from the
 /// primary's key shares.
 pub fn generate_root(s: &Server, keys: &[String]) -> String {

@@ -160,21 +160,7 @@ fn ldap_tokens_revoked_by_prefix_are_gone_on_the_primary_its_dr_secondary_and_a_
     // The DR secondary, promoted after the primary dies, knows none of the revoked tokens.
     wait_caught_up("dr to catch up again", 60, &p, &d, "dr", "dr");
     p.kill9();
-    let op = generate(
-        &d,
-        "sys/replication/dr/secondary/generate-operation-token",
-        &keys,
-    );
-    ok(
-        200,
-        d.call_as(
-            None,
-            "POST",
-            "sys/replication/dr/secondary/promote",
-            Some(json!({"dr_operation_token": op})),
-        ),
-        "promote",
-    );
+    cairn_tests::cluster::promote_dr(&d, &keys);
     d.root_token = root.clone();
     wait_for("the promoted DR secondary to serve", 30, || {
         lookup_status(&d, &root) == 200

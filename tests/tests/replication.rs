@@ -461,21 +461,7 @@ fn dr_failover_repoints_perf_secondary_and_old_primary_rejoins() {
     );
     assert_eq!(r.status, 403, "{}", r.body);
     let keys = p.unseal_keys.clone();
-    let op = generate(
-        &d,
-        "sys/replication/dr/secondary/generate-operation-token",
-        &keys,
-    );
-    ok(
-        200,
-        d.call_as(
-            None,
-            "POST",
-            "sys/replication/dr/secondary/promote",
-            Some(json!({"dr_operation_token": op})),
-        ),
-        "promote",
-    );
+    cairn_tests::cluster::promote_dr(&d, &keys);
     assert_eq!(status(&d, "dr")["mode"], "primary");
     wait_cluster_tls(&d);
     let dp = status(&d, "performance");

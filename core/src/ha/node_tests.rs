@@ -152,6 +152,46 @@ fn unsealed(n: usize) -> (Cluster, String) {
     (c, root)
 }
 
+/// The first active node creates the cluster CA and hands its listener a certificate of it
+/// at once (the standbys forward to that listener); a later active node too.
+#[test]
+fn an_active_node_serves_its_cluster_listener_with_the_cluster_ca() {
+    let tls = |out: &[Output]| out.iter().any(|o| matches!(o, Output::ClusterTls(_)));
+    let mut c = Cluster::new(2);
+    let (out, ok) = c.request(
+        0,
+        1_000,
+        Request::new(0, Method::Put, "sys/init")
+            .with_json(json!({"secret_shares": 1, "secret_threshold": 1})),
+    );
+    assert!(ok);
+    let key = body(response(&out).expect("init"))["keys"][0]
+        .as_str()
+        .expect("key")
+        .to_string();
+    for i in 0..2 {
+        c.request(
+            i,
+            1_100,
+            Request::new(0, Method::Put, "sys/unseal").with_json(json!({ "key": key })),
+        );
+    }
+    let (out, _) = c.step(0, 2_000, Input::Tick);
+    assert_eq!(c.nodes[0].fence(), Fence::Epoch(1));
+    assert!(
+        tls(&out),
+        "the first active node announced no listener certificate"
+    );
+    // Node 0 stops renewing; node 1 takes over and serves the same CA's certificate.
+    let (out, _) = c.step(1, 13_000, Input::Tick);
+    assert_eq!(c.nodes[1].fence(), Fence::Epoch(2));
+    let (more, _) = c.step(1, 13_010, Input::Tick);
+    assert!(
+        tls(&out) || tls(&more),
+        "the new active node announced no listener certificate"
+    );
+}
+
 #[test]
 fn one_node_is_active_and_a_standby_forwards_what_it_does_not_serve() {
     let (mut c, root) = unsealed(3);

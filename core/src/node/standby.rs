@@ -103,8 +103,17 @@ impl<S: Storage> Node<S> {
                 let mut ctx = node_ctx!(self);
                 let created = crate::replication::tls::ca_pem(&mut ctx, true);
                 let writes = ctx.txn.into_write_set();
-                if let Err(e) = created.and_then(|_| self.commit(writes)) {
-                    log::warn!("the cluster CA could not be created: {e}");
+                let fresh = !writes.writes.is_empty();
+                match created.and_then(|_| self.commit(writes)) {
+                    // Its listener serves a certificate of the new CA from now on (the state
+                    // loaded above announced none: there was no CA yet).
+                    Ok(()) if fresh => {
+                        if let Err(e) = crate::replication::announce_tls_now(&mut self.env()) {
+                            log::warn!("the cluster listener certificate was not made: {e}");
+                        }
+                    }
+                    Ok(()) => {}
+                    Err(e) => log::warn!("the cluster CA could not be created: {e}"),
                 }
                 self.st.outputs.push_back(Output::HaRole(Some(epoch)));
             }

@@ -920,6 +920,18 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
     Ok(())
 }
 
+/// [`announce_tls`] over current storage: after the cluster CA was created by a node that
+/// had already loaded its replication state (it became its HA cluster's first active node).
+pub(crate) fn announce_tls_now(env: &mut Env) -> ApiResult<()> {
+    let mut ctx = Ctx {
+        txn: Txn::new(&*env.storage),
+        barrier: &*env.barrier,
+        rng: &mut *env.rng,
+        now: env.now,
+    };
+    announce_tls(&mut ctx, &mut env.st)
+}
+
 /// Hands the shell the cluster listener certificate when this node is a primary (and has a
 /// cluster CA).
 pub(crate) fn announce_tls(ctx: &mut Ctx, st: &mut ReplIo<'_>) -> ApiResult<()> {

@@ -66,21 +66,7 @@ impl Lifetimes {
     }
 }
 
-/// A duration as the reference's warnings print one: `2h`, `1h30m`, `90s` → `1m30s`.
-fn short(secs: u64) -> String {
-    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
-    let mut out = String::new();
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    if s > 0 || out.is_empty() {
-        out.push_str(&format!("{s}s"));
-    }
-    out
-}
+use crate::time::short_duration as short;
 
 /// The warning for a TTL (or period) an explicit max TTL cuts, if it does.
 fn cut_warning(l: &Lifetimes) -> Option<String> {

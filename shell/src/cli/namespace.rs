@@ -12,7 +12,8 @@ pub enum NamespaceCmd {
     Create(CreateArgs),
     /// List the child namespaces of the current namespace.
     List(ListArgs),
-    /// Delete an (empty) namespace.
+    /// Delete a namespace with its mounts, data, policies and tokens (refused while it has
+    /// child namespaces).
     Delete(PathArgs),
     /// Show a namespace's id, path and custom metadata.
     Lookup(PathArgs),

@@ -22,18 +22,7 @@ pub fn duration(secs: u64) -> String {
     if secs == 0 {
         return "∞".into();
     }
-    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
-    let mut out = String::new();
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    if s > 0 || out.is_empty() {
-        out.push_str(&format!("{s}s"));
-    }
-    out
+    cairn_core::time::short_duration(secs)
 }
 
 /// A table with a header row, a dashes row and left-aligned columns four spaces apart.

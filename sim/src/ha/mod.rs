@@ -117,6 +117,25 @@ struct HaNode {
     peer_in: BTreeMap<u64, secondaries::PeerCall>,
 }
 
+impl HaNode {
+    /// A machine that is not stopped, cut off or waiting for anything.
+    fn new(host: Host<SharedStorage>, identity: NodeIdentity, skew: u64) -> HaNode {
+        HaNode {
+            host,
+            identity,
+            skew,
+            paused_until: 0,
+            pause_before_commit: None,
+            store_cut_until: 0,
+            peers_cut_until: 0,
+            inbox: VecDeque::new(),
+            waiting: BTreeMap::new(),
+            wake_at: None,
+            peer_in: BTreeMap::new(),
+        }
+    }
+}
+
 pub struct HaWorld {
     rng: SimRng,
     pub now: u64,
@@ -176,24 +195,16 @@ impl HaWorld {
             let ha = config_of(i);
             let skew = rng.below(1_500);
             skews.push(skew);
-            nodes.push(HaNode {
-                host: Host::new(i, cfg.seed, SharedStorage::new(store.clone())),
-                identity: NodeIdentity {
+            nodes.push(HaNode::new(
+                Host::new(i, cfg.seed, SharedStorage::new(store.clone())),
+                NodeIdentity {
                     node_id: format!("node-{}", i + 1),
                     api_addr: ha.api_addr.clone(),
                     cluster_addr: ha.cluster_addr.clone(),
                     version: "sim".into(),
                 },
                 skew,
-                paused_until: 0,
-                pause_before_commit: None,
-                store_cut_until: 0,
-                peers_cut_until: 0,
-                inbox: VecDeque::new(),
-                waiting: BTreeMap::new(),
-                wake_at: None,
-                peer_in: BTreeMap::new(),
-            });
+            ));
         }
         let mut w = HaWorld {
             rng,

@@ -18,7 +18,7 @@ use cairn_core::replication::{
 use cairn_core::Input;
 use serde_json::json;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 /// How long a caller waits for a peer's answer before giving up (the shell's read timeout).
@@ -60,24 +60,16 @@ impl HaWorld {
         for (k, mode) in [Mode::Performance, Mode::Dr].into_iter().enumerate() {
             let i = self.nodes.len();
             let store = Rc::new(RefCell::new(LeaseStore::new()));
-            self.nodes.push(HaNode {
-                host: Host::new(i, seed, SharedStorage::new(store)),
-                identity: NodeIdentity {
+            self.nodes.push(HaNode::new(
+                Host::new(i, seed, SharedStorage::new(store)),
+                NodeIdentity {
                     node_id: format!("{}-secondary", mode_path(mode)),
                     api_addr: format!("http://10.0.1.{}:8200", k + 1),
                     cluster_addr: format!("10.0.1.{}:8201", k + 1),
                     version: "sim".into(),
                 },
-                skew: 0,
-                paused_until: 0,
-                pause_before_commit: None,
-                store_cut_until: 0,
-                peers_cut_until: 0,
-                inbox: VecDeque::new(),
-                waiting: BTreeMap::new(),
-                wake_at: None,
-                peer_in: BTreeMap::new(),
-            });
+                0,
+            ));
             self.secs.push(Secondary {
                 node: i,
                 mode,
