@@ -221,9 +221,6 @@ fn common_headers(resp: &Response) -> Vec<Header> {
     out
 }
 
-/// Largest snapshot file a restore accepts (`POST sys/storage/raft/snapshot`).
-const SNAPSHOT_MAX_BODY: usize = 4 << 30;
-
 /// Writes `resp` as the answer to `rq`.
 #[allow(clippy::expect_used)] // the constant header is valid
 fn respond(rq: tiny_http::Request, resp: Response) {
@@ -271,15 +268,19 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
         return respond(rq, Response::error(id, &ApiError::MethodNotAllowed));
     };
     let declared = rq.body_length();
-    // A snapshot to restore is the whole storage: `max_request_size` does not bound it.
-    let limit = match url.split('?').next().unwrap_or("").trim_end_matches('/') {
-        "/v1/sys/storage/raft/snapshot" | "/v1/sys/storage/raft/snapshot-force" => {
-            SNAPSHOT_MAX_BODY.max(opts.max_body)
-        }
-        _ => opts.max_body,
-    };
-    let body = match read_body(declared, rq.as_reader(), limit) {
+    // The body is read before the request is authorized, so every body is bounded by the
+    // listener's `max_request_size`, a snapshot to restore too (a larger bound for it would
+    // let anyone make the server hold that much): a bigger file is restored through a
+    // listener configured with a larger `max_request_size` (loopback only, say).
+    let body = match read_body(declared, rq.as_reader(), opts.max_body) {
         Ok(b) => b,
+        Err(ApiError::TooLarge(m)) if url.contains("/v1/sys/storage/raft/snapshot") => {
+            let e = ApiError::TooLarge(format!(
+                "{m}: a snapshot larger than the listener's max_request_size is restored \
+                 through a listener configured with a larger max_request_size"
+            ));
+            return respond(rq, Response::error(id, &e));
+        }
         Err(e) => return respond(rq, Response::error(id, &e)),
     };
     let mut req = match core_request(id, method, &url, &headers, body) {

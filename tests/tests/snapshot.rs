@@ -390,3 +390,30 @@ fn the_cli_saves_and_restores_and_bad_files_change_nothing() {
     assert_eq!(s.get("secret/a").body["data"]["v"], json!(1));
     assert_eq!(s.get("secret/b").status, 404);
 }
+
+/// The restore body is read before the request is authorized, so it is bounded by the
+/// listener's `max_request_size` like any other: a caller without a token announcing a huge
+/// file is answered 413 at once, the server reading none of it.
+#[test]
+fn a_restore_larger_than_max_request_size_is_refused_before_it_is_read() {
+    use std::io::{Read, Write};
+    let s = Server::dev();
+    let host = s.addr.trim_start_matches("http://").to_string();
+    let mut c = std::net::TcpStream::connect(&host).expect("connect");
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    let head = format!(
+        "POST /v1/sys/storage/raft/snapshot HTTP/1.1\r\nHost: {host}\r\n\
+         Content-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+        4u64 << 30
+    );
+    c.write_all(head.as_bytes()).expect("head");
+    c.write_all(&[0u8; 4096]).expect("a little of the body");
+    let mut answer = vec![0u8; 4096];
+    let n = c.read(&mut answer).expect("an answer without the body");
+    let text = String::from_utf8_lossy(&answer[..n]).to_string();
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("max_request_size"), "{text}");
+    // The server is fine.
+    assert_eq!(s.get("sys/health").status, 200);
+}
