@@ -63,6 +63,20 @@ pub fn of(req: &Request) -> String {
     normalize(req.namespace.as_deref().unwrap_or("")).unwrap_or_default()
 }
 
+/// The path of a namespace below the caller's, relative to it (`a/b/`). A path that names
+/// no child (`root`, `/`, blanks) is refused: read, written or deleted through its own
+/// `sys/namespaces/`, a namespace would otherwise act on itself — a delete of everything in
+/// it by anyone allowed to manage its children.
+fn child(p: &str) -> ApiResult<String> {
+    let rel = normalize(p)?;
+    if rel.is_empty() {
+        return Err(ApiError::bad(format!(
+            "namespace: {p:?} names no namespace below the current one"
+        )));
+    }
+    Ok(rel)
+}
+
 /// `""`, `/`, `root` → root; otherwise `a/b/` (validated segments).
 pub fn normalize(ns: &str) -> ApiResult<String> {
     let t = ns.trim().trim_matches('/');
@@ -165,14 +179,14 @@ pub fn handle(ctx: &mut Ctx, req: &Request, tail: &str) -> ApiResult {
             Ok(Reply::Data(json!({ "keys": keys, "key_info": info })))
         }
         (Method::Get, p) => {
-            let full = format!("{cur}{}", normalize(p)?);
+            let full = format!("{cur}{}", child(p)?);
             match get(ctx, &full)? {
                 Some(n) => Ok(Reply::Data(n.view())),
                 None => Err(ApiError::NotFound(format!("no namespace at {full:?}"))),
             }
         }
         (Method::Put | Method::Post, p) if !p.is_empty() => {
-            let rel = normalize(p)?;
+            let rel = child(p)?;
             let full = format!("{cur}{rel}");
             let body = body_object(&req.body)?;
             let meta: Option<BTreeMap<String, String>> = match body.get("custom_metadata") {
@@ -220,7 +234,7 @@ pub fn handle(ctx: &mut Ctx, req: &Request, tail: &str) -> ApiResult {
             Ok(Reply::Data(n.view()))
         }
         (Method::Delete, p) if !p.is_empty() => {
-            let full = format!("{cur}{}", normalize(p)?);
+            let full = format!("{cur}{}", child(p)?);
             let Some(n) = get(ctx, &full)? else {
                 // 200 with a warning, as the reference answers.
                 return Ok(Reply::Envelope(
@@ -276,6 +290,63 @@ mod tests {
             assert!(r.status < 300, "{path}: {} {:?}", r.status, r.body);
             r.body.unwrap_or(Value::Null)
         }
+    }
+
+    /// A token allowed to manage the child namespaces of `ns1` cannot reach `ns1` itself
+    /// through a path that names no child (`root`, `/`, blanks): its delete would take
+    /// everything in it.
+    #[test]
+    fn a_namespace_cannot_be_deleted_or_rewritten_from_inside() {
+        let mut t = T::new();
+        t.ok("", "root", Method::Post, "sys/namespaces/ns1", json!({}));
+        t.ok(
+            "ns1",
+            "root",
+            Method::Put,
+            "sys/policies/acl/nsadmin",
+            json!({"policy": "path \"sys/namespaces/*\" { capabilities = [\"create\", \"read\", \"update\", \"delete\", \"list\"] }"}),
+        );
+        let tok = t.ok(
+            "ns1",
+            "root",
+            Method::Post,
+            "auth/token/create",
+            json!({"policies": ["nsadmin"]}),
+        )["auth"]["client_token"]
+            .as_str()
+            .expect("token")
+            .to_string();
+        // Its children it manages.
+        t.ok("ns1", &tok, Method::Post, "sys/namespaces/kid", json!({}));
+        t.ok("ns1", &tok, Method::Delete, "sys/namespaces/kid", json!({}));
+        for path in [
+            "sys/namespaces/root",
+            "sys/namespaces/%20",
+            "sys/namespaces/ ",
+        ] {
+            for m in [Method::Delete, Method::Put, Method::Get] {
+                let r = t.call("ns1", &tok, m, path, json!({"custom_metadata": {"x": "y"}}));
+                assert!(
+                    r.status == 400 || r.status == 405,
+                    "{m:?} {path}: {} {:?}",
+                    r.status,
+                    r.body
+                );
+            }
+        }
+        // ns1 is still there, unchanged, and so is the token.
+        let g = t.ok("", "root", Method::Get, "sys/namespaces/ns1", json!({}));
+        assert_eq!(g["data"]["custom_metadata"], json!({}));
+        t.ok(
+            "ns1",
+            &tok,
+            Method::Get,
+            "auth/token/lookup-self",
+            json!({}),
+        );
+        // And the root namespace has no record named after itself.
+        let r = t.call("", "root", Method::Put, "sys/namespaces/root", json!({}));
+        assert_eq!(r.status, 400, "{:?}", r.body);
     }
 
     #[test]

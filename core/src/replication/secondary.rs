@@ -209,8 +209,14 @@ pub(crate) fn on_reply(
     }
 }
 
-/// Keeps the known addresses of the primary's cluster as the primary lists them (durably:
-/// a restart must find the active node too), with the address that answered first.
+/// Most addresses of the primary's cluster a secondary remembers.
+const MAX_KNOWN_ADDRS: usize = 16;
+
+/// Adds the addresses of the primary's cluster its answers list to the known ones (durably:
+/// a restart must find the active node too), the address that answered first. Addresses are
+/// only added, never dropped: a node that just became active may list only itself for a
+/// while, and a standby the secondary knew must stay known (an operator prunes with
+/// `update_primary_addrs`). Empty ones are skipped; at most [`MAX_KNOWN_ADDRS`] are kept.
 fn learn_addrs(env: &mut Env, mode: Mode, a: &PeerAnswer) -> ApiResult<()> {
     let info = match a {
         PeerAnswer::Pong { info }
@@ -219,9 +225,6 @@ fn learn_addrs(env: &mut Env, mode: Mode, a: &PeerAnswer) -> ApiResult<()> {
         | PeerAnswer::Roots { info, .. } => info,
         _ => return Ok(()),
     };
-    if info.cluster_addrs.is_empty() {
-        return Ok(());
-    }
     let rt = env.st.repl.mode_mut(mode);
     let idx = rt.sec.addr_idx;
     let Some(c) = rt.role.creds.as_mut() else {
@@ -231,13 +234,24 @@ fn learn_addrs(env: &mut Env, mode: Mode, a: &PeerAnswer) -> ApiResult<()> {
     let Some(hit) = known.get(idx % known.len().max(1)).cloned() else {
         return Ok(());
     };
-    let mut order = vec![hit.clone()];
-    order.extend(info.cluster_addrs.iter().filter(|a| **a != hit).cloned());
-    let mut was: Vec<&String> = known.iter().collect();
-    let mut now: Vec<&String> = order.iter().collect();
-    was.sort();
-    now.sort();
-    if was == now {
+    if info
+        .cluster_addrs
+        .iter()
+        .all(|a| a.is_empty() || known.contains(a))
+    {
+        return Ok(());
+    }
+    let mut order = vec![hit];
+    for a in info.cluster_addrs.iter().chain(known.iter()) {
+        if order.len() >= MAX_KNOWN_ADDRS {
+            break;
+        }
+        if !a.is_empty() && !order.contains(a) {
+            order.push(a.clone());
+        }
+    }
+    if order.len() == known.len() {
+        // Full: nothing new fits.
         return Ok(());
     }
     log::info!(

@@ -159,6 +159,13 @@ pub(super) fn create_endpoint(
             .as_ref()
             .is_some_and(|r| r.disallowed_policies.iter().any(|p| p == "default"));
     let policies = normalize_policies(policies, add_default);
+    // Only a root token makes another: a role that allows `root` does not lift that (the
+    // reference's rule and message).
+    if !root && policies.iter().any(|p| p == "root") {
+        return Err(ApiError::bad(
+            "root tokens may not be created without parent token being root",
+        ));
+    }
     if batch {
         if f.duration("period")?.unwrap_or(0) > 0 {
             return Err(ApiError::bad("batch tokens cannot have \"period\" set"));

@@ -351,6 +351,50 @@ mod tests {
         }
     }
 
+    /// A role that allows `root` does not let a token that is not root make root tokens
+    /// (the caller needs only `update` on the role paths otherwise).
+    #[test]
+    fn a_role_allowing_root_mints_root_tokens_only_for_root() {
+        let mut t = T::new();
+        let r = t.call(
+            ROOT,
+            Method::Put,
+            "sys/policies/acl/roles",
+            json!({"policy": "path \"auth/token/*\" { capabilities = [\"create\", \"update\", \"read\"] }"}),
+        );
+        assert_eq!(r.status, 204, "{:?}", r.body);
+        let r = t.call(
+            ROOT,
+            Method::Post,
+            "auth/token/create",
+            json!({"policies": ["roles"]}),
+        );
+        let tok = r.body.unwrap_or_default()["auth"]["client_token"]
+            .as_str()
+            .expect("token")
+            .to_string();
+        let r = t.call(
+            &tok,
+            Method::Post,
+            "auth/token/roles/escalate",
+            json!({"allowed_policies": ["root"]}),
+        );
+        assert!(r.status < 300, "{:?}", r.body);
+        for body in [json!({}), json!({"policies": ["root"]})] {
+            let (status, detail, _) = t.create(&tok, "escalate", body);
+            assert_eq!(status, 400, "{detail}");
+            assert!(
+                detail
+                    .to_string()
+                    .contains("root tokens may not be created"),
+                "{detail}"
+            );
+        }
+        let (status, auth, _) = t.create(ROOT, "escalate", json!({}));
+        assert_eq!(status, 200, "{auth}");
+        assert_eq!(auth["policies"], json!(["root"]));
+    }
+
     #[test]
     fn role_fields_are_stored_as_the_reference_stores_them() {
         let mut t = T::new();
