@@ -224,8 +224,19 @@ pub fn handle(ctx: &mut Ctx, req: &Request, tail: &str) -> ApiResult {
                     )));
                 }
             }
+            // A namespace's id names its identity records and tokens: never reuse one.
+            let mut taken = std::collections::BTreeSet::new();
+            for path in all_paths(ctx)? {
+                if let Some(n) = get(ctx, &path)? {
+                    taken.insert(n.id);
+                }
+            }
+            let mut id = crate::crypto::base62(ctx.rng(), 5);
+            while taken.contains(&id) {
+                id = crate::crypto::base62(ctx.rng(), 5);
+            }
             let n = Namespace {
-                id: crate::crypto::base62(ctx.rng(), 5),
+                id,
                 path: full.clone(),
                 custom_metadata: meta.unwrap_or_default(),
                 uuid: crate::crypto::uuid(ctx.rng()),

@@ -95,7 +95,28 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".partial");
     let tmp = PathBuf::from(tmp);
-    let mut f = std::fs::File::create(&tmp).map_err(err)?;
+    // Readable by its owner only (it names every key and token accessor), and never
+    // through a file or link that is already there.
+    let mut f = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    CliError::Local(format!(
+                        "cannot write snapshot file {}: {} exists (an interrupted save?); \
+                         remove it and save again",
+                        path.display(),
+                        tmp.display()
+                    ))
+                } else {
+                    err(e)
+                }
+            })?
+    };
     f.write_all(bytes).map_err(err)?;
     f.sync_all().map_err(err)?;
     drop(f);
