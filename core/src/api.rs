@@ -30,6 +30,17 @@ impl Method {
             _ => return None,
         })
     }
+    /// The method's name as the API spells it (`LIST` for a list).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::List => "LIST",
+            Method::Put => "PUT",
+            Method::Post => "POST",
+            Method::Delete => "DELETE",
+            Method::Patch => "PATCH",
+        }
+    }
     pub fn is_write(self) -> bool {
         matches!(self, Method::Put | Method::Post)
     }

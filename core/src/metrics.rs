@@ -82,14 +82,7 @@ impl<'a> MetricsView<'a> {
 
 /// The method label of a request.
 pub fn method_name(m: Method) -> &'static str {
-    match m {
-        Method::Get => "GET",
-        Method::List => "LIST",
-        Method::Put => "PUT",
-        Method::Post => "POST",
-        Method::Delete => "DELETE",
-        Method::Patch => "PATCH",
-    }
+    m.as_str()
 }
 
 /// First one or two path segments: `sys/mounts`, `auth/ldap`, `secret`.

@@ -176,21 +176,10 @@ pub struct WireResponse {
     pub index: Option<String>,
 }
 
-fn method_name(m: Method) -> &'static str {
-    match m {
-        Method::Get => "GET",
-        Method::List => "LIST",
-        Method::Put => "PUT",
-        Method::Post => "POST",
-        Method::Delete => "DELETE",
-        Method::Patch => "PATCH",
-    }
-}
-
 impl WireRequest {
     pub fn of(req: &Request) -> WireRequest {
         WireRequest {
-            method: method_name(req.method).into(),
+            method: req.method.as_str().into(),
             path: req.path.clone(),
             token: req.token.clone(),
             namespace: req.namespace.clone(),

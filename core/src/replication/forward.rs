@@ -105,21 +105,10 @@ pub struct ForwardedRequest {
     pub caller: OnBehalf,
 }
 
-fn method_name(m: Method) -> &'static str {
-    match m {
-        Method::Get => "GET",
-        Method::List => "LIST",
-        Method::Put => "PUT",
-        Method::Post => "POST",
-        Method::Delete => "DELETE",
-        Method::Patch => "PATCH",
-    }
-}
-
 impl ForwardedRequest {
     pub fn of(req: &Request, caller: OnBehalf) -> ForwardedRequest {
         ForwardedRequest {
-            method: method_name(req.method).into(),
+            method: req.method.as_str().into(),
             path: req.path.clone(),
             namespace: req.namespace.clone(),
             query: req.query.clone(),
