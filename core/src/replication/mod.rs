@@ -909,19 +909,13 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
         }
         sync_wal_activity(env)?;
         reindex::resume(env)?;
-        let mut ctx = Ctx {
-            txn: Txn::new(&*env.storage),
-            barrier: &*env.barrier,
-            rng: &mut *env.rng,
-            now: env.now,
-        };
-        announce_tls(&mut ctx, &mut env.st)?;
+        announce_tls_now(env)?;
     }
     Ok(())
 }
 
-/// [`announce_tls`] over current storage: after the cluster CA was created by a node that
-/// had already loaded its replication state (it became its HA cluster's first active node).
+/// [`announce_tls`] over current storage: when roles are loaded, and after the cluster CA
+/// was created by a node that had already loaded them (its HA cluster's first active node).
 pub(crate) fn announce_tls_now(env: &mut Env) -> ApiResult<()> {
     let mut ctx = Ctx {
         txn: Txn::new(&*env.storage),

@@ -220,12 +220,7 @@ impl HaWorld {
     pub(super) fn route_http_call(&mut self, i: usize, c: HttpCall) {
         let boot = self.nodes[i].host.boot();
         let path = c.url.split("/v1/").nth(1).map(str::to_string);
-        let method = match c.method.as_str() {
-            "GET" => Some(Method::Get),
-            "PUT" => Some(Method::Put),
-            "POST" => Some(Method::Post),
-            _ => None,
-        };
+        let method = Method::parse(&c.method);
         let target = self
             .node_at(&c.url, true)
             .filter(|&j| !self.cut_between(i, j));

@@ -328,13 +328,7 @@ impl ReplWorld {
             Output::HttpCall(c) => {
                 let target = self.resolve(&c.url, true);
                 let path = c.url.split("/v1/").nth(1).map(str::to_string);
-                let method = match c.method.as_str() {
-                    "GET" => Some(Method::Get),
-                    "PUT" => Some(Method::Put),
-                    "POST" => Some(Method::Post),
-                    "DELETE" => Some(Method::Delete),
-                    _ => None,
-                };
+                let method = Method::parse(&c.method);
                 let (Some(j), Some(path), Some(method)) = (target, path, method) else {
                     self.schedule(
                         1,
