@@ -15,11 +15,11 @@ processes (the release binary) on one PostgreSQL of scripts/dev-postgres.sh, mea
 Every answer is checked (status, and the value for reads); failed answers are counted and
 reported, never included in a rate or a latency. Called by scripts/bench.sh with WORK (a temp
 dir it removes on exit, whose `pids` file it uses to kill anything left); this script also stops
-everything it started itself. The load generator is a lean keep-alive HTTP/1.1 client (raw
-sockets) in worker processes, so that Python's own CPU on the 2 shared cores stays small.
+everything it started itself. Phases 1 and 3 run the Rust load generator `bench-load`
+(tests/src/bin/bench-load.rs, built next to CAIRN_BIN), so that the clients' CPU on the 2 shared
+cores stays small; the failover trials' writers are Python threads (their rate is not measured).
 """
 import json
-import multiprocessing as mp
 import os
 import random
 import signal
@@ -224,77 +224,21 @@ def wait_active(nodes, token, limit, exclude=None):
 VALUE = "x" * 64
 
 
-def load_worker(port, token, nthreads, secs, tag, out):
-    """One load process: `nthreads` clients, each one connection, PUT unique keys for secs."""
-    body = json.dumps({"value": VALUE}).encode()
-    res = []
-    gate = threading.Lock()
-    start_evt = threading.Event()
+LOAD = os.environ.get("CAIRN_BENCH_LOAD") or os.path.join(os.path.dirname(BIN), "bench-load")
 
-    def client(t):
-        c = Conn(port)
-        with gate:  # connect one after the other (first call unmeasured)
-            try:
-                c.call("PUT", f"/v1/kv/w/{tag}-{t}/warm", token, body)
-            except OSError:
-                pass
-        start_evt.wait()
-        lat, errs, first_err, i = [], 0, None, 0
-        t_end = time.monotonic() + secs
-        t0s = time.monotonic()
-        while True:
-            t0 = time.monotonic()
-            if t0 >= t_end:
-                break
-            try:
-                st, data = c.call("PUT", f"/v1/kv/w/{tag}-{t}/{i}", token, body)
-                ok = st == 204
-                if not ok and first_err is None:
-                    first_err = f"status {st} {data[:200]!r}"
-            except OSError as e:
-                ok = False
-                if first_err is None:
-                    first_err = str(e)
-            if ok:
-                lat.append((time.monotonic() - t0) * 1000)
-            else:
-                errs += 1
-            i += 1
-        res.append((lat, errs, first_err, time.monotonic() - t0s))
-        c.close()
 
-    ths = [threading.Thread(target=client, args=(t,), daemon=True) for t in range(nthreads)]
-    for th in ths:
-        th.start()
-    time.sleep(0.2)
-    start_evt.set()
-    for th in ths:
-        th.join()
-    lat = [x for r in res for x in r[0]]
-    rate = sum(len(r[0]) / max(r[3], 1e-9) for r in res)
-    errs = sum(r[1] for r in res)
-    first = next((r[2] for r in res if r[2]), None)
-    out.put((rate, lat, errs, first))
+def bench_load(*args):
+    """Runs the Rust load generator (tests/src/bin/bench-load.rs); its JSON answer."""
+    r = subprocess.run([LOAD, *map(str, args)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"bench-load {args[0]} failed ({r.returncode}): {r.stderr}")
+    return json.loads(r.stdout)
 
 
 def write_throughput(port, token, clients, secs):
-    procs_n = min(2, clients)
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    ps = []
-    for p in range(procs_n):
-        n = clients // procs_n + (1 if p < clients % procs_n else 0)
-        pr = ctx.Process(target=load_worker, args=(port, token, n, secs, f"p{p}", q), daemon=True)
-        pr.start()
-        ps.append(pr)
-    results = [q.get(timeout=secs + 120) for _ in ps]
-    for pr in ps:
-        pr.join()
-    rate = sum(r[0] for r in results)
-    lat = [x for r in results for x in r[1]]
-    errs = sum(r[2] for r in results)
-    first = next((r[3] for r in results if r[3]), None)
-    return rate, pct(lat, 0.5), pct(lat, 0.99), errs, first
+    """`clients` keep-alive clients PUT unique keys to the active (Rust load generator)."""
+    r = bench_load("kv-put", f"127.0.0.1:{port}", token, clients, secs)
+    return r["rate"], r["p50"], r["p99"], r["errors"], r["first_error"]
 
 
 def pg_baseline(env, secs):
@@ -327,48 +271,9 @@ def pg_baseline(env, secs):
 
 
 def latency(active, standby, token, secs):
-    """One client per target, interleaved: PUT active, PUT standby, GET active, GET standby."""
-    ca, cs = Conn(active.port), Conn(standby.port)
-    body = json.dumps({"value": VALUE}).encode()
-    lat = {k: [] for k in ("wa", "ws", "ra", "rs")}
-    errs = {k: 0 for k in lat}
-    firsts = {}
-    for c, tag in ((ca, "a"), (cs, "s")):  # warm up: one write and one read each
-        c.call("PUT", f"/v1/kv/l/{tag}/warm", token, body)
-        c.call("GET", f"/v1/kv/l/{tag}/warm", token)
-    t_end = time.monotonic() + secs
-    i = 0
-    while time.monotonic() < t_end:
-        for c, tag in ((ca, "a"), (cs, "s")):
-            t0 = time.monotonic()
-            try:
-                st, d = c.call("PUT", f"/v1/kv/l/{tag}/{i}", token, body)
-                ok = st == 204
-                err = None if ok else f"status {st} {d[:200]!r}"
-            except OSError as e:
-                ok, err = False, str(e)
-            if ok:
-                lat["w" + tag].append((time.monotonic() - t0) * 1000)
-            else:
-                errs["w" + tag] += 1
-                firsts.setdefault("w" + tag, err)
-        for c, tag in ((ca, "a"), (cs, "s")):
-            t0 = time.monotonic()
-            try:
-                st, d = c.call("GET", f"/v1/kv/l/{tag}/{i}", token)
-                ok = st == 200 and json.loads(d)["data"]["value"] == VALUE
-                err = None if ok else f"status {st} {d[:200]!r}"
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                ok, err = False, str(e)
-            if ok:
-                lat["r" + tag].append((time.monotonic() - t0) * 1000)
-            else:
-                errs["r" + tag] += 1
-                firsts.setdefault("r" + tag, err)
-        i += 1
-    ca.close()
-    cs.close()
-    return lat, errs, firsts
+    """One client per node, interleaved: PUT active, PUT standby, GET active, GET standby
+    (Rust load generator). Per kind (wa, ws, ra, rs): ops, p50, p99, errors, first_error."""
+    return bench_load("latency", f"127.0.0.1:{active.port}", f"127.0.0.1:{standby.port}", token, secs)
 
 
 def failover_trial(nodes, token, key, writers, trial):
@@ -537,10 +442,10 @@ def main():
 
         # 3. Latency through a standby vs the active.
         log(f"latency: one client, active node {active.i} vs standby node {standby.i}, {secs:.0f} s")
-        lat, lerrs, lfirst = latency(active, standby, token, secs)
-        for k, v in lerrs.items():
-            if v:
-                problems.append(f"{v} failed answers in latency phase {k} (first: {lfirst.get(k)})")
+        lat = latency(active, standby, token, secs)
+        for k, v in lat.items():
+            if v["errors"]:
+                problems.append(f"{v['errors']} failed answers in latency phase {k} (first: {v['first_error']})")
 
         # 2. Failover trials.
         results = []
@@ -593,8 +498,8 @@ def main():
         print(f"| acknowledged writes lost during the failovers (read back each trial) | **{lost}** of {acked} | 0 |")
         for kind, name in (("w", "write"), ("r", "read")):
             a, s = lat[kind + "a"], lat[kind + "s"]
-            print(f"| KV {name} latency p50 / p99 (ms): active / through a standby ({len(a)} / {len(s)} ops; errors {lerrs[kind + 'a']} / {lerrs[kind + 's']}) | {pct(a, .5):.2f} / {pct(a, .99):.2f} — {pct(s, .5):.2f} / {pct(s, .99):.2f} | |")
-            print(f"| KV {name}: standby / active p50 (p99) | **{pct(s, .5) / pct(a, .5):.2f}×** ({pct(s, .99) / pct(a, .99):.2f}×) | p50 ≤ 1.5× |")
+            print(f"| KV {name} latency p50 / p99 (ms): active / through a standby ({a['ops']} / {s['ops']} ops; errors {a['errors']} / {s['errors']}) | {a['p50']:.2f} / {a['p99']:.2f} — {s['p50']:.2f} / {s['p99']:.2f} | |")
+            print(f"| KV {name}: standby / active p50 (p99) | **{s['p50'] / max(a['p50'], 1e-9):.2f}×** ({s['p99'] / max(a['p99'], 1e-9):.2f}×) | p50 ≤ 1.5× |")
         print()
         print("failover per trial (s): " + ", ".join(f"{f:.2f}" if f is not None else "none"
                                                     for f in (r["failover"] for r in results)))

@@ -231,11 +231,20 @@ fn handle(mut rq: tiny_http::Request, core: &Core) {
     reply(rq, 200, answer.into_wire().unwrap_or_default());
 }
 
+/// Idle keep-alive connections kept for reuse: a standby forwards each of its concurrent
+/// clients' requests on a connection of its own, and one not kept for the next request
+/// costs a TCP and TLS handshake (ureq keeps 3 per host by default).
+const IDLE_CONNECTIONS_PER_PEER: usize = 32;
+const IDLE_CONNECTIONS: usize = 256;
+
+/// The cluster channel's agent for peers without a cluster CA (plain HTTP).
 pub(crate) fn agent() -> &'static ureq::Agent {
     static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
     AGENT.get_or_init(|| {
         ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .max_idle_connections(IDLE_CONNECTIONS)
+            .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_PEER)
             .timeout_global(Some(PEER_TIMEOUT))
             .timeout_recv_response(Some(PEER_RESPONSE_TIMEOUT))
             .timeout_connect(Some(PEER_CONNECT_TIMEOUT))
@@ -272,6 +281,8 @@ pub(crate) fn pinned_agent_with(ca_pem: &str, connect: Duration) -> Result<ureq:
     }
     let a: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
+        .max_idle_connections(IDLE_CONNECTIONS)
+        .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_PEER)
         .timeout_global(Some(PEER_TIMEOUT))
         .timeout_recv_response(Some(PEER_RESPONSE_TIMEOUT))
         .timeout_connect(Some(connect))

@@ -452,3 +452,48 @@ fn a_standby_refuses_snapshots_and_names_the_active_node() {
     );
     assert_eq!(response(&out).map(|r| r.status), Some(200));
 }
+
+/// A standby reads the cluster CA it pins once, not once per forwarded request (its
+/// storage reads go to the database), and reads it again after a forward failed.
+#[test]
+fn a_standby_reads_the_cluster_ca_once_and_again_after_a_failed_forward() {
+    let (mut c, root) = unsealed(2);
+    let get = |c: &mut Cluster, now: u64| {
+        let (out, _) = c.request(
+            1,
+            now,
+            Request::new(0, Method::Get, "kv/a").with_token(&root),
+        );
+        forward(&out).expect("forwarded").clone()
+    };
+    let first = get(&mut c, 3_000);
+    let pem = first.ca_pem.clone().expect("the cluster CA is pinned");
+    // The CA leaves storage (as if the cluster's CA were replaced): the standby still pins
+    // the one it read, without reading storage again.
+    let stored: Vec<String> = c
+        .store
+        .borrow()
+        .data
+        .keys()
+        .filter(|k| k.contains("cluster-ca"))
+        .cloned()
+        .collect();
+    assert!(!stored.is_empty(), "the CA is stored");
+    for k in &stored {
+        c.store.borrow_mut().data.remove(k);
+    }
+    let second = get(&mut c, 3_100);
+    assert_eq!(second.ca_pem.as_deref(), Some(pem.as_str()));
+    // A forward fails: the next one reads storage again (and finds no CA now).
+    let (out, _) = c.step(
+        1,
+        3_200,
+        Input::Forwarded {
+            id: second.req.id,
+            result: Err("connection refused".into()),
+        },
+    );
+    assert_eq!(response(&out).map(|r| r.status), Some(503));
+    let third = get(&mut c, 3_300);
+    assert_eq!(third.ca_pem, None, "read again after the failure");
+}

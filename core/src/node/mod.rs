@@ -200,6 +200,10 @@ pub struct NodeState {
     pub ha: crate::ha::Ha,
     /// Requests forwarded to the active node, waiting for its answer.
     pub(crate) forwarded: BTreeMap<RequestId, ()>,
+    /// A standby: the cluster CA it pins when it forwards, as last read from storage (read
+    /// once, not per request: a standby's storage reads go to the database). Dropped when a
+    /// forward fails, the node's role changes or it is sealed, and read again.
+    pub(crate) forward_ca: Option<String>,
     /// A primary: requests its performance secondaries forwarded, running here under their
     /// own id, and the peer request each answers.
     pub(crate) peer_forwards: BTreeMap<RequestId, u64>,
@@ -241,6 +245,7 @@ impl<S: Storage> Node<S> {
                 local_activations: Vec::new(),
                 ha: crate::ha::Ha::new(config_ha),
                 forwarded: BTreeMap::new(),
+                forward_ca: None,
                 peer_forwards: BTreeMap::new(),
                 snapshot_op: None,
                 snapshot_index: None,
@@ -524,6 +529,7 @@ impl<S: Storage> Node<S> {
                         }
                         Err(e) => {
                             self.st.ha.look_now(self.now);
+                            self.st.forward_ca = None;
                             Response::error(
                                 id,
                                 &ApiError::Unavailable(format!(
@@ -540,6 +546,7 @@ impl<S: Storage> Node<S> {
         if self.st.seal_requested {
             self.st.seal_requested = false;
             self.barrier.seal();
+            self.st.forward_ca = None;
             self.st.unseal_progress.clear();
             self.st.repl.on_seal();
             if let Some(op) = self.st.ha.release(self.now) {

@@ -47,11 +47,16 @@ impl<S: Storage> Node<S> {
             );
             return self.finish(id, Err(e));
         }
-        let ca_pem = {
-            let mut ctx = node_ctx!(self);
-            crate::replication::tls::ca_pem(&mut ctx, false)
-                .ok()
-                .flatten()
+        let ca_pem = match &self.st.forward_ca {
+            Some(pem) => Some(pem.clone()),
+            None => {
+                let mut ctx = node_ctx!(self);
+                let pem = crate::replication::tls::ca_pem(&mut ctx, false)
+                    .ok()
+                    .flatten();
+                self.st.forward_ca.clone_from(&pem);
+                pem
+            }
         };
         req.forwarded = Some(ha::forward_mac(&key, &req));
         self.st.forwarded.insert(id, ());
@@ -87,6 +92,7 @@ impl<S: Storage> Node<S> {
     /// previous active wrote it); a deposed one answers what it was still working on with
     /// an error and forgets its derived state.
     pub(super) fn ha_changed(&mut self, c: Change) {
+        self.st.forward_ca = None;
         match c {
             Change::BecameActive { epoch } => {
                 log::info!("this node is now the active node of its cluster (lease epoch {epoch})");
