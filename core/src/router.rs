@@ -104,8 +104,10 @@ fn resolve(ctx: &Ctx, ns: &str, path: &str) -> ApiResult<Target> {
 
 /// The capability a request needs on its path: by method, `create` rather than `update`
 /// for a write to a route with an existence check whose target does not exist, plus `sudo`
-/// for sudo routes.
-fn needed(ctx: &Ctx, req: &Request, target: &Target, sudo: bool) -> ApiResult<u8> {
+/// for sudo routes. The existence check reads storage, so it is made only when its answer
+/// can change the decision: when `granted` holds exactly one of `create` and `update` (a
+/// caller granted both, or neither, is decided without it).
+fn needed(ctx: &Ctx, req: &Request, target: &Target, sudo: bool, granted: u8) -> ApiResult<u8> {
     let mut need = match req.method {
         Method::Get => policy::READ,
         Method::List => policy::LIST,
@@ -118,14 +120,19 @@ fn needed(ctx: &Ctx, req: &Request, target: &Target, sudo: bool) -> ApiResult<u8
                 rest,
                 ..
             } if r.existence && mount.kind == "kv" => {
-                let exists = match mount.kv_version() {
-                    2 => kv2::exists(ctx, mount, rest)?,
-                    _ => kv::exists(ctx, mount, rest)?,
-                };
-                if exists {
+                let both = policy::CREATE | policy::UPDATE;
+                if granted & both == both || granted & both == 0 {
                     policy::UPDATE
                 } else {
-                    policy::CREATE
+                    let exists = match mount.kv_version() {
+                        2 => kv2::exists(ctx, mount, rest)?,
+                        _ => kv::exists(ctx, mount, rest)?,
+                    };
+                    if exists {
+                        policy::UPDATE
+                    } else {
+                        policy::CREATE
+                    }
                 }
             }
             _ => policy::UPDATE,
@@ -189,12 +196,12 @@ fn authorize(
         }
     }
     let acl = sys::acl_for_in(ctx, tns, &policies)?;
-    let need = needed(ctx, req, target, sudo)?;
     let acl_path = format!(
         "{}{}",
         &ns[tns.len()..],
         routes::acl_path(req.method, &req.path)
     );
+    let need = needed(ctx, req, target, sudo, acl.capabilities(&acl_path))?;
     // A read of the UI mount list needs only a valid token: the handler shows the mounts
     // the token's policies reach anything under (the reference's CLI asks it before every
     // `kv` command, for tokens whose policies name only `secret/data/...`).

@@ -346,3 +346,89 @@ fn a_wrapped_token_create_is_one_write_set() {
     assert_eq!(u.status, 200);
     assert!(u.body.unwrap()["auth"]["client_token"].is_string());
 }
+
+/// `create` lets a token write keys that do not exist yet and `update` keys that do, on KV
+/// version 1 and 2 mounts; a token granted both (or root) writes either way.
+#[test]
+fn create_and_update_capabilities_follow_whether_the_key_exists() {
+    let (mut n, root) = dev();
+    let id = std::cell::Cell::new(10);
+    let next = || {
+        id.set(id.get() + 1);
+        id.get()
+    };
+    let req = |n: &mut Node<MemStorage>, m: Method, path: &str, tok: &str, body: Value| {
+        let mut r = Request::new(next(), m, path).with_token(tok);
+        if !body.is_null() {
+            r = r.with_json(body);
+        }
+        call(n, 2_000, r).status
+    };
+    let v2 = json!({"type": "kv", "options": {"version": "2"}});
+    assert_eq!(
+        req(
+            &mut n,
+            Method::Post,
+            "sys/mounts/k1",
+            &root,
+            json!({"type": "kv"})
+        ),
+        204
+    );
+    assert_eq!(req(&mut n, Method::Post, "sys/mounts/k2", &root, v2), 204);
+    let token = |n: &mut Node<MemStorage>, name: &str, caps: &str| {
+        let pol = format!(
+            "path \"k1/*\" {{ capabilities = [{caps}] }}\npath \"k2/data/*\" {{ capabilities = [{caps}] }}"
+        );
+        let p = format!("sys/policies/acl/{name}");
+        assert_eq!(
+            req(n, Method::Put, &p, &root, json!({ "policy": pol })),
+            204
+        );
+        let r = call(
+            n,
+            2_000,
+            Request::new(next(), Method::Post, "auth/token/create")
+                .with_token(&root)
+                .with_json(json!({"policies": [name]})),
+        );
+        r.body.unwrap()["auth"]["client_token"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let create = token(&mut n, "c", "\"create\"");
+    let update = token(&mut n, "u", "\"update\"");
+    let both = token(&mut n, "cu", "\"create\", \"update\"");
+    for (path, body) in [
+        ("k1/", json!({"v": 1})),
+        ("k2/data/", json!({"data": {"v": 1}})),
+    ] {
+        let key = |k: &str| format!("{path}{k}");
+        let ok = if path == "k1/" { 204 } else { 200 };
+        // A new key: create yes, update no.
+        assert_eq!(
+            req(&mut n, Method::Put, &key("new"), &update, body.clone()),
+            403,
+            "{path}"
+        );
+        assert_eq!(
+            req(&mut n, Method::Put, &key("new"), &create, body.clone()),
+            ok,
+            "{path}"
+        );
+        // It exists now: update yes, create no.
+        assert_eq!(
+            req(&mut n, Method::Put, &key("new"), &create, body.clone()),
+            403,
+            "{path}"
+        );
+        let s = req(&mut n, Method::Put, &key("new"), &update, body.clone());
+        assert_eq!(s, ok, "{path}");
+        // Both: new and existing keys.
+        for _ in 0..2 {
+            let s = req(&mut n, Method::Put, &key("other"), &both, body.clone());
+            assert_eq!(s, ok, "{path}");
+        }
+    }
+}
