@@ -583,12 +583,19 @@ fn a_three_node_primary_cluster_fails_over_under_writes_and_its_secondaries_stre
     let sa = sc.wait_active(Duration::from_secs(15), None);
     let tok = token(&c.nodes[a], "performance", "perf-ha2");
     enable_secondary(&sc.nodes[sa], "performance", &tok);
-    // The secondary cluster now holds the primary's keyring: its standby is started again
-    // and unsealed with the primary cluster's key shares.
+    // The secondary cluster now holds the primary's keyring: its standby finds that its key
+    // no longer reads the cluster's data and seals itself; it is unsealed, without a
+    // restart, with the primary cluster's key shares.
     for i in (0..2).filter(|&i| i != sa) {
-        sc.nodes[i].terminate();
+        wait_for("the secondary's standby seals itself", 60, || {
+            sc.nodes[i].get("sys/seal-status").body["sealed"] == json!(true)
+        });
         sc.nodes[i].unseal_keys = keys.clone();
-        sc.restart(i);
+        sc.nodes[i].unseal();
+        assert_eq!(
+            sc.nodes[i].get("sys/seal-status").body["sealed"],
+            json!(false)
+        );
     }
     let mut d = licensed("ha-tri-dr");
     let dtok = token(&c.nodes[a], "dr", "dr-ha");

@@ -37,6 +37,11 @@ fn identity(n: &Node<SharedStorage>) -> NodeIdentity {
 
 impl Cluster {
     fn new(n: usize) -> Cluster {
+        Cluster::seeded(n, 0)
+    }
+
+    /// `n` nodes whose random generators are seeded `base + 1`, `base + 2`, ...
+    fn seeded(n: usize, base: u8) -> Cluster {
         let store = Rc::new(RefCell::new(LeaseStore::new()));
         let nodes = (1..=n)
             .map(|i| {
@@ -45,7 +50,11 @@ impl Cluster {
                     ha: Some(cfg(i)),
                     ..Default::default()
                 };
-                Node::new(SharedStorage::new(store.clone()), [i as u8; 32], config)
+                Node::new(
+                    SharedStorage::new(store.clone()),
+                    [base.wrapping_add(i as u8); 32],
+                    config,
+                )
             })
             .collect();
         Cluster {
@@ -111,7 +120,14 @@ fn body(r: &Response) -> Value {
 
 /// An initialised cluster of `n` nodes, all unsealed, node 0 active; the root token.
 fn unsealed(n: usize) -> (Cluster, String) {
-    let mut c = Cluster::new(n);
+    let (c, root, _) = unsealed_with_key(n, 0);
+    (c, root)
+}
+
+/// [`unsealed`] with the nodes' generators seeded from `seed_base` (clusters of different
+/// bases have different keys); also the cluster's unseal key.
+fn unsealed_with_key(n: usize, seed_base: u8) -> (Cluster, String, String) {
+    let mut c = Cluster::seeded(n, seed_base);
     let (out, ok) = c.request(
         0,
         1_000,
@@ -149,7 +165,7 @@ fn unsealed(n: usize) -> (Cluster, String) {
     );
     assert!(ok);
     assert_eq!(response(&out).map(|r| r.status), Some(204));
-    (c, root)
+    (c, root, key)
 }
 
 /// The first active node creates the cluster CA and hands its listener a certificate of it
@@ -496,4 +512,73 @@ fn a_standby_reads_the_cluster_ca_once_and_again_after_a_failed_forward() {
     assert_eq!(response(&out).map(|r| r.status), Some(503));
     let third = get(&mut c, 3_300);
     assert_eq!(third.ca_pem, None, "read again after the failure");
+}
+
+/// A standby whose cluster's keyring was replaced under it (its cluster made a replication
+/// secondary: the storage now holds another cluster's data and keyring) seals itself, is
+/// unsealed again with the new keyring's key shares without a restart, and a node in that
+/// state never becomes active with its old key.
+#[test]
+fn a_standby_whose_keyring_was_replaced_seals_and_unseals_with_the_new_shares() {
+    let sealed = |c: &mut Cluster, i: usize, now: u64| {
+        let (out, _) = c.request(i, now, Request::new(0, Method::Get, "sys/seal-status"));
+        body(response(&out).expect("seal status"))["sealed"].clone()
+    };
+    let (mut c, _root, _key) = unsealed_with_key(3, 0);
+    let (other, other_root, other_key) = unsealed_with_key(1, 100);
+    // Nothing changed: the standbys stay unsealed through their lease looks.
+    c.tick(1, 2_500);
+    assert_eq!(sealed(&mut c, 1, 2_600), json!(false));
+    // The storage now holds the other cluster's data (as a secondary's activation leaves it).
+    let data = other.store.borrow().data.clone();
+    c.store.borrow_mut().data = data;
+    for now in (3_000..=6_000).step_by(500) {
+        c.tick(0, now);
+        c.tick(1, now);
+    }
+    assert_eq!(
+        sealed(&mut c, 1, 6_100),
+        json!(true),
+        "the standby sealed itself"
+    );
+    // Unsealed with the new keyring's share, no restart: it forwards again, with the
+    // other cluster's root token.
+    let (out, _) = c.request(
+        1,
+        6_200,
+        Request::new(0, Method::Put, "sys/unseal").with_json(json!({ "key": other_key })),
+    );
+    assert_eq!(
+        body(response(&out).expect("unseal"))["sealed"],
+        json!(false)
+    );
+    for now in (6_500..=9_000).step_by(500) {
+        c.tick(0, now);
+        c.tick(1, now);
+    }
+    assert_eq!(sealed(&mut c, 1, 9_100), json!(false));
+    let (out, _) = c.request(
+        1,
+        9_200,
+        Request::new(0, Method::Get, "kv/a").with_token(&other_root),
+    );
+    assert!(forward(&out).is_some(), "the unsealed standby forwards");
+    // Node 2 kept its old key; the active node 0 stops renewing: when node 2 takes the
+    // lease it finds it cannot read the data, seals, gives the lease back, writes nothing.
+    let before = c.store.borrow().data.clone();
+    for now in (20_000..=22_000).step_by(500) {
+        c.tick(2, now);
+    }
+    assert_eq!(sealed(&mut c, 2, 22_100), json!(true));
+    assert_ne!(
+        c.nodes[2].fence(),
+        Fence::Epoch(2),
+        "never active with the old key"
+    );
+    let after = c.store.borrow().data.clone();
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "the node with the old key wrote nothing"
+    );
 }

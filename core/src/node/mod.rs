@@ -204,6 +204,9 @@ pub struct NodeState {
     /// once, not per request: a standby's storage reads go to the database). Dropped when a
     /// forward fails, the node's role changes or it is sealed, and read again.
     pub(crate) forward_ca: Option<String>,
+    /// The stored keyring this node last found its barrier key reads data under (see
+    /// `check_keyring`); forgotten when it seals.
+    pub(crate) keyring_seen: Option<Vec<u8>>,
     /// A primary: requests its performance secondaries forwarded, running here under their
     /// own id, and the peer request each answers.
     pub(crate) peer_forwards: BTreeMap<RequestId, u64>,
@@ -246,6 +249,7 @@ impl<S: Storage> Node<S> {
                 ha: crate::ha::Ha::new(config_ha),
                 forwarded: BTreeMap::new(),
                 forward_ca: None,
+                keyring_seen: None,
                 peer_forwards: BTreeMap::new(),
                 snapshot_op: None,
                 snapshot_index: None,
@@ -519,6 +523,9 @@ impl<S: Storage> Node<S> {
                 if let Some(c) = self.st.ha.on_result(self.now, r) {
                     self.ha_changed(c);
                 }
+                if self.st.ha.is_standby() {
+                    self.check_keyring();
+                }
             }
             Input::Forwarded { id, result } => {
                 if self.st.forwarded.remove(&id).is_some() {
@@ -547,6 +554,7 @@ impl<S: Storage> Node<S> {
             self.st.seal_requested = false;
             self.barrier.seal();
             self.st.forward_ca = None;
+            self.st.keyring_seen = None;
             self.st.unseal_progress.clear();
             self.st.repl.on_seal();
             if let Some(op) = self.st.ha.release(self.now) {

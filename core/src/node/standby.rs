@@ -67,6 +67,63 @@ impl<S: Storage> Node<S> {
         }));
     }
 
+    /// Whether this node's barrier key still reads its cluster's data. The stored keyring
+    /// changes under a standby when its cluster is made a replication secondary (the active
+    /// node wipes the storage and installs the primary's keyring): the standby's key then
+    /// reads nothing and anything it wrote as an active node would be unreadable to the
+    /// others. Such a node seals itself (answered as sealed from now on, and the lease given
+    /// back); it is unsealed again, without a restart, with the key shares of the keyring
+    /// now stored: the primary cluster's. A changed keyring whose data the key still reads
+    /// (a rekey re-wraps the same barrier key) is simply noted. Cheap when nothing changed:
+    /// one read of the keyring.
+    pub(super) fn check_keyring(&mut self) -> bool {
+        if self.barrier.sealed() {
+            return true;
+        }
+        let stored = match self.storage.get(crate::seal::KEYRING_KEY) {
+            Ok(Some(k)) => k,
+            // Not initialised, or storage unreachable: nothing to decide now.
+            Ok(None) | Err(_) => return true,
+        };
+        if self.st.keyring_seen.as_deref() == Some(stored.as_slice()) {
+            return true;
+        }
+        // Values only this cluster's barrier key decrypts: the replication roles (written
+        // under the new key when a secondary is activated) and the keyring's install time.
+        let probes = [
+            "node/replication/performance",
+            "node/replication/dr",
+            crate::seal::KEY_INSTALL_TIME_KEY,
+        ];
+        let mut verdict = None;
+        for k in probes {
+            if let Ok(Some(v)) = self.storage.get(k) {
+                let reads = self.barrier.decrypt(k, &v).is_some();
+                verdict = Some(reads);
+                if reads {
+                    break;
+                }
+            }
+        }
+        match verdict {
+            Some(false) => {
+                log::warn!(
+                    "this node's barrier key no longer reads its cluster's data: the stored \
+                     keyring changed (the cluster was made a replication secondary and holds \
+                     its primary's keyring now); sealing. Unseal this node with the key shares \
+                     of the keyring now stored (the primary cluster's)"
+                );
+                self.st.seal_requested = true;
+                false
+            }
+            Some(true) => {
+                self.st.keyring_seen = Some(stored);
+                true
+            }
+            None => true,
+        }
+    }
+
     /// The driver's commit was refused because the lease moved on to epoch `current`:
     /// this node stops acting as the active one now.
     pub fn fenced_off(&mut self, now: crate::time::Millis, current: u64) {
@@ -95,6 +152,11 @@ impl<S: Storage> Node<S> {
         self.st.forward_ca = None;
         match c {
             Change::BecameActive { epoch } => {
+                if !self.check_keyring() {
+                    // Sealed (and the lease given back) at the end of this input: a node
+                    // whose key cannot read the cluster's data must not write any.
+                    return;
+                }
                 log::info!("this node is now the active node of its cluster (lease epoch {epoch})");
                 // What a standby derived from storage (trees, WAL position, roles) is the
                 // previous active's past: reload it before this node writes anything, so
