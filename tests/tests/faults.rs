@@ -71,7 +71,7 @@ fn kill9_random_seed_loses_no_acknowledged_write() {
 
 /// One run of the `kill -9` scenario: a fresh cluster and `CAIRN_KILL_CYCLES` (default 9)
 /// cycles; with at least one full block, the Merkle sync and every reindex and the snapshot
-/// must have been hit (each gets three attempts per cycle).
+/// must have been hit (three attempts per cycle, five for a reindex).
 fn kill9_run(seed: u64) {
     let cycles: usize = std::env::var("CAIRN_KILL_CYCLES")
         .ok()

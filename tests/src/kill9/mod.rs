@@ -13,12 +13,14 @@
 //! - **snapshot**: the primary, while a `GET sys/storage/raft/snapshot` runs in a thread.
 //!
 //! Cycles come in blocks of nine (each of the nine role × moment kinds once, shuffled by
-//! the seed). After each cycle the killed server is restarted on the same data directory
+//! the seed; the first block runs the streaming kills, the Merkle syncs, the snapshot and
+//! then the reindexes, and a reindex waits for 2,000 acknowledged writes: a reindex of
+//! less data ends before a status poll can see it). After each cycle the killed server is restarted on the same data directory
 //! and port and unsealed, both secondaries must converge (equal Merkle roots, same last
 //! WAL), and every write acknowledged since the previous cycle plus 50 older ones read back
 //! on the primary and the performance secondary; at the end, all of them. A moment that was
-//! not caught (e.g. the reindex finished before the poll saw it) after three attempts is
-//! counted as missed. The figures accumulate in a [`Tally`], which the caller can print even
+//! not caught (e.g. the reindex finished before the poll saw it) after three attempts (five
+//! for a reindex) is counted as missed. The figures accumulate in a [`Tally`], which the caller can print even
 //! after a failure.
 
 mod cluster;
@@ -108,7 +110,7 @@ const BLOCK: [Plan; 9] = [
 pub struct Tally {
     /// Kills per moment (index: [`Moment`]) and role.
     pub kills: [[u64; 3]; 6],
-    /// Planned moments not caught after three attempts.
+    /// Planned moments not caught after three attempts (five for a reindex).
     pub missed: [u64; 6],
     pub cycles: u64,
     /// Cycles after which the cluster converged (all of them, or the run failed).
@@ -232,13 +234,20 @@ fn sleep_ms(ms: u64) {
     std::thread::sleep(Duration::from_millis(ms));
 }
 
-/// The cycle plan of a run: blocks of [`BLOCK`], each shuffled.
+/// The cycle plan of a run: blocks of [`BLOCK`], shuffled; in the first block only the
+/// streaming kills are (in the order of [`BLOCK`], the reindexes come last, when there is
+/// data enough for a poll to see them run).
 fn schedule(rng: &mut rand_chacha::ChaCha8Rng, cycles: usize) -> Vec<Plan> {
     let mut order = Vec::with_capacity(cycles + BLOCK.len());
     while order.len() < cycles {
         let mut block = BLOCK;
-        for i in (1..block.len()).rev() {
+        let n = if order.is_empty() { 3 } else { block.len() };
+        for i in (1..n).rev() {
             block.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+        }
+        if order.is_empty() {
+            // Streaming ×3, Merkle ×2, snapshot, then the reindexes.
+            block[5..].rotate_right(1);
         }
         order.extend(block);
     }
@@ -476,6 +485,12 @@ fn start_reindex(c: &mut Cluster, role: usize) -> std::thread::JoinHandle<Option
     })
 }
 
+/// Attempts at catching a reindex in progress.
+const REINDEX_ATTEMPTS: u64 = 5;
+
+/// The acknowledged writes there are before a reindex is started.
+const REINDEX_MIN_KEYS: usize = 2000;
+
 /// A kill during a reindex (which resumes after the restart and must finish).
 fn reindex(c: &mut Cluster, w: &Writers, rng: &mut rand_chacha::ChaCha8Rng, role: usize) -> Done {
     let mode = if role == 1 { "performance" } else { "dr" };
@@ -486,9 +501,21 @@ fn reindex(c: &mut Cluster, w: &Writers, rng: &mut rand_chacha::ChaCha8Rng, role
     ][role];
     let seed = c.seed;
     let mut caught = None;
-    for attempt in 0..3 {
+    // A reindex of a few hundred keys can end between two polls: write up to
+    // [`REINDEX_MIN_KEYS`] first (once per run, in effect).
+    if w.acked_len() < REINDEX_MIN_KEYS {
+        let pace = w.set_pace(0);
         w.resume();
-        sleep_ms(between(rng, 20, 300));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while w.acked_len() < REINDEX_MIN_KEYS && Instant::now() < deadline {
+            sleep_ms(5);
+        }
+        w.set_pace(pace);
+    }
+    for attempt in 0..REINDEX_ATTEMPTS {
+        // More data at each attempt: a reindex of little data can end before a poll sees it.
+        w.resume();
+        sleep_ms(between(rng, 20, 300) * (attempt + 1));
         let poster = start_reindex(c, role);
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline && !poster.is_finished() {
