@@ -11,15 +11,22 @@
 # prints throughput per operation, errors (target 0), p50/p99 latency, and each server's RSS
 # and open file descriptors after setup, after the warm-up (SOAK_WARMUP seconds, default
 # 10) and at the end (target: flat), and whether the secondaries converged afterwards.
-# It exits non-zero on any error. The servers' logs are then checked for the secrets the
-# driver handled (scripts/check-secrets.sh). SOAK_KEEP=1 keeps the temp dir; SOAK_NO_BUILD=1
-# uses the release binaries already built.
+# Every minute it also samples each server's RSS and fds and each operation's count, errors
+# and p99 over that minute into SOAK_OUT/soak-minutes.csv (SOAK_OUT: default a new
+# cairn-soak-out.XXXXXX in the temp dir, kept; printed), says at the end whether RSS and
+# fds levelled off (growth < 2 % over the last 30 minutes of runs of an hour or more, over
+# the last half of shorter ones), and this script then draws soak-rss.svg, soak-fds.svg and
+# soak-p99.svg there with scripts/plot.py (also after a failed or interrupted run).
+# It exits non-zero on any error or growth. The servers' logs are then checked for the
+# secrets the driver handled (scripts/check-secrets.sh). SOAK_KEEP=1 keeps the temp dir;
+# SOAK_NO_BUILD=1 uses the release binaries already built (in $CARGO_TARGET_DIR or target/).
 #
 # The simulator soak is scripts/sim-soak.sh.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 repo=$(pwd)
+target="${CARGO_TARGET_DIR:-$repo/target}"
 
 duration="${1:-5m}"
 case "$duration" in
@@ -36,7 +43,24 @@ if [[ -z "${SOAK_NO_BUILD:-}" ]]; then
 fi
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cairn-soak.XXXXXX")
+export SOAK_OUT="${SOAK_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/cairn-soak-out.XXXXXX")}"
+mkdir -p "$SOAK_OUT"
+plots() {
+  local csv="$SOAK_OUT/soak-minutes.csv"
+  [[ -s "$csv" ]] && (( $(wc -l < "$csv") > 1 )) || return 0
+  local header
+  header=$(head -1 "$csv")
+  cols() { tr ',' '\n' <<<"$header" | grep -E "$1" | paste -sd, -; }
+  python3 "$repo/scripts/plot.py" "$csv" "$SOAK_OUT/soak-rss.svg" --x minute --y "$(cols '_rss_mib$')" \
+    --title "Soak: RSS per server" --xlabel "minute" --ylabel "RSS (MiB)" || true
+  python3 "$repo/scripts/plot.py" "$csv" "$SOAK_OUT/soak-fds.svg" --x minute --y "$(cols '_fds$')" \
+    --title "Soak: open file descriptors per server" --xlabel "minute" --ylabel "fds" || true
+  python3 "$repo/scripts/plot.py" "$csv" "$SOAK_OUT/soak-p99.svg" --x minute --y "$(cols '_p99_ms$')" \
+    --title "Soak: p99 latency per operation (per minute)" --xlabel "minute" --ylabel "p99 (ms)" --logy || true
+  echo "soak: per-minute CSV and plots in $SOAK_OUT"
+}
 cleanup() {
+  plots
   bash "$repo/scripts/dev-ldap.sh" stop "$dir/ldap" >/dev/null 2>&1 || true
   if [[ -z "${SOAK_KEEP:-}" ]]; then rm -rf "$dir"; else echo "soak: kept $dir"; fi
 }
@@ -48,7 +72,7 @@ eval "$(CAIRN_LDAP_WATCH_PID=$$ bash "$repo/scripts/dev-ldap.sh" start "$dir/lda
 export CAIRN_LDAP_URL CAIRN_LDAP_BINDDN CAIRN_LDAP_BINDPASS
 
 set +e
-CAIRN_BIN="$repo/target/release/cairn" SOAK_DIR="$dir" "$repo/target/release/soak" "$secs"
+CAIRN_BIN="$target/release/cairn" SOAK_DIR="$dir" "$target/release/soak" "$secs"
 rc=$?
 set -e
 scripts/check-secrets.sh "$dir/logs" || rc=1

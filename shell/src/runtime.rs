@@ -709,4 +709,128 @@ mod tests {
             ApiError::Internal("audit device failed: x".into())
         );
     }
+
+    /// A batch whose commit fails and whose re-commit fails too (a deferred foreign key
+    /// planted on the storage's connection makes every `COMMIT` that wrote a key fail while
+    /// armed): every request of the batch is answered with a 5xx, nothing of it is stored,
+    /// and the node drops its in-memory state and comes back sealed; unsealed again, it
+    /// serves what was committed before and takes writes again.
+    #[test]
+    fn a_batch_whose_recommit_fails_too_answers_5xx_and_the_node_comes_back_sealed() {
+        use cairn_core::api::{Method, Request};
+        use serde_json::json;
+        let dir = std::env::temp_dir().join(format!("cairn-recommit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let arm_db = dir.join("arm.db");
+        let storage = crate::sqlite::SqliteStorage::open(&dir.join("cairn.db")).unwrap();
+        storage
+            .conn()
+            .execute_batch(&format!(
+                "PRAGMA foreign_keys = ON;
+                 ATTACH '{}' AS arm;
+                 CREATE TABLE IF NOT EXISTS arm.flag (x);
+                 CREATE TEMP TABLE parent (id INTEGER PRIMARY KEY);
+                 CREATE TEMP TABLE child (pid INTEGER REFERENCES parent (id)
+                     DEFERRABLE INITIALLY DEFERRED);
+                 CREATE TEMP TRIGGER doom AFTER INSERT ON main.kv
+                     WHEN EXISTS (SELECT 1 FROM arm.flag)
+                     BEGIN INSERT INTO child VALUES (1); END;",
+                arm_db.display()
+            ))
+            .unwrap();
+        let core = Core::start_with(
+            ShellStorage::Sqlite(storage),
+            NodeConfig::default(),
+            1,
+            None,
+        )
+        .unwrap();
+        let Ok(AdminResult::DevSetup(keys)) = core.admin(Admin::DevSetup {
+            root_token_id: Some("root-recommit".into()),
+        }) else {
+            panic!("dev setup failed");
+        };
+        let req = |id: u64, method: Method, path: &str, body: Option<serde_json::Value>| {
+            let mut r = Request::new(id, method, path).with_token("root-recommit");
+            if let Some(b) = body {
+                r = r.with_json(b);
+            }
+            r
+        };
+        let put = |id: u64, path: &str, v: u64| {
+            core.request(req(id, Method::Put, path, Some(json!({ "v": v }))))
+        };
+        let r = put(1, "secret/before", 1);
+        assert!(r.status < 300, "{r:?}");
+
+        // Armed: every commit that wrote a key fails, and so does its replay.
+        let arm = rusqlite::Connection::open(&arm_db).unwrap();
+        arm.busy_timeout(Duration::from_secs(10)).unwrap();
+        arm.execute("INSERT INTO flag VALUES (1)", []).unwrap();
+        let answers: Vec<Response> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..4u64)
+                .map(|i| {
+                    let put = &put;
+                    sc.spawn(move || put(10 + i, &format!("secret/doomed{i}"), i))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        arm.execute("DELETE FROM flag", []).unwrap();
+        for a in &answers {
+            // Never a false success: 500 for the failed commit, 503 for a request the
+            // reset node (sealed) refused.
+            assert!(a.status >= 500, "a request of the lost batch: {a:?}");
+            let msg = a.body.as_ref().and_then(|b| b["errors"][0].as_str());
+            assert!(
+                msg.is_some_and(|m| !m.is_empty()),
+                "no error message: {a:?}"
+            );
+        }
+        assert!(
+            answers.iter().any(|a| a.status == 500),
+            "the failed batch itself answers 500: {answers:?}"
+        );
+
+        // The node dropped its memory: it is sealed, and refuses requests clearly.
+        let st = core.request(Request::new(20, Method::Get, "sys/seal-status"));
+        assert_eq!(
+            st.body.as_ref().map(|b| b["sealed"].clone()),
+            Some(json!(true)),
+            "{st:?}"
+        );
+        let r = core.request(req(21, Method::Get, "secret/before", None));
+        assert_eq!(r.status, 503, "{r:?}");
+
+        // Unsealed again: what was committed before is there, nothing of the lost batch is,
+        // and writes are taken again.
+        let r = core.request(
+            Request::new(22, Method::Put, "sys/unseal").with_json(json!({ "key": keys.keys[0] })),
+        );
+        assert_eq!(
+            r.body.as_ref().map(|b| b["sealed"].clone()),
+            Some(json!(false)),
+            "{r:?}"
+        );
+        let r = core.request(req(23, Method::Get, "secret/before", None));
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(
+            r.body.as_ref().map(|b| b["data"]["v"].clone()),
+            Some(json!(1))
+        );
+        for i in 0..4u64 {
+            let r = core.request(req(30 + i, Method::Get, &format!("secret/doomed{i}"), None));
+            assert_eq!(r.status, 404, "doomed{i} half-applied: {r:?}");
+        }
+        let r = put(40, "secret/after", 2);
+        assert!(r.status < 300, "{r:?}");
+        let r = core.request(req(41, Method::Get, "secret/after", None));
+        assert_eq!(
+            r.body.as_ref().map(|b| b["data"]["v"].clone()),
+            Some(json!(2))
+        );
+        drop(core);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -378,6 +378,12 @@ impl SqliteStorage {
         Ok(s)
     }
 
+    /// The connection, for tests that plant triggers or attach databases on it.
+    #[cfg(test)]
+    pub(crate) fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
     /// True once after a batch the node holds in memory could not be committed.
     pub fn take_lost_batch(&mut self) -> bool {
         std::mem::take(&mut self.lost_batch)

@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod keepalive;
+pub mod kill9;
 pub mod loadgen;
 pub mod tls_hello;
 

@@ -14,7 +14,11 @@
 //!
 //! Environment: `CAIRN_BIN` (the server binary), `SOAK_DIR` (data and logs; a temp dir by
 //! default), `CAIRN_LDAP_URL`/`CAIRN_LDAP_BINDDN`/`CAIRN_LDAP_BINDPASS` (a directory of
-//! `scripts/dev-ldap.sh`; started here when unset), `SOAK_WARMUP` (seconds, default 10).
+//! `scripts/dev-ldap.sh`; started here when unset), `SOAK_WARMUP` (seconds, default 10),
+//! `SOAK_OUT` (where the per-minute samples go, `soak-minutes.csv`: RSS and fds per server,
+//! count, errors and p99 per operation; default `out/` in the data directory). At the end
+//! it says whether RSS and fds levelled off (growth < 2 % over the last 30 minutes of runs
+//! of an hour or more, over the last half of shorter ones; exit 1 if not).
 
 use cairn_tests::{
     agent, free_port_pair, request, start_dev_ldap, Resp, Server, TEST_ISSUER_KEY, TEST_LICENSE,
@@ -27,6 +31,11 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+#[path = "soak/minutes.rs"]
+mod minutes;
+
+use minutes::Minutes;
 
 const BASE: &str = "dc=cairn,dc=test";
 const USERS: &[(&str, &str)] = &[("alice", "alice-pw"), ("bob", "bob-pw")];
@@ -163,6 +172,9 @@ fn usage(pid: u32) -> (u64, usize) {
 struct Stats {
     lat_ms: Vec<f64>,
     errors: BTreeMap<String, u64>,
+    /// The latencies and errors since the last per-minute sample.
+    window_ms: Vec<f64>,
+    window_errors: u64,
 }
 
 type Op = Box<dyn FnMut(u64) -> Result<(), String> + Send>;
@@ -213,6 +225,11 @@ fn main() {
             .open(root.join("logs/secrets.txt"))
             .expect("secrets file"),
     )));
+    let out_dir = std::env::var("SOAK_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("out"));
+    std::fs::create_dir_all(&out_dir).expect("mkdir SOAK_OUT");
+    println!("soak: per-minute samples go to {}", out_dir.display());
     let bin = cairn_tests::cairn_bin();
     println!(
         "soak: {secs}s of traffic after a {warmup}s warm-up; servers {}; data and logs in {}",
@@ -463,8 +480,10 @@ fn main() {
                     if measuring.load(Ordering::Relaxed) {
                         let mut s = st.lock().unwrap_or_else(|e| e.into_inner());
                         s.lat_ms.push(ms);
+                        s.window_ms.push(ms);
                         if let Err(e) = r {
                             *s.errors.entry(e).or_default() += 1;
+                            s.window_errors += 1;
                         }
                     } else if let Err(e) = r {
                         eprintln!("soak: warm-up error: {e}");
@@ -476,12 +495,18 @@ fn main() {
 
     std::thread::sleep(Duration::from_secs(warmup));
     let at_start = sample(&servers);
+    let mut minutes = Minutes::create(&out_dir, &servers, &names);
     measuring.store(true, Ordering::SeqCst);
     let started = Instant::now();
     let mut next_report = 30;
+    let mut next_minute = 60;
     while started.elapsed() < Duration::from_secs(secs) {
         std::thread::sleep(Duration::from_millis(200));
         let el = started.elapsed().as_secs();
+        if el >= next_minute {
+            next_minute += 60;
+            minutes.sample(el, &sample(&servers), &stats);
+        }
         if el >= next_report && el < secs {
             next_report += 30;
             let total: usize = stats.iter().map(|s| s.lock().unwrap().lat_ms.len()).sum();
@@ -503,6 +528,11 @@ fn main() {
     measuring.store(false, Ordering::SeqCst);
     let elapsed = started.elapsed().as_secs_f64();
     let at_end = sample(&servers);
+    // The last, partial minute (if at least 10 s long) is a sample too.
+    let el = started.elapsed().as_secs();
+    if el + 50 >= next_minute {
+        minutes.sample(el, &at_end, &stats);
+    }
     stop.store(true, Ordering::SeqCst);
     for h in handles {
         let _ = h.join();
@@ -574,8 +604,15 @@ fn main() {
     for (k, v) in &all_errors {
         println!("error: {v} × {k}");
     }
+    let level = minutes.level_off(secs);
+    println!();
+    print!("{}", level.text);
+    println!(
+        "per-minute samples: {} (plots: scripts/soak.sh draws them next to it)",
+        minutes.path.display()
+    );
     drop((p, perf, dr));
-    if total_err > 0 || !perf_ok || !dr_ok {
+    if total_err > 0 || !perf_ok || !dr_ok || !level.flat {
         std::process::exit(1);
     }
 }
