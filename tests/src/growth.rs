@@ -7,11 +7,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Parses `1k,10k,100k,1M` (k = 1,000, M = 1,000,000; plain numbers too); `default` when the
-/// argument is missing or empty.
+/// argument is missing, none when it is empty (`""` skips a curve).
 pub fn sizes(arg: Option<&String>, default: &[u64]) -> Vec<u64> {
-    let Some(a) = arg.filter(|a| !a.trim().is_empty()) else {
+    let Some(a) = arg else {
         return default.to_vec();
     };
+    if a.trim().is_empty() {
+        return Vec::new();
+    }
     a.split(',')
         .map(|s| {
             let s = s.trim();
@@ -174,6 +177,7 @@ mod tests {
         let a = "1k, 10k,2M,35".to_string();
         assert_eq!(sizes(Some(&a), &[]), vec![1_000, 10_000, 2_000_000, 35]);
         assert_eq!(sizes(None, &[7]), vec![7]);
+        assert!(sizes(Some(&String::new()), &[7]).is_empty());
         assert_eq!(short(5_000_000), "5M");
         assert_eq!(short(100_000), "100k");
         assert_eq!(short(35), "35");
