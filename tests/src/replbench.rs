@@ -166,13 +166,19 @@ pub fn fill(s: &Server, prefix: &str, n: usize, threads: usize, value: &str) {
                     if i >= n {
                         break;
                     }
-                    let ok = a
+                    let answer = a
                         .put(&format!("{addr}/v1/secret/{prefix}/{i}"))
                         .header("X-Vault-Token", &token)
-                        .send_json(body(&value))
-                        .map(|r| r.status().as_u16() == 204)
-                        .unwrap_or(false);
-                    assert!(ok, "write {prefix}/{i}");
+                        .send_json(body(&value));
+                    match answer {
+                        Ok(r) if r.status().as_u16() == 204 => {}
+                        Ok(mut r) => panic!(
+                            "write {prefix}/{i}: {} {}",
+                            r.status(),
+                            r.body_mut().read_to_string().unwrap_or_default()
+                        ),
+                        Err(e) => panic!("write {prefix}/{i}: {e}"),
+                    }
                 }
             })
         })
