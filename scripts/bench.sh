@@ -3,8 +3,10 @@
 # (LDAP logins against the dev slapd vs direct ldap3 round trips), `scripts/bench.sh ad-login [SECONDS]
 # [CLIENTS] [ROUNDS]` (the same against the Samba AD of scripts/dev-ad.sh: LDAPS, a service account,
 # sAMAccountName, in-chain nested groups; needs root), `replication`, `reindex`, `ha [SECONDS] [TRIALS]
-# [CLIENTS]` (an HA cluster on PostgreSQL), `openbao` and `kv-read-limit` (below). Builds release binaries and prints a Markdown table with
-# Cairn's numbers next to a baseline measured in the same run.
+# [CLIENTS]` (an HA cluster on PostgreSQL), `openbao` and `kv-read-limit` (below), and the growth
+# curves `growth-secondaries`, `growth-resync`, `growth-keys`, `growth-groups` (below). Builds
+# release binaries and prints a Markdown table with Cairn's numbers next to a baseline
+# measured in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-kv}"; shift || true
@@ -36,6 +38,22 @@ case "$what" in
     # single-row INSERT ... ON CONFLICT commits; failover time over TRIALS kill -9s of the active
     # under write load and acknowledged writes lost (read back); KV latency through a standby vs
     # the active. See scripts/bench-ha.py. Everything it starts lives in WORK and is stopped on exit.
+    # Growth curves (issue #18): each prints a Markdown table with its baseline, writes a CSV
+    # and draws an SVG with scripts/plot.py into GROWTH_OUT (default tests/figures/). Sizes are
+    # comma lists (100k, 1M, 5M). See each binary's top comment.
+    # `growth-secondaries [COUNTS=0,1,2,4,8] [SECONDS=5] [CLIENTS=16] [RATE=500]`: primary
+    # write throughput and replication lag p50/p99 vs performance secondaries attached.
+    growth-secondaries) exec "$REL"/bench-growth-secondaries "$@" ;;
+    # `growth-resync [CHANGED=1k,10k,100k] [TOTALS=10k,30k,100k] [BASE=100k] [FIXED=10k] [CLIENTS=16]`:
+    # Merkle resync bytes and time vs changed keys (BASE stored) and vs keys stored (FIXED
+    # changed; "" skips a curve); stored keys are bulk-loaded encrypted, then reindexed.
+    growth-resync) exec "$REL"/bench-growth-resync "$@" ;;
+    # `growth-keys [KEYS=100k,1M] [READS=1000]`: reindex time vs a raw scan + hash, unseal-to-
+    # serving time and RSS vs keys stored (bulk-loaded encrypted into SQLite).
+    growth-keys) exec "$REL"/bench-growth-keys "$@" ;;
+    # `growth-groups [GROUPS=1,10,35,200] [SECONDS=4] [CLIENTS=8] [PAGE=20]`: LDAP logins/s vs
+    # groups per user (paged group searches) against the dev slapd, vs direct ldap3.
+    growth-groups) exec "$REL"/bench-growth-groups "$@" ;;
     ha)
         WORK=$(mktemp -d "${TMPDIR:-/tmp}/cairn-bench-ha.XXXXXX")
         chmod 755 "$WORK"   # dev-postgres.sh runs the server as `postgres` under WORK/pg when root

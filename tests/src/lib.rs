@@ -1,10 +1,13 @@
 //! End-to-end test harness: starts real `cairn` processes on free loopback ports, talks to
 //! them over HTTP, and stops them (gracefully or with `kill -9`).
 
+pub mod bulk;
 pub mod cluster;
+pub mod growth;
 pub mod keepalive;
 pub mod kill9;
 pub mod loadgen;
+pub mod replbench;
 pub mod tls_hello;
 
 use serde_json::Value;

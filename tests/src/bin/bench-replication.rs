@@ -21,135 +21,16 @@
 //!   it is streaming again with equal Merkle roots, and cluster channel body bytes counted by
 //!   the primary (`cairn_cluster_bytes_total`) during that time vs the changed data.
 
-use cairn_core::replication::index_state::IndexState;
 use cairn_tests::cluster::generate_root;
-use cairn_tests::{free_port_pair, tmpdir, Server};
-use serde_json::{json, Value};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use cairn_tests::growth::{percentile, wait};
+use cairn_tests::replbench::{
+    agent, attach_perf, checkers, concurrent_writes, fill, join_lags, licensed, licensed_with,
+    paced, put, resync_after, status, status_of, wal_index, Resync, Sample,
+};
+use cairn_tests::Server;
+use serde_json::json;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-use cairn_tests::{TEST_ISSUER_KEY as ISSUER_KEY, TEST_LICENSE as LICENSE};
-
-/// A licensed server (1 key share) on a port pair away from `avoid`; `tuning` is appended
-/// to its configuration. Returns the server and its extra configuration (for restarts).
-fn licensed_with(tag: &str, avoid: &[u16], tuning: &str) -> (Server, String) {
-    let dir = tmpdir(tag);
-    let lic = dir.join("license.json");
-    std::fs::write(&lic, LICENSE).expect("write license");
-    let extra = format!(
-        "license_path = \"{}\"\nlicense_trusted_key = \"{ISSUER_KEY}\"\n{tuning}",
-        lic.display()
-    );
-    let mut port = free_port_pair();
-    while avoid.iter().any(|a| port.abs_diff(*a) <= 1) {
-        port = free_port_pair();
-    }
-    let mut s = Server::with_config(&dir, port, &extra);
-    s.init_unseal(1, 1);
-    (s, extra)
-}
-
-fn licensed(tag: &str, avoid: &[u16]) -> Server {
-    licensed_with(tag, avoid, "").0
-}
-
-fn agent() -> ureq::Agent {
-    cairn_tests::agent(Duration::from_secs(10))
-}
-
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn status(s: &Server) -> Value {
-    status_of(s, "performance")
-}
-
-fn status_of(s: &Server, mode: &str) -> Value {
-    s.call_as(None, "GET", &format!("sys/replication/{mode}/status"), None)
-        .body["data"]
-        .clone()
-}
-
-/// `last_wal` (primary) / `last_remote_wal` (secondary) from a status call with `a`.
-fn wal_index(a: &ureq::Agent, addr: &str, mode: &str, field: &str) -> Option<u64> {
-    let mut r = a
-        .get(&format!("{addr}/v1/sys/replication/{mode}/status"))
-        .call()
-        .ok()?;
-    let v: Value = r.body_mut().read_json().ok()?;
-    v["data"][field].as_u64()
-}
-
-/// The WAL index of a write on the primary, from its `X-Vault-Index` answer header.
-fn write_index(r: &ureq::http::Response<ureq::Body>) -> u64 {
-    let h = r
-        .headers()
-        .get("X-Vault-Index")
-        .and_then(|v| v.to_str().ok())
-        .expect("a write on a primary answers with X-Vault-Index");
-    IndexState::decode(h)
-        .unwrap_or_else(|e| panic!("X-Vault-Index {h:?}: {e}"))
-        .index
-}
-
-/// The primary's cluster channel body bytes (sent, received) from its Prometheus metrics.
-fn cluster_bytes(s: &Server) -> (u64, u64) {
-    let text = agent()
-        .get(&format!("{}/v1/sys/metrics?format=prometheus", s.addr))
-        .header("X-Vault-Token", &s.root_token)
-        .call()
-        .ok()
-        .and_then(|mut r| r.body_mut().read_to_string().ok())
-        .unwrap_or_default();
-    let read = |dir: &str| {
-        let key = format!("cairn_cluster_bytes_total{{direction=\"{dir}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&key))
-            .and_then(|v| v.trim().parse().ok())
-            .expect("cairn_cluster_bytes_total in sys/metrics")
-    };
-    (read("sent"), read("received"))
-}
-
-/// `n` writes of `value` under `secret/{prefix}/` by `threads` concurrent writers.
-fn fill(s: &Server, prefix: &str, n: usize, threads: usize, value: &str) {
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let hs: Vec<_> = (0..threads)
-        .map(|_| {
-            let next = next.clone();
-            let (addr, token) = (s.addr.clone(), s.root_token.clone());
-            let (prefix, value) = (prefix.to_string(), value.to_string());
-            std::thread::spawn(move || {
-                let a = agent();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= n {
-                        break;
-                    }
-                    let ok = a
-                        .put(&format!("{addr}/v1/secret/{prefix}/{i}"))
-                        .header("X-Vault-Token", &token)
-                        .send_json(json!({ "value": value }))
-                        .map(|r| r.status().as_u16() == 204)
-                        .unwrap_or(false);
-                    assert!(ok, "write {prefix}/{i}");
-                }
-            })
-        })
-        .collect();
-    for h in hs {
-        h.join().expect("fill writer");
-    }
-}
-
-/// A sampled write: its path, when it was acknowledged, and its WAL index on the primary.
-type Sample = (String, Instant, u64);
 
 /// Result of the steady-rate phase.
 struct Steady {
@@ -161,46 +42,10 @@ struct Steady {
     dr_lag: Vec<f64>,
 }
 
-/// Checker threads: each takes samples from `rx` and waits until `visible` says the sample
-/// arrived; lags in ms.
-fn checkers(
-    n: usize,
-    rx: mpsc::Receiver<Sample>,
-    visible: impl Fn(&ureq::Agent, &Sample) -> bool + Send + Sync + 'static,
-) -> Vec<std::thread::JoinHandle<Vec<f64>>> {
-    let rx = Arc::new(Mutex::new(rx));
-    let visible = Arc::new(visible);
-    (0..n)
-        .map(|_| {
-            let (rx, visible) = (rx.clone(), visible.clone());
-            std::thread::spawn(move || {
-                let a = agent();
-                let mut lags = Vec::new();
-                loop {
-                    let next = rx.lock().expect("sample queue").recv();
-                    let Ok(sample) = next else { break };
-                    while !visible(&a, &sample) {
-                        assert!(
-                            sample.1.elapsed() < Duration::from_secs(30),
-                            "lag over 30 s"
-                        );
-                        // Do not hammer the secondary (that would be the lag measured):
-                        // a poll a millisecond per checker.
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    lags.push(sample.1.elapsed().as_secs_f64() * 1000.0);
-                }
-                lags
-            })
-        })
-        .collect()
-}
-
-/// Paced writers (`rate` writes/s in total, 16 threads, fixed schedule) on `p` for `secs`;
-/// every `every`-th write is sampled for lag on the perf secondary `s` (readable) and the
-/// DR secondary `d` (`last_remote_wal`).
+/// Paced writers (`rate` writes/s in total) on `p` for `secs`; every `every`-th write is
+/// sampled for lag on the perf secondary `s` (readable) and the DR secondary `d`
+/// (`last_remote_wal` ≥ the write's own WAL index, its `X-Vault-Index`).
 fn steady(p: &Server, s: &Server, d: &Server, rate: f64, secs: f64, every: u64) -> Steady {
-    const WRITERS: u64 = 16;
     let (ptx, prx) = mpsc::channel::<Sample>();
     let (dtx, drx) = mpsc::channel::<Sample>();
     let (saddr, stoken) = (s.addr.clone(), s.root_token.clone());
@@ -219,86 +64,15 @@ fn steady(p: &Server, s: &Server, d: &Server, rate: f64, secs: f64, every: u64) 
     let dr = checkers(2, drx, move |a, (_, _, idx)| {
         wal_index(a, &daddr, "dr", "last_remote_wal").unwrap_or(0) >= *idx
     });
-    let start = Instant::now();
-    let per_writer = Duration::from_secs_f64(WRITERS as f64 / rate);
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|t| {
-            let (ptx, dtx) = (ptx.clone(), dtx.clone());
-            let (addr, token) = (p.addr.clone(), p.root_token.clone());
-            std::thread::spawn(move || {
-                let a = agent();
-                let offset = per_writer.mul_f64(t as f64 / WRITERS as f64);
-                let (mut ack, mut errs, mut i) = (Vec::new(), 0u64, 0u64);
-                loop {
-                    let due = start + offset + per_writer.mul_f64(i as f64);
-                    if due.duration_since(start).as_secs_f64() >= secs {
-                        break;
-                    }
-                    if let Some(w) = due.checked_duration_since(Instant::now()) {
-                        std::thread::sleep(w);
-                    }
-                    let path = format!("secret/steady/{t}/{i}");
-                    let t0 = Instant::now();
-                    let answer = a
-                        .put(&format!("{addr}/v1/{path}"))
-                        .header("X-Vault-Token", &token)
-                        .send_json(json!({"value": "x".repeat(64)}));
-                    let acked = Instant::now();
-                    let index = match &answer {
-                        Ok(r) if r.status().as_u16() == 204 => Some(write_index(r)),
-                        _ => None,
-                    };
-                    if let Some(idx) = index {
-                        ack.push((acked - t0).as_secs_f64() * 1000.0);
-                        if i % every == 0 {
-                            // The perf checker looks for the path; the DR checker for the
-                            // write's own WAL index (its X-Vault-Index): both start at once.
-                            let _ = ptx.send((path.clone(), acked, 0));
-                            let _ = dtx.send((path, acked, idx));
-                        }
-                    } else {
-                        errs += 1;
-                    }
-                    i += 1;
-                }
-                (ack, errs)
-            })
-        })
-        .collect();
-    drop((ptx, dtx));
-    let (mut ack, mut errors) = (Vec::new(), 0);
-    for h in writers {
-        let (a, e) = h.join().expect("writer");
-        ack.extend(a);
-        errors += e;
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    let rate = ack.len() as f64 / elapsed;
-    let join = |hs: Vec<std::thread::JoinHandle<Vec<f64>>>| {
-        hs.into_iter()
-            .flat_map(|h| h.join().expect("checker"))
-            .collect::<Vec<_>>()
-    };
+    let w = paced(p, "steady", rate, secs, every, vec![ptx, dtx]);
     Steady {
-        rate,
-        elapsed,
-        errors,
-        ack,
-        perf_lag: join(perf),
-        dr_lag: join(dr),
+        rate: w.rate,
+        elapsed: w.elapsed,
+        errors: w.errors,
+        ack: w.ack,
+        perf_lag: join_lags(perf),
+        dr_lag: join_lags(dr),
     }
-}
-
-/// Result of the Merkle resync phase.
-struct Resync {
-    keys: usize,
-    changed_bytes: u64,
-    secs: f64,
-    sent: u64,
-    received: u64,
-    /// Secondary states in order, with the primary's cluster bytes (sent + received since
-    /// the restart) when each was first seen.
-    states: Vec<(String, u64)>,
 }
 
 /// Merkle resync of a perf secondary kept away while `keys` keys changed (see the module
@@ -307,145 +81,26 @@ fn resync(keys: usize, clients: usize) -> Resync {
     const TUNING: &str = "replication {\n wal_max_entries = 100\n pull_wait_ms = 500\n}\n";
     let value = "v".repeat(100);
     let (p, _) = licensed_with("bench-resync-p", &[], TUNING);
-    let (mut s, extra) = licensed_with("bench-resync-s", &[p.port], TUNING);
+    let (mut s, _) = licensed_with("bench-resync-s", &[p.port], TUNING);
     assert_eq!(
         p.post("sys/mounts/secret", json!({"type": "kv"})).status,
         204
     );
-    let r = p.post("sys/replication/performance/primary/enable", json!({}));
-    assert!(r.status < 300, "enable: {:?}", r.body);
-    let t = p.post(
-        "sys/replication/performance/primary/secondary-token",
-        json!({"id": "resync"}),
-    );
-    let tok = t.body["wrap_info"]["token"].as_str().expect("token");
-    let r = s.post(
-        "sys/replication/performance/secondary/enable",
-        json!({ "token": tok }),
-    );
-    assert!(r.status < 300, "secondary enable: {:?}", r.body);
-    let synced = |s: &Server| {
-        let (ps, ss) = (status(&p), status(s));
-        ss["state"] == "stream-wals"
-            && ss["last_remote_wal"] == ps["last_wal"]
-            && ss["merkle_root"] == ps["merkle_root"]
-    };
+    attach_perf(&p, &s, "resync");
     fill(&p, "base", keys, clients, &value);
-    wait("initial sync", 300, || synced(&s));
-    s.kill9();
-    let (dir, port) = (s.dir.clone(), s.port);
-    fill(&p, "changed", keys, clients, &value);
-    let changed_bytes = (0..keys)
-        .map(|i| {
-            (format!("secret/changed/{i}").len() + json!({ "value": value }).to_string().len())
-                as u64
-        })
-        .sum();
-    let (sent0, recv0) = cluster_bytes(&p);
-    let mut s2 = Server::with_config(&dir, port, &extra);
-    s2.unseal_keys = p.unseal_keys.clone();
-    let t0 = Instant::now();
-    s2.unseal();
-    let mut states: Vec<(String, u64)> = Vec::new();
-    wait("resync", 600, || {
-        let st = status(&s2)["state"].as_str().unwrap_or("").to_string();
-        if states.last().map(|l| &l.0) != Some(&st) {
-            let (sent, recv) = cluster_bytes(&p);
-            states.push((st, sent + recv - sent0 - recv0));
-        }
-        synced(&s2)
-    });
-    let secs = t0.elapsed().as_secs_f64();
-    let (sent1, recv1) = cluster_bytes(&p);
-    let (pdir, sdir) = (p.dir.clone(), s2.dir.clone());
-    drop(p);
-    drop(s2);
-    drop(s);
-    let _ = std::fs::remove_dir_all(pdir);
-    let _ = std::fs::remove_dir_all(sdir);
-    Resync {
-        keys,
-        changed_bytes,
-        secs,
-        sent: sent1 - sent0,
-        received: recv1 - recv0,
-        states,
-    }
-}
-
-fn put(a: &ureq::Agent, s: &Server, path: &str) -> bool {
-    a.put(&format!("{}/v1/{path}", s.addr))
-        .header("X-Vault-Token", &s.root_token)
-        .send_json(json!({"value": "x".repeat(64)}))
-        .map(|r| r.status().as_u16() == 204)
-        .unwrap_or(false)
+    resync_after(&p, &mut s, "changed", keys, &value, clients, 100)
 }
 
 /// `n` sequential acknowledged writes; latencies in ms.
 fn sequential_writes(s: &Server, prefix: &str, n: usize) -> Vec<f64> {
-    let a = agent();
+    let (a, value) = (agent(), "x".repeat(64));
     (0..n)
         .map(|i| {
             let t0 = Instant::now();
-            assert!(put(&a, s, &format!("secret/{prefix}/{i}")), "write");
+            assert!(put(&a, s, &format!("secret/{prefix}/{i}"), &value), "write");
             t0.elapsed().as_secs_f64() * 1000.0
         })
         .collect()
-}
-
-/// `clients` writers for `secs`: (writes/s, p50 ms, p99 ms, errors).
-fn concurrent_writes(s: &Server, prefix: &str, clients: usize, secs: f64) -> (f64, f64, f64, u64) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
-    let handles: Vec<_> = (0..clients)
-        .map(|t| {
-            let stop = stop.clone();
-            let (addr, token, prefix) = (s.addr.clone(), s.root_token.clone(), prefix.to_string());
-            std::thread::spawn(move || {
-                let a = agent();
-                let (mut lat, mut errs, mut i) = (Vec::new(), 0u64, 0u64);
-                while !stop.load(Ordering::Relaxed) {
-                    let t0 = Instant::now();
-                    let ok = a
-                        .put(&format!("{addr}/v1/secret/{prefix}/{t}/{i}"))
-                        .header("X-Vault-Token", &token)
-                        .send_json(json!({"value": "x".repeat(64)}))
-                        .map(|r| r.status().as_u16() == 204)
-                        .unwrap_or(false);
-                    if ok {
-                        lat.push(t0.elapsed().as_secs_f64() * 1000.0);
-                    } else {
-                        errs += 1;
-                    }
-                    i += 1;
-                }
-                (lat, errs)
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_secs_f64(secs));
-    stop.store(true, Ordering::Relaxed);
-    let (mut all, mut errs) = (Vec::new(), 0);
-    for h in handles {
-        let (l, e) = h.join().expect("writer");
-        all.extend(l);
-        errs += e;
-    }
-    let rate = all.len() as f64 / start.elapsed().as_secs_f64();
-    let p50 = percentile(&mut all, 0.5);
-    let p99 = percentile(&mut all, 0.99);
-    (rate, p50, p99, errs)
-}
-
-fn wait(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    panic!("timed out waiting for {what}");
 }
 
 fn main() {
@@ -476,21 +131,7 @@ fn main() {
 
     // Attach a performance secondary.
     eprintln!("attaching a performance secondary");
-    let r = p.post("sys/replication/performance/primary/enable", json!({}));
-    assert!(r.status < 300, "enable: {:?}", r.body);
-    let t = p.post(
-        "sys/replication/performance/primary/secondary-token",
-        json!({"id": "bench"}),
-    );
-    let tok = t.body["wrap_info"]["token"]
-        .as_str()
-        .expect("token")
-        .to_string();
-    let r = s.post(
-        "sys/replication/performance/secondary/enable",
-        json!({ "token": tok }),
-    );
-    assert!(r.status < 300, "secondary enable: {:?}", r.body);
+    attach_perf(&p, &s, "bench");
     wait("initial sync", 120, || {
         let (ps, ss) = (status(&p), status(&s));
         ss["state"] == "stream-wals" && ss["last_remote_wal"] == ps["last_wal"]
@@ -505,7 +146,7 @@ fn main() {
     for i in 0..samples {
         let path = format!("secret/lag/{i}");
         let t0 = Instant::now();
-        assert!(put(&pa, &p, &path), "write");
+        assert!(put(&pa, &p, &path, &"x".repeat(64)), "write");
         let acked = Instant::now();
         ack.push((acked - t0).as_secs_f64() * 1000.0);
         loop {
@@ -671,9 +312,5 @@ fn main() {
             .collect::<Vec<_>>()
             .join(" → ")
     );
-    let (pdir, sdir) = (p.dir.clone(), s.dir.clone());
-    drop(p);
-    drop(s);
-    let _ = std::fs::remove_dir_all(pdir);
-    let _ = std::fs::remove_dir_all(sdir);
+    // Dropping the servers stops them and removes their directories.
 }

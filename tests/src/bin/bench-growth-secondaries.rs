@@ -1,0 +1,163 @@
+//! `bench-growth-secondaries [COUNTS=0,1,2,4,8] [SECONDS=5] [CLIENTS=16] [RATE=500]`: the
+//! primary's write throughput and the replication lag as performance secondaries are
+//! attached, all real `cairn` processes (SQLite, release build) on loopback. Run through
+//! `scripts/bench.sh growth-secondaries`; writes `growth-secondaries.csv` and `.svg`
+//! (see `cairn_tests::growth`).
+//!
+//! One primary; for each count in COUNTS (ascending) secondaries are added until that many
+//! are attached and in sync, then:
+//!
+//! * throughput: CLIENTS concurrent writers for SECONDS, every write checked for its 204;
+//!   the count 0 (replication not enabled) is the baseline of the same run;
+//! * catch-up: time from the end of that phase until every secondary has applied the
+//!   primary's last WAL entry with the same Merkle root;
+//! * lag: paced writers at RATE writes/s for 2 × SECONDS; every 25th acknowledged write is
+//!   sampled, and on every secondary one checker polls (every millisecond) until the value
+//!   reads back there; lag = acknowledgement on the primary → readable, per (write,
+//!   secondary). A value not readable after 30 s fails the run.
+//!
+//! After the lag phase every secondary must again be in sync with equal roots.
+
+use cairn_tests::cluster::generate_root;
+use cairn_tests::growth::{num, percentile, sizes, wait, Table};
+use cairn_tests::replbench::{
+    attach_perf, checkers, concurrent_writes, fill, join_lags, licensed, paced, reads_back, synced,
+    Sample,
+};
+use cairn_tests::Server;
+use serde_json::json;
+use std::sync::mpsc;
+use std::time::Instant;
+
+fn main() {
+    if std::env::var_os("CAIRN_E2E_LOG_LEVEL").is_none() {
+        std::env::set_var("CAIRN_E2E_LOG_LEVEL", "info");
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut counts = sizes(args.first(), &[0, 1, 2, 4, 8]);
+    counts.sort_unstable();
+    let secs: f64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5.0);
+    let clients: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(16);
+    let rate: f64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(500.0);
+    const EVERY: u64 = 25;
+
+    let p = licensed("growth-sec-p", &[]);
+    assert_eq!(
+        p.post("sys/mounts/secret", json!({"type": "kv"})).status,
+        204
+    );
+    // Warm-up, not measured.
+    fill(&p, "warm", 500, clients, &"x".repeat(64));
+    let mut ports = vec![p.port];
+    let mut secs_: Vec<Server> = Vec::new();
+    let mut table = Table::new(
+        "growth-secondaries",
+        &[
+            ("secondaries", "perf secondaries"),
+            ("writes_per_s", "writes/s (CLIENTS writers)"),
+            ("vs_none", "× with none"),
+            ("write_p50_ms", "write p50 (ms)"),
+            ("write_p99_ms", "write p99 (ms)"),
+            ("write_errors", "failed writes"),
+            ("catchup_s", "catch-up after (s)"),
+            ("paced_per_s", "paced writes/s reached"),
+            ("lag_p50_ms", "lag p50 (ms)"),
+            ("lag_p99_ms", "lag p99 (ms)"),
+            ("lag_max_ms", "lag max (ms)"),
+            ("lag_samples", "lag samples"),
+            ("paced_errors", "failed paced writes"),
+        ],
+    );
+    let mut base = 0.0;
+    let mut last = (0.0, 0.0);
+    for &n in &counts {
+        while secs_.len() < n as usize {
+            let id = format!("sec{}", secs_.len());
+            let mut s = licensed(&format!("growth-sec-{id}"), &ports);
+            ports.push(s.port);
+            attach_perf(&p, &s, &id);
+            wait(&format!("{id} in sync"), 600, || synced(&p, &s));
+            // Activation wiped the secondary's own tokens: one for reading back.
+            s.root_token = generate_root(&s, &p.unseal_keys);
+            secs_.push(s);
+        }
+        eprintln!("{n} secondaries: {clients} writers for {secs} s");
+        let (tput, p50, p99, errs) = concurrent_writes(&p, &format!("tput{n}"), clients, secs);
+        let t = Instant::now();
+        for s in &secs_ {
+            wait("catch-up", 600, || synced(&p, s));
+        }
+        let catchup = t.elapsed().as_secs_f64();
+        if n == 0 {
+            base = tput;
+        }
+        eprintln!("{n} secondaries: paced {rate}/s for {} s", secs * 2.0);
+        let mut sinks = Vec::new();
+        let mut hs = Vec::new();
+        for s in &secs_ {
+            let (tx, rx) = mpsc::channel::<Sample>();
+            sinks.push(tx);
+            let (addr, token) = (s.addr.clone(), s.root_token.clone());
+            let value = "x".repeat(64);
+            hs.push(checkers(1, rx, move |a, (path, _, _)| {
+                reads_back(a, &addr, &token, path, &value)
+            }));
+        }
+        let w = paced(&p, &format!("lag{n}"), rate, secs * 2.0, EVERY, sinks);
+        let mut lags: Vec<f64> = hs.into_iter().flat_map(join_lags).collect();
+        for s in &secs_ {
+            wait("in sync after the lag phase", 600, || synced(&p, s));
+        }
+        let (l50, l99) = (percentile(&mut lags, 0.5), percentile(&mut lags, 0.99));
+        let lmax = lags.last().copied().unwrap_or(0.0);
+        let samples = lags.len();
+        let cell = |v: f64| if n == 0 { String::new() } else { num(v, 2) };
+        table.row(vec![
+            n.to_string(),
+            num(tput, 0),
+            num(tput / base.max(1e-9), 2),
+            num(p50, 2),
+            num(p99, 2),
+            errs.to_string(),
+            num(catchup, 2),
+            num(w.rate, 0),
+            cell(l50),
+            cell(l99),
+            cell(lmax),
+            samples.to_string(),
+            w.errors.to_string(),
+        ]);
+        last = (tput / base.max(1e-9), l99);
+    }
+    println!(
+        "Primary throughput with CLIENTS = {clients} concurrent writers for {secs} s; lag at \
+         {rate} paced writes/s for {} s, every {EVERY}th write sampled on every secondary.\n",
+        secs * 2.0
+    );
+    table.finish(&[
+        "--x",
+        "secondaries",
+        "--y",
+        "writes_per_s",
+        "--y2",
+        "lag_p50_ms,lag_p99_ms",
+        "--title",
+        "Primary write throughput and replication lag vs performance secondaries",
+        "--xlabel",
+        "performance secondaries attached",
+        "--ylabel",
+        "acknowledged writes/s",
+        "--y2label",
+        "lag (ms)",
+    ]);
+    if let Some(&n) = counts.last() {
+        println!(
+            "with {n} secondaries: {:.2}× the throughput with none (target ≥ 0.7×: {}); lag p99 \
+             {:.2} ms (target ≤ 50 ms: {})",
+            last.0,
+            if last.0 >= 0.7 { "met" } else { "MISSED" },
+            last.1,
+            if last.1 <= 50.0 { "met" } else { "MISSED" }
+        );
+    }
+}
