@@ -17,7 +17,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FUZZ_DIR="$ROOT/core/fuzz"
-TARGETS=(router json_bodies ldap_filter policy activation peer_msg shamir unauthenticated namespace_isolation snapshot_file)
+TARGETS=(router json_bodies ldap_filter policy activation peer_msg shamir unauthenticated namespace_isolation snapshot_file server_config kv2_bodies forwarded_request)
 
 usage() {
     echo "usage: $0 TARGET|all SECONDS   (targets: ${TARGETS[*]})" >&2

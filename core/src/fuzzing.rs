@@ -10,20 +10,26 @@
 //! and cloned for every input, so inputs are independent and cheap).
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // a broken promise panics: that is the finding
 
+mod forwarded;
 mod harness;
+mod kv2;
 mod ldap;
 mod policy;
 mod replication;
 mod requests;
 mod seal;
+mod server_config;
 mod snapshot_file;
 
+pub use forwarded::forwarded_request;
 pub use harness::{check_response, Harness, ENDPOINTS};
+pub use kv2::kv2_bodies;
 pub use ldap::ldap_filter;
 pub use policy::policy;
 pub use replication::{activation, peer_msg};
 pub use requests::{json_bodies, router};
 pub use seal::shamir;
+pub use server_config::server_config;
 pub use snapshot_file::snapshot_file;
 
 /// Reads structured values off the front of fuzz bytes; past the end everything is empty.

@@ -139,7 +139,7 @@ pub(super) const FIELDS: &[&str] = &[
     "groups",
 ];
 
-fn config() -> NodeConfig {
+pub(super) fn config() -> NodeConfig {
     let mut c = NodeConfig {
         node_id: "fuzz".into(),
         license: crate::license::LicenseState::hosted(),

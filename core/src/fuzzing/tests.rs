@@ -377,6 +377,34 @@ fn snapshot_file_mutants() {
     run_mutants("snapshot_file", 40, snapshot_file);
 }
 
+#[test]
+fn server_config_mutants() {
+    run_mutants("server_config", 3000, server_config);
+}
+
+#[test]
+fn kv2_bodies_mutants() {
+    run_mutants("kv2_bodies", 300, kv2_bodies);
+}
+
+#[test]
+fn forwarded_request_mutants() {
+    run_mutants("forwarded_request", 300, forwarded_request);
+}
+
+#[test]
+fn new_targets_survive_generated_input() {
+    for d in inputs("server_config", 300) {
+        server_config(&d);
+    }
+    for d in inputs("kv2_bodies", 100) {
+        kv2_bodies(&d);
+    }
+    for d in inputs("forwarded_request", 100) {
+        forwarded_request(&d);
+    }
+}
+
 /// Every cargo-fuzz target (core/fuzz/fuzz_targets) is a wrapper over one entry point that
 /// the mutant tests above run, and `scripts/fuzz.sh` knows it: the targets cannot drift
 /// from what CI exercises without the coverage-guided build.
@@ -399,6 +427,12 @@ fn fuzz_targets_wrap_the_entry_points_ci_runs() {
             "cairn_core::isolation::fuzz_namespace_isolation(data)",
         ),
         ("snapshot_file", "cairn_core::fuzzing::snapshot_file(data)"),
+        ("server_config", "cairn_core::fuzzing::server_config(data)"),
+        ("kv2_bodies", "cairn_core::fuzzing::kv2_bodies(data)"),
+        (
+            "forwarded_request",
+            "cairn_core::fuzzing::forwarded_request(data)",
+        ),
     ];
     let root = env!("CARGO_MANIFEST_DIR");
     let mut files: Vec<String> = std::fs::read_dir(format!("{root}/fuzz/fuzz_targets"))
@@ -431,4 +465,27 @@ fn snapshot_reader_survives_generated_input() {
     inputs("snapshot_file", 300)
         .iter()
         .for_each(|d| snapshot_file(d));
+}
+
+/// Regression (found by the `forwarded_request` target): the forward signature covered
+/// neither `Content-Type` nor `X-Vault-Inconsistent`, so a signed forward could be altered
+/// in those two and still be served. Each signed part altered after signing is refused.
+#[test]
+fn a_forward_altered_after_signing_is_refused() {
+    let s = |b: &[u8]| [&[b.len() as u8][..], b].concat();
+    for what in 0u8..9 {
+        // Structured, signed, then altered: a GET of a known endpoint, with the root token.
+        let mut d = vec![7, 0x01, 0, 6];
+        d.extend(s(b""));
+        d.extend([0, 0]); // no body
+        d.extend(s(b"")); // query name
+        d.extend(s(b"")); // query value
+        d.extend(s(b"10.0.0.9:1"));
+        d.extend(s(b""));
+        d.push(what);
+        d.extend(s(b""));
+        if std::panic::catch_unwind(|| forwarded_request(&d)).is_err() {
+            panic!("altering part {what} of a signed forward was not refused");
+        }
+    }
 }
