@@ -334,6 +334,11 @@ pub fn parse(text: &str) -> Result<ServerConfig, ConfigError> {
 }
 
 fn parse_value(text: &str) -> Result<ServerConfig, Refusal> {
+    // The HCL parser recurses per nesting level and operator: refuse what would exhaust
+    // the stack (found by the `server_config` fuzz target) before it parses.
+    if let Some(why) = crate::policy::hcl_too_deep(text, "configuration") {
+        return Err(why.into());
+    }
     let v: Value = hcl::from_str(text).map_err(|e| format!("config is not valid HCL: {e}"))?;
     let top = obj(&v, "config")?;
     let mut c = ServerConfig {
@@ -638,5 +643,18 @@ mod tests {
         .expect_err("zero connections");
         assert_eq!(e.line, Some(5), "{e}");
         assert!(e.msg.contains("cluster_max_connections"), "{e}");
+    }
+
+    /// Regression (`server_config` fuzz target): a deeply nested file overflowed the HCL
+    /// parser's stack (a process abort at start); it is refused with a message.
+    #[test]
+    fn a_deeply_nested_file_is_refused_not_a_crash() {
+        let text = format!(
+            "{STORAGE}x = {}{}\n",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let e = parse(&text).expect_err("too deep");
+        assert!(e.msg.contains("nests deeper"), "{e}");
     }
 }
