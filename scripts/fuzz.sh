@@ -5,7 +5,7 @@
 #
 # Installs cargo-fuzz when missing. Uses a nightly toolchain when rustup has one, else
 # stable with RUSTC_BOOTSTRAP=1 (FUZZ_TOOLCHAIN=stable forces the latter). Build output goes
-# to target/fuzz, the growing corpus to target/fuzz-corpus/<target> (not committed; the
+# to $CARGO_TARGET_DIR/fuzz (target/fuzz when CARGO_TARGET_DIR is unset), the growing corpus to target/fuzz-corpus/<target> (not committed; the
 # committed seeds in core/fuzz/corpus/<target> are read too), crash reproducers to
 # target/fuzz-artifacts/<target>/, logs to target/fuzz-logs/. Prints the executions of each
 # target; exits non-zero when a target crashed, with the reproducer and the replay command.
@@ -17,7 +17,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FUZZ_DIR="$ROOT/core/fuzz"
-TARGETS=(router json_bodies ldap_filter policy activation peer_msg shamir unauthenticated namespace_isolation snapshot_file)
+TARGETS=(router json_bodies ldap_filter policy activation peer_msg shamir unauthenticated namespace_isolation snapshot_file server_config kv2_bodies forwarded_request)
 
 usage() {
     echo "usage: $0 TARGET|all SECONDS   (targets: ${TARGETS[*]})" >&2
@@ -51,7 +51,7 @@ else
     export RUSTC_BOOTSTRAP=1
 fi
 san=${FUZZ_SANITIZER:-none}
-export CARGO_TARGET_DIR="$ROOT/target/fuzz"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/fuzz"
 flags=(-s "$san" --debug-assertions)
 
 cd "$FUZZ_DIR"

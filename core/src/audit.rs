@@ -36,7 +36,7 @@ pub const RETRY_MS: u64 = 1_000;
 
 /// In-memory state of the devices: which failed lately, and enables waiting for their
 /// file to be opened.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct DeviceHealth {
     /// file path → (skip until, why it failed).
     failing: BTreeMap<String, (u64, String)>,

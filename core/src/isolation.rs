@@ -142,6 +142,7 @@ impl Op {
 /// A read that shows the state of another tenant: (token, namespace, method, path).
 type Probe<'a> = (&'a str, Option<&'a str>, Method, &'a str);
 
+#[derive(Clone)]
 pub struct World {
     node: Node<MemStorage>,
     next_id: u64,
@@ -169,6 +170,16 @@ impl Default for World {
 }
 
 impl World {
+    /// A copy of this thread's prototype world (set up once by [`World::new`]): what a fuzz
+    /// input starts from. Nothing an earlier input did is in it, so an input's outcome does
+    /// not depend on the ones before it, and no input pays for the set-up.
+    pub fn fresh() -> World {
+        thread_local! {
+            static PROTOTYPE: World = World::new();
+        }
+        PROTOTYPE.with(World::clone)
+    }
+
     /// The three tenants, set up by the root token.
     pub fn new() -> World {
         let node = Node::dev_in_memory([42; 32], ROOT);
@@ -491,7 +502,7 @@ impl World {
 /// Fuzz entry (target `unauthenticated`): 5 bytes per request (4 for [`Op`], 1 for a
 /// missing or a made-up token); panics when promise 1 breaks.
 pub fn fuzz_unauthenticated(data: &[u8]) {
-    let mut w = World::new();
+    let mut w = World::fresh();
     for c in data.chunks_exact(5).take(32) {
         if let Err(e) = w.unauthenticated(Op::from_bytes([c[0], c[1], c[2], c[3]]), c[4] & 1 == 1) {
             panic!("{e}");
@@ -507,7 +518,7 @@ pub fn fuzz_namespace_isolation(data: &[u8]) {
         .take(24)
         .map(|c| Op::from_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    if let Err(e) = World::new().tenant(&ops) {
+    if let Err(e) = World::fresh().tenant(&ops) {
         panic!("{e}");
     }
 }
@@ -569,7 +580,7 @@ mod tests {
                 .take(20)
                 .map(|(a, b, c, d)| Op::from_bytes([a, b, c, d]))
                 .collect();
-            match World::new().tenant(&ops) {
+            match World::fresh().tenant(&ops) {
                 Ok(()) => TestResult::passed(),
                 Err(e) => TestResult::error(e),
             }
@@ -582,7 +593,7 @@ mod tests {
     #[test]
     fn quickcheck_unauthenticated_sequences_change_nothing() {
         fn prop(ops: Vec<(u8, u8, u8, u8, bool)>) -> TestResult {
-            let mut w = World::new();
+            let mut w = World::fresh();
             for (a, b, c, d, g) in ops.into_iter().take(20) {
                 if let Err(e) = w.unauthenticated(Op::from_bytes([a, b, c, d]), g) {
                     return TestResult::error(e);
@@ -598,7 +609,7 @@ mod tests {
     #[test]
     fn quickcheck_a_refused_request_leaves_storage_byte_identical() {
         fn prop(ops: Vec<(u8, u8, u8, u8, u8, u8)>) -> TestResult {
-            let mut w = World::new();
+            let mut w = World::fresh();
             for (a, b, c, d, who, wrap) in ops.into_iter().take(25) {
                 if let Err(e) = w.refused_changes_nothing(Op::from_bytes([a, b, c, d]), who, wrap) {
                     return TestResult::error(e);

@@ -38,6 +38,7 @@ pub mod replication;
 pub mod router;
 pub mod routes;
 pub mod seal;
+pub mod server_config;
 pub mod snapshot;
 pub mod storage;
 pub mod sys;

@@ -22,7 +22,7 @@ const MAX_CLASSES: usize = 256;
 /// Content type of the Prometheus text exposition format.
 pub const PROMETHEUS: &str = "text/plain; version=0.0.4";
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Inflight {
     method: &'static str,
     class: String,
@@ -33,7 +33,7 @@ struct Inflight {
 }
 
 /// Counters and requests waiting for their response.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Observability {
     /// (method, path class, status) → count.
     pub requests: BTreeMap<(String, String, u16), u64>,

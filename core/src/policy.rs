@@ -116,7 +116,13 @@ pub const MAX_DEPTH: usize = 64;
 /// Why `text` is too deep for the HCL parser, if it is: `[`, `{`, `(` nesting outside
 /// strings and comments, operators outside strings and comments, or template
 /// interpolations (`${`, `%{`) anywhere.
-fn too_deep(text: &str) -> Option<String> {
+pub(crate) fn too_deep(text: &str) -> Option<String> {
+    hcl_too_deep(text, "policy")
+}
+
+/// [`too_deep`] for any HCL text; `what` names it in the message (the server configuration
+/// file goes through the same parser).
+pub(crate) fn hcl_too_deep(text: &str, what: &str) -> Option<String> {
     let b = text.as_bytes();
     let (mut depth, mut ops, mut templates) = (0usize, 0usize, 0usize);
     let mut in_str = false;
@@ -156,16 +162,16 @@ fn too_deep(text: &str) -> Option<String> {
             }
         }
         if depth > MAX_DEPTH {
-            return Some(format!("the policy nests deeper than {MAX_DEPTH} levels"));
+            return Some(format!("the {what} nests deeper than {MAX_DEPTH} levels"));
         }
         if ops > MAX_DEPTH {
             return Some(format!(
-                "the policy has more than {MAX_DEPTH} operators (a policy needs none)"
+                "the {what} has more than {MAX_DEPTH} operators (it needs none)"
             ));
         }
         if templates > MAX_DEPTH {
             return Some(format!(
-                "the policy has more than {MAX_DEPTH} template interpolations"
+                "the {what} has more than {MAX_DEPTH} template interpolations"
             ));
         }
         i += 1;

@@ -284,8 +284,13 @@ fn start(a: &ServerArgs) -> Result<(Core, Option<tempfile::TempDir>), String> {
     };
     let core = Core::start_with(storage, node_config, 8, lease)
         .map_err(|e| format!("storage \"postgresql\": the leadership lease: {e}"))?;
-    crate::cluster::serve(cluster, core.clone(), 8, cfg.connection_limits)
-        .map_err(|e| format!("cluster listener: {e}"))?;
+    crate::cluster::serve(
+        cluster,
+        core.clone(),
+        8,
+        config::tiny_limits(cfg.cluster_connection_limits),
+    )
+    .map_err(|e| format!("cluster listener: {e}"))?;
     // Dev mode sets itself up before the API answers: whoever waits for the API (a script
     // polling sys/health) then finds the server unsealed and the token file written.
     let addr = api
@@ -315,7 +320,7 @@ fn start(a: &ServerArgs) -> Result<(Core, Option<tempfile::TempDir>), String> {
         ApiOptions {
             max_body: cfg.max_request_size,
             threads: 32,
-            limits: cfg.connection_limits,
+            limits: config::tiny_limits(cfg.connection_limits),
         },
     )?;
     log::info!("API listening on {scheme}://{addr}");

@@ -61,6 +61,21 @@ fn hello_answer(addr: &str, version: u16) -> Vec<u8> {
     out
 }
 
+/// How long the TLS listener at `addr` takes to answer a new connection's TLS 1.2
+/// ClientHello with a ServerHello (`None`: it answered something else, or nothing in 3 s).
+pub fn server_hello_time(addr: &str) -> Option<std::time::Duration> {
+    let t = std::time::Instant::now();
+    let a = hello_answer(addr, 0x0303);
+    (a.len() >= 6 && a[0] == 0x16 && a[5] == 2).then(|| t.elapsed())
+}
+
+/// The first bytes of a TLS 1.2 ClientHello record, for a client that never finishes it.
+pub fn client_hello_prefix(n: usize) -> Vec<u8> {
+    let mut h = client_hello(0x0303);
+    h.truncate(n);
+    h
+}
+
 /// Asserts the TLS listener at `addr` refuses TLS 1.0 and 1.1 with a `protocol_version` alert
 /// and answers the same hello offering TLS 1.2 with a TLS 1.2 ServerHello (the control: the
 /// hello is well formed and only its version is refused).

@@ -173,6 +173,7 @@ pub(crate) struct Pending {
 }
 
 /// Node state that handlers may change besides storage.
+#[derive(Clone)]
 pub struct NodeState {
     pub config: NodeConfig,
     pub outputs: VecDeque<Output>,
@@ -216,6 +217,7 @@ pub struct NodeState {
     pub(crate) snapshot_index: Option<String>,
 }
 
+#[derive(Clone)]
 pub struct Node<S: Storage> {
     storage: S,
     rng: ChaCha20Rng,

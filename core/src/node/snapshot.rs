@@ -23,7 +23,7 @@ use crate::storage::{Storage, Write};
 
 /// What the route's handler decided; the node carries it out with its storage once the
 /// request was authorized and its other writes (a spent token use) were committed.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum SnapshotOp {
     Save,
     Restore(Box<Snapshot>),

@@ -133,6 +133,13 @@ impl<S: Storage> Node<S> {
         }
     }
 
+    /// The signature a standby of this cluster puts on `req` when it forwards it (`None`
+    /// while sealed): what the fuzz target `forwarded_request` signs its hostile requests
+    /// with, so that they get past the check to the handlers.
+    pub(crate) fn forward_signature(&self, req: &Request) -> Option<String> {
+        self.st.repl.barrier_key.map(|k| ha::forward_mac(&k, req))
+    }
+
     /// A request that says it was forwarded must carry a valid signature of this cluster
     /// (and this node must be in an HA cluster); one that does not say so passes.
     pub(super) fn forwarded_ok(&self, req: &Request) -> bool {

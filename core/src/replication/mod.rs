@@ -181,7 +181,7 @@ impl Phase {
 }
 
 /// In-memory runtime of a secondary.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct SecRt {
     pub phase: Phase,
     pub inflight: Option<u64>,
@@ -213,7 +213,7 @@ pub(crate) struct SecRt {
     pub diffs: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct ModeRt {
     pub role: RoleState,
     pub sec: SecRt,
@@ -268,7 +268,7 @@ pub(crate) enum Call {
 }
 
 /// Replication state of a node (in memory; the durable parts live in storage).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Replication {
     loaded: bool,
     roles_loaded: bool,

@@ -60,7 +60,7 @@ pub(crate) enum Kind {
     Check,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Stage {
     /// Reading every key into the fresh trees.
     Scanning,
@@ -68,7 +68,7 @@ enum Stage {
     Diffing(Box<Diffing>),
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Diffing {
     buckets: BTreeSet<(merkle::SubtreeId, u32)>,
     /// Latest WAL entry of each key in those buckets.
@@ -80,7 +80,7 @@ struct Diffing {
 }
 
 /// The latest WAL entry of a key, as `diff` compares it with the stored value.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct LastWrite {
     /// The entry's WAL index.
     index: u64,
@@ -91,7 +91,7 @@ struct LastWrite {
 }
 
 /// A scan in progress.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Job {
     kind: Kind,
     /// The request waiting for the result (none for a reindex resumed after a restart).
@@ -143,7 +143,7 @@ pub struct CheckRecord {
 }
 
 /// Background work state kept by [`super::Replication`].
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Jobs {
     pub job: Option<Job>,
     /// Records still to write after a reindex with `skip_flush`.

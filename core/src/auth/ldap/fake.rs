@@ -44,7 +44,7 @@ impl Entry {
 }
 
 /// The fake directory.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct FakeDirectory {
     entries: Vec<Entry>,
     /// Whether anonymous (unbound) clients may search.

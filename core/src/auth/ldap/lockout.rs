@@ -53,7 +53,7 @@ pub struct Count {
 }
 
 /// In-memory failure counts by (mount accessor, alias).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Failures {
     map: BTreeMap<(String, String), Count>,
 }

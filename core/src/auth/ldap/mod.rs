@@ -56,7 +56,7 @@ pub const MAX_ACTIVE_LOGINS: usize = 4096;
 pub const MAX_NAME_LEN: usize = 512;
 
 /// A request waiting for the directory.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Waiting {
     pub request_id: RequestId,
     /// Set for a token renewal's re-check; `None` for a login.
@@ -67,7 +67,7 @@ pub struct Waiting {
 
 /// Logins (and renewal look-ups) in progress, keyed by the op id of the call each waits
 /// for, and the failure counts of the user lockout.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Logins {
     pub active: BTreeMap<OpId, Waiting>,
     next_op: OpId,

@@ -22,7 +22,7 @@ use serde_json::json;
 use std::collections::BTreeSet;
 
 /// What a renewal waiting for the directory needs to finish.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Renewal {
     /// The token's secret id (for the response), never logged.
     pub token: Secret,
