@@ -87,15 +87,7 @@ impl Member {
 
 /// A secondary activation token of mode `mode` from the primary `p` (noted as a secret).
 pub fn secondary_token(p: &Server, mode: &str, id: &str) -> String {
-    let b = ok(
-        200,
-        p.post(
-            &format!("sys/replication/{mode}/primary/secondary-token"),
-            json!({ "id": id }),
-        ),
-        "secondary-token",
-    );
-    let t = b["wrap_info"]["token"].as_str().expect("token").to_string();
+    let t = crate::cluster::token(p, mode, id);
     note_secret(&t);
     t
 }
