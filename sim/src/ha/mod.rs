@@ -21,8 +21,9 @@
 //! bug (`--plant-fault skip-fence-check`: the store forgets the epoch check) must be caught.
 //!
 //! Half of the clusters are performance and DR replication primaries with one secondary of
-//! each kind ([`secondaries`]): they stream from the active node through every failover, and
-//! once faults heal they reach its Merkle root (`secondary-converges`).
+//! each kind ([`secondaries`]): they stream from the active node through every failover,
+//! crash now and then themselves (restarted sealed, unsealed with the primary's key shares),
+//! and once faults heal they reach its Merkle root (`secondary-converges`).
 
 mod secondaries;
 
@@ -474,6 +475,23 @@ impl HaWorld {
     }
 
     fn fault(&mut self) {
+        // Now and then an activated secondary crashes: it restarts sealed, is unsealed with
+        // the primary's key shares (its keyring since the activation) and must resume and
+        // converge like the others.
+        let enabled: Vec<usize> = self
+            .secs
+            .iter()
+            .filter(|s| s.enabled)
+            .map(|s| s.node)
+            .collect();
+        if !enabled.is_empty() && self.rng.chance(150) {
+            let i = enabled[self.rng.below(enabled.len() as u64) as usize];
+            if self.nodes[i].host.is_up() {
+                let what = self.crash(i);
+                self.trace.log(self.now, &format!("{what} (a secondary)"));
+            }
+            return;
+        }
         // Faults of the active node are the ones failover is about: most faults hit it.
         let i = match self.active_node() {
             Some(a) if self.rng.chance(600) => a,
@@ -485,16 +503,7 @@ impl HaWorld {
                 if !self.nodes[i].host.is_up() {
                     return;
                 }
-                self.crashes += 1;
-                let h = &mut self.nodes[i];
-                // The node and its uncommitted writes vanish; what it held is never sent.
-                let _ = h.host.crash();
-                h.inbox.clear();
-                let waiting = std::mem::take(&mut h.waiting);
-                self.calls_broken_by_crash(i, waiting);
-                let d = self.rng.range(500, 5_000);
-                self.at(d, Ev::Restart(i));
-                format!("crash node {i} (restart in {d} ms)")
+                self.crash(i)
             }
             1 => {
                 // Paused past the lease, often in the middle of a batch's commit.
@@ -524,6 +533,20 @@ impl HaWorld {
             _ => "no fault".to_string(),
         };
         self.trace.log(self.now, &what);
+    }
+
+    /// Crashes node `i` (up) and schedules its restart; what happened, for the trace.
+    fn crash(&mut self, i: usize) -> String {
+        self.crashes += 1;
+        let h = &mut self.nodes[i];
+        // The node and its uncommitted writes vanish; what it held is never sent.
+        let _ = h.host.crash();
+        h.inbox.clear();
+        let waiting = std::mem::take(&mut h.waiting);
+        self.calls_broken_by_crash(i, waiting);
+        let d = self.rng.range(500, 5_000);
+        self.at(d, Ev::Restart(i));
+        format!("crash node {i} (restart in {d} ms)")
     }
 
     /// Moves node `i`'s pending commit and wake-up to after its pause.
