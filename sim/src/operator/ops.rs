@@ -251,17 +251,6 @@ pub fn dir_universe() -> Vec<String> {
     v
 }
 
-fn method_name(m: Method) -> &'static str {
-    match m {
-        Method::Get => "GET",
-        Method::List => "LIST",
-        Method::Put => "PUT",
-        Method::Post => "POST",
-        Method::Delete => "DELETE",
-        Method::Patch => "PATCH",
-    }
-}
-
 impl Op {
     /// The HTTP request for this op; `None` for [`Op::DevSetup`].
     pub fn request(&self, id: RequestId) -> Option<Request> {
@@ -503,7 +492,7 @@ impl Op {
             ),
             Op::LookupSelf { tok } => format!("GET auth/token/lookup-self tok={}", tok.label),
             Op::Probe { tok, method, path } => {
-                format!("{} {path} tok={} (probe)", method_name(*method), tok.label)
+                format!("{} {path} tok={} (probe)", method.as_str(), tok.label)
             }
             Op::TenantSetup { tok, step } => match step {
                 TenantStep::Namespace => {
@@ -531,7 +520,7 @@ impl Op {
                 };
                 format!(
                     "{} {} ns={} tok={}{body} (tenant probe)",
-                    method_name(reach.method),
+                    reach.method.as_str(),
                     reach.path,
                     if reach.in_tenant { TENANT } else { "-" },
                     tok.label
