@@ -31,6 +31,7 @@ mod primary;
 pub mod reindex;
 mod secondary;
 pub mod state;
+mod subtree_scan;
 pub mod tls;
 pub mod version;
 pub mod wal;
@@ -98,6 +99,9 @@ pub struct ReplicationConfig {
     pub batch_entries: u32,
     /// Most keys per Merkle sync fetch.
     pub fetch_batch: usize,
+    /// Most of a secondary's own leaves one Merkle sync request carries (a window of its
+    /// keys after the cursor; the primary answers for that range only).
+    pub sync_window: usize,
     /// A peer not heard from for this long counts as disconnected.
     pub heartbeat_timeout_ms: u64,
     /// Keys read per step of a reindex or Merkle check (one step per millisecond at most,
@@ -117,6 +121,7 @@ impl Default for ReplicationConfig {
             pull_wait_ms: 2_000,
             batch_entries: 512,
             fetch_batch: 512,
+            sync_window: 16 * 1024,
             heartbeat_timeout_ms: 10_000,
             scan_chunk: 512,
             defer_merkle_ms: DEFER_MERKLE_MS,

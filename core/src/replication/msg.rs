@@ -59,12 +59,15 @@ pub enum PeerBody {
     /// Subpage sums of pages.
     MerkleSubpages { want: Vec<(SubtreeRef, Vec<u16>)> },
     /// What the secondary holds in some buckets of one subtree (its keys after `after`, a
-    /// key relative to the subtree's storage prefix); answered with [`PeerAnswer::Synced`]:
-    /// at most `max_values` of the primary's keys there that the secondary lacks, and which
+    /// key relative to the subtree's storage prefix, up to and including `until` when it
+    /// sends only a window of them); answered with [`PeerAnswer::Synced`]: at most
+    /// `max_values` of the primary's keys in that range that the secondary lacks, and which
     /// of the secondary's keys the primary does not hold.
     MerkleSync {
         subtree: SubtreeRef,
         after: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        until: Option<String>,
         max_values: u32,
         holdings: Holdings,
     },
@@ -143,11 +146,16 @@ pub enum PeerAnswer {
     Subpages {
         subpages: Vec<(SubtreeRef, u16, Hashes)>,
     },
-    /// The answer to [`PeerBody::MerkleSync`]; with `more`, the values stopped at a limit:
-    /// ask again after the last one.
+    /// The answer to [`PeerBody::MerkleSync`]. `upto`: the end of the key range the answer
+    /// covers (the primary read all its keys after the request's `after` up to and
+    /// including it; `None`: to the end of the subtree); the `stale` positions count only
+    /// for the secondary's keys in that range. With `more`, ask again after `upto` (after
+    /// the last value when a primary sends no `upto`).
     Synced {
         batch: SyncBatch,
         more: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upto: Option<String>,
     },
     /// The primary's answer to a [`PeerBody::Forward`], as its client would have had it.
     Forwarded {
@@ -639,11 +647,13 @@ mod tests {
                 body: PeerBody::MerkleSync {
                     subtree: (TreeKind::Local, "logical/u".into()),
                     after: values.first().map(|v| v.0.clone()),
+                    until: values.last().map(|v| v.0.clone()),
                     max_values: 7,
                     holdings: holdings(buckets, leaves),
                 },
             };
-            let a = PeerAnswer::Synced { batch: batch(stale, values), more };
+            let upto = more.then(|| values.last().map(|v| v.0.clone())).flatten();
+            let a = PeerAnswer::Synced { batch: batch(stale, values), more, upto };
             let m_json = serde_json::to_vec(&m).unwrap();
             let a_json = serde_json::to_vec(&a).unwrap();
             PeerMsg::from_wire(&m.clone().into_wire().unwrap()).as_ref() == Ok(&m)
@@ -687,6 +697,7 @@ mod tests {
         let a = PeerAnswer::Synced {
             batch: SyncBatch::default(),
             more: false,
+            upto: None,
         };
         let w = a.clone().into_wire().unwrap();
         let json = br#"{"op":"synced","batch":"","more":false}"#;

@@ -10,6 +10,7 @@ use super::msg::{
     SyncBatch,
 };
 use super::state::{Role, SecondaryRecord};
+use super::subtree_scan::SubtreeScan;
 use super::wal::{self, WalEntry};
 use super::{Env, Live, Mode, Waiter};
 use crate::api::ApiResult;
@@ -269,11 +270,13 @@ fn answer(env: &mut Env, id: u64, msg: PeerMsg) -> ApiResult<Option<PeerAnswer>>
         PeerBody::MerkleSync {
             subtree: (k, sid),
             after,
+            until,
             max_values,
             holdings,
         } => {
             if view.subtree_ok(k, &sid) {
-                sync_batch(env, k, &sid, after.as_deref(), max_values, &holdings)?
+                let range = (after.as_deref(), until.as_deref());
+                sync_batch(env, k, &sid, range, max_values, &holdings)?
             } else {
                 error(
                     "bad-request",
@@ -290,58 +293,72 @@ const SYNC_MAX_VALUES: u32 = 1 << 16;
 /// A [`PeerAnswer::Synced`] stops adding values past this many key and value bytes.
 const SYNC_MAX_BYTES: usize = 4 << 20;
 
-/// Answers a [`PeerBody::MerkleSync`]: compares the secondary's short leaves with this
-/// primary's keys in the same buckets (after `after`) and returns, in key order, the values
-/// the secondary lacks (up to the limits: `more` then says to ask again after the last one)
-/// and which of its leaves this primary does not hold.
+/// Answers a [`PeerBody::MerkleSync`]: compares the secondary's short leaves in the request's
+/// range (after `after`, up to `until` when the secondary sent a window) with this primary's
+/// keys in the same buckets and range, read in key order from the cursor on, and returns the
+/// values the secondary lacks (up to the limits: `more` then says to ask again after
+/// `upto`), which of its leaves this primary does not hold, and the end of the range read
+/// (`upto`): a stale position counts only for a key up to there. A round reads what it
+/// covers, never the whole subtree.
 fn sync_batch(
     env: &mut Env,
     kind: TreeKind,
     sid: &str,
-    after: Option<&str>,
+    (after, until): (Option<&str>, Option<&str>),
     max_values: u32,
     holdings: &Holdings,
 ) -> ApiResult<PeerAnswer> {
     let uuids = env.st.repl.local_uuids.clone();
     let prefix = class::subtree_prefix(sid).unwrap_or_default();
-    // (relative key, short leaf, stored bytes), in key order.
-    let mut ours: Vec<(String, msg::ShortLeaf, Vec<u8>)> =
-        subtree_entries(&*env.storage, &uuids, kind, sid, Some(&holdings.buckets))?
-            .into_iter()
-            .map(|(k, v)| {
-                let l = msg::short_leaf(&merkle::leaf(&k, &v));
-                (relative(&prefix, k), l, v)
-            })
-            .filter(|(k, _, _)| after.is_none_or(|a| k.as_str() > a))
-            .collect();
-    ours.sort();
-    let held: BTreeSet<&msg::ShortLeaf> = ours.iter().map(|(_, l, _)| l).collect();
+    let theirs: BTreeSet<&msg::ShortLeaf> = holdings.leaves.iter().collect();
+    let max = max_values.clamp(1, SYNC_MAX_VALUES) as usize;
+    let mut held: BTreeSet<msg::ShortLeaf> = BTreeSet::new();
+    let mut values = Vec::new();
+    let mut bytes = 0usize;
+    let mut more = false;
+    let mut upto: Option<String> = None;
+    let mut scan = SubtreeScan::new(
+        &*env.storage,
+        &uuids,
+        kind,
+        sid,
+        Some(&holdings.buckets),
+        after,
+    );
+    while let Some((key, v)) = scan.next_entry()? {
+        let l = msg::short_leaf(&merkle::leaf(&key, &v));
+        let rel = relative(&prefix, key);
+        if until.is_some_and(|u| rel.as_str() > u) {
+            break;
+        }
+        if !theirs.contains(&l) {
+            if values.len() >= max || bytes >= SYNC_MAX_BYTES {
+                more = true;
+                break;
+            }
+            bytes += rel.len() + v.len();
+            values.push((rel.clone(), v));
+        }
+        held.insert(l);
+        upto = Some(rel);
+    }
+    if !more {
+        // The whole range was read: to the end of the secondary's window (it holds more
+        // after it: `more`), or to the end of the subtree.
+        upto = until.map(str::to_string);
+        more = upto.is_some();
+    }
     let stale = holdings
         .leaves
         .iter()
         .enumerate()
-        .filter(|(_, l)| !held.contains(l))
+        .filter(|(_, l)| !held.contains(*l))
         .map(|(i, _)| i as u32)
         .collect();
-    let theirs: BTreeSet<&msg::ShortLeaf> = holdings.leaves.iter().collect();
-    let max = max_values.clamp(1, SYNC_MAX_VALUES) as usize;
-    let mut values = Vec::new();
-    let mut bytes = 0usize;
-    let mut more = false;
-    for (k, l, v) in ours {
-        if theirs.contains(&l) {
-            continue;
-        }
-        if values.len() >= max || bytes >= SYNC_MAX_BYTES {
-            more = true;
-            break;
-        }
-        bytes += k.len() + v.len();
-        values.push((k, v));
-    }
     Ok(PeerAnswer::Synced {
         batch: SyncBatch { stale, values },
         more,
+        upto,
     })
 }
 

@@ -22,8 +22,9 @@ use super::msg::{
     self, Hashes, Holdings, PeerAnswer, PeerAuth, PeerBody, PeerMsg, PeerSend, SubtreeRef,
     SyncBatch,
 };
-use super::primary::{kinds, subtree_entries, subtree_keys};
+use super::primary::{kinds, relative, subtree_entries, subtree_keys};
 use super::state::{Bundle, Creds, Role, RoleState};
+use super::subtree_scan::SubtreeScan;
 use super::wal::{self, WalEntry};
 use super::{commit_changes, Call, Change, Env, Mode, Origin, Phase, SecRt};
 use crate::api::{ApiError, ApiResult, Reply, RequestId};
@@ -310,7 +311,7 @@ fn advance(env: &mut Env, mode: Mode, a: PeerAnswer) -> ApiResult<()> {
         PeerAnswer::Roots { info, index, roots } => on_roots(env, mode, info, index, roots)?,
         PeerAnswer::Pages { pages } => on_pages(env, mode, pages)?,
         PeerAnswer::Subpages { subpages } => on_subpages(env, mode, subpages)?,
-        PeerAnswer::Synced { batch, more } => on_synced(env, mode, batch, more)?,
+        PeerAnswer::Synced { batch, more, upto } => on_synced(env, mode, batch, more, upto)?,
         PeerAnswer::Error { .. } | PeerAnswer::Forwarded { .. } => {}
     }
     Ok(())
@@ -501,8 +502,8 @@ fn start_sync(env: &mut Env, mode: Mode) -> ApiResult<()> {
     sync_next(env, mode)
 }
 
-/// Sends what we hold in the buckets of the first subtree still to synchronise (after the
-/// cursor), or finishes when none is left.
+/// Sends what we hold in the buckets of the first subtree still to synchronise (a window of
+/// our keys after the cursor), or finishes when none is left.
 fn sync_next(env: &mut Env, mode: Mode) -> ApiResult<()> {
     let rt = env.st.repl.mode(mode);
     let Some((r, buckets)) = rt
@@ -516,18 +517,32 @@ fn sync_next(env: &mut Env, mode: Mode) -> ApiResult<()> {
     let after = rt.sec.after.clone();
     let uuids = env.st.repl.local_uuids.clone();
     let prefix = class::subtree_prefix(&r.1).unwrap_or_default();
-    let mut mine: Vec<(String, msg::ShortLeaf)> =
-        subtree_keys(&*env.storage, &uuids, r.0, &r.1, Some(&buckets))?
-            .into_iter()
-            .map(|(k, h)| (k, msg::short_leaf(&h)))
-            .filter(|(k, _)| {
-                after
-                    .as_deref()
-                    .is_none_or(|a| k.strip_prefix(&prefix).is_none_or(|rel| rel > a))
-            })
-            .collect();
-    mine.sort();
-    let (sent, leaves): (Vec<String>, Vec<msg::ShortLeaf>) = mine.into_iter().unzip();
+    let mut sent = Vec::new();
+    let mut leaves = Vec::new();
+    // A window of our keys (`sync_window`, 16,384 leaves by default: 128 KiB): the primary
+    // answers for that range only, so a round costs what it covers however many keys the
+    // subtree holds; where its answer stops short (its limit of values), the next window
+    // starts.
+    let window = env.cfg().sync_window.max(1);
+    let mut scan = SubtreeScan::new(
+        &*env.storage,
+        &uuids,
+        r.0,
+        &r.1,
+        Some(&buckets),
+        after.as_deref(),
+    );
+    while sent.len() < window {
+        let Some((k, v)) = scan.next_entry()? else {
+            break;
+        };
+        leaves.push(msg::short_leaf(&merkle::leaf(&k, &v)));
+        sent.push(k);
+    }
+    // A full window: the primary answers up to its last key only.
+    let until = (sent.len() >= window)
+        .then(|| sent.last().map(|k| relative(&prefix, k.clone())))
+        .flatten();
     let max_values = env.cfg().fetch_batch.clamp(1, u32::MAX as usize) as u32;
     env.st.repl.mode_mut(mode).sec.sent = sent;
     send(
@@ -536,6 +551,7 @@ fn sync_next(env: &mut Env, mode: Mode) -> ApiResult<()> {
         PeerBody::MerkleSync {
             subtree: r,
             after,
+            until,
             max_values,
             holdings: Holdings { buckets, leaves },
         },
@@ -546,7 +562,13 @@ fn sync_next(env: &mut Env, mode: Mode) -> ApiResult<()> {
 /// The primary's answer for the first subtree still to synchronise: delete what it does not
 /// hold, write what it sent, then continue after the last value (`more`) or with the next
 /// subtree.
-fn on_synced(env: &mut Env, mode: Mode, batch: SyncBatch, more: bool) -> ApiResult<()> {
+fn on_synced(
+    env: &mut Env,
+    mode: Mode,
+    batch: SyncBatch,
+    more: bool,
+    upto: Option<String>,
+) -> ApiResult<()> {
     let uuids = env.st.repl.local_uuids.clone();
     let rt = env.st.repl.mode_mut(mode);
     let sent = std::mem::take(&mut rt.sec.sent);
@@ -561,9 +583,16 @@ fn on_synced(env: &mut Env, mode: Mode, batch: SyncBatch, more: bool) -> ApiResu
         let key = sent
             .get(i as usize)
             .ok_or_else(|| ApiError::bad(format!("merkle sync: no key at position {i}")))?;
+        // Past the range the primary read, its answer says nothing about a key yet.
+        if upto
+            .as_deref()
+            .is_some_and(|u| key.strip_prefix(prefix.as_str()).unwrap_or(key) > u)
+        {
+            continue;
+        }
         writes.insert(key.clone(), None);
     }
-    let last = batch.values.last().map(|(k, _)| k.clone());
+    let last = upto.or_else(|| batch.values.last().map(|(k, _)| k.clone()));
     for (rel, v) in batch.values {
         let key = format!("{prefix}{rel}");
         if class::subtree(&key) != *sid || class::classify(&key, &uuids) == Class::NodeLocal {
@@ -591,13 +620,18 @@ fn on_synced(env: &mut Env, mode: Mode, batch: SyncBatch, more: bool) -> ApiResu
     rt.sec.sync_done += n;
     rt.sec.sync_total = rt.sec.sync_done;
     match (more, last) {
+        (true, Some(k)) if rt.sec.after.as_deref().is_some_and(|a| k.as_str() <= a) => {
+            return Err(ApiError::bad(format!(
+                "merkle sync: the primary's answer ends at {k:?}, not past the cursor"
+            )))
+        }
         (true, Some(k)) => {
             rt.sec.after = Some(k);
             rt.sec.sync_total += batch_size;
         }
         (true, None) => {
             return Err(ApiError::bad(
-                "merkle sync: the primary announced more values but sent none",
+                "merkle sync: the primary announced more values but sent none and no range end",
             ))
         }
         (false, _) => {

@@ -40,6 +40,7 @@ fn cfg(i: usize) -> NodeConfig {
             },
             pull_wait_ms: 500,
             fetch_batch: 3,
+            sync_window: 12,
             ..Default::default()
         },
         license: crate::license::LicenseState::hosted(),
@@ -1287,3 +1288,70 @@ fn identity_data_streams_to_perf_and_dr_secondaries() {
 mod forwarding;
 
 mod restore;
+
+/// A Merkle sync larger than one window of the secondary's leaves (`sync_window` 12) converges: a fresh secondary's first sync, and a resync where most of the
+/// secondary's keys were deleted, changed or joined by new ones, so that stale keys sit on
+/// both sides of where each answer's range ends.
+#[test]
+fn merkle_sync_in_windows_converges_on_first_sync_and_heavy_resync() {
+    let (mut net, roots) = Net::new(3);
+    let r0 = roots[0].clone();
+    net.ok(0, &r0, Method::Put, "secret/seed", json!({"v": 0}));
+    let uuid = kv_mount_uuid(&net.nodes[0]);
+    let prefix = format!("logical/{uuid}/");
+    for i in 0..400 {
+        net.ok(
+            0,
+            &r0,
+            Method::Put,
+            &format!("secret/w{i:03}"),
+            json!({"v": 1}),
+        );
+    }
+    net.enable_primary(0, &r0, "performance");
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.run_for(20_000);
+    let s1 = net.status(1, "performance");
+    assert_eq!(s1["state"], "stream-wals", "{s1}");
+    assert_eq!(net.data_keys(1, &prefix), net.data_keys(0, &prefix));
+    assert!(net.ops["merkle-sync"] >= 400 / 3, "{:?}", net.ops);
+
+    net.down.insert(1);
+    for i in 0..400 {
+        let k = format!("secret/w{i:03}");
+        match i % 4 {
+            0 | 1 => {
+                net.ok(0, &r0, Method::Delete, &k, json!({}));
+            }
+            2 => {
+                net.ok(0, &r0, Method::Put, &k, json!({"v": 2}));
+            }
+            _ => {}
+        }
+    }
+    for i in 0..150 {
+        net.ok(
+            0,
+            &r0,
+            Method::Put,
+            &format!("secret/n{i:03}"),
+            json!({"v": 3}),
+        );
+    }
+    net.run_for(3_000);
+    net.down.clear();
+    // A third cluster's first sync meanwhile.
+    net.activate(0, &r0, 2, &roots[2], "performance", "perf2");
+    net.run_for(30_000);
+    for s in [1, 2] {
+        let st = net.status(s, "performance");
+        assert_eq!(st["state"], "stream-wals", "{s}: {st}");
+        assert_eq!(
+            st["merkle_root"],
+            net.status(0, "performance")["merkle_root"]
+        );
+        assert_eq!(net.data_keys(s, &prefix), net.data_keys(0, &prefix), "{s}");
+    }
+    // The seed, half of the 400 and the 150 new ones.
+    assert_eq!(net.data_keys(1, &prefix).len(), 1 + 400 / 2 + 150);
+}

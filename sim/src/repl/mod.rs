@@ -515,6 +515,7 @@ impl ReplWorld {
                 pull_wait_ms: self.params.pull_wait_ms,
                 batch_entries: self.params.batch_entries,
                 fetch_batch: self.params.fetch_batch,
+                sync_window: self.params.sync_window,
                 ..Default::default()
             },
             license: cairn_core::license::LicenseState::hosted(),

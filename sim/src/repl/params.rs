@@ -21,6 +21,8 @@ pub struct Params {
     pub wal_max_entries: u64,
     pub pull_wait_ms: u64,
     pub fetch_batch: usize,
+    /// Most of a secondary's leaves per Merkle sync request.
+    pub sync_window: usize,
     pub batch_entries: u32,
     pub crash_mean_ms: u64,
     pub crash_in_batch_permille: u64,
@@ -86,6 +88,7 @@ impl Params {
             revoke_permille: *r.pick(&[0, 5, 20]).unwrap_or(&5),
             corrupt_mean_ms: *r.pick(&[0, 8_000, 30_000]).unwrap_or(&0),
             scan_permille: *r.pick(&[4, 12, 30]).unwrap_or(&12),
+            sync_window: *r.pick(&[64, 16 * 1024]).unwrap_or(&64),
         }
     }
 
@@ -102,7 +105,7 @@ impl Params {
             .collect();
         format!(
             "topology=[{}] peer-delay={}ms peer-loss={}‰ peer-fifo={} commit-window={}ms tick={}ms \
-             wal-max={} pull-wait={}ms fetch-batch={} batch-entries={} crash-every~{}ms downtime~{}ms \
+             wal-max={} pull-wait={}ms fetch-batch={} sync-window={} batch-entries={} crash-every~{}ms downtime~{}ms \
              partition-every~{}ms partition-len~{}ms think={}ms revoke={}‰ corrupt-every~{}ms scans={}‰",
             kinds.join(","),
             self.peer_link.delay_mean,
@@ -113,6 +116,7 @@ impl Params {
             self.wal_max_entries,
             self.pull_wait_ms,
             self.fetch_batch,
+            self.sync_window,
             self.batch_entries,
             self.crash_mean_ms,
             self.downtime_mean_ms,
