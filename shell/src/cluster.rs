@@ -546,6 +546,8 @@ pub fn node_settings(
             .trim_start_matches("http://")
             .trim_end_matches('/')
             .to_string(),
+        // A reindex or Merkle check steps once per round of the core thread's loop.
+        scan_pace_ms: 0,
         ..Default::default()
     };
     if let Some(v) = cfg.extra.get("replication") {
@@ -564,6 +566,7 @@ pub fn node_settings(
                 "wal_max_bytes" => rc.wal.max_bytes = n,
                 "pull_wait_ms" => rc.pull_wait_ms = n,
                 "batch_entries" => rc.batch_entries = n.min(u32::MAX as u64) as u32,
+                "scan_pace_ms" => rc.scan_pace_ms = n,
                 other => return Err(format!("replication: unknown key {other:?}")),
             }
         }

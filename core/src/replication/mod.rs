@@ -104,9 +104,13 @@ pub struct ReplicationConfig {
     pub sync_window: usize,
     /// A peer not heard from for this long counts as disconnected.
     pub heartbeat_timeout_ms: u64,
-    /// Keys read per step of a reindex or Merkle check (one step per millisecond at most,
-    /// between requests).
+    /// Keys read per step of a reindex or Merkle check (a step runs between requests).
     pub scan_chunk: usize,
+    /// Least time between two steps of a reindex or Merkle check: 1 ms by default; 0 runs
+    /// them back to back, one per round of the server's loop, between its request batches
+    /// (the server's setting: a reindex then reads as fast as the storage gives keys while
+    /// each request waits for one step at most).
+    pub scan_pace_ms: Millis,
     /// Longest a changed Merkle record waits to be written ([`DEFER_MERKLE_MS`]; 0: at the
     /// end of the input that changed it).
     pub defer_merkle_ms: Millis,
@@ -124,6 +128,7 @@ impl Default for ReplicationConfig {
             sync_window: 16 * 1024,
             heartbeat_timeout_ms: 10_000,
             scan_chunk: 512,
+            scan_pace_ms: 1,
             defer_merkle_ms: DEFER_MERKLE_MS,
         }
     }

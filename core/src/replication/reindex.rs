@@ -107,6 +107,9 @@ pub(crate) struct Job {
     started: Millis,
     /// When the last chunk ran (one chunk per millisecond at most).
     last_step: Option<Millis>,
+    /// Least time between two steps ([`super::ReplicationConfig::scan_pace_ms`], taken at
+    /// each step).
+    pace: Millis,
     /// The tree epoch the scan started in; a wholesale replacement restarts it.
     epoch: u64,
 }
@@ -124,7 +127,7 @@ impl Job {
     }
     /// When the job next wants to run.
     pub(crate) fn wake(&self) -> Millis {
-        self.last_step.map_or(0, |t| t + 1)
+        self.last_step.map_or(0, |t| t + self.pace)
     }
     fn stage_name(&self) -> &'static str {
         match (&self.stage, self.kind) {
@@ -238,6 +241,7 @@ fn begin(jobs: &mut Jobs, kind: Kind, request: Option<RequestId>, now: Millis) {
         total: 0,
         started: now,
         last_step: None,
+        pace: 1,
         epoch: jobs.epoch,
     });
 }
@@ -281,7 +285,9 @@ pub(crate) fn step(env: &mut Env) -> Option<(RequestId, ApiResult)> {
         return None;
     }
     let now = env.now;
+    let pace = env.cfg().scan_pace_ms;
     let job = env.st.repl.jobs.job.as_mut()?;
+    job.pace = pace;
     if job.wake() > now {
         return None;
     }

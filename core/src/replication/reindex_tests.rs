@@ -475,3 +475,48 @@ fn reindex_needs_post_and_a_sudo_token() {
     assert_eq!(r.status, 400);
     assert!(r.body.unwrap().to_string().contains("diff"));
 }
+
+/// `scan_pace_ms = 0` (the server's setting): the node asks to be polled again at once while
+/// a scan runs, each tick runs one chunk without the clock moving, a request sent between
+/// two ticks is answered before the scan ends, and the scan finishes with the same result.
+#[test]
+fn an_unpaced_scan_runs_a_chunk_per_tick_without_the_clock_moving() {
+    let mut cfg = config(5);
+    cfg.replication.scan_pace_ms = 0;
+    let mut one = One::with_config(cfg);
+    fill(&mut one, 60);
+    let id = one.send(Method::Post, "sys/replication/merkle-check", json!({}));
+    let mut chunks = 0;
+    let mut read = None;
+    let report = loop {
+        let mut done = None;
+        while let Some(o) = one.node.poll_output() {
+            if let Output::Response(r) = o {
+                if r.id == id {
+                    done = Some(r);
+                } else if Some(r.id) == read {
+                    assert_eq!(r.status, 200, "{:?}", r.body);
+                    read = Some(0);
+                }
+            }
+        }
+        if let Some(r) = done {
+            break r;
+        }
+        assert!(
+            one.node.poll_timeout() <= one.now,
+            "a running scan wants the next tick at once"
+        );
+        if chunks == 3 {
+            read = Some(one.send(Method::Get, "secret/k007", json!({})));
+        }
+        one.node.handle(one.now, Input::Tick);
+        chunks += 1;
+        assert!(chunks < 10_000, "the scan does not end");
+    };
+    assert_eq!(read, Some(0), "the read between two chunks was answered");
+    // 60 keys and the system's own, 5 a chunk.
+    assert!(chunks > 12, "{chunks} ticks");
+    let body = report.body.unwrap();
+    assert!(clean(&body["data"]["merkle_corruption_report"]), "{body}");
+}
