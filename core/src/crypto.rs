@@ -49,6 +49,15 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
     Sha256::digest(data).into()
 }
 
+/// SHA-256 of the concatenation of `parts` (no copy into one buffer).
+pub fn sha256_parts(parts: &[&[u8]]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize().into()
+}
+
 pub fn sha256_hex(data: &[u8]) -> String {
     hex::encode(sha256(data))
 }

@@ -158,6 +158,7 @@ fn run(
     };
     let syncer = Syncer::start(node.storage_mut().wal_sync(), tx.clone());
     let mut waiting = Waiting::default();
+    let mut last_tick = 0;
     loop {
         let now = now_ms();
         let deadline = node.poll_timeout();
@@ -185,8 +186,13 @@ fn run(
         let mut audit_lines: Vec<(String, String)> = Vec::new();
         let mut best_effort: Vec<(String, String)> = Vec::new();
         let now = now_ms();
-        if node.poll_timeout() <= now {
+        // Requests come first: while they keep arriving, the node's timers and background
+        // work (a reindex steps on every tick when it runs unpaced) get one tick per
+        // millisecond; when none is waiting, a tick per round.
+        let requests = batch.iter().any(|m| matches!(m, Msg::Request(..)));
+        if node.poll_timeout() <= now && (!requests || last_tick < now) {
             node.handle(now, Input::Tick);
+            last_tick = now;
         }
         for m in batch {
             match m {

@@ -84,11 +84,7 @@ pub fn bucket_index(key: &str) -> u32 {
 
 /// The leaf hash of a key and its stored bytes.
 pub fn leaf(key: &str, value: &[u8]) -> Hash {
-    let mut buf = Vec::with_capacity(8 + key.len() + value.len());
-    buf.extend_from_slice(&(key.len() as u64).to_be_bytes());
-    buf.extend_from_slice(key.as_bytes());
-    buf.extend_from_slice(value);
-    crypto::sha256(&buf)
+    crypto::sha256_parts(&[&(key.len() as u64).to_be_bytes(), key.as_bytes(), value])
 }
 
 fn add(a: &mut Hash, b: &Hash) {
