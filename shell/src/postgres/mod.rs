@@ -10,8 +10,10 @@
 //! for each input): reads in the batch see them laid over what is committed, since only this
 //! connection writes while the node is the active one. [`PgStorage::commit`] writes the
 //! batch's last value of each key in one database transaction with few round trips (one
-//! upsert of `unnest`ed arrays, one delete of an array), and `COMMIT` returns once PostgreSQL
-//! made it durable: no separate sync step. A failed commit (or [`PgStorage::rollback`])
+//! upsert of `unnest`ed arrays, one delete of an array). Without pipelining `COMMIT` returns
+//! once PostgreSQL made it durable; the runtime pipelines ([`PgStorage::pipeline`], see
+//! [`flush`]): `COMMIT` returns before the WAL flush and a barrier on another connection makes
+//! the batch durable before its answers leave. A failed commit (or [`PgStorage::rollback`])
 //! drops the batch whole; the runtime then answers its inputs with the error and the node
 //! reloads what it derived from it. (A connection that breaks after `COMMIT` was sent leaves
 //! the outcome unknown, as with any database client: the inputs are answered with the error,
