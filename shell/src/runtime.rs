@@ -1,7 +1,8 @@
 //! The core thread: owns the `Node` and its storage (SQLite or PostgreSQL:
 //! [`ShellStorage`]), drains a channel of inputs in batches, runs each batch inside one
 //! storage transaction (group commit), and releases the batch's responses only after the
-//! commit (and, for SQLite, the sync), so an acknowledged write is durable. Answers
+//! commit and the sync thread made it durable (SQLite: `fdatasync`; PostgreSQL: a flush
+//! barrier), so an acknowledged write is durable while the next batch runs. Answers
 //! find their callers by id (requests by theirs, peer messages and admin commands by one
 //! the loop gives them); a batch that does not commit answers everyone with its error.
 //! Timers come from `poll_timeout`; LDAP operations go to the LDAP pool.
@@ -156,7 +157,11 @@ fn run(
             None
         }
     };
-    let syncer = Syncer::start(node.storage_mut().wal_sync(), tx.clone());
+    let syncer = Syncer::start(
+        node.storage_mut().wal_sync(),
+        node.storage_mut().pg_flush(),
+        tx.clone(),
+    );
     let mut waiting = Waiting::default();
     let mut last_tick = 0;
     loop {
@@ -316,7 +321,8 @@ fn run(
                 pg.set_read_cache(r.is_some());
             }
         }
-        syncer.release(committed.unwrap_or(false), out);
+        let tickets = node.storage_mut().take_tickets();
+        syncer.release(committed.unwrap_or(false), tickets, out);
         if node.storage_mut().take_lost_batch() {
             // The node's memory (Merkle trees, WAL position) holds a batch that is not on
             // disk: carrying on would persist Merkle pages that disagree with the data.
@@ -530,15 +536,37 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 struct Committed {
     /// The batch wrote something: its answers wait for a sync.
     wrote: bool,
+    /// PostgreSQL: its pipelined commits, which the flush barrier must confirm.
+    tickets: Vec<crate::postgres::Ticket>,
     /// Its answers and side effects, in output order.
     out: Vec<Delivery>,
+}
+
+/// A batch's deliveries when it is not known durable: answers become `e`; side effects stay.
+fn failed_deliveries(out: Vec<Delivery>, e: &ApiError) -> Vec<Delivery> {
+    out.into_iter()
+        .map(|d| match d {
+            Delivery::Response(s, r) => Delivery::Response(s, Response::error(r.id, e)),
+            Delivery::Admin(s, _) => Delivery::Admin(s, Err(e.clone())),
+            Delivery::Peer(s, _) => Delivery::Peer(
+                s,
+                PeerAnswer::Error {
+                    code: "internal".into(),
+                    message: e.to_string(),
+                },
+            ),
+            other => other,
+        })
+        .collect()
 }
 
 /// The sync thread of the pipelined group commit: takes each committed batch's deliveries,
 /// syncs the database once for all batches waiting (when any of them wrote), then delivers
 /// them in commit order. The core thread meanwhile runs the next batch; a later batch may
 /// read what an earlier one wrote before it is durable, but its answers leave after the
-/// sync that covers both.
+/// sync that covers both. PostgreSQL's sync is one flush barrier for the group; a batch it
+/// does not confirm is answered with an error, and the core thread is woken (a tick) so that
+/// its next commit, refused, makes the node reload its state from the database.
 struct Syncer {
     tx: SyncSender<Committed>,
     /// Batches handed over and not yet delivered.
@@ -548,7 +576,11 @@ struct Syncer {
 
 impl Syncer {
     #[allow(clippy::expect_used)] // at start-up: without its sync thread nothing is acknowledged
-    fn start(wal: Option<crate::sqlite::WalSync>, core_tx: Sender<Msg>) -> Syncer {
+    fn start(
+        wal: Option<crate::sqlite::WalSync>,
+        pg: Option<crate::postgres::PgFlush>,
+        core_tx: Sender<Msg>,
+    ) -> Syncer {
         use std::sync::atomic::Ordering;
         let pending = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (tx, rx) = mpsc::sync_channel::<Committed>(MAX_BATCH);
@@ -556,7 +588,7 @@ impl Syncer {
             .name("cairn-sync".into())
             .spawn({
                 let (pending, core_tx) = (pending.clone(), core_tx.clone());
-                let mut wal = wal;
+                let (mut wal, mut pg) = (wal, pg);
                 move || {
                     while let Ok(first) = rx.recv() {
                         let mut group = vec![first];
@@ -578,10 +610,36 @@ impl Syncer {
                             }
                         }
                         let n = group.len();
+                        let tickets: Vec<_> = group
+                            .iter()
+                            .flat_map(|c| c.tickets.iter().cloned())
+                            .collect();
+                        let mut verdicts = match pg.as_mut() {
+                            Some(f) => f.confirm(&tickets).into_iter(),
+                            None => Vec::new().into_iter(),
+                        };
+                        let mut lost = false;
                         for c in group {
-                            for d in c.out {
+                            let mut out = c.out;
+                            let failed = c
+                                .tickets
+                                .iter()
+                                .filter_map(|_| verdicts.next().and_then(Result::err))
+                                .last();
+                            if let Some(e) = failed {
+                                log::error!(
+                                    "a committed batch is not known durable, its answers are \
+                                     errors: {e}"
+                                );
+                                lost = true;
+                                out = failed_deliveries(out, &ApiError::Internal(e));
+                            }
+                            for d in out {
                                 d.deliver(&core_tx);
                             }
+                        }
+                        if lost {
+                            let _ = core_tx.send(Msg::Input(Input::Tick));
                         }
                         pending.fetch_sub(n, Ordering::AcqRel);
                     }
@@ -597,14 +655,19 @@ impl Syncer {
 
     /// Hands a committed batch over; a batch that wrote nothing, with nothing before it
     /// still waiting, is delivered at once.
-    fn release(&self, wrote: bool, out: Vec<Delivery>) {
+    fn release(&self, wrote: bool, tickets: Vec<crate::postgres::Ticket>, out: Vec<Delivery>) {
         use std::sync::atomic::Ordering;
+        let wrote = wrote || !tickets.is_empty();
         if out.is_empty() && !wrote {
             return;
         }
         let out = if wrote || self.pending.load(Ordering::Acquire) > 0 {
             self.pending.fetch_add(1, Ordering::AcqRel);
-            match self.tx.send(Committed { wrote, out }) {
+            match self.tx.send(Committed {
+                wrote,
+                tickets,
+                out,
+            }) {
                 Ok(()) => return,
                 // The sync thread is gone (it stops the process when a sync fails): the
                 // answers can only report failure.
@@ -614,22 +677,7 @@ impl Syncer {
                         "the sync thread is gone; the batch's writes are not known durable"
                     );
                     let e = ApiError::Internal("the storage sync thread stopped".into());
-                    out.into_iter()
-                        .map(|d| match d {
-                            Delivery::Response(s, r) => {
-                                Delivery::Response(s, Response::error(r.id, &e))
-                            }
-                            Delivery::Admin(s, _) => Delivery::Admin(s, Err(e.clone())),
-                            Delivery::Peer(s, _) => Delivery::Peer(
-                                s,
-                                PeerAnswer::Error {
-                                    code: "internal".into(),
-                                    message: e.to_string(),
-                                },
-                            ),
-                            other => other,
-                        })
-                        .collect()
+                    failed_deliveries(out, &e)
                 }
             }
         } else {

@@ -2,13 +2,15 @@
 //! database), behind the one batch interface the runtime drives (begin, apply through
 //! [`Storage`], commit, rollback).
 //!
-//! The engines differ in when a commit is durable: SQLite's `commit_unsynced` returns before
-//! the disk has the batch and the runtime's sync thread syncs before answering
-//! ([`ShellStorage::wal_sync`]); PostgreSQL's `COMMIT` returns once the database made the
-//! batch durable, so it has no syncer and no checkpointer. A PostgreSQL commit may be fenced
-//! ([`ShellStorage::set_fence_mode`]): refused whole when another node took the leader lease.
+//! Both engines' `commit_unsynced` return before the batch is durable and the runtime's sync
+//! thread makes it durable before answering: SQLite's with an `fdatasync` of its WAL
+//! ([`ShellStorage::wal_sync`]), PostgreSQL's (pipelined, [`ShellStorage::pg_flush`]) with a
+//! barrier commit on a connection of its own that confirms the batch's [`Ticket`]
+//! ([`ShellStorage::take_tickets`]). PostgreSQL has no checkpointer. A PostgreSQL commit may
+//! be fenced ([`ShellStorage::set_fence_mode`]): refused whole when another node took the
+//! leader lease.
 
-use crate::postgres::{FenceMode, PgStorage};
+use crate::postgres::{FenceMode, PgFlush, PgStorage, Ticket};
 use crate::sqlite::{Checkpointer, SqliteStorage, WalSync};
 use cairn_core::storage::{Storage, StorageError, Write};
 
@@ -28,9 +30,10 @@ impl ShellStorage {
         }
     }
 
-    /// Commits the batch; true when it wrote anything. SQLite: not yet durable (sync with
-    /// [`ShellStorage::wal_sync`]'s syncer before answering); PostgreSQL: durable, and fenced
-    /// under the fence of [`ShellStorage::set_fence_mode`]. On an error nothing of the
+    /// Commits the batch; true when it wrote anything. Not yet durable: SQLite's syncs with
+    /// [`ShellStorage::wal_sync`]'s syncer, PostgreSQL's (once pipelined) with the
+    /// [`ShellStorage::pg_flush`] barrier confirming its [`ShellStorage::take_tickets`],
+    /// before answering; PostgreSQL's is fenced under [`ShellStorage::set_fence_mode`]. On an error nothing of the
     /// batch is stored (or, SQLite, [`ShellStorage::take_lost_batch`] says so).
     pub fn commit_unsynced(&mut self) -> Result<bool, StorageError> {
         match self {
@@ -68,11 +71,35 @@ impl ShellStorage {
         }
     }
 
-    /// The syncer of SQLite's unsynced commits (none for PostgreSQL: its commits are durable).
+    /// The syncer of SQLite's unsynced commits (none for PostgreSQL).
     pub fn wal_sync(&self) -> Option<WalSync> {
         match self {
             ShellStorage::Sqlite(s) => s.wal_sync(),
             ShellStorage::Postgres(_) => None,
+        }
+    }
+
+    /// PostgreSQL: switches to pipelined commits and returns their flush barrier (see
+    /// `postgres::flush`). `None` for SQLite, and when the flush connection cannot be opened
+    /// (logged; every commit then waits for its flush at `COMMIT`, as without pipelining).
+    pub fn pg_flush(&mut self) -> Option<PgFlush> {
+        match self {
+            ShellStorage::Sqlite(_) => None,
+            ShellStorage::Postgres(p) => match p.pipeline() {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    log::warn!("PostgreSQL commits are not pipelined: {e}");
+                    None
+                }
+            },
+        }
+    }
+
+    /// The tickets of PostgreSQL's pipelined commits since the last call (none for SQLite).
+    pub fn take_tickets(&mut self) -> Vec<Ticket> {
+        match self {
+            ShellStorage::Sqlite(_) => Vec::new(),
+            ShellStorage::Postgres(p) => p.take_tickets(),
         }
     }
 

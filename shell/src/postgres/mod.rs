@@ -10,8 +10,10 @@
 //! for each input): reads in the batch see them laid over what is committed, since only this
 //! connection writes while the node is the active one. [`PgStorage::commit`] writes the
 //! batch's last value of each key in one database transaction with few round trips (one
-//! upsert of `unnest`ed arrays, one delete of an array), and `COMMIT` returns once PostgreSQL
-//! made it durable: no separate sync step. A failed commit (or [`PgStorage::rollback`])
+//! upsert of `unnest`ed arrays, one delete of an array). Without pipelining `COMMIT` returns
+//! once PostgreSQL made it durable; the runtime pipelines ([`PgStorage::pipeline`], see
+//! [`flush`]): `COMMIT` returns before the WAL flush and a barrier on another connection makes
+//! the batch durable before its answers leave. A failed commit (or [`PgStorage::rollback`])
 //! drops the batch whole; the runtime then answers its inputs with the error and the node
 //! reloads what it derived from it. (A connection that breaks after `COMMIT` was sent leaves
 //! the outcome unknown, as with any database client: the inputs are answered with the error,
@@ -46,6 +48,7 @@
 //! reach whichever database server is the writable one (every connection, reconnections
 //! included, tries them in order).
 
+mod flush;
 mod lease;
 mod tls;
 
@@ -53,7 +56,10 @@ use cairn_core::storage::{Storage, StorageError, Write};
 use postgres::{Client, NoTls, Statement};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
+
+pub use flush::{Ledger, PgFlush, Ticket};
 
 /// The schema version this server writes and understands.
 pub const SCHEMA_VERSION: i32 = 1;
@@ -277,6 +283,10 @@ fn ensure_schema(client: &mut Client, s: &PgSettings) -> Result<(), String> {
     let (t, ha, nodes) = (&s.table, &s.ha_table, s.nodes_table());
     tx.batch_execute(&format!(
         "CREATE TABLE IF NOT EXISTS {t} (key bytea PRIMARY KEY, value bytea NOT NULL);
+         CREATE TABLE IF NOT EXISTS {t}_flush (
+             id int PRIMARY KEY CHECK (id = 1),
+             n bigint NOT NULL);
+         INSERT INTO {t}_flush (id, n) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
          CREATE TABLE IF NOT EXISTS {ha} (
              id int PRIMARY KEY CHECK (id = 1),
              epoch bigint NOT NULL,
@@ -310,11 +320,28 @@ struct Conn {
     upsert: Statement,
     delete: Statement,
     fence: Statement,
+    /// The server this session is on ([`flush::server_identity`]).
+    server: String,
 }
 
 impl Conn {
-    fn open(s: &PgSettings) -> Result<Conn, String> {
+    /// A session for the storage; `pipelined`: its commits do not wait for the WAL flush
+    /// (a [`PgFlush`] barrier makes them durable before anything depends on them).
+    fn open(s: &PgSettings, pipelined: bool) -> Result<Conn, String> {
         let mut client = s.connect()?;
+        let setup = |client: &mut Client| -> Result<String, postgres::Error> {
+            if pipelined {
+                client.batch_execute("SET synchronous_commit = off")?;
+            }
+            flush::server_identity(client)
+        };
+        let server = setup(&mut client).map_err(|e| {
+            format!(
+                "PostgreSQL at {}: cannot set up the session: {}",
+                s.target,
+                why(&e)
+            )
+        })?;
         let (t, ha) = (&s.table, &s.ha_table);
         let mut prep = |sql: &str| {
             client.prepare(sql).map_err(|e| {
@@ -352,6 +379,7 @@ impl Conn {
             upsert,
             delete,
             fence,
+            server,
         })
     }
 }
@@ -386,6 +414,10 @@ pub struct PgStorage {
     fence: FenceMode,
     /// Recently read keys and scans (`None`: off; see the module documentation).
     cache: RefCell<Option<crate::sqlite::ReadCache>>,
+    /// Pipelined commits ([`PgStorage::pipeline`]): what the flush barrier confirms.
+    ledger: Option<Arc<Ledger>>,
+    /// The commits since [`PgStorage::take_tickets`] last ran, each to be confirmed.
+    tickets: Vec<Ticket>,
 }
 
 /// Under which condition a batch may be committed: the core's [`cairn_core::ha::Fence`]
@@ -402,7 +434,7 @@ impl PgStorage {
         let mut client = settings.connect()?;
         ensure_schema(&mut client, settings)?;
         drop(client);
-        let conn = Conn::open(settings)?;
+        let conn = Conn::open(settings, false)?;
         Ok(PgStorage {
             settings: settings.clone(),
             conn: RefCell::new(Some(conn)),
@@ -410,7 +442,28 @@ impl PgStorage {
             pending: BTreeMap::new(),
             fence: FenceMode::None,
             cache: RefCell::new(None),
+            ledger: None,
+            tickets: Vec::new(),
         })
+    }
+
+    /// Switches to pipelined commits (see [`flush`]): from now on a commit returns before
+    /// its batch is durable and leaves a [`Ticket`] ([`PgStorage::take_tickets`]) that the
+    /// returned [`PgFlush`] must confirm before anything depending on the batch leaves the
+    /// node. On an error the storage stays as it was (every commit durable at `COMMIT`).
+    pub fn pipeline(&mut self) -> Result<PgFlush, String> {
+        let ledger = Arc::new(Ledger::default());
+        let flush = PgFlush::open(&self.settings, ledger.clone())?;
+        let conn = Conn::open(&self.settings, true)?;
+        *self.conn.get_mut() = Some(conn);
+        self.ledger = Some(ledger);
+        Ok(flush)
+    }
+
+    /// The tickets of the commits since the last call, oldest first: each must be confirmed
+    /// by the [`PgFlush`] before what depends on its batch is released.
+    pub fn take_tickets(&mut self) -> Vec<Ticket> {
+        std::mem::take(&mut self.tickets)
     }
 
     /// The condition the runtime's commits are fenced with from now on.
@@ -437,7 +490,12 @@ impl PgStorage {
         let mut slot = self.conn.borrow_mut();
         if slot.as_ref().is_none_or(|c| c.client.is_closed()) {
             *slot = None;
-            match Conn::open(&self.settings) {
+            if let Some(l) = self.ledger.as_ref().filter(|l| l.has_unconfirmed()) {
+                // Commits of the broken session may be unflushed, hence lost if the server
+                // went down: nothing is committed until the node has reloaded its view.
+                l.mark_lost();
+            }
+            match Conn::open(&self.settings, self.ledger.is_some()) {
                 Ok(c) => {
                     log::warn!("reconnected to PostgreSQL at {}", self.settings.target);
                     *slot = Some(c);
@@ -483,7 +541,11 @@ impl PgStorage {
     pub fn commit_mode(&mut self, mode: FenceMode) -> Result<bool, StorageError> {
         self.batch = false;
         let pending = std::mem::take(&mut self.pending);
+        let ledger = self.ledger.clone();
         if pending.is_empty() {
+            if ledger.as_ref().is_some_and(|l| l.take_lost()) {
+                return Err(self.lost_view());
+            }
             return Ok(false);
         }
         let initialize = mode == FenceMode::Initialize;
@@ -521,6 +583,11 @@ impl PgStorage {
         // Fenced inside the closure, reported after it (the transaction is dropped: rollback).
         let mut fenced = None;
         let mut initialized = false;
+        // Pipelined: the flush generation the batch begins under, the server that took it,
+        // and whether an earlier commit's loss stopped it.
+        let gen = ledger.as_ref().map_or(0, |l| l.gen());
+        let mut took: Option<String> = None;
+        let mut lost = false;
         let (lock_sql, seal_sql) = (
             format!(
                 "SELECT epoch FROM {} WHERE id = 1 FOR UPDATE",
@@ -529,6 +596,11 @@ impl PgStorage {
             format!("SELECT 1 FROM {} WHERE key = $1", self.settings.table),
         );
         let res = self.with_conn(|c| {
+            // After a reconnect (which marks it) or a failed barrier: refused, see `flush`.
+            if ledger.as_ref().is_some_and(|l| l.is_lost()) {
+                lost = true;
+                return Ok(());
+            }
             let mut tx = c.client.transaction()?;
             if initialize {
                 tx.query_opt(&lock_sql, &[])?;
@@ -552,8 +624,16 @@ impl PgStorage {
             if !del.is_empty() {
                 tx.execute(&c.delete, &[&del])?;
             }
-            tx.commit()
+            tx.commit()?;
+            took = Some(c.server.clone());
+            Ok(())
         });
+        if lost {
+            if let Some(l) = &ledger {
+                l.take_lost();
+            }
+            return Err(self.lost_view());
+        }
         if let Some(cache) = self.cache.get_mut().as_mut() {
             for (k, v) in &pending {
                 // A failed commit's outcome may be unknown (a broken connection): forget.
@@ -562,6 +642,10 @@ impl PgStorage {
                     _ => cache.evict(k),
                 }
             }
+        }
+        if let (Some(l), Some(server)) = (&ledger, took) {
+            l.committed();
+            self.tickets.push(Ticket { gen, server });
         }
         if initialized {
             log::warn!("initialisation refused: another node of this cluster initialised it first");
@@ -580,6 +664,26 @@ impl PgStorage {
             });
         }
         res.map(|()| true)
+    }
+
+    /// The refusal of a batch after an earlier pipelined commit could not be confirmed
+    /// durable: the runtime answers the batch with it and the node reloads what it derived
+    /// from storage before its next batch. The read cache may hold the lost writes: emptied.
+    fn lost_view(&mut self) -> StorageError {
+        if let Some(cache) = self.cache.get_mut().as_mut() {
+            cache.clear();
+        }
+        log::error!(
+            "an earlier batch may not be in the database at {} (its WAL flush was not \
+             confirmed): this batch is refused and the node reloads its state from the \
+             database",
+            self.settings.target
+        );
+        StorageError::Io(
+            "PostgreSQL: an earlier write may have been lost (the database did not confirm \
+             its flush); this request was not applied, retry it"
+                .into(),
+        )
     }
 
     /// A scan of what is committed (through the cache when it is on).

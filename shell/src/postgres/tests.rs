@@ -535,3 +535,187 @@ fn postgres_connection_errors_name_the_server_not_the_password() {
     assert_eq!(ok.target, "h:5433 (database db, user u), sslmode=prefer");
     assert!(!format!("{ok:?}").contains("pw"));
 }
+
+/// The backend pid of the storage's own session.
+fn storage_pid(st: &PgStorage) -> i32 {
+    st.with_conn(|c| c.client.query_one("SELECT pg_backend_pid()", &[]))
+        .expect("pid")
+        .get(0)
+}
+
+/// Commits one batch of `k = v` under no fence.
+fn commit_one(st: &mut PgStorage, k: &str, v: &str) -> Result<bool, StorageError> {
+    st.begin().expect("begin");
+    st.apply(&[put(k, v)]).expect("apply");
+    st.commit(None)
+}
+
+/// Pipelined: the storage's session commits without waiting for the WAL flush, each commit
+/// leaves a ticket, and one barrier on the flush connection confirms them all and leaves
+/// the WAL flushed past them; the flush table holds one row, updated once per barrier.
+#[test]
+fn pipelined_commits_are_confirmed_by_one_barrier_that_flushes_past_them() {
+    let url = fresh_db("pipe");
+    let mut st = PgStorage::open(&settings(&url)).expect("open");
+    // Not pipelined: no tickets, commits are durable at COMMIT.
+    assert!(commit_one(&mut st, "before", "0").unwrap());
+    assert!(st.take_tickets().is_empty());
+
+    let mut flush = st.pipeline().expect("pipeline");
+    let sync: String = st
+        .with_conn(|c| c.client.query_one("SHOW synchronous_commit", &[]))
+        .unwrap()
+        .get(0);
+    assert_eq!(sync, "off");
+    assert!(commit_one(&mut st, "a", "1").unwrap());
+    assert!(commit_one(&mut st, "b", "2").unwrap());
+    let lsn: String = st
+        .with_conn(|c| {
+            c.client
+                .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+        })
+        .unwrap()
+        .get(0);
+    let tickets = st.take_tickets();
+    assert_eq!(tickets.len(), 2, "{tickets:?}");
+    assert_eq!(tickets[0], tickets[1], "same flush generation and server");
+    assert!(st.take_tickets().is_empty(), "taken once");
+    // A batch that writes nothing leaves none.
+    st.begin().unwrap();
+    assert!(!st.commit(None).unwrap());
+    assert!(st.take_tickets().is_empty());
+
+    assert!(flush.confirm(&tickets).iter().all(Result::is_ok));
+    let mut other = Client::connect(&url, NoTls).expect("connect");
+    let row = other
+        .query_one(
+            "SELECT pg_current_wal_flush_lsn() >= $1::text::pg_lsn, \
+             (SELECT n FROM cairn_kv_flush WHERE id = 1), \
+             (SELECT count(*) FROM cairn_kv_flush)",
+            &[&lsn],
+        )
+        .unwrap();
+    assert!(row.get::<_, bool>(0), "the WAL is flushed past the commits");
+    assert_eq!((row.get::<_, i64>(1), row.get::<_, i64>(2)), (1, 1));
+    let st2 = PgStorage::open(&settings(&url)).expect("open");
+    assert_eq!(st2.get("b").unwrap(), Some(b"2".to_vec()));
+    // Nothing to confirm: no barrier.
+    assert!(flush.confirm(&[]).is_empty());
+}
+
+/// A ticket is honoured only by a barrier on the server that took the commit and on a flush
+/// connection already open when its transaction began.
+#[test]
+fn a_ticket_of_another_server_or_flush_generation_is_not_confirmed() {
+    let url = fresh_db("ticket");
+    let mut st = PgStorage::open(&settings(&url)).expect("open");
+    let mut flush = st.pipeline().expect("pipeline");
+    assert!(commit_one(&mut st, "a", "1").unwrap());
+    let t = st.take_tickets().pop().expect("ticket");
+    let elsewhere = Ticket {
+        server: "1999-01-01 00:00:00+00".into(),
+        ..t.clone()
+    };
+    let older = Ticket {
+        gen: t.gen - 1,
+        ..t.clone()
+    };
+    let v = flush.confirm(&[t, elsewhere, older]);
+    assert!(v[0].is_ok(), "{v:?}");
+    assert!(
+        v[1].as_ref()
+            .is_err_and(|e| e.contains("another database server")),
+        "{v:?}"
+    );
+    assert!(
+        v[2].as_ref().is_err_and(|e| e.contains("reopened")),
+        "{v:?}"
+    );
+    // The failure refuses the storage's next commit (the node reloads), then commits resume.
+    let e = commit_one(&mut st, "c", "3").expect_err("refused");
+    assert!(e.to_string().contains("may have been lost"), "{e}");
+    assert!(st.take_tickets().is_empty());
+    assert!(commit_one(&mut st, "d", "4").unwrap());
+    assert_eq!(
+        st.get("c").unwrap(),
+        None,
+        "the refused batch wrote nothing"
+    );
+}
+
+/// The flush connection breaks (its session terminated, as a database restart would): the
+/// batches waiting for it fail, the storage's next commit is refused, and later batches
+/// are confirmed on the reopened flush connection.
+#[test]
+fn a_broken_flush_connection_fails_its_batches_and_refuses_the_next_commit() {
+    let url = fresh_db("flushbreak");
+    let mut st = PgStorage::open(&settings(&url)).expect("open");
+    let mut flush = st.pipeline().expect("pipeline");
+    assert!(commit_one(&mut st, "a", "1").unwrap());
+    let t1 = st.take_tickets();
+    assert!(flush.confirm(&t1).iter().all(Result::is_ok));
+    assert!(commit_one(&mut st, "b", "2").unwrap());
+    let t2 = st.take_tickets();
+    let mut admin = Client::connect(&url, NoTls).expect("connect");
+    let killed: i64 = admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = current_database() AND query LIKE 'UPDATE cairn_kv_flush%'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1);
+    std::thread::sleep(Duration::from_millis(100));
+    let v = flush.confirm(&t2);
+    assert!(v.len() == 1 && v[0].is_err(), "{v:?}");
+    assert!(
+        commit_one(&mut st, "c", "3").is_err(),
+        "refused after the loss"
+    );
+    assert!(commit_one(&mut st, "d", "4").unwrap());
+    let t4 = st.take_tickets();
+    assert_eq!(t4.len(), 1);
+    assert!(t4[0].gen > t2[0].gen, "{t4:?} {t2:?}");
+    assert!(flush.confirm(&t4).iter().all(Result::is_ok));
+}
+
+/// The storage's own session breaks while a commit is unconfirmed (the server may have lost
+/// it): the reconnected storage refuses its next commit, so that the node reloads its state
+/// before it builds on what may be gone; then it commits again.
+#[test]
+fn a_reconnect_with_unconfirmed_commits_refuses_the_next_commit() {
+    let url = fresh_db("corebreak");
+    let mut st = PgStorage::open(&settings(&url)).expect("open");
+    let mut flush = st.pipeline().expect("pipeline");
+    assert!(commit_one(&mut st, "a", "1").unwrap());
+    let t1 = st.take_tickets();
+    let pid = storage_pid(&st);
+    let mut admin = Client::connect(&url, NoTls).expect("connect");
+    admin
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // The first use finds the session gone (an error like any broken commit's), the next
+    // reconnects and is refused.
+    assert!(commit_one(&mut st, "b", "2").is_err());
+    let e = commit_one(&mut st, "b", "2").expect_err("refused");
+    assert!(e.to_string().contains("may have been lost"), "{e}");
+    assert_ne!(storage_pid(&st), pid, "reconnected");
+    assert!(commit_one(&mut st, "c", "3").unwrap());
+    let mut all = t1;
+    all.extend(st.take_tickets());
+    // The server did not restart: the first commit is durable too.
+    assert!(flush.confirm(&all).iter().all(Result::is_ok));
+    assert_eq!(st.get("b").unwrap(), None);
+    assert_eq!(st.get("a").unwrap(), Some(b"1".to_vec()));
+
+    // With everything confirmed, a reconnect refuses nothing.
+    let pid = storage_pid(&st);
+    admin
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(commit_one(&mut st, "d", "4").is_err(), "the broken session");
+    assert!(commit_one(&mut st, "d", "4").unwrap());
+}
