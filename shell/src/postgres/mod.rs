@@ -413,6 +413,13 @@ impl PgStorage {
         })
     }
 
+    /// A read of everything committed so far on a new connection
+    /// ([`crate::snapshot_read`]).
+    pub fn pinned_read(&self) -> Result<crate::snapshot_read::PinnedRead, StorageError> {
+        let client = self.settings.connect().map_err(StorageError::Io)?;
+        crate::snapshot_read::open_postgres(client, &self.settings.table)
+    }
+
     /// The condition the runtime's commits are fenced with from now on.
     pub fn set_fence_mode(&mut self, mode: FenceMode) {
         self.fence = mode;
