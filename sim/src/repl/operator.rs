@@ -84,6 +84,14 @@ pub(super) enum Op {
         reindex: Option<[bool; 3]>,
         repair: bool,
     },
+    /// The snapshot drill on the primary (`snapshot.rs`): the save, a damaged copy of the
+    /// file (cut at `at`, or byte `at` flipped), the restore.
+    SnapSave,
+    SnapDamaged {
+        truncated: bool,
+        at: usize,
+    },
+    SnapRestore,
 }
 
 /// A secondary the operator manages.
@@ -231,6 +239,9 @@ impl ReplWorld {
             return Some(r);
         }
         if let Some(r) = self.choose_disable(id) {
+            return Some(r);
+        }
+        if let Some(r) = self.choose_snapshot(id) {
             return Some(r);
         }
         if self.scan_rng.chance(self.params.scan_permille) {
