@@ -72,8 +72,8 @@ fn a_save_of_a_large_store_leaves_the_server_serving_and_restores_to_its_point()
     let port = fresh_port_pair();
     let cfg = format!(
         "storage \"sqlite\" {{ path = \"{db}\" }}\nlistener \"tcp\" {{\n  address = \
-         \"127.0.0.1:{port}\"\n  cluster_address = \"127.0.0.1:{cport}\"\n  tls_disable = true\n  \
-         max_request_size = {max}\n}}\napi_addr = \"http://127.0.0.1:{port}\"\n\
+         \"127.0.0.1:{port}\"\n  cluster_address = \"127.0.0.1:{cport}\"\n  tls_disable = true\n}}\n\
+         max_request_size = {max}\napi_addr = \"http://127.0.0.1:{port}\"\n\
          license_path = \"{lic}\"\nlicense_trusted_key = \"{TEST_ISSUER_KEY}\"\n",
         db = dir.join("cairn.db").display(),
         cport = port + 1,

@@ -533,9 +533,11 @@ impl ReplWorld {
         let config = self.config(h);
         let host = &mut self.hosts[h];
         // Batched like the shell: held pulls are answered at the batch's commit.
-        if host.host.start(config, true).is_none() {
+        let Some(node) = host.host.start(config, true) else {
             return;
-        }
+        };
+        // Snapshot files are written by the driver, as in the server (`wire.rs`).
+        node.set_snapshot_offload(true);
         let boot = host.host.boot();
         host.needs_unseal = boot > 1;
         if let Some(t) = self.tcp.as_mut() {

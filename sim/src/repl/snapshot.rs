@@ -119,11 +119,12 @@ impl ReplWorld {
             }
             Stage::Damaged { truncated } => {
                 let mut file = self.snap.file.clone();
-                let at = self.snap_rng.below(file.len() as u64) as usize;
+                let at = self.snap_rng.below(file.len().max(1) as u64) as usize;
+                let flip = 1 + self.snap_rng.below(255) as u8;
                 if truncated {
                     file.truncate(at);
-                } else {
-                    file[at] ^= 1 + self.snap_rng.below(255) as u8;
+                } else if let Some(b) = file.get_mut(at) {
+                    *b ^= flip;
                 }
                 self.snap.kv_before_bad = self.primary_kv();
                 let mut req = Request::new(id, Method::Post, SNAP).with_token(&r0);
@@ -261,7 +262,7 @@ impl ReplWorld {
             let then = self.snap.hist_len.get(&k).copied().unwrap_or(0);
             let hist = self.hist.entry(k).or_default();
             if self.snap.uncertain.contains(&k) {
-                let mut vals: Vec<Option<u64>> = hist[..then].iter().map(|(_, v)| *v).collect();
+                let mut vals: Vec<Option<u64>> = hist.iter().take(then).map(|(_, v)| *v).collect();
                 vals.push(None);
                 hist.extend(vals.into_iter().map(|v| (restored_at, v)));
                 self.model.remove(&k);
