@@ -166,7 +166,9 @@ pub struct Keys {
 
 impl std::fmt::Debug for Keys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Keys").field("cluster", &self.cluster).finish()
+        f.debug_struct("Keys")
+            .field("cluster", &self.cluster)
+            .finish()
     }
 }
 

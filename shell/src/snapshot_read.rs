@@ -80,13 +80,17 @@ impl Storage for PinnedRead {
         Err(StorageError::Io("a snapshot read only scans".into()))
     }
     fn scan(&self, _prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
-        Err(StorageError::Io("a snapshot read only scans in order".into()))
+        Err(StorageError::Io(
+            "a snapshot read only scans in order".into(),
+        ))
     }
     fn apply(&mut self, _writes: &[Write]) -> Result<(), StorageError> {
         Err(StorageError::Io("a snapshot read writes nothing".into()))
     }
     fn count(&self) -> Result<u64, StorageError> {
-        Err(StorageError::Io("a snapshot read only scans in order".into()))
+        Err(StorageError::Io(
+            "a snapshot read only scans in order".into(),
+        ))
     }
     fn scan_after(
         &self,
@@ -130,8 +134,7 @@ pub fn open_sqlite(db: &std::path::Path) -> Result<PinnedRead, StorageError> {
     let c = rusqlite::Connection::open(db).map_err(sqlite_err)?;
     c.busy_timeout(std::time::Duration::from_secs(5))
         .map_err(sqlite_err)?;
-    c.execute_batch("BEGIN")
-        .map_err(sqlite_err)?;
+    c.execute_batch("BEGIN").map_err(sqlite_err)?;
     // The first read starts the read transaction: from here on it sees this commit's state.
     c.query_row("SELECT count(*) FROM (SELECT 1 FROM kv LIMIT 1)", [], |r| {
         r.get::<_, i64>(0)

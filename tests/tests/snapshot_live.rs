@@ -26,7 +26,13 @@ fn key_count() -> u64 {
 /// benchmark (a save on the core thread made them wait for the whole save).
 const LIVE_BOUND: Duration = Duration::from_millis(200);
 
-fn raw(addr: &str, token: &str, method: &str, path: &str, body: Vec<u8>) -> (u16, Vec<u8>, Option<String>) {
+fn raw(
+    addr: &str,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> (u16, Vec<u8>, Option<String>) {
     let agent = cairn_tests::agent(Duration::from_secs(300));
     let req = ureq::http::Request::builder()
         .method(method)
@@ -86,7 +92,10 @@ fn a_save_of_a_large_store_leaves_the_server_serving_and_restores_to_its_point()
     let mut s = Server::spawn_config(&cfg_path, &api).expect("server");
     s.wait_ready();
     s.init_unseal(1, 1);
-    assert_eq!(s.post("sys/mounts/secret", json!({"type": "kv"})).status, 204);
+    assert_eq!(
+        s.post("sys/mounts/secret", json!({"type": "kv"})).status,
+        204
+    );
     let r = s.post("sys/replication/performance/primary/enable", json!({}));
     assert_eq!(r.status, 200, "{}", r.body);
     let uuid = bulk::mount_uuid(&s, "secret/");
@@ -176,7 +185,11 @@ fn a_save_of_a_large_store_leaves_the_server_serving_and_restores_to_its_point()
     assert_eq!(status, 204, "restore: {}", String::from_utf8_lossy(&body));
     let written: Vec<&(String, u64)> = probes.iter().filter_map(|p| p.wrote.as_ref()).collect();
     let before = written.iter().filter(|(_, i)| *i <= point).count();
-    assert!(before > 0 && before < written.len(), "{before} of {} before the point", written.len());
+    assert!(
+        before > 0 && before < written.len(),
+        "{before} of {} before the point",
+        written.len()
+    );
     for (key, i) in &written {
         let r = s.get(key);
         match *i <= point {

@@ -375,7 +375,13 @@ fn an_offloaded_save_answers_the_drivers_file_of_the_point() {
     assert_eq!(r.raw.map(|(_, f)| f), Some(file.clone()));
     assert!(n.snapshot_saves_in_flight().is_empty());
     // A second answer for the same request is dropped.
-    n.handle(2_000, crate::Input::SnapshotSaved { id: 2, result: Ok(Vec::new()) });
+    n.handle(
+        2_000,
+        crate::Input::SnapshotSaved {
+            id: 2,
+            result: Ok(Vec::new()),
+        },
+    );
     assert!(n.poll_output().is_none());
     let r = restore(&mut n, 5, &file);
     assert_eq!(r.status, 204, "{r:?}");

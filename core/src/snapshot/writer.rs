@@ -68,11 +68,9 @@ impl Writer {
                 )));
             }
             if in_snapshot(&k) {
-                self.body
-                    .extend_from_slice(&(k.len() as u32).to_be_bytes());
+                self.body.extend_from_slice(&(k.len() as u32).to_be_bytes());
                 self.body.extend_from_slice(k.as_bytes());
-                self.body
-                    .extend_from_slice(&(v.len() as u32).to_be_bytes());
+                self.body.extend_from_slice(&(v.len() as u32).to_be_bytes());
                 self.body.extend_from_slice(&v);
                 self.rows += 1;
             }

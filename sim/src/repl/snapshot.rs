@@ -152,7 +152,12 @@ impl ReplWorld {
         };
         let header = match cairn_core::snapshot::inspect(&file) {
             Ok(h) => h,
-            Err(e) => return fail("snapshot-index", format!("the saved file does not read: {e}")),
+            Err(e) => {
+                return fail(
+                    "snapshot-index",
+                    format!("the saved file does not read: {e}"),
+                )
+            }
         };
         let index = resp
             .index
@@ -198,7 +203,9 @@ impl ReplWorld {
             format!("byte {at} flipped")
         };
         if a.resp.is_err() {
-            self.log(&format!("SNAPSHOT: damaged file ({what}) not answered; again"));
+            self.log(&format!(
+                "SNAPSHOT: damaged file ({what}) not answered; again"
+            ));
             return Ok(());
         }
         if a.status != 400 {
@@ -214,7 +221,10 @@ impl ReplWorld {
             );
         }
         self.bump("snapshot-refused");
-        self.log(&format!("SNAPSHOT: damaged file ({what}) refused: {}", a.text));
+        self.log(&format!(
+            "SNAPSHOT: damaged file ({what}) refused: {}",
+            a.text
+        ));
         self.snap.stage = Stage::Restore;
         Ok(())
     }
@@ -226,7 +236,10 @@ impl ReplWorld {
             return Ok(());
         }
         if a.status != 204 {
-            return fail("snapshot-restore", format!("the restore was answered {}", a.text));
+            return fail(
+                "snapshot-restore",
+                format!("the restore was answered {}", a.text),
+            );
         }
         let now = self.primary_kv();
         if now != self.snap.kv {
