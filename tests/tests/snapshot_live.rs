@@ -175,6 +175,13 @@ fn a_save_of_a_large_store_leaves_the_server_serving_and_restores_to_its_point()
         "only {} requests were answered during a save of {save:?}: the save holds the server",
         during.len()
     );
+    for p in during.iter().filter(|p| p.took >= LIVE_BOUND) {
+        eprintln!(
+            "slow: {} ms, sent {} ms into the save",
+            p.took.as_millis(),
+            (p.sent - started).as_millis()
+        );
+    }
     assert!(
         slowest < LIVE_BOUND,
         "a request answered during the save took {slowest:?} (bound {LIVE_BOUND:?})"
