@@ -22,7 +22,7 @@ use std::sync::mpsc::Sender;
 pub enum PinnedRead {
     Sqlite(rusqlite::Connection),
     Postgres {
-        client: RefCell<postgres::Client>,
+        client: Box<RefCell<postgres::Client>>,
         table: String,
     },
 }
@@ -156,7 +156,7 @@ pub fn open_postgres(
         .query(&format!("SELECT 1 FROM {table} LIMIT 1"), &[])
         .map_err(pg_err)?;
     Ok(PinnedRead::Postgres {
-        client: RefCell::new(client),
+        client: Box::new(RefCell::new(client)),
         table: table.to_string(),
     })
 }
