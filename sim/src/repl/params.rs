@@ -90,7 +90,7 @@ impl Params {
             corrupt_mean_ms: *r.pick(&[0, 8_000, 30_000]).unwrap_or(&0),
             scan_permille: *r.pick(&[4, 12, 30]).unwrap_or(&12),
             // Not drawn: the other parameters stay those each seed had before.
-            snapshot_permille: 10,
+            snapshot_permille: 40,
         }
     }
 
