@@ -15,7 +15,8 @@
 //!   (the read-back phase then reads every key on the primary against it).
 //! * `snapshot-merkle`: every secondary active at the restore converges to the restored
 //!   primary (the convergence check) by a Merkle diff of its own: its diff count grew
-//!   (unless it restarted meanwhile, which resets the count).
+//!   (unless it restarted meanwhile, which resets the count, or was in the middle of a
+//!   Merkle diff at the restore, which then fetches the restored data).
 //!
 //! The drill draws from its own random stream, so the other streams of a seed are what they
 //! were without it; it runs once per seed, only in seeds without a failover drill (what a
@@ -60,6 +61,8 @@ pub(super) struct Snap {
     kv_before_bad: Vec<(String, Vec<u8>)>,
     /// Secondaries active at the restore: (host, boot, Merkle diffs then).
     diffs: Vec<(HostId, u64, u64)>,
+    /// The same when the last restore request was sent.
+    diffs_at_send: Vec<(HostId, u64, u64)>,
 }
 
 impl Snap {
@@ -134,6 +137,7 @@ impl ReplWorld {
                 Some((p, Op::SnapDamaged { truncated, at }, req))
             }
             Stage::Restore => {
+                self.snap.diffs_at_send = self.secondary_diffs();
                 let mut req = Request::new(id, Method::Post, SNAP).with_token(&r0);
                 req.body = self.snap.file.clone();
                 Some((p, Op::SnapRestore, req))
@@ -290,16 +294,7 @@ impl ReplWorld {
             }
         }
         self.last_put = None;
-        self.snap.diffs = self
-            .secs
-            .iter()
-            .filter(|s| s.enabled && !s.gone && s.revoked_from.is_none() && !s.revoke_sent)
-            .filter_map(|s| {
-                let x = &self.hosts[s.host];
-                let n = x.host.node()?;
-                Some((s.host, x.host.boot(), n.replication().merkle_diffs(s.mode)))
-            })
-            .collect();
+        self.snap.diffs = std::mem::take(&mut self.snap.diffs_at_send);
         self.log(&format!(
             "SNAPSHOT: restored ({} KV rows); {} secondaries must diff their way back",
             now.len(),
@@ -307,6 +302,24 @@ impl ReplWorld {
         ));
         self.snap.stage = Stage::Done;
         Ok(())
+    }
+
+    /// Each active secondary's Merkle diff count as the restore is sent (its answer may
+    /// arrive after a secondary already started the diff it causes).
+    fn secondary_diffs(&self) -> Vec<(HostId, u64, u64)> {
+        self.secs
+            .iter()
+            .filter(|s| s.enabled && !s.gone && s.revoked_from.is_none() && !s.revoke_sent)
+            .filter_map(|s| {
+                let x = &self.hosts[s.host];
+                let n = x.host.node()?;
+                // One in the middle of a Merkle diff finishes it against the restored data.
+                if n.replication().syncing(s.mode) {
+                    return None;
+                }
+                Some((s.host, x.host.boot(), n.replication().merkle_diffs(s.mode)))
+            })
+            .collect()
     }
 
     /// Final phase, once everything converged: each secondary active at the restore started
