@@ -48,5 +48,5 @@ pub mod wrapping;
 
 pub use admin::{Admin, AdminAnswer, AdminId, AdminResult, DevKeys};
 pub use api::{Method, Request, Response};
-pub use node::{Input, Node, NodeConfig, Output};
+pub use node::{Input, Node, NodeConfig, Output, SnapshotSave};
 pub use storage::{MemStorage, Storage, StorageError, Write};

@@ -26,6 +26,9 @@ use crate::storage::{Storage, StorageError, Write};
 use crate::time::Millis;
 use serde::{Deserialize, Serialize};
 
+mod writer;
+pub use writer::{Writer, CHUNK};
+
 /// The first bytes of every snapshot file.
 pub const MAGIC: &[u8; 8] = b"CAIRNSNP";
 /// The format version this server writes and reads.
@@ -34,8 +37,6 @@ pub const VERSION: u16 = 1;
 const PREAMBLE: usize = 8 + 2 + 8 + 4;
 /// Checksum and MAC.
 const TRAILER: usize = 32 + 32;
-/// Rows are read from storage this many at a time.
-const CHUNK: usize = 1024;
 /// Largest header accepted (it is a few hundred bytes).
 const MAX_HEADER: usize = 64 * 1024;
 
@@ -163,6 +164,14 @@ pub struct Keys {
     mac: [u8; 32],
 }
 
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys")
+            .field("cluster", &self.cluster)
+            .finish()
+    }
+}
+
 impl Keys {
     pub fn from_barrier_key(barrier_key: &[u8; 32]) -> Keys {
         let id = crypto::hkdf_sha256(barrier_key, b"cairn snapshot cluster id v1");
@@ -179,51 +188,18 @@ impl Keys {
 
 /// Writes every key of `storage` that belongs in a snapshot into a file whose header is
 /// `header` with this cluster's fingerprint and the row count filled in.
-pub fn write(
-    storage: &dyn Storage,
-    keys: &Keys,
-    mut header: Header,
-) -> Result<Vec<u8>, SnapshotError> {
-    let mut rows = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let chunk = storage.scan_after(after.as_deref(), CHUNK)?;
-        let Some((last, _)) = chunk.last() else { break };
-        after = Some(last.clone());
-        let done = chunk.len() < CHUNK;
-        rows.extend(chunk.into_iter().filter(|(k, _)| in_snapshot(k)));
-        if done {
-            break;
-        }
-    }
-    header.cluster = keys.cluster.clone();
-    header.rows = rows.len() as u64;
-    Ok(encode(&header, &rows, keys))
+pub fn write(storage: &dyn Storage, keys: &Keys, header: Header) -> Result<Vec<u8>, SnapshotError> {
+    Writer::new(keys.clone(), header).write_all(storage)
 }
 
-/// The file of `header` and `rows` (in key order) under MAC key `mac`.
+/// The file of `header` and `rows` (in strictly ascending key order) under `keys`.
 pub(crate) fn encode(header: &Header, rows: &[(String, Vec<u8>)], keys: &Keys) -> Vec<u8> {
-    let mac = &keys.mac;
-    let head = serde_json::to_vec(header).unwrap_or_default();
-    let body: usize = rows.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
-    let total = PREAMBLE + head.len() + body + TRAILER;
-    let mut out = Vec::with_capacity(total);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_be_bytes());
-    out.extend_from_slice(&(total as u64).to_be_bytes());
-    out.extend_from_slice(&(head.len() as u32).to_be_bytes());
-    out.extend_from_slice(&head);
-    for (k, v) in rows {
-        out.extend_from_slice(&(k.len() as u32).to_be_bytes());
-        out.extend_from_slice(k.as_bytes());
-        out.extend_from_slice(&(v.len() as u32).to_be_bytes());
-        out.extend_from_slice(v);
+    let mut w = Writer::new(keys.clone(), header.clone());
+    match w.push(rows.iter().cloned()) {
+        Ok(()) => w.finish(),
+        // Rows out of order make a file the reader refuses; the caller gets one anyway.
+        Err(_) => Vec::new(),
     }
-    let sum = crypto::sha256(&out);
-    out.extend_from_slice(&sum);
-    let tag = crypto::hmac_sha256(mac, &out);
-    out.extend_from_slice(&tag);
-    out
 }
 
 /// Checks a file's framing and checksum (no keys needed) and reads its header.

@@ -19,6 +19,7 @@ mod logger;
 mod postgres;
 mod runtime;
 mod server;
+mod snapshot_read;
 mod sqlite;
 mod storage;
 mod tls_client;

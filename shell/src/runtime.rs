@@ -84,6 +84,7 @@ impl Core {
         rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut seed);
         let mut node = Node::new(storage, seed, config);
         node.set_batched(true);
+        node.set_snapshot_offload(true);
         std::thread::Builder::new()
             .name("cairn-core".into())
             .spawn({
@@ -163,11 +164,16 @@ fn run(
         tx.clone(),
     );
     let mut waiting = Waiting::default();
+<<<<<<< HEAD
     let mut last_tick = 0;
+=======
+    // Inputs received but left for the next batch (a snapshot save ended the last one).
+    let mut carried: Vec<Msg> = Vec::new();
+>>>>>>> snapsim-1
     loop {
         let now = now_ms();
         let deadline = node.poll_timeout();
-        let first = if deadline <= now {
+        let first = if deadline <= now || !carried.is_empty() {
             None
         } else {
             match rx.recv_timeout(Duration::from_millis(deadline - now)) {
@@ -176,7 +182,8 @@ fn run(
                 Err(RecvTimeoutError::Disconnected) => return,
             }
         };
-        let mut batch: Vec<Msg> = first.into_iter().collect();
+        let mut batch: Vec<Msg> = std::mem::take(&mut carried);
+        batch.extend(first);
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
                 Ok(m) => batch.push(m),
@@ -199,7 +206,11 @@ fn run(
             node.handle(now, Input::Tick);
             last_tick = now;
         }
-        for m in batch {
+        // A snapshot save ends the batch at its input: the file holds the storage as this
+        // batch's commit leaves it, so no later input may write in it.
+        let mut saves: Vec<cairn_core::SnapshotSave> = Vec::new();
+        let mut msgs = batch.into_iter();
+        while let Some(m) = msgs.next() {
             match m {
                 Msg::Request(req, tx) => {
                     ids_in_batch.push(req.id);
@@ -235,8 +246,12 @@ fn run(
                         line,
                         required: false,
                     } => best_effort.push((file_path, line)),
+                    Output::SnapshotSave(save) => saves.push(save),
                     other => held.push(other),
                 }
+            }
+            if !saves.is_empty() {
+                carried.extend(msgs.by_ref());
             }
         }
         // Held pulls get the whole batch's WAL entries in one answer.
@@ -285,6 +300,7 @@ fn run(
                 ids_in_batch.len()
             );
         }
+        start_saves(&mut node, saves, committed.as_ref().err(), &tx);
         let failed = committed.as_ref().err();
         let mut out = Vec::new();
         let mut role: Option<Option<u64>> = None;
@@ -337,10 +353,41 @@ fn run(
             rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut seed);
             node = Node::new(storage, seed, config);
             node.set_batched(true);
+            node.set_snapshot_offload(true);
             waiting.fail_all(&ApiError::Unavailable(
                 "the server was reset after a storage failure".into(),
             ));
         }
+    }
+}
+
+/// Starts the snapshot saves a batch asked for, right after its commit and before the next
+/// batch writes: each one reads the storage as that commit left it, on a connection of its
+/// own and a thread of its own ([`crate::snapshot_read`]), and comes back to the core as
+/// [`Input::SnapshotSaved`]. A batch that did not commit answers its saves with its error.
+fn start_saves(
+    node: &mut Node<ShellStorage>,
+    saves: Vec<cairn_core::SnapshotSave>,
+    failed: Option<&BatchFailed>,
+    tx: &Sender<Msg>,
+) {
+    for save in saves {
+        let id = save.id;
+        let result = match failed {
+            Some(f) => Err(StorageError::Io(format!(
+                "the batch holding the snapshot point was not committed: {f}"
+            ))),
+            None => match node.storage_mut().pinned_read() {
+                Ok(Some(read)) => {
+                    crate::snapshot_read::spawn(read, save, tx.clone());
+                    continue;
+                }
+                // No second connection sees an in-memory database: written here.
+                Ok(None) => crate::snapshot_read::write(node.storage_mut(), save),
+                Err(e) => Err(e),
+            },
+        };
+        let _ = tx.send(Msg::Input(Input::SnapshotSaved { id, result }));
     }
 }
 
@@ -501,7 +548,10 @@ impl Delivery {
                     let _ = tx.send(Msg::Input(Input::AuditProbed { id, result }));
                 }
                 // Answers, LDAP calls and HA outputs are not effects (see `run`).
-                Output::Lease(_) | Output::HaRole(_) | Output::Forward(_) => {}
+                Output::Lease(_)
+                | Output::HaRole(_)
+                | Output::Forward(_)
+                | Output::SnapshotSave(_) => {}
                 Output::Response(_)
                 | Output::Ldap(_)
                 | Output::AdminDone { .. }

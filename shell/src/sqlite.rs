@@ -384,6 +384,16 @@ impl SqliteStorage {
         &self.conn
     }
 
+    /// A read of everything committed so far on a connection of its own
+    /// ([`crate::snapshot_read`]); `None` for an in-memory database, which no second
+    /// connection sees.
+    pub fn pinned_read(&self) -> Result<Option<crate::snapshot_read::PinnedRead>, StorageError> {
+        match &self.wal_sync {
+            Some(w) => crate::snapshot_read::open_sqlite(&w.db).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// True once after a batch the node holds in memory could not be committed.
     pub fn take_lost_batch(&mut self) -> bool {
         std::mem::take(&mut self.lost_batch)

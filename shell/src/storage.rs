@@ -118,6 +118,15 @@ impl ShellStorage {
         }
     }
 
+    /// A read of everything committed so far on a connection of its own, for a snapshot
+    /// save off the core thread; `None` where there is none (in-memory SQLite).
+    pub fn pinned_read(&self) -> Result<Option<crate::snapshot_read::PinnedRead>, StorageError> {
+        match self {
+            ShellStorage::Sqlite(s) => s.pinned_read(),
+            ShellStorage::Postgres(p) => p.pinned_read().map(Some),
+        }
+    }
+
     /// The PostgreSQL storage, if that is the engine.
     pub fn postgres(&mut self) -> Option<&mut PgStorage> {
         match self {

@@ -22,6 +22,7 @@ macro_rules! node_ctx {
 mod head;
 mod seal_endpoints;
 pub(crate) mod snapshot;
+pub use snapshot::SnapshotSave;
 pub mod standby;
 mod to_primary;
 pub use crate::admin::{Admin, AdminAnswer, AdminId, AdminResult, DevKeys};
@@ -75,6 +76,11 @@ pub enum Input {
         id: RequestId,
         result: Result<Response, String>,
     },
+    /// The file a driver wrote for an [`Output::SnapshotSave`], or why it could not.
+    SnapshotSaved {
+        id: RequestId,
+        result: Result<Vec<u8>, crate::storage::StorageError>,
+    },
 }
 
 /// Something the node wants done.
@@ -118,6 +124,13 @@ pub enum Output {
     /// This node became the active node (`Some(epoch)`) or a standby (`None`). The driver
     /// drops caches of storage it kept while the other role wrote.
     HaRole(Option<u64>),
+    /// Write a snapshot file of the storage as it is once this input's batch is committed
+    /// (with snapshot offload on: [`Node::set_snapshot_offload`]), then answer with
+    /// [`Input::SnapshotSaved`]. The driver ends the batch after the input that emitted it,
+    /// commits it, pins a consistent read of the storage at once (before the next batch
+    /// writes), and feeds every row of that read in key order to the writer, off the thread
+    /// that runs the node, which meanwhile goes on with other inputs.
+    SnapshotSave(snapshot::SnapshotSave),
 }
 
 /// A request a standby sends to its cluster's active node.
@@ -215,6 +228,11 @@ pub struct NodeState {
     pub(crate) snapshot_op: Option<snapshot::SnapshotOp>,
     /// The replication state a snapshot just taken captured (its answer's `X-Vault-Index`).
     pub(crate) snapshot_index: Option<String>,
+    /// Saves the driver is writing ([`Output::SnapshotSave`]): request id to the
+    /// `X-Vault-Index` of the point each file captures.
+    pub(crate) snapshot_saves: BTreeMap<RequestId, Option<String>>,
+    /// Snapshot files are written by the driver ([`Node::set_snapshot_offload`]).
+    pub(crate) snapshot_offload: bool,
 }
 
 #[derive(Clone)]
@@ -255,6 +273,8 @@ impl<S: Storage> Node<S> {
                 peer_forwards: BTreeMap::new(),
                 snapshot_op: None,
                 snapshot_index: None,
+                snapshot_saves: BTreeMap::new(),
+                snapshot_offload: false,
             },
             now: 0,
             last_tick: 0,
@@ -529,6 +549,7 @@ impl<S: Storage> Node<S> {
                     self.check_keyring();
                 }
             }
+            Input::SnapshotSaved { id, result } => self.snapshot_saved(id, result),
             Input::Forwarded { id, result } => {
                 if self.st.forwarded.remove(&id).is_some() {
                     let resp = match result {
@@ -801,7 +822,7 @@ impl<S: Storage> Node<S> {
             self.commit(writes)?;
         }
         if let Some(op) = snapshot_op {
-            return self.run_snapshot(op);
+            return self.run_snapshot(req.id, op);
         }
         if let Reply::Pending = reply {
             self.st.pending.insert(

@@ -3,7 +3,13 @@
 //!
 //! `GET` answers the snapshot file of the node's storage as it is after every earlier input
 //! (the core handles inputs one at a time, and the answer leaves only after its batch
-//! commits); the answer's `X-Vault-Index` names that point on a replication primary. `POST`
+//! commits); the answer's `X-Vault-Index` names that point on a replication primary. With
+//! snapshot offload ([`Node::set_snapshot_offload`], the server and the simulator) the node
+//! only fixes that point: it emits [`crate::Output::SnapshotSave`] with a
+//! [`snapshot::Writer`] whose header carries the WAL index, the driver ends the batch there,
+//! pins a consistent read of the committed storage and writes the file off the node's
+//! thread, and the node answers when [`crate::Input::SnapshotSaved`] brings the file back,
+//! serving other inputs meanwhile. Without it the node scans its storage itself. `POST`
 //! (or `PUT`) restores a file taken on this cluster: the file is checked whole
 //! ([`crate::snapshot::read`]) before anything is written, then one write set makes the
 //! storage hold the file's rows, deletes the Merkle records and starts a new WAL history
@@ -15,11 +21,12 @@
 //! authenticated with this cluster's keys.
 
 use super::{Node, NodeState};
-use crate::api::{ApiError, ApiResult, Method, Reply, Request};
+use crate::api::{ApiError, ApiResult, Method, Reply, Request, RequestId, Response};
 use crate::ctx::Ctx;
 use crate::replication::{self, merkle, wal};
 use crate::snapshot::{self, Snapshot, SnapshotError};
-use crate::storage::{Storage, Write};
+use crate::storage::{Storage, StorageError, Write};
+use crate::Output;
 
 /// What the route's handler decided; the node carries it out with its storage once the
 /// request was authorized and its other writes (a spent token use) were committed.
@@ -27,6 +34,14 @@ use crate::storage::{Storage, Write};
 pub enum SnapshotOp {
     Save,
     Restore(Box<Snapshot>),
+}
+
+/// A save the driver carries out ([`crate::Output::SnapshotSave`]): the request it answers
+/// and the file's writer, whose header names the point in the write order it captures.
+#[derive(Clone, Debug)]
+pub struct SnapshotSave {
+    pub id: RequestId,
+    pub writer: snapshot::Writer,
 }
 
 impl From<SnapshotError> for ApiError {
@@ -101,8 +116,19 @@ pub(crate) fn handle(ctx: &Ctx, st: &mut NodeState, req: &Request, rest: &str) -
 }
 
 impl<S: Storage> Node<S> {
-    /// Carries out a snapshot operation the route's handler decided.
-    pub(super) fn run_snapshot(&mut self, op: SnapshotOp) -> ApiResult {
+    /// Lets the driver write snapshot files ([`crate::Output::SnapshotSave`]) instead of the
+    /// node scanning its storage while it handles the request.
+    pub fn set_snapshot_offload(&mut self, on: bool) {
+        self.st.snapshot_offload = on;
+    }
+
+    /// Saves the driver is still writing (request ids), in order.
+    pub fn snapshot_saves_in_flight(&self) -> Vec<RequestId> {
+        self.st.snapshot_saves.keys().copied().collect()
+    }
+
+    /// Carries out a snapshot operation the route's handler decided (`id`: the request).
+    pub(super) fn run_snapshot(&mut self, id: RequestId, op: SnapshotOp) -> ApiResult {
         let keys = self.barrier.snapshot_keys().ok_or(ApiError::Sealed)?;
         match op {
             SnapshotOp::Save => {
@@ -114,8 +140,17 @@ impl<S: Storage> Node<S> {
                     node_id: self.st.config.node_id.clone(),
                     on_secondary: self.st.repl.is_perf_secondary(),
                 };
-                let file = snapshot::write(&self.storage, &keys, header)?;
-                self.st.snapshot_index = replication::index_state::current(&self.st.repl);
+                let writer = snapshot::Writer::new(keys, header);
+                let index = replication::index_state::current(&self.st.repl);
+                if self.st.snapshot_offload {
+                    self.st.snapshot_saves.insert(id, index);
+                    self.st
+                        .outputs
+                        .push_back(Output::SnapshotSave(SnapshotSave { id, writer }));
+                    return Ok(Reply::Pending);
+                }
+                let file = writer.write_all(&self.storage)?;
+                self.st.snapshot_index = index;
                 Ok(Reply::Text(200, "application/octet-stream".into(), file))
             }
             SnapshotOp::Restore(snap) => {
@@ -123,6 +158,29 @@ impl<S: Storage> Node<S> {
                 Ok(Reply::Empty)
             }
         }
+    }
+
+    /// Answers a save the driver finished (or could not): the file with the `X-Vault-Index` of
+    /// the point it captured. An id of no save in flight is ignored.
+    pub(super) fn snapshot_saved(&mut self, id: RequestId, result: Result<Vec<u8>, StorageError>) {
+        let Some(index) = self.st.snapshot_saves.remove(&id) else {
+            log::warn!("a snapshot file for request {id}, which waits for none, was dropped");
+            return;
+        };
+        let resp = match result {
+            Ok(file) => Response {
+                id,
+                status: 200,
+                body: None,
+                raw: Some(("application/octet-stream".into(), file)),
+                index,
+            },
+            Err(e) => {
+                log::error!("snapshot save failed: {e}");
+                Response::error(id, &ApiError::from(e))
+            }
+        };
+        self.st.outputs.push_back(Output::Response(resp));
     }
 
     /// Makes storage hold `snap` in one write set and reloads the state derived from it.

@@ -473,6 +473,12 @@ impl Replication {
             && (rt.role.needs_sync || matches!(rt.sec.phase, Phase::MerkleDiff | Phase::MerkleSync))
     }
 
+    /// Merkle diffs this node started as a secondary in mode `m` since it started
+    /// (`merkle_diffs` in the replication status).
+    pub fn merkle_diffs(&self, m: Mode) -> u64 {
+        self.mode(m).sec.diffs
+    }
+
     /// Progress of a running reindex or Merkle check: (keys done, keys total).
     pub fn scan_progress(&self) -> Option<(u64, u64)> {
         reindex::progress(&self.jobs)

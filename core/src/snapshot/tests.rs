@@ -327,3 +327,121 @@ fn a_file_of_a_performance_secondary_is_refused() {
         .contains("performance secondary"));
     assert!(n.storage().map == before);
 }
+
+/// With offload the node answers nothing itself: it emits the writer, serves other requests
+/// meanwhile, and answers with the file the driver wrote from storage as it was at the
+/// save's input; that file restores to exactly that point.
+#[test]
+fn an_offloaded_save_answers_the_drivers_file_of_the_point() {
+    let mut n = node(7);
+    n.set_snapshot_offload(true);
+    put(&mut n, 1, "a", 1);
+    n.handle(
+        2_000,
+        crate::Input::Request(Request::new(2, Method::Get, SNAP).with_token("root")),
+    );
+    let mut save = None;
+    while let Some(o) = n.poll_output() {
+        match o {
+            crate::Output::SnapshotSave(s) => save = Some(s),
+            crate::Output::Response(r) => assert_ne!(r.id, 2, "answered before the file: {r:?}"),
+            _ => {}
+        }
+    }
+    let save = save.expect("a SnapshotSave output");
+    assert_eq!(save.id, 2);
+    assert_eq!(n.snapshot_saves_in_flight(), vec![2]);
+    // The driver pins storage as it is now; the node goes on meanwhile.
+    let pinned = n.storage().clone();
+    let point = data(&n);
+    put(&mut n, 3, "a", 2);
+    put(&mut n, 4, "b", 3);
+    let file = save.writer.write_all(&pinned).expect("written");
+    n.handle(
+        2_000,
+        crate::Input::SnapshotSaved {
+            id: 2,
+            result: Ok(file.clone()),
+        },
+    );
+    let mut answer = None;
+    while let Some(o) = n.poll_output() {
+        if let crate::Output::Response(r) = o {
+            answer = Some(r);
+        }
+    }
+    let r = answer.expect("the save's answer");
+    assert_eq!((r.id, r.status), (2, 200), "{r:?}");
+    assert_eq!(r.raw.map(|(_, f)| f), Some(file.clone()));
+    assert!(n.snapshot_saves_in_flight().is_empty());
+    // A second answer for the same request is dropped.
+    n.handle(
+        2_000,
+        crate::Input::SnapshotSaved {
+            id: 2,
+            result: Ok(Vec::new()),
+        },
+    );
+    assert!(n.poll_output().is_none());
+    let r = restore(&mut n, 5, &file);
+    assert_eq!(r.status, 204, "{r:?}");
+    assert_eq!(data(&n), point);
+    assert_eq!(read_v(&mut n, 6, "a"), Some(1));
+    assert_eq!(read_v(&mut n, 7, "b"), None);
+}
+
+/// A driver that could not read storage: the save is answered with the storage error.
+#[test]
+fn an_offloaded_save_that_fails_answers_the_error() {
+    let mut n = node(8);
+    n.set_snapshot_offload(true);
+    n.handle(
+        2_000,
+        crate::Input::Request(Request::new(2, Method::Get, SNAP).with_token("root")),
+    );
+    while n.poll_output().is_some() {}
+    n.handle(
+        2_000,
+        crate::Input::SnapshotSaved {
+            id: 2,
+            result: Err(crate::storage::StorageError::Io("disk gone".into())),
+        },
+    );
+    let r = std::iter::from_fn(|| n.poll_output())
+        .find_map(|o| match o {
+            crate::Output::Response(r) => Some(r),
+            _ => None,
+        })
+        .expect("an answer");
+    assert_eq!((r.id, r.status), (2, 500), "{r:?}");
+}
+
+/// The writer fed in pieces writes the same file as fed at once, and refuses rows out of
+/// order.
+#[test]
+fn the_writer_fed_in_pieces_writes_the_same_file() {
+    let keys = Keys::from_barrier_key(&[3; 32]);
+    let header = Header {
+        cluster: String::new(),
+        index: 9,
+        rows: 0,
+        taken_at: 1,
+        node_id: "n".into(),
+        on_secondary: false,
+    };
+    let rows: Vec<(String, Vec<u8>)> = (0..50)
+        .map(|i| (format!("k/{i:03}"), vec![i as u8; i]))
+        .chain([("node/x".to_string(), vec![1])])
+        .collect();
+    let whole = encode(&header, &rows, &keys);
+    let mut w = Writer::new(keys.clone(), header.clone());
+    for piece in rows.chunks(7) {
+        w.push(piece.to_vec()).expect("in order");
+    }
+    assert_eq!(w.finish(), whole);
+    let snap = read(&whole, &keys).expect("reads back");
+    assert_eq!(snap.rows.len(), 50, "node-local rows are left out");
+    let mut w = Writer::new(keys, header);
+    w.push(vec![("b".to_string(), vec![])]).expect("first");
+    assert!(w.push(vec![("a".to_string(), vec![])]).is_err());
+}

@@ -210,6 +210,11 @@ impl ReplWorld {
                 ));
             }
         }
+        if bad.is_empty() {
+            if let Err(e) = self.check_snapshot_diffs() {
+                bad.push(e);
+            }
+        }
         for h in 0..self.hosts.len() {
             let x = &self.hosts[h];
             if x.needs_unseal || !x.host.is_up() {

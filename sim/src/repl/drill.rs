@@ -62,7 +62,11 @@ impl ReplWorld {
             let Some(at) = self.drill_at else {
                 return DrillNext::Off;
             };
-            if self.phase != Phase::Chaos || self.stats.events < at || !self.up(self.primary) {
+            if self.phase != Phase::Chaos
+                || self.stats.events < at
+                || !self.up(self.primary)
+                || self.snap.busy()
+            {
                 return DrillNext::Off;
             }
             let Some(i) = self.secs.iter().position(|s| {

@@ -63,6 +63,7 @@ mod params;
 mod reply;
 mod scan;
 mod share_flow;
+mod snapshot;
 mod wire;
 
 use drill::{DStep, Drill, DrillNext, OpTok};
@@ -72,6 +73,7 @@ pub use params::{Kind, Params};
 use reply::Answer;
 use scan::{Rot, ScanStart};
 use share_flow::{ShareFlow, ShareStep};
+use snapshot::Snap;
 
 use crate::check::Violation;
 use crate::host::{GroupCommit, Host};
@@ -282,6 +284,9 @@ pub struct ReplWorld {
     corrupt_rng: SimRng,
     scan_rng: SimRng,
     scan: Option<ScanStart>,
+    /// The snapshot drill (`snapshot.rs`) and its random stream.
+    snap: Snap,
+    snap_rng: SimRng,
     /// A violation found while draining a node's outputs (returned by the next step).
     pending: Option<Violation>,
     /// The turmoil tier: peer messages over turmoil TCP, time from turmoil's clock.
@@ -417,6 +422,8 @@ impl ReplWorld {
             ldap_at: BTreeMap::new(),
             corrupt_rng: SimRng::derive(seed, "repl-corrupt"),
             scan_rng: SimRng::derive(seed, "repl-scan"),
+            snap: Snap::default(),
+            snap_rng: SimRng::derive(seed, "repl-snapshot"),
             scan: None,
             pending: None,
             tcp,
@@ -527,9 +534,11 @@ impl ReplWorld {
         let config = self.config(h);
         let host = &mut self.hosts[h];
         // Batched like the shell: held pulls are answered at the batch's commit.
-        if host.host.start(config, true).is_none() {
+        let Some(node) = host.host.start(config, true) else {
             return;
-        }
+        };
+        // Snapshot files are written by the driver, as in the server (`wire.rs`).
+        node.set_snapshot_offload(true);
         let boot = host.host.boot();
         host.needs_unseal = boot > 1;
         if let Some(t) = self.tcp.as_mut() {

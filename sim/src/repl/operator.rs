@@ -84,6 +84,14 @@ pub(super) enum Op {
         reindex: Option<[bool; 3]>,
         repair: bool,
     },
+    /// The snapshot drill on the primary (`snapshot.rs`): the save, a damaged copy of the
+    /// file (cut at `at`, or byte `at` flipped), the restore.
+    SnapSave,
+    SnapDamaged {
+        truncated: bool,
+        at: usize,
+    },
+    SnapRestore,
 }
 
 /// A secondary the operator manages.
@@ -231,6 +239,9 @@ impl ReplWorld {
             return Some(r);
         }
         if let Some(r) = self.choose_disable(id) {
+            return Some(r);
+        }
+        if let Some(r) = self.choose_snapshot(id) {
             return Some(r);
         }
         if self.scan_rng.chance(self.params.scan_permille) {
@@ -518,6 +529,9 @@ impl ReplWorld {
                 let req = Request::new(id, Method::Get, &key_name(other, n)).with_token(&t);
                 Some((h, Op::Read(h, other, n), req))
             }
+            // Nor logins: a restore forgets the entities created after the save, which the
+            // LDAP model keeps.
+            9 if self.snap.busy() => None,
             9 => {
                 let mut hosts = vec![self.primary];
                 hosts.extend(
@@ -531,6 +545,9 @@ impl ReplWorld {
                 let req = Request::new(id, Method::Post, &path).with_json(body);
                 Some((h, Op::Login(a), req))
             }
+            // The LDAP model's mappings are not rewound by a snapshot restore: none are
+            // written between the save and the restore.
+            10 if self.snap.busy() => None,
             10 => {
                 let (path, body) = self.ldap.mapping_write(&mut self.ldap_rng);
                 let req = Request::new(id, Method::Post, &path)

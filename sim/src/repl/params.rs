@@ -36,6 +36,9 @@ pub struct Params {
     pub corrupt_mean_ms: u64,
     /// Chance (‰) per operator step of a reindex or Merkle check.
     pub scan_permille: u64,
+    /// Chance (‰) per operator step that the snapshot drill starts (once per seed; see
+    /// `repl/snapshot.rs`); 0: never.
+    pub snapshot_permille: u64,
 }
 
 impl Params {
@@ -89,6 +92,8 @@ impl Params {
             corrupt_mean_ms: *r.pick(&[0, 8_000, 30_000]).unwrap_or(&0),
             scan_permille: *r.pick(&[4, 12, 30]).unwrap_or(&12),
             sync_window: *r.pick(&[64, 16 * 1024]).unwrap_or(&64),
+            // Not drawn.
+            snapshot_permille: 40,
         }
     }
 
@@ -106,7 +111,7 @@ impl Params {
         format!(
             "topology=[{}] peer-delay={}ms peer-loss={}‰ peer-fifo={} commit-window={}ms tick={}ms \
              wal-max={} pull-wait={}ms fetch-batch={} sync-window={} batch-entries={} crash-every~{}ms downtime~{}ms \
-             partition-every~{}ms partition-len~{}ms think={}ms revoke={}‰ corrupt-every~{}ms scans={}‰",
+             partition-every~{}ms partition-len~{}ms think={}ms revoke={}‰ corrupt-every~{}ms scans={}‰ snapshots={}‰",
             kinds.join(","),
             self.peer_link.delay_mean,
             self.peer_link.loss_permille,
@@ -126,6 +131,7 @@ impl Params {
             self.revoke_permille,
             self.corrupt_mean_ms,
             self.scan_permille,
+            self.snapshot_permille,
         )
     }
 }

@@ -111,6 +111,9 @@ impl ReplWorld {
             Op::LdapMap => self.on_ldap_mapped(&a)?,
             Op::Login(att) => self.on_login(&a, att)?,
             Op::Scan { h, reindex, repair } => self.on_scan_reply(&a, h, reindex, repair)?,
+            Op::SnapSave => self.on_snap_saved(&a)?,
+            Op::SnapDamaged { truncated, at } => self.on_snap_damaged(&a, truncated, at)?,
+            Op::SnapRestore => self.on_snap_restored(&a)?,
             Op::SecTokenCreate(h) => self.on_sec_token_created(&a, h)?,
             Op::ReadBack(n) => self.on_read_back(&a, n)?,
         }

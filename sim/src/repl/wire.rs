@@ -46,7 +46,7 @@ impl GroupCommit for ReplWorld {
     fn sort(&self, o: &Output) -> Sort {
         match o {
             Output::Audit { .. } | Output::ClusterTls(_) => Sort::Drop,
-            Output::Ldap(_) | Output::PeerSend(_) => Sort::Aside,
+            Output::Ldap(_) | Output::PeerSend(_) | Output::SnapshotSave(_) => Sort::Aside,
             _ => Sort::Hold,
         }
     }
@@ -69,14 +69,33 @@ impl GroupCommit for ReplWorld {
         }
         let mut calls = Vec::new();
         let mut early = Vec::new();
+        let mut saves = Vec::new();
         for o in aside {
             match o {
                 Output::Ldap(c) => calls.push(c),
+                Output::SnapshotSave(s) => saves.push(s),
                 o => early.push(o),
             }
         }
         for o in early {
             self.release(h, o);
+        }
+        // A snapshot save: the file of the storage as the save's input left it (no later
+        // input has run), handed back at once; its answer joins the open batch.
+        let fed = !saves.is_empty();
+        for s in saves {
+            let id = s.id;
+            let Some(node) = self.hosts[h].host.node() else {
+                continue;
+            };
+            let result = s.writer.write_all(node.storage()).map_err(|e| match e {
+                cairn_core::snapshot::SnapshotError::Storage(e) => e,
+                other => cairn_core::StorageError::Io(other.to_string()),
+            });
+            let now = self.now;
+            self.hosts[h]
+                .host
+                .handle(now, Input::SnapshotSaved { id, result });
         }
         for c in calls {
             let reply = self.ldap.dir.answer(&c);
@@ -90,7 +109,7 @@ impl GroupCommit for ReplWorld {
                 },
             );
         }
-        false
+        fed
     }
 
     fn committed(&mut self, _h: HostId, _info: &CommitInfo, _held: &[Output]) {
