@@ -164,12 +164,9 @@ fn run(
         tx.clone(),
     );
     let mut waiting = Waiting::default();
-<<<<<<< HEAD
     let mut last_tick = 0;
-=======
     // Inputs received but left for the next batch (a snapshot save ended the last one).
     let mut carried: Vec<Msg> = Vec::new();
->>>>>>> snapsim-1
     loop {
         let now = now_ms();
         let deadline = node.poll_timeout();

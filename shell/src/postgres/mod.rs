@@ -447,7 +447,6 @@ impl PgStorage {
         })
     }
 
-<<<<<<< HEAD
     /// Switches to pipelined commits (see [`flush`]): from now on a commit returns before
     /// its batch is durable and leaves a [`Ticket`] ([`PgStorage::take_tickets`]) that the
     /// returned [`PgFlush`] must confirm before anything depending on the batch leaves the
@@ -465,13 +464,13 @@ impl PgStorage {
     /// by the [`PgFlush`] before what depends on its batch is released.
     pub fn take_tickets(&mut self) -> Vec<Ticket> {
         std::mem::take(&mut self.tickets)
-=======
+    }
+
     /// A read of everything committed so far on a new connection
     /// ([`crate::snapshot_read`]).
     pub fn pinned_read(&self) -> Result<crate::snapshot_read::PinnedRead, StorageError> {
         let client = self.settings.connect().map_err(StorageError::Io)?;
         crate::snapshot_read::open_postgres(client, &self.settings.table)
->>>>>>> snapsim-1
     }
 
     /// The condition the runtime's commits are fenced with from now on.
