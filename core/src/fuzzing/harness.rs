@@ -326,7 +326,11 @@ impl Harness {
         // on the first input after the unseal: load it here, in the prototype, or every
         // copy rebuilds the trees on its first request (half of an `activation` input).
         let r = h.call(Request::new(0, Method::Get, "sys/seal-status"));
-        assert_eq!(r.map(|r| r.status), Some(200), "seal status of the snapshot");
+        assert_eq!(
+            r.map(|r| r.status),
+            Some(200),
+            "seal status of the snapshot"
+        );
         h
     }
 
