@@ -400,7 +400,7 @@ impl World {
     }
 
     /// What the root namespace and `b/` look like to their own admins.
-    fn outside(&mut self) -> Vec<(String, u16, Value)> {
+    fn outside(&mut self) -> Vec<Seen> {
         let b = self.b.clone();
         let probes: Vec<Probe> = vec![
             (ROOT, None, Method::Get, "secret/r"),
@@ -436,13 +436,20 @@ impl World {
     }
 
     /// Promise 2 for a sequence of requests by the admin token of `a/`; what lies outside
-    /// is compared after every request, or once at the end (`every: false`, faster).
+    /// is compared after every request.
     pub fn tenant(&mut self, ops: &[Op]) -> Result<(), String> {
-        self.tenant_checked(ops, true)
+        self.tenant_checked(ops, Compare::EveryRequest)
     }
 
-    pub fn tenant_checked(&mut self, ops: &[Op], every: bool) -> Result<(), String> {
+    /// Promise 2, comparing what lies outside `a/` as `when` says.
+    pub fn tenant_checked(&mut self, ops: &[Op], when: Compare) -> Result<(), String> {
         let before = self.outside();
+        self.tenant_against(ops, &before, when)
+    }
+
+    /// Promise 2 for `ops` with `before`, what [`World::outside`] answered in this state (a
+    /// fuzz input starts from a copy of a world whose view was taken once).
+    fn tenant_against(&mut self, ops: &[Op], before: &[Seen], when: Compare) -> Result<(), String> {
         let secrets = [
             ROOT.to_string(),
             self.b.clone(),
@@ -452,6 +459,11 @@ impl World {
             B_SECRET.to_string(),
         ];
         let a = self.a.clone();
+        // The storage as it was when the outside was last compared (`AfterWrites`).
+        let mut compared = match when {
+            Compare::AfterWrites => Some(self.node.storage().map.clone()),
+            _ => None,
+        };
         // Secrets the tenant itself has sent in a body (the generator may put another
         // namespace's token in one, say as a KV value it then reads back): an answer that
         // repeats them reveals nothing the tenant did not hold.
@@ -484,7 +496,14 @@ impl World {
             if self.node.is_sealed() {
                 return Err(format!("{what}: the node is sealed"));
             }
-            if !every && i + 1 < ops.len() {
+            let last = i + 1 == ops.len();
+            let compare = last
+                || match (when, &compared) {
+                    (Compare::EveryRequest, _) => true,
+                    (Compare::AfterWrites, Some(seen)) => self.node.storage().map != *seen,
+                    _ => false,
+                };
+            if !compare {
                 continue;
             }
             let after = self.outside();
@@ -494,9 +513,32 @@ impl World {
                     b.0, b.1, b.2, a.1, a.2
                 ));
             }
+            if let Some(seen) = &mut compared {
+                // After the probes: a read may write what an earlier write left pending
+                // (the Merkle pages are flushed by the next request).
+                seen.clone_from(&self.node.storage().map);
+            }
         }
         Ok(())
     }
+}
+
+/// One answer of [`World::outside`]: (what was asked, status, body without its request id).
+type Seen = (String, u16, Value);
+
+/// When [`World::tenant_checked`] compares what lies outside `a/` with what it was before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compare {
+    /// After every request.
+    EveryRequest,
+    /// After every request that changed storage, and after the last one. What the probes
+    /// read lives in storage (mounts, policies, tokens, secrets, namespaces, LDAP config)
+    /// or is checked after every request anyway (sealed, a cluster-wide route that
+    /// succeeded); an in-memory change that no write accompanies is still seen at the end
+    /// unless a later request undid it. A change is reported at the request that made it.
+    AfterWrites,
+    /// Once, after the last request (faster; the change is reported at the last one).
+    AtEnd,
 }
 
 /// Fuzz entry (target `unauthenticated`): 5 bytes per request (4 for [`Op`], 1 for a
@@ -511,14 +553,26 @@ pub fn fuzz_unauthenticated(data: &[u8]) {
 }
 
 /// Fuzz entry (target `namespace_isolation`): 4 bytes per request of the `a/` admin;
-/// panics when promise 2 breaks.
+/// panics when promise 2 breaks. Every input starts from a copy of this thread's world taken
+/// after its outside view was read (what the probes answer there is read once, not per
+/// input), and compares that view after every request that changed storage and after the
+/// last ([`Compare::AfterWrites`]).
 pub fn fuzz_namespace_isolation(data: &[u8]) {
+    thread_local! {
+        static PROTOTYPE: (World, Vec<Seen>) = {
+            let mut w = World::new();
+            let before = w.outside();
+            (w, before)
+        };
+    }
     let ops: Vec<Op> = data
         .chunks_exact(4)
         .take(24)
         .map(|c| Op::from_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    if let Err(e) = World::fresh().tenant(&ops) {
+    let result =
+        PROTOTYPE.with(|(w, before)| w.clone().tenant_against(&ops, before, Compare::AfterWrites));
+    if let Err(e) = result {
         panic!("{e}");
     }
 }
@@ -565,7 +619,7 @@ mod tests {
                         namespace: (i % NAMESPACES.len()) as u8,
                     })
                     .collect();
-                if let Err(e) = w.tenant_checked(&ops, false) {
+                if let Err(e) = w.tenant_checked(&ops, Compare::AtEnd) {
                     panic!("{e}");
                 }
             }
@@ -620,6 +674,55 @@ mod tests {
         QuickCheck::new()
             .tests(60)
             .quickcheck(prop as fn(Vec<(u8, u8, u8, u8, u8, u8)>) -> TestResult);
+    }
+
+    fn op(method: Method, path: &str, namespace: Option<&str>) -> Op {
+        let at = |n: usize| u8::try_from(n).unwrap();
+        Op {
+            method: at([
+                Method::Get,
+                Method::List,
+                Method::Put,
+                Method::Post,
+                Method::Delete,
+            ]
+            .iter()
+            .position(|m| *m == method)
+            .unwrap()),
+            path: at(PATHS.iter().position(|p| *p == path).unwrap()),
+            body: 0,
+            namespace: at(NAMESPACES.iter().position(|n| *n == namespace).unwrap()),
+        }
+    }
+
+    /// The tenant check can fail, and says at which request: a planted breach (the tenant
+    /// holds the root token, and its second request deletes the root namespace's secret) is
+    /// reported at that request when comparing after every request or after every write
+    /// (what the fuzz target does), and at the last one when comparing once at the end.
+    #[test]
+    fn a_planted_breach_by_the_tenant_is_caught_at_its_request() {
+        let ops = [
+            op(Method::Get, "kv/s", Some("a")),
+            op(Method::Delete, "secret/r", None),
+            op(Method::Get, "kv/s", Some("a")),
+            op(Method::List, "kv/", Some("a")),
+        ];
+        for (when, at) in [
+            (Compare::EveryRequest, "op 1:"),
+            (Compare::AfterWrites, "op 1:"),
+            (Compare::AtEnd, "op 3:"),
+        ] {
+            let mut w = World::new();
+            assert_eq!(
+                w.tenant_checked(&ops, when),
+                Ok(()),
+                "{when:?} without the plant"
+            );
+            let mut w = World::new();
+            w.a = ROOT.to_string();
+            let e = w.tenant_checked(&ops, when).unwrap_err();
+            assert!(e.starts_with(at) && e.contains("secret/r"), "{when:?}: {e}");
+        }
     }
 
     /// The checks can fail: a planted breach (the root token revoked from outside) is seen.

@@ -322,6 +322,15 @@ impl Harness {
         let r =
             h.call(Request::new(0, Method::Put, "sys/unseal").with_json(json!({"key": snap.key})));
         assert_eq!(r.map(|r| r.status), Some(200), "unseal of the snapshot");
+        // The replication state (Merkle trees rebuilt from the data, WAL position) is loaded
+        // on the first input after the unseal: load it here, in the prototype, or every
+        // copy rebuilds the trees on its first request (half of an `activation` input).
+        let r = h.call(Request::new(0, Method::Get, "sys/seal-status"));
+        assert_eq!(
+            r.map(|r| r.status),
+            Some(200),
+            "seal status of the snapshot"
+        );
         h
     }
 

@@ -8,52 +8,43 @@ use crate::api::{Method, Request};
 use crate::node::{Input, Output};
 use crate::replication::msg::{PeerAnswer, PeerBody, PeerMsg, PeerRequest};
 use crate::replication::{activation, Mode};
-use crate::storage::MemStorage;
+use crate::storage::{MemStorage, Storage};
 use serde_json::json;
 
-fn activation_ctx_parts() -> (MemStorage, crate::seal::Barrier, rand_chacha::ChaCha20Rng) {
-    let mut b = crate::seal::Barrier::default();
-    b.unseal_with([3; 32]);
-    let rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::seed_from_u64(5);
-    (MemStorage::new(), b, rng)
+/// What every `activation` input is checked against, made once per thread: the claims of
+/// an issued token and the token, a secondary's activation key pair (the private half in
+/// `storage`, as `generate-public-key` leaves it) and a credential bundle encrypted to it.
+/// None of it depends on the input, so no input pays for the key generation and the
+/// encryption (three X25519 multiplications and a signature were most of an input's cost);
+/// the round trip the input used to check is checked here, once.
+struct ActivationFixture {
+    storage: MemStorage,
+    barrier: crate::seal::Barrier,
+    claims: activation::Claims,
+    /// `claims` signed by the key in `storage`.
+    signed: String,
+    sealed: activation::Sealed,
+    /// `sealed` encrypted to the public key whose private half is in `storage`.
+    encrypted: String,
 }
 
-/// Activation token and encrypted credential decoding: arbitrary tokens through the
-/// decoders (claims, signature check, encrypted-token decryption), a tampered encrypted
-/// token never decrypts, and a secondary `enable` whose token and unwrapped credential
-/// (the primary's answer) are arbitrary answers 4xx, never a crash.
-pub fn activation(data: &[u8]) {
-    let mut b = Bytes::new(data);
-    let flags = b.byte();
-    let token = b.string();
-    let _ = activation::is_activation_token(&token);
-    let _ = activation::decode(&token);
-    let (s, barrier, mut rng) = activation_ctx_parts();
-    let mut ctx = crate::ctx::Ctx {
-        txn: crate::storage::Txn::new(&s),
-        barrier: &barrier,
-        rng: &mut rng,
-        now: T0,
-    };
-    let claims = activation::Claims {
-        addr: "http://fuzz-api".into(),
-        id: "cs.inner".into(),
-        mode: Mode::Dr,
-        exp: T0 / 1000 + 600,
-        jti: "sec1".into(),
-    };
-    if let Ok(signed) = activation::issue(&mut ctx, &claims) {
-        let _ = activation::verify(&mut ctx, &token);
-        if token != signed {
-            // Any other token is refused, never accepted with the issued claims' rights.
-            if let Ok(c) = activation::verify(&mut ctx, &token) {
-                assert_eq!(c, claims, "a forged token verified with other claims");
-            }
-        }
-    }
-    let _ = activation::is_encrypted_token(&token);
-    if let Ok(pk) = activation::generate_public_key(&mut ctx, Mode::Dr) {
-        let _ = activation::decrypt(&ctx, Mode::Dr, &token);
+fn activation_rng() -> rand_chacha::ChaCha20Rng {
+    <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::seed_from_u64(5)
+}
+
+impl ActivationFixture {
+    fn new() -> ActivationFixture {
+        let mut barrier = crate::seal::Barrier::default();
+        barrier.unseal_with([3; 32]);
+        let mut storage = MemStorage::new();
+        let mut rng = activation_rng();
+        let claims = activation::Claims {
+            addr: "http://fuzz-api".into(),
+            id: "cs.inner".into(),
+            mode: Mode::Dr,
+            exp: T0 / 1000 + 600,
+            jti: "sec1".into(),
+        };
         let sealed = activation::Sealed {
             mode: Mode::Dr,
             exp: T0 / 1000 + 600,
@@ -71,20 +62,79 @@ pub fn activation(data: &[u8]) {
                 primary_version: String::new(),
             },
         };
-        if let Ok(enc) = activation::encrypt_to(&mut ctx, &pk, &sealed) {
+        let (signed, encrypted, writes) = {
+            let mut ctx = crate::ctx::Ctx {
+                txn: crate::storage::Txn::new(&storage),
+                barrier: &barrier,
+                rng: &mut rng,
+                now: T0,
+            };
+            let signed = activation::issue(&mut ctx, &claims).expect("issue");
             assert_eq!(
-                activation::decrypt(&ctx, Mode::Dr, &enc).ok(),
-                Some(sealed.bundle.clone())
+                activation::verify(&mut ctx, &signed).ok(),
+                Some(claims.clone())
             );
-            // Flip one byte of the encrypted token: it must not decrypt to anything.
-            let mut t = enc.into_bytes();
-            let at = usize::from(b.byte()) % t.len();
-            t[at] ^= b.byte().max(1);
-            if let Ok(t) = String::from_utf8(t) {
-                if let Ok(got) = activation::decrypt(&ctx, Mode::Dr, &t) {
-                    assert_eq!(got, sealed.bundle, "a tampered token decrypted: {t:?}");
-                }
-            }
+            let pk = activation::generate_public_key(&mut ctx, Mode::Dr).expect("key pair");
+            let encrypted = activation::encrypt_to(&mut ctx, &pk, &sealed).expect("encrypt");
+            assert_eq!(
+                activation::decrypt(&ctx, Mode::Dr, &encrypted).ok(),
+                Some(sealed.bundle.clone()),
+                "an encrypted token does not decrypt to its bundle"
+            );
+            (signed, encrypted, ctx.txn.into_writes())
+        };
+        storage.apply(&writes).expect("in-memory storage");
+        ActivationFixture {
+            storage,
+            barrier,
+            claims,
+            signed,
+            sealed,
+            encrypted,
+        }
+    }
+}
+
+/// Activation token and encrypted credential decoding: arbitrary tokens through the
+/// decoders (claims, signature check, encrypted-token decryption), a tampered encrypted
+/// token never decrypts, and a secondary `enable` whose token and unwrapped credential
+/// (the primary's answer) are arbitrary answers 4xx, never a crash.
+pub fn activation(data: &[u8]) {
+    thread_local! {
+        static FIXTURE: ActivationFixture = ActivationFixture::new();
+    }
+    FIXTURE.with(|f| activation_with(f, data));
+}
+
+fn activation_with(f: &ActivationFixture, data: &[u8]) {
+    let mut b = Bytes::new(data);
+    let flags = b.byte();
+    let token = b.string();
+    let _ = activation::is_activation_token(&token);
+    let _ = activation::decode(&token);
+    let mut rng = activation_rng();
+    let mut ctx = crate::ctx::Ctx {
+        txn: crate::storage::Txn::new(&f.storage),
+        barrier: &f.barrier,
+        rng: &mut rng,
+        now: T0,
+    };
+    let claims = f.claims.clone();
+    if token != f.signed {
+        // Any other token is refused, never accepted with the issued claims' rights.
+        if let Ok(c) = activation::verify(&mut ctx, &token) {
+            assert_eq!(c, claims, "a forged token verified with other claims");
+        }
+    }
+    let _ = activation::is_encrypted_token(&token);
+    let _ = activation::decrypt(&ctx, Mode::Dr, &token);
+    // Flip one byte of the encrypted token: it must not decrypt to anything else.
+    let mut t = f.encrypted.clone().into_bytes();
+    let at = usize::from(b.byte()) % t.len();
+    t[at] ^= b.byte().max(1);
+    if let Ok(t) = String::from_utf8(t) {
+        if let Ok(got) = activation::decrypt(&ctx, Mode::Dr, &t) {
+            assert_eq!(got, f.sealed.bundle, "a tampered token decrypted: {t:?}");
         }
     }
     drop(ctx);
