@@ -7,6 +7,7 @@ pub mod growth;
 pub mod keepalive;
 pub mod kill9;
 pub mod loadgen;
+pub mod raw;
 pub mod replbench;
 pub mod tls_hello;
 

@@ -6,6 +6,7 @@
 
 use cairn_core::replication::index_state::IndexState;
 use cairn_tests::cluster::{self, caught_up, enable_secondary, licensed, status, token, wait_for};
+use cairn_tests::raw::{self, Raw};
 use cairn_tests::{
     cairn_bin, fresh_port_pair, note_secret, start_dev_directory, tmpdir, Server, TEST_ISSUER_KEY,
     TEST_LICENSE,
@@ -18,45 +19,8 @@ use std::time::Duration;
 
 const SNAP: &str = "sys/storage/raft/snapshot";
 
-/// An answer with its raw body and `X-Vault-Index`.
-struct Raw {
-    status: u16,
-    body: Vec<u8>,
-    index: Option<String>,
-}
-
-impl Raw {
-    fn errors(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
 fn call_raw(addr: &str, token: &str, method: &str, path: &str, body: Vec<u8>) -> Option<Raw> {
-    let agent = cairn_tests::agent(Duration::from_secs(120));
-    let req = ureq::http::Request::builder()
-        .method(method)
-        .uri(format!("{addr}/v1/{path}"))
-        .header("X-Vault-Token", token)
-        .body(body)
-        .ok()?;
-    let mut resp = agent.run(req).ok()?;
-    let index = resp
-        .headers()
-        .get("X-Vault-Index")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let status = resp.status().as_u16();
-    let body = resp
-        .body_mut()
-        .with_config()
-        .limit(1 << 30)
-        .read_to_vec()
-        .ok()?;
-    Some(Raw {
-        status,
-        body,
-        index,
-    })
+    raw::call(addr, token, method, path, body, Duration::from_secs(120))
 }
 
 fn save(s: &Server) -> (Vec<u8>, Option<u64>) {

@@ -34,27 +34,9 @@ fn raw(
     path: &str,
     body: Vec<u8>,
 ) -> (u16, Vec<u8>, Option<String>) {
-    let agent = cairn_tests::agent(Duration::from_secs(300));
-    let req = ureq::http::Request::builder()
-        .method(method)
-        .uri(format!("{addr}/v1/{path}"))
-        .header("X-Vault-Token", token)
-        .body(body)
-        .expect("request");
-    let mut resp = agent.run(req).expect("answer");
-    let index = resp
-        .headers()
-        .get("X-Vault-Index")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let status = resp.status().as_u16();
-    let body = resp
-        .body_mut()
-        .with_config()
-        .limit(4 << 30)
-        .read_to_vec()
-        .expect("body");
-    (status, body, index)
+    let r = cairn_tests::raw::call(addr, token, method, path, body, Duration::from_secs(300))
+        .expect("answer");
+    (r.status, r.body, r.index)
 }
 
 fn index_of(h: &Option<String>) -> u64 {
