@@ -215,6 +215,9 @@ pub(crate) struct SecRt {
     pub after: Option<String>,
     /// Our keys whose short leaves the Merkle sync request in flight carries, in its order.
     pub sent: Vec<String>,
+    /// A Merkle sync lost its connection: the retry goes on from `asked` and `after` (what
+    /// earlier rounds applied is committed) instead of starting the diff again.
+    pub resume_sync: bool,
     pub sync_total: u64,
     pub sync_done: u64,
     /// Index in `creds.primary_cluster_addrs` currently used.

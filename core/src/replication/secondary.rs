@@ -118,6 +118,7 @@ fn start_diff(env: &mut Env, mode: Mode) {
     rt.sec.rediff = false;
     rt.sec.asked.clear();
     rt.sec.sent.clear();
+    rt.sec.resume_sync = false;
     rt.sec.after = None;
     rt.sec.sync_total = 0;
     rt.sec.sync_done = 0;
@@ -134,6 +135,13 @@ pub(crate) fn kick(env: &mut Env, mode: Mode) {
     }
     match rt.sec.phase {
         Phase::MerkleDiff | Phase::MerkleSync => start_diff(env, mode),
+        _ if std::mem::take(&mut rt.sec.resume_sync) && !rt.sec.asked.is_empty() => {
+            rt.sec.phase = Phase::MerkleSync;
+            if let Err(e) = sync_next(env, mode) {
+                log::warn!("{} replication: resuming the Merkle sync: {e}", mode.name());
+                start_diff(env, mode);
+            }
+        }
         _ if rt.role.needs_sync => start_diff(env, mode),
         Phase::Idle | Phase::Connecting => {
             rt.sec.phase = Phase::Connecting;
@@ -146,6 +154,9 @@ pub(crate) fn kick(env: &mut Env, mode: Mode) {
 fn fail(env: &mut Env, mode: Mode, reached: bool, why: String) {
     let now = env.now;
     let rt = env.st.repl.mode_mut(mode);
+    // A round of a Merkle sync that did not reach the primary is asked again, not the whole
+    // diff: with many rounds and a lossy link, starting over could go on for ever.
+    rt.sec.resume_sync = !reached && rt.sec.phase == Phase::MerkleSync && !rt.sec.asked.is_empty();
     rt.sec.phase = Phase::Idle;
     rt.sec.failures = rt.sec.failures.saturating_add(1);
     if !reached {
