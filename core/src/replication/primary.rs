@@ -396,22 +396,10 @@ pub(crate) fn subtree_entries(
     sid: &str,
     buckets: Option<&BTreeSet<u32>>,
 ) -> ApiResult<Vec<(String, Vec<u8>)>> {
-    let prefix = class::subtree_prefix(sid).unwrap_or_default();
+    let mut scan = SubtreeScan::new(s, uuids, kind, sid, buckets, None);
     let mut out = Vec::new();
-    for (k, v) in s.scan(&prefix)? {
-        let c = class::classify(&k, uuids);
-        let kk = match c {
-            Class::NodeLocal => continue,
-            Class::Replicated => TreeKind::Replicated,
-            Class::ClusterLocal => TreeKind::Local,
-        };
-        if kk != kind || class::subtree(&k) != sid {
-            continue;
-        }
-        if buckets.is_some_and(|b| !b.contains(&merkle::bucket_index(&k))) {
-            continue;
-        }
-        out.push((k, v));
+    while let Some(e) = scan.next_entry()? {
+        out.push(e);
     }
     Ok(out)
 }

@@ -22,7 +22,7 @@ use super::msg::{
     self, Hashes, Holdings, PeerAnswer, PeerAuth, PeerBody, PeerMsg, PeerSend, SubtreeRef,
     SyncBatch,
 };
-use super::primary::{kinds, relative, subtree_entries, subtree_keys};
+use super::primary::{kinds, relative, subtree_keys};
 use super::state::{Bundle, Creds, Role, RoleState};
 use super::subtree_scan::SubtreeScan;
 use super::wal::{self, WalEntry};
@@ -448,7 +448,8 @@ fn on_pages(env: &mut Env, mode: Mode, pages: Vec<(SubtreeRef, Hashes)>) -> ApiR
             continue;
         }
         let mut per_page = [0usize; merkle::PAGES];
-        for (k, _) in subtree_entries(&*env.storage, &uuids, r.0, &r.1, None)? {
+        let mut scan = SubtreeScan::new(&*env.storage, &uuids, r.0, &r.1, None, None);
+        while let Some((k, _)) = scan.next_entry()? {
             per_page[merkle::bucket(&k).0] += 1;
         }
         let (crowded, small): (Vec<usize>, Vec<usize>) = differ
