@@ -124,7 +124,7 @@ impl Storage for PinnedRead {
         };
         Ok(rows
             .into_iter()
-            .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v))
+            .map(|(k, v)| (crate::storage::key_string(k), v))
             .collect())
     }
 }

@@ -571,7 +571,7 @@ impl SqliteStorage {
         let mut out = Vec::new();
         for row in rows {
             let (k, v) = row.map_err(err)?;
-            out.push((String::from_utf8_lossy(&k).into_owned(), v));
+            out.push((crate::storage::key_string(k), v));
         }
         Ok(out)
     }
@@ -738,7 +738,7 @@ impl Storage for SqliteStorage {
         let mut out = Vec::with_capacity(limit.min(4096));
         for row in rows {
             let (k, v) = row.map_err(err)?;
-            out.push((String::from_utf8_lossy(&k).into_owned(), v));
+            out.push((crate::storage::key_string(k), v));
         }
         Ok(out)
     }

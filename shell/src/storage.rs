@@ -172,3 +172,9 @@ impl Storage for ShellStorage {
         }
     }
 }
+
+/// A stored key read back as a string, without copying it when it is UTF-8 (every key the
+/// core writes is); any other bytes are replaced, as a lossy conversion does.
+pub fn key_string(k: Vec<u8>) -> String {
+    String::from_utf8(k).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}

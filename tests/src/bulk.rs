@@ -99,7 +99,8 @@ pub fn scan_and_hash(db: &Path) -> (u64, f64) {
     while let Ok(Some(r)) = rows.next() {
         let k: Vec<u8> = r.get(0).unwrap_or_default();
         let v: Vec<u8> = r.get(1).unwrap_or_default();
-        let h = cairn_core::replication::merkle::leaf(&String::from_utf8_lossy(&k), &v);
+        let k = String::from_utf8(k).unwrap_or_default();
+        let h = cairn_core::replication::merkle::leaf(&k, &v);
         acc ^= h[0];
         n += 1;
     }

@@ -51,16 +51,31 @@ pub fn classify(key: &str, local_uuids: &BTreeSet<String>) -> Class {
 /// The Merkle subtree a key belongs to: `logical/<uuid>` or `auth/<uuid>` for mount data,
 /// `sys` for everything else.
 pub fn subtree(key: &str) -> String {
-    match mount_uuid(key) {
-        Some(u) => {
-            let kind = if key.starts_with("auth/") {
-                "auth"
-            } else {
-                "logical"
-            };
-            format!("{kind}/{u}")
+    match subtree_ref(key) {
+        SubtreeRef::Mount { auth, uuid } => {
+            let kind = if auth { "auth" } else { "logical" };
+            format!("{kind}/{uuid}")
         }
-        None => SYSTEM_SUBTREE.to_string(),
+        SubtreeRef::System => SYSTEM_SUBTREE.to_string(),
+    }
+}
+
+/// [`subtree`] without building its id: two keys of the same subtree give equal values (a
+/// scan in key order meets each subtree's keys in runs, and names the subtree once per run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubtreeRef<'a> {
+    Mount { auth: bool, uuid: &'a str },
+    System,
+}
+
+/// The subtree `key` belongs to, borrowed from the key.
+pub fn subtree_ref(key: &str) -> SubtreeRef<'_> {
+    match mount_uuid(key) {
+        Some(uuid) => SubtreeRef::Mount {
+            auth: key.starts_with("auth/"),
+            uuid,
+        },
+        None => SubtreeRef::System,
     }
 }
 

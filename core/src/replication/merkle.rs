@@ -21,6 +21,7 @@
 //! stored record with the one recomputed from the data, and so can say which page, which
 //! subpages and which subtree roots are corrupt.
 
+use super::class;
 use crate::crypto;
 use crate::storage::Write;
 use serde::{Deserialize, Serialize};
@@ -465,6 +466,30 @@ impl Trees {
             .add_leaf(key, value);
     }
 
+    /// [`Trees::add_bulk`] for rows in key order, each with its tree: the subtree is looked up
+    /// (and its id built) once per run of keys that share it, not once per key.
+    pub fn add_bulk_sorted<'a>(
+        &mut self,
+        rows: impl IntoIterator<Item = (TreeKind, &'a str, &'a [u8])>,
+    ) {
+        let mut run: Option<(TreeKind, class::SubtreeRef<'a>)> = None;
+        let mut sub: Option<&mut Subtree> = None;
+        for (tree, key, value) in rows {
+            let id = (tree, class::subtree_ref(key));
+            if run != Some(id) {
+                run = Some(id);
+                sub = Some(
+                    self.subtrees
+                        .entry((tree, class::subtree(key)))
+                        .or_default(),
+                );
+            }
+            if let Some(s) = sub.as_deref_mut() {
+                s.add_leaf(key, value);
+            }
+        }
+    }
+
     /// Recomputes every hash after [`Trees::add_bulk`] and drops empty subtrees.
     pub fn finish(&mut self) {
         for st in self.subtrees.values_mut() {
@@ -690,6 +715,35 @@ mod tests {
                 && loaded == full
                 && inc.root(TreeKind::Replicated, &all) == full.root(TreeKind::Replicated, &all)
                 && inc.root(TreeKind::Local, &all) == full.root(TreeKind::Local, &all)
+        }
+    }
+
+    quickcheck! {
+        /// A bulk rebuild by runs of subtrees equals one made key by key, whatever the mix of
+        /// trees, mounts (`auth/` and `logical/` of the same uuid are different subtrees) and
+        /// system keys in the sorted rows.
+        fn bulk_sorted_equals_bulk_per_key(rows: Vec<(u8, u8, bool, Vec<u8>)>) -> bool {
+            let mut sorted: BTreeMap<String, (TreeKind, Vec<u8>)> = BTreeMap::new();
+            for (mount, k, local, v) in rows {
+                let name = match mount % 5 {
+                    0 => format!("sys/k{k}"),
+                    1 => format!("logical/u1/k{k}"),
+                    2 => format!("auth/u1/k{k}"),
+                    3 => format!("logical/u2/k{k}"),
+                    _ => format!("core/k{k}"),
+                };
+                let kind = if local { TreeKind::Local } else { TreeKind::Replicated };
+                sorted.insert(name, (kind, v));
+            }
+            let mut per_key = Trees::default();
+            for (name, (kind, v)) in &sorted {
+                per_key.add_bulk(*kind, &crate::replication::class::subtree(name), name, v);
+            }
+            let mut runs = Trees::default();
+            runs.add_bulk_sorted(sorted.iter().map(|(n, (k, v))| (*k, n.as_str(), v.as_slice())));
+            per_key.finish();
+            runs.finish();
+            per_key == runs
         }
     }
 

@@ -339,12 +339,7 @@ fn run_chunk(env: &mut Env) -> ApiResult<Option<Reply>> {
         .as_mut()
         .ok_or(ApiError::Internal("the background scan disappeared".into()))?;
     let n = batch.len();
-    for (k, v) in &batch {
-        match class::classify(k, uuids) {
-            Class::NodeLocal => {}
-            c => job.fresh.add_bulk(tree_of(c), &class::subtree(k), k, v),
-        }
-    }
+    add_rows(&mut job.fresh, &batch, uuids);
     job.done += n as u64;
     if let Some((last, _)) = batch.last() {
         job.cursor = Some(if last.starts_with(class::NODE_LOCAL) {
@@ -362,6 +357,17 @@ fn run_chunk(env: &mut Env) -> ApiResult<Option<Reply>> {
     // Writes committed meanwhile update the fresh trees' sums (see `Job::covers`); every
     // hash is recomputed when the scan ends.
     Ok(None)
+}
+
+/// Adds a scanned chunk (in key order) to trees being rebuilt; node-local keys are in none.
+fn add_rows(trees: &mut Trees, rows: &[(String, Vec<u8>)], local_uuids: &BTreeSet<String>) {
+    trees.add_bulk_sorted(
+        rows.iter()
+            .filter_map(|(k, v)| match class::classify(k, local_uuids) {
+                Class::NodeLocal => None,
+                c => Some((tree_of(c), k.as_str(), v.as_slice())),
+            }),
+    );
 }
 
 fn tree_of(c: Class) -> TreeKind {
@@ -818,12 +824,7 @@ pub(crate) fn rebuild(
     let mut cursor: Option<String> = None;
     loop {
         let batch = storage.scan_after(cursor.as_deref(), CHUNK)?;
-        for (k, v) in &batch {
-            match class::classify(k, local_uuids) {
-                Class::NodeLocal => {}
-                c => trees.add_bulk(tree_of(c), &class::subtree(k), k, v),
-            }
-        }
+        add_rows(&mut trees, &batch, local_uuids);
         match batch.last() {
             Some((last, _)) if batch.len() == CHUNK => {
                 cursor = Some(if last.starts_with(class::NODE_LOCAL) {

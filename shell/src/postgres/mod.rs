@@ -396,7 +396,7 @@ fn rows_to_pairs(rows: Vec<postgres::Row>) -> Vec<(String, Vec<u8>)> {
     rows.into_iter()
         .map(|r| {
             let k: Vec<u8> = r.get(0);
-            (String::from_utf8_lossy(&k).into_owned(), r.get(1))
+            (crate::storage::key_string(k), r.get(1))
         })
         .collect()
 }
