@@ -315,7 +315,9 @@ impl<S: Storage> Node<S> {
         let repl = if self.st.ha.is_standby() {
             None
         } else {
-            self.st.repl.next_wake()
+            self.st
+                .repl
+                .next_wake(self.st.config.replication.scan_pace_ms)
         };
         [repl, self.st.ha.next_wake(!self.barrier.sealed())]
             .into_iter()

@@ -377,13 +377,14 @@ impl Replication {
         }
     }
 
-    /// When the node next wants to be polled for replication work.
-    pub fn next_wake(&self) -> Option<Millis> {
+    /// When the node next wants to be polled for replication work (`scan_pace_ms`: least
+    /// time between two steps of a background scan).
+    pub fn next_wake(&self, scan_pace_ms: Millis) -> Option<Millis> {
         let w = self
             .waiters
             .iter()
             .map(|w| w.deadline)
-            .chain(self.jobs.wake())
+            .chain(self.jobs.wake(scan_pace_ms))
             .min();
         let s = [&self.perf, &self.dr]
             .iter()

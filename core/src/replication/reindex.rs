@@ -105,11 +105,8 @@ pub(crate) struct Job {
     done: u64,
     total: u64,
     started: Millis,
-    /// When the last chunk ran (one chunk per millisecond at most).
+    /// When the last chunk ran.
     last_step: Option<Millis>,
-    /// Least time between two steps ([`super::ReplicationConfig::scan_pace_ms`], taken at
-    /// each step).
-    pace: Millis,
     /// The tree epoch the scan started in; a wholesale replacement restarts it.
     epoch: u64,
 }
@@ -125,9 +122,10 @@ impl Job {
     pub(crate) fn fresh_mut(&mut self) -> &mut Trees {
         &mut self.fresh
     }
-    /// When the job next wants to run.
-    pub(crate) fn wake(&self) -> Millis {
-        self.last_step.map_or(0, |t| t + self.pace)
+    /// When the job next wants to run, given the least time between two steps
+    /// ([`super::ReplicationConfig::scan_pace_ms`]).
+    pub(crate) fn wake(&self, pace: Millis) -> Millis {
+        self.last_step.map_or(0, |t| t + pace)
     }
     fn stage_name(&self) -> &'static str {
         match (&self.stage, self.kind) {
@@ -168,10 +166,10 @@ impl Jobs {
         self.job.is_none() && self.flush.is_empty() && self.flush_stray.is_empty()
     }
 
-    /// When background work next wants to run.
-    pub(crate) fn wake(&self) -> Option<Millis> {
+    /// When background work next wants to run (`pace`: as [`Job::wake`]).
+    pub(crate) fn wake(&self, pace: Millis) -> Option<Millis> {
         match &self.job {
-            Some(j) => Some(j.wake()),
+            Some(j) => Some(j.wake(pace)),
             None if !self.flush.is_empty() || !self.flush_stray.is_empty() => Some(0),
             None => None,
         }
@@ -241,7 +239,6 @@ fn begin(jobs: &mut Jobs, kind: Kind, request: Option<RequestId>, now: Millis) {
         total: 0,
         started: now,
         last_step: None,
-        pace: 1,
         epoch: jobs.epoch,
     });
 }
@@ -287,8 +284,7 @@ pub(crate) fn step(env: &mut Env) -> Option<(RequestId, ApiResult)> {
     let now = env.now;
     let pace = env.cfg().scan_pace_ms;
     let job = env.st.repl.jobs.job.as_mut()?;
-    job.pace = pace;
-    if job.wake() > now {
+    if job.wake(pace) > now {
         return None;
     }
     job.last_step = Some(now);
