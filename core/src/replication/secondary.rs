@@ -133,9 +133,11 @@ pub(crate) fn kick(env: &mut Env, mode: Mode) {
         rt.sec.phase = Phase::Idle;
         return;
     }
+    // Set by `fail` for this kick only (a diff started meanwhile clears it too).
+    let resume = std::mem::take(&mut rt.sec.resume_sync) && !rt.sec.asked.is_empty();
     match rt.sec.phase {
         Phase::MerkleDiff | Phase::MerkleSync => start_diff(env, mode),
-        _ if std::mem::take(&mut rt.sec.resume_sync) && !rt.sec.asked.is_empty() => {
+        _ if resume => {
             rt.sec.phase = Phase::MerkleSync;
             if let Err(e) = sync_next(env, mode) {
                 log::warn!("{} replication: resuming the Merkle sync: {e}", mode.name());
