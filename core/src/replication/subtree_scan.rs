@@ -167,50 +167,51 @@ mod tests {
     use crate::storage::MemStorage;
     use quickcheck::quickcheck;
 
-    #[allow(clippy::too_many_arguments)]
-    fn keys_of(
-        s: &MemStorage,
-        uuids: &BTreeSet<String>,
+    /// One scan's parameters, run through the scan and through a filter of the whole store.
+    struct Query<'a> {
+        uuids: &'a BTreeSet<String>,
         kind: TreeKind,
-        sid: &str,
-        buckets: Option<&BTreeSet<u32>>,
-        after: Option<&str>,
-        page: usize,
-    ) -> Vec<String> {
-        let mut scan = SubtreeScan::new(s, uuids, kind, sid, buckets, after).paged(page);
-        let mut out = Vec::new();
-        while let Some((k, _)) = scan.next_entry().unwrap() {
-            out.push(k);
-        }
-        out
+        sid: &'a str,
+        buckets: Option<&'a BTreeSet<u32>>,
+        after: Option<&'a str>,
     }
 
-    /// What the scan must return: every stored key of the subtree, filtered the same way.
-    fn expected(
-        s: &MemStorage,
-        uuids: &BTreeSet<String>,
-        kind: TreeKind,
-        sid: &str,
-        buckets: Option<&BTreeSet<u32>>,
-        after: Option<&str>,
-    ) -> Vec<String> {
-        let prefix = class::subtree_prefix(sid).unwrap_or_default();
-        s.map
-            .keys()
-            .filter(|k| {
-                let c = class::classify(k, uuids);
-                let kk = match c {
-                    Class::NodeLocal => return false,
-                    Class::Replicated => TreeKind::Replicated,
-                    Class::ClusterLocal => TreeKind::Local,
-                };
-                kk == kind
-                    && class::subtree(k) == sid
-                    && buckets.is_none_or(|b| b.contains(&merkle::bucket_index(k)))
-                    && after.is_none_or(|a| k.as_str() > format!("{prefix}{a}").as_str())
-            })
-            .cloned()
-            .collect()
+    impl Query<'_> {
+        /// What the scan returns, reading `page` keys at a time.
+        fn scanned(&self, s: &MemStorage, page: usize) -> Vec<String> {
+            let mut scan =
+                SubtreeScan::new(s, self.uuids, self.kind, self.sid, self.buckets, self.after)
+                    .paged(page);
+            let mut out = Vec::new();
+            while let Some((k, _)) = scan.next_entry().unwrap() {
+                out.push(k);
+            }
+            out
+        }
+
+        /// What the scan must return: every stored key of the subtree, filtered the same way.
+        fn expected(&self, s: &MemStorage) -> Vec<String> {
+            let prefix = class::subtree_prefix(self.sid).unwrap_or_default();
+            s.map
+                .keys()
+                .filter(|k| {
+                    let kk = match class::classify(k, self.uuids) {
+                        Class::NodeLocal => return false,
+                        Class::Replicated => TreeKind::Replicated,
+                        Class::ClusterLocal => TreeKind::Local,
+                    };
+                    kk == self.kind
+                        && class::subtree(k) == self.sid
+                        && self
+                            .buckets
+                            .is_none_or(|b| b.contains(&merkle::bucket_index(k)))
+                        && self
+                            .after
+                            .is_none_or(|a| k.as_str() > format!("{prefix}{a}").as_str())
+                })
+                .cloned()
+                .collect()
+        }
     }
 
     #[test]
@@ -236,47 +237,36 @@ mod tests {
             (TreeKind::Local, "logical/L"),
         ] {
             for after in [None, Some("k01000"), Some("sys/policy/p00999"), Some("zzz")] {
+                let q = Query {
+                    uuids: &uuids,
+                    kind,
+                    sid,
+                    buckets: None,
+                    after,
+                };
                 assert_eq!(
-                    keys_of(&s, &uuids, kind, sid, None, after, PAGE),
-                    expected(&s, &uuids, kind, sid, None, after),
+                    q.scanned(&s, PAGE),
+                    q.expected(&s),
                     "{kind:?} {sid} after {after:?}"
                 );
             }
         }
-        let all = keys_of(
-            &s,
-            &uuids,
-            TreeKind::Replicated,
-            "logical/R",
-            None,
-            None,
-            PAGE,
-        );
+        let whole = |sid, buckets| Query {
+            uuids: &uuids,
+            kind: TreeKind::Replicated,
+            sid,
+            buckets,
+            after: None,
+        };
+        let all = whole("logical/R", None).scanned(&s, PAGE);
         assert_eq!(all.len(), 3001);
         assert_eq!(all[0], "logical/R/");
-        let sys = keys_of(&s, &uuids, TreeKind::Replicated, "sys", None, None, 7);
+        let sys = whole("sys", None).scanned(&s, 7);
         assert!(sys.contains(&"logical/R0".to_string()));
         assert!(sys.contains(&"core/mounts".to_string()));
         let buckets: BTreeSet<u32> = (0..200).collect();
-        assert_eq!(
-            keys_of(
-                &s,
-                &uuids,
-                TreeKind::Replicated,
-                "logical/R",
-                Some(&buckets),
-                None,
-                100
-            ),
-            expected(
-                &s,
-                &uuids,
-                TreeKind::Replicated,
-                "logical/R",
-                Some(&buckets),
-                None
-            )
-        );
+        let q = whole("logical/R", Some(&buckets));
+        assert_eq!(q.scanned(&s, 100), q.expected(&s));
     }
 
     quickcheck! {
@@ -308,8 +298,8 @@ mod tests {
                 let a = after.as_deref().map(|a| {
                     if sid == "sys" { format!("sys/p/{a}") } else { a.to_string() }
                 });
-                keys_of(&s, &uuids, kind, sid, buckets.as_ref(), a.as_deref(), 5)
-                    == expected(&s, &uuids, kind, sid, buckets.as_ref(), a.as_deref())
+                let q = Query { uuids: &uuids, kind, sid, buckets: buckets.as_ref(), after: a.as_deref() };
+                q.scanned(&s, 5) == q.expected(&s)
             })
         }
     }
