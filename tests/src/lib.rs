@@ -3,6 +3,7 @@
 
 pub mod bulk;
 pub mod cluster;
+pub mod flood;
 pub mod growth;
 pub mod keepalive;
 pub mod kill9;

@@ -4,25 +4,12 @@
 //! 2,000 idle connections and a few hundred slowloris clients do not keep a new client from
 //! being answered within a second, and the server's threads and descriptors stay bounded.
 
+use cairn_tests::flood::{assert_bounded, threads_and_fds, Flood};
 use cairn_tests::{fresh_port_pair, tmpdir, Server};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-
-/// Threads and open descriptors of process `pid`.
-fn threads_and_fds(pid: u32) -> (usize, usize) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let threads = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0);
-    (threads, fds)
-}
 
 /// One plain HTTP/1.1 `GET /v1/sys/health` on a new connection: the status and how long the
 /// answer took.
@@ -69,24 +56,18 @@ fn idle_and_slow_connections_do_not_lock_out_a_new_client() {
     s.init_unseal(1, 1);
     let pid = s.child.as_ref().map(|c| c.id()).expect("running");
     let addr = format!("127.0.0.1:{port}");
-    let (threads0, fds0) = threads_and_fds(pid);
+    let before = threads_and_fds(pid);
 
     // 2,000 idle connections (connected, never a byte) and 200 slowloris clients (a request
     // head begun, one header line at a time, never finished).
-    let mut idle = Vec::new();
-    for _ in 0..2000 {
-        idle.push(TcpStream::connect(&addr).expect("idle connect"));
-    }
-    let mut slow = Vec::new();
-    for _ in 0..200 {
-        let mut c = TcpStream::connect(&addr).expect("slow connect");
-        let _ = c.write_all(b"GET /v1/sys/health HTTP/1.1\r\nHost: x\r\n");
-        slow.push(c);
-    }
+    let mut flood = Flood::open(
+        &addr,
+        2000,
+        200,
+        b"GET /v1/sys/health HTTP/1.1\r\nHost: x\r\n",
+    );
     for round in 0..3 {
-        for c in slow.iter_mut() {
-            let _ = c.write_all(format!("X-Slow-{round}: y\r\n").as_bytes());
-        }
+        flood.trickle(format!("X-Slow-{round}: y\r\n").as_bytes());
         // A new client is answered within a second while the flood holds on.
         let (status, took) = health(&addr);
         assert_eq!(status, 200, "a new client was not served during the flood");
@@ -96,39 +77,16 @@ fn idle_and_slow_connections_do_not_lock_out_a_new_client() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
-    let (threads, fds) = threads_and_fds(pid);
-    eprintln!(
-        "floods: before {threads0} threads / {fds0} fds; with 2,200 flood connections \
-         {threads} threads / {fds} fds (max_connections {MAX})"
-    );
-    // Threads of closed connections go back to the pool a moment after their socket is shut,
-    // so the pool may briefly hold more threads than connections; never as many as the flood.
-    assert!(
-        threads < threads0 + 2 * MAX,
-        "threads grew to {threads} (from {threads0}) with max_connections {MAX}"
-    );
-    // Each held connection: its read and write handles and the listener's handle on it.
-    assert!(
-        fds < fds0 + 3 * MAX + 50,
-        "descriptors grew to {fds} (from {fds0}) with max_connections {MAX}"
-    );
+    assert_bounded(pid, before, MAX, "floods (max_connections)");
 
     // The slowloris heads never finish: they are closed after http_read_header_timeout.
     std::thread::sleep(Duration::from_secs(4));
-    let mut closed = 0;
-    for c in slow.iter_mut() {
-        c.set_read_timeout(Some(Duration::from_millis(50))).ok();
-        let mut b = [0u8; 1];
-        if matches!(c.read(&mut b), Ok(0)) {
-            closed += 1;
-        }
-    }
     assert_eq!(
-        closed,
-        slow.len(),
+        flood.slow_closed(),
+        flood.slow.len(),
         "slow clients still held after the header timeout"
     );
-    drop(idle);
+    drop(flood);
     let (status, took) = health(&addr);
     assert_eq!(status, 200);
     assert!(took < Duration::from_secs(1), "{took:?}");
