@@ -12,7 +12,9 @@
 #
 # Environment: FUZZ_SANITIZER (default none: the core is safe Rust, so panics, overflows,
 # stack exhaustion, timeouts and memory blow-ups are what we look for; `address` works on
-# nightly), FUZZ_TIMEOUT (seconds per input, default 20), FUZZ_RSS_MB (default 2048).
+# nightly), FUZZ_TIMEOUT (seconds per input, default 20), FUZZ_RSS_MB (default 2048),
+# FUZZ_RUNS (stop a target once it has run this many inputs, within SECONDS: a campaign that
+# only has to show 10^6 executions within 900 s can stop there and leave the CPU to others).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -72,10 +74,12 @@ for t in "${run[@]}"; do
     [ -d "$FUZZ_DIR/corpus/$t" ] && dirs+=("$FUZZ_DIR/corpus/$t")
     echo "fuzz: $t for ${secs}s" >&2
     set +e
+    t0=$SECONDS
     cargo ${toolchain:+"$toolchain"} fuzz run "${flags[@]}" "$t" "${dirs[@]}" -- \
-        -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$artifacts/" \
+        -max_total_time="$secs" ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"} -print_final_stats=1 -artifact_prefix="$artifacts/" \
         -timeout="${FUZZ_TIMEOUT:-20}" -rss_limit_mb="${FUZZ_RSS_MB:-2048}" >"$log" 2>&1
     rc=$?
+    took=$((SECONDS - t0))
     set -e
     execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$' || true)
     if [ -z "$execs" ]; then
@@ -85,7 +89,7 @@ for t in "${run[@]}"; do
     if [ $rc -ne 0 ]; then
         failed=$((failed + 1))
         repro=$(grep -oE '(Test unit written to|artifact_prefix.*Test unit written to) [^ ]+' "$log" | tail -1 | awk '{print $NF}' || true)
-        summary+=("$(printf '%-12s %12s execs  CRASHED (exit %d)' "$t" "$execs" "$rc")")
+        summary+=("$(printf '%-20s %12s execs in %4d s  CRASHED (exit %d)' "$t" "$execs" "$took" "$rc")")
         echo "fuzz: $t CRASHED (exit $rc); log: $log" >&2
         grep -m1 -A8 -E "panicked at|ERROR: libFuzzer|SUMMARY:" "$log" >&2 || tail -20 "$log" >&2
         if [ -n "$repro" ]; then
@@ -95,10 +99,10 @@ for t in "${run[@]}"; do
             echo "      cp $repro core/fuzz/corpus/$t/" >&2
         fi
     else
-        summary+=("$(printf '%-12s %12s execs  ok' "$t" "$execs")")
+        summary+=("$(printf '%-20s %12s execs in %4d s  ok' "$t" "$execs" "$took")")
     fi
 done
 
-echo "fuzz: ${secs}s per target"
+echo "fuzz: at most ${secs}s${FUZZ_RUNS:+ or $FUZZ_RUNS inputs} per target"
 for line in "${summary[@]}"; do echo "  $line"; done
 [ $failed -eq 0 ] || { echo "fuzz: $failed target(s) crashed" >&2; exit 1; }
