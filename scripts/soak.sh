@@ -14,8 +14,8 @@
 # Every minute it also samples each server's RSS and fds and each operation's count, errors
 # and p99 over that minute into SOAK_OUT/soak-minutes.csv (SOAK_OUT: default a new
 # cairn-soak-out.XXXXXX in the temp dir, kept; printed), says at the end whether RSS and
-# fds levelled off (growth < 2 % over the last 30 minutes of runs of an hour or more, over
-# the last half of shorter ones), and this script then draws soak-rss.svg, soak-fds.svg and
+# fds levelled off (the least-squares trend grows < 2 % over the last 30 minutes of runs of
+# an hour or more, over the last half of shorter ones), and this script then draws soak-rss.svg, soak-fds.svg and
 # soak-p99.svg there with scripts/plot.py (also after a failed or interrupted run).
 # It exits non-zero on any error or growth. The servers' logs are then checked for the
 # secrets the driver handled (scripts/check-secrets.sh). SOAK_KEEP=1 keeps the temp dir;

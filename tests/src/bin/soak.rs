@@ -17,8 +17,9 @@
 //! `scripts/dev-ldap.sh`; started here when unset), `SOAK_WARMUP` (seconds, default 10),
 //! `SOAK_OUT` (where the per-minute samples go, `soak-minutes.csv`: RSS and fds per server,
 //! count, errors and p99 per operation; default `out/` in the data directory). At the end
-//! it says whether RSS and fds levelled off (growth < 2 % over the last 30 minutes of runs
-//! of an hour or more, over the last half of shorter ones; exit 1 if not).
+//! it says whether RSS and fds levelled off (their least-squares trend grows < 2 % over the
+//! last 30 minutes of runs of an hour or more, over the last half of shorter ones; exit 1
+//! if not).
 
 use cairn_tests::{
     agent, free_port_pair, request, start_dev_ldap, Resp, Server, TEST_ISSUER_KEY, TEST_LICENSE,

@@ -115,8 +115,11 @@ impl Minutes {
     }
 
     /// Growth of RSS and fds over the last 30 minutes (runs of 60 minutes or more) or the
-    /// last half of the run: the mean of the window's last three samples against the mean
-    /// of its first three; level when below 2 %.
+    /// last half of the run: the least-squares line through the window's samples, its rise
+    /// over the window against its value at the window's start; level when below 2 %. (A
+    /// line through every sample, not the first few against the last few: RSS moves up and
+    /// down by a few percent from minute to minute, and two ends of such a series compare
+    /// the noise as much as the trend; that comparison is printed too.)
     pub fn level_off(&self, secs: u64) -> Level {
         let Some(last) = self.rows.last() else {
             return Level {
@@ -150,7 +153,7 @@ impl Minutes {
         };
         let mut flat = true;
         let mut text = format!(
-            "level-off over minutes {:.1}–{:.1} (mean of the last {k} samples against the first {k}; level: growth < 2 %):\n",
+            "level-off over minutes {:.1}–{:.1} (least-squares trend over the window; level: growth < 2 %; in brackets the mean of the last {k} samples against the first {k}):\n",
             win[0].minute, last.minute
         );
         for (i, name) in self.servers.iter().enumerate() {
@@ -160,13 +163,19 @@ impl Minutes {
                 ("RSS", &rss as &dyn Fn(&Row) -> f64, " MiB"),
                 ("fds", &fds as &dyn Fn(&Row) -> f64, ""),
             ] {
+                let (start, end) = trend(&win, f);
+                let growth = if start > 0.0 {
+                    (end - start) / start * 100.0
+                } else {
+                    0.0
+                };
                 let a = mean(&win[..k], f);
                 let b = mean(&win[win.len() - k..], f);
-                let growth = if a > 0.0 { (b - a) / a * 100.0 } else { 0.0 };
+                let ends = if a > 0.0 { (b - a) / a * 100.0 } else { 0.0 };
                 let ok = growth < 2.0;
                 flat &= ok;
                 text.push_str(&format!(
-                    "  {name} {what}: {a:.1}{unit} → {b:.1}{unit} ({growth:+.2} %): {}\n",
+                    "  {name} {what}: trend {start:.1}{unit} → {end:.1}{unit} ({growth:+.2} %) [ends {a:.1} → {b:.1}: {ends:+.2} %]: {}\n",
                     if ok { "level" } else { "STILL GROWING" }
                 ));
             }
@@ -180,5 +189,59 @@ impl Minutes {
             }
         ));
         Level { flat, text }
+    }
+}
+
+/// The least-squares line through `f` of the rows against their minute: its values at the
+/// first and the last row's minute.
+fn trend(rows: &[&Row], f: &dyn Fn(&Row) -> f64) -> (f64, f64) {
+    let n = rows.len() as f64;
+    let mx = rows.iter().map(|r| r.minute).sum::<f64>() / n;
+    let my = rows.iter().map(|r| f(r)).sum::<f64>() / n;
+    let sxx: f64 = rows.iter().map(|r| (r.minute - mx).powi(2)).sum();
+    let sxy: f64 = rows.iter().map(|r| (r.minute - mx) * (f(r) - my)).sum();
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    let at = |x: f64| my + slope * (x - mx);
+    match (rows.first(), rows.last()) {
+        (Some(a), Some(b)) => (at(a.minute), at(b.minute)),
+        _ => (my, my),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An hour of samples of one server: RSS in MiB per minute from `rss`, fds 30.
+    fn hour(rss: impl Fn(f64) -> f64) -> Minutes {
+        Minutes {
+            path: PathBuf::new(),
+            file: None,
+            servers: vec!["primary".into()],
+            rows: (1..=60)
+                .map(|m| Row {
+                    minute: m as f64,
+                    rss_kib: vec![(rss(m as f64) * 1024.0) as u64],
+                    fds: vec![30],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn noise_around_a_level_is_level_and_a_steady_rise_is_not() {
+        // RSS swinging by ±6 MiB around 48 MiB: the window's last three samples average
+        // more than 2 % above its first three, but the series does not rise.
+        let swing = |m: f64| 48.0 + 6.0 * (1.3 * m).sin();
+        let ends = |ms: [f64; 3]| ms.iter().map(|m| swing(*m)).sum::<f64>() / 3.0;
+        assert!(ends([58.0, 59.0, 60.0]) > 1.02 * ends([30.0, 31.0, 32.0]));
+        let v = hour(swing).level_off(3600);
+        assert!(v.flat, "{}", v.text);
+        // 0.1 MiB a minute from 48 MiB: +6 % over the last 30 minutes.
+        let v = hour(|m| 45.0 + 0.1 * m).level_off(3600);
+        assert!(!v.flat, "{}", v.text);
+        assert!(v.text.contains("STILL GROWING"), "{}", v.text);
+        // Flat: level.
+        assert!(hour(|_| 40.0).level_off(3600).flat);
     }
 }
