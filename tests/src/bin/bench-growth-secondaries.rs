@@ -68,8 +68,10 @@ fn main() {
             ("paced_errors", "failed paced writes"),
         ],
     );
-    let mut base = 0.0;
-    let mut last = (0.0, 0.0);
+    // The throughput with none attached, when the counts start at 0 (else no ratio is
+    // given: a ratio to nothing says nothing).
+    let mut base: Option<f64> = None;
+    let mut last = (None, 0.0);
     for &n in &counts {
         while secs_.len() < n as usize {
             let id = format!("sec{}", secs_.len());
@@ -89,7 +91,7 @@ fn main() {
         }
         let catchup = t.elapsed().as_secs_f64();
         if n == 0 {
-            base = tput;
+            base = Some(tput);
         }
         eprintln!("{n} secondaries: paced {rate}/s for {} s", secs * 2.0);
         let mut sinks = Vec::new();
@@ -115,7 +117,7 @@ fn main() {
         table.row(vec![
             n.to_string(),
             num(tput, 0),
-            num(tput / base.max(1e-9), 2),
+            base.map_or(String::new(), |b| num(tput / b, 2)),
             num(p50, 2),
             num(p99, 2),
             errs.to_string(),
@@ -127,7 +129,7 @@ fn main() {
             samples.to_string(),
             w.errors.to_string(),
         ]);
-        last = (tput / base.max(1e-9), l99);
+        last = (base.map(|b| tput / b), l99);
     }
     println!(
         "Primary throughput with CLIENTS = {clients} concurrent writers for {secs} s; lag at \
@@ -151,11 +153,15 @@ fn main() {
         "lag (ms)",
     ]);
     if let Some(&n) = counts.last() {
+        let tput = match last.0 {
+            Some(r) => format!(
+                "{r:.2}× the throughput with none (target ≥ 0.7×: {})",
+                if r >= 0.7 { "met" } else { "MISSED" }
+            ),
+            None => "no throughput ratio (the counts did not start at 0)".to_string(),
+        };
         println!(
-            "with {n} secondaries: {:.2}× the throughput with none (target ≥ 0.7×: {}); lag p99 \
-             {:.2} ms (target ≤ 50 ms: {})",
-            last.0,
-            if last.0 >= 0.7 { "met" } else { "MISSED" },
+            "with {n} secondaries: {tput}; lag p99 {:.2} ms (target ≤ 50 ms: {})",
             last.1,
             if last.1 <= 50.0 { "met" } else { "MISSED" }
         );
