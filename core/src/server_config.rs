@@ -222,7 +222,9 @@ const REPLICATION_KEYS: &[&str] = &[
     "wal_max_entries",
     "wal_max_bytes",
     "pull_wait_ms",
+    "pull_gap_ms",
     "batch_entries",
+    "scan_pace_ms",
 ];
 
 /// The message for an unknown `key` in `place`, whose keys are `known`: the closest known

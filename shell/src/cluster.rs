@@ -515,6 +515,9 @@ pub fn http_call(call: HttpCall, tx: Sender<Msg>) {
 ///   wal_max_entries = 100000     # log shipper length
 ///   wal_max_bytes   = 268435456  # log shipper size
 ///   pull_wait_ms    = 2000       # long-poll hold time
+///   pull_gap_ms     = 5          # a caught-up secondary's least wait between pulls
+///   batch_entries   = 512        # most WAL entries per pull answer
+///   scan_pace_ms    = 1          # least time between two steps of a reindex
 /// }
 /// license_path        = "/etc/cairn/license.json"
 /// license_trusted_key = "<base64 Ed25519 public key of the issuer>"
@@ -567,6 +570,7 @@ pub fn node_settings(
                 "pull_wait_ms" => rc.pull_wait_ms = n,
                 "batch_entries" => rc.batch_entries = n.min(u32::MAX as u64) as u32,
                 "scan_pace_ms" => rc.scan_pace_ms = n,
+                "pull_gap_ms" => rc.pull_gap_ms = n,
                 other => return Err(format!("replication: unknown key {other:?}")),
             }
         }
@@ -601,4 +605,29 @@ pub fn node_settings(
         }
     }
     Ok((rc, lic))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_replication_key_the_configuration_accepts_is_applied() {
+        let cfg = crate::config::parse(
+            "storage \"sqlite\" { path = \"/x\" }\nlistener \"tcp\" {\n address = \"127.0.0.1:1\"\n \
+             tls_disable = true\n}\nreplication {\n wal_max_entries = 7\n wal_max_bytes = 8\n \
+             pull_wait_ms = 9\n pull_gap_ms = 10\n batch_entries = 11\n scan_pace_ms = 12\n}\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let (rc, _) = super::node_settings(&cfg, "http", true, 0).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (
+                rc.wal.max_entries,
+                rc.wal.max_bytes,
+                rc.pull_wait_ms,
+                rc.pull_gap_ms,
+                rc.batch_entries,
+                rc.scan_pace_ms
+            ),
+            (7, 8, 9, 10, 11, 12)
+        );
+    }
 }

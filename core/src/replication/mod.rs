@@ -97,6 +97,13 @@ pub struct ReplicationConfig {
     pub pull_wait_ms: u64,
     /// Most WAL entries per batch.
     pub batch_entries: u32,
+    /// Least time a streaming secondary waits after a batch that was not full before it
+    /// pulls again (0: at once). Each pull costs both sides a round trip, a commit and a
+    /// Merkle update whatever it carries; a primary that commits many small batches a second
+    /// to several secondaries spends its CPU, and theirs, on pulls. A gap of a few
+    /// milliseconds bounds a secondary's pulls to a few hundred a second, each carrying what
+    /// the primary committed meanwhile, for at most that much more lag.
+    pub pull_gap_ms: Millis,
     /// Most keys per Merkle sync fetch.
     pub fetch_batch: usize,
     /// Most of a secondary's own leaves one Merkle sync request carries (a window of its
@@ -124,6 +131,7 @@ impl Default for ReplicationConfig {
             cluster_addr: String::new(),
             pull_wait_ms: 2_000,
             batch_entries: 512,
+            pull_gap_ms: 0,
             fetch_batch: 512,
             sync_window: 16 * 1024,
             heartbeat_timeout_ms: 10_000,

@@ -305,9 +305,18 @@ fn advance(env: &mut Env, mode: Mode, a: PeerAnswer) -> ApiResult<()> {
                 start_diff(env, mode);
                 return Ok(());
             }
+            let full = entries.len() >= env.cfg().batch_entries as usize;
             apply_entries(env, mode, entries, last)?;
-            env.st.repl.mode_mut(mode).sec.phase = Phase::StreamWals;
-            pull(env, mode);
+            let gap = env.cfg().pull_gap_ms;
+            let now = env.now;
+            let rt = env.st.repl.mode_mut(mode);
+            rt.sec.phase = Phase::StreamWals;
+            if gap > 0 && !full {
+                // Caught up (or nearly): the next pull after the gap, through `kick`.
+                rt.sec.next_at = Some(now + gap);
+            } else {
+                pull(env, mode);
+            }
         }
         PeerAnswer::Gone { info } => {
             // Behind the primary's WAL: remember it durably until a Merkle sync completes, so

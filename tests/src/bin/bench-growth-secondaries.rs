@@ -17,12 +17,15 @@
 //!   secondary). A value not readable after 30 s fails the run.
 //!
 //! After the lag phase every secondary must again be in sync with equal roots.
+//!
+//! `BENCH_PULL_GAP_MS=N` sets the secondaries' `replication { pull_gap_ms = N }` (the least
+//! time a caught-up secondary waits before it pulls again); unset, the server's default.
 
 use cairn_tests::cluster::generate_root;
 use cairn_tests::growth::{num, percentile, sizes, wait, Table};
 use cairn_tests::replbench::{
-    attach_perf, checkers, concurrent_writes, fill, join_lags, licensed, paced, reads_back, synced,
-    Sample,
+    attach_perf, checkers, concurrent_writes, fill, join_lags, licensed, licensed_with, paced,
+    reads_back, synced, Sample,
 };
 use cairn_tests::Server;
 use serde_json::json;
@@ -42,6 +45,10 @@ fn main() {
     const EVERY: u64 = 25;
 
     let p = licensed("growth-sec-p", &[]);
+    let tuning = match std::env::var("BENCH_PULL_GAP_MS") {
+        Ok(n) => format!("replication {{\n pull_gap_ms = {n}\n}}\n"),
+        Err(_) => String::new(),
+    };
     assert_eq!(
         p.post("sys/mounts/secret", json!({"type": "kv"})).status,
         204
@@ -75,7 +82,7 @@ fn main() {
     for &n in &counts {
         while secs_.len() < n as usize {
             let id = format!("sec{}", secs_.len());
-            let mut s = licensed(&format!("growth-sec-{id}"), &ports);
+            let mut s = licensed_with(&format!("growth-sec-{id}"), &ports, &tuning).0;
             ports.push(s.port);
             attach_perf(&p, &s, &id);
             wait(&format!("{id} in sync"), 600, || synced(&p, &s));
