@@ -520,6 +520,7 @@ impl ReplWorld {
                     max_bytes: 64 << 20,
                 },
                 pull_wait_ms: self.params.pull_wait_ms,
+                pull_gap_ms: self.params.pull_gap_ms,
                 batch_entries: self.params.batch_entries,
                 fetch_batch: self.params.fetch_batch,
                 sync_window: self.params.sync_window,

@@ -20,6 +20,8 @@ pub struct Params {
     pub tick_ms: u64,
     pub wal_max_entries: u64,
     pub pull_wait_ms: u64,
+    /// A caught-up secondary's least wait before its next pull (0: at once).
+    pub pull_gap_ms: u64,
     pub fetch_batch: usize,
     /// Most of a secondary's leaves per Merkle sync request.
     pub sync_window: usize,
@@ -92,6 +94,7 @@ impl Params {
             corrupt_mean_ms: *r.pick(&[0, 8_000, 30_000]).unwrap_or(&0),
             scan_permille: *r.pick(&[4, 12, 30]).unwrap_or(&12),
             sync_window: *r.pick(&[64, 16 * 1024]).unwrap_or(&64),
+            pull_gap_ms: *r.pick(&[0, 0, 5, 50]).unwrap_or(&0),
             // Not drawn.
             snapshot_permille: 40,
         }
@@ -110,7 +113,7 @@ impl Params {
             .collect();
         format!(
             "topology=[{}] peer-delay={}ms peer-loss={}‰ peer-fifo={} commit-window={}ms tick={}ms \
-             wal-max={} pull-wait={}ms fetch-batch={} sync-window={} batch-entries={} crash-every~{}ms downtime~{}ms \
+             wal-max={} pull-wait={}ms pull-gap={}ms fetch-batch={} sync-window={} batch-entries={} crash-every~{}ms downtime~{}ms \
              partition-every~{}ms partition-len~{}ms think={}ms revoke={}‰ corrupt-every~{}ms scans={}‰ snapshots={}‰",
             kinds.join(","),
             self.peer_link.delay_mean,
@@ -120,6 +123,7 @@ impl Params {
             self.tick_ms,
             self.wal_max_entries,
             self.pull_wait_ms,
+            self.pull_gap_ms,
             self.fetch_batch,
             self.sync_window,
             self.batch_entries,
