@@ -200,7 +200,7 @@ mod tests {
                 if i % 3 == 2 {
                     cow.freeze();
                 }
-                let after = Some(key(probe)).filter(|_| probe % 2 == 0);
+                let after = Some(key(probe)).filter(|_| probe.is_multiple_of(2));
                 let same = cow.to_map() == mem.map
                     && cow.count().unwrap() == mem.count().unwrap()
                     && cow.get(&key(probe)).unwrap() == mem.get(&key(probe)).unwrap()
