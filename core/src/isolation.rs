@@ -21,8 +21,9 @@
 
 use crate::api::{Method, Request, Response};
 use crate::node::{Input, Node, Output};
+use crate::replication::{merkle, wal};
 use crate::routes::{self, Class, Proof, Scope};
-use crate::storage::MemStorage;
+use crate::storage::cow::CowStorage;
 use serde_json::{json, Value};
 
 const ROOT: &str = "root-isolation";
@@ -144,7 +145,14 @@ type Probe<'a> = (&'a str, Option<&'a str>, Method, &'a str);
 
 #[derive(Clone)]
 pub struct World {
-    node: Node<MemStorage>,
+    /// Over copy-on-write storage frozen after the set-up: a copy costs little, and the
+    /// storage's journal says which keys a request changed.
+    node: Node<CowStorage>,
+    /// Storage key prefixes that hold only what lies inside `a/` (its and `a/c/`'s mounts
+    /// and policies, `a/`'s child namespaces): see [`World::inside`].
+    inside: Vec<String>,
+    /// How many times [`World::outside`] was read (the probes' cost).
+    pub probes: u64,
     next_id: u64,
     a: String,
     b: String,
@@ -182,9 +190,11 @@ impl World {
 
     /// The three tenants, set up by the root token.
     pub fn new() -> World {
-        let node = Node::dev_in_memory([42; 32], ROOT);
+        let node = Node::dev_over(CowStorage::default(), [42; 32], ROOT);
         let mut w = World {
             node,
+            inside: Vec::new(),
+            probes: 0,
             next_id: 1,
             a: String::new(),
             b: String::new(),
@@ -266,7 +276,56 @@ impl World {
             .as_ref()
             .and_then(|b| b["data"]["ldap/"]["accessor"].as_str().map(str::to_string))
             .unwrap_or_else(|| panic!("setup: ldap accessor: {r:?}"));
+        // What lives inside `a/`: the data of the mounts of `a/` and `a/c/` (not the
+        // built-in ones, whose storage every namespace shares), their policies, the records
+        // of `a/`'s children (not `a/`'s own record, which its parent owns).
+        for ns in ["a", "a/c"] {
+            let r = w.call(Some(ROOT), Some(ns), Method::Get, "sys/mounts", None);
+            let mounts = r.body.as_ref().map(|b| b["data"].clone());
+            let Some(Value::Object(mounts)) = mounts else {
+                panic!("setup: mounts of {ns}: {r:?}");
+            };
+            for m in mounts.values() {
+                if let (Some(uuid), Some(kind)) = (m["uuid"].as_str(), m["type"].as_str()) {
+                    let prefix = format!("logical/{uuid}/");
+                    if uuid != kind && !w.inside.contains(&prefix) {
+                        w.inside.push(prefix);
+                    }
+                }
+            }
+        }
+        assert!(w.inside.len() >= 2, "setup: the kv mounts of a/ and a/c/");
+        w.inside
+            .push(format!("{}a/", crate::namespace::POLICY_PREFIX));
+        w.node.storage_mut().freeze();
         w
+    }
+
+    /// Whether a change of storage key `k` can change nothing [`World::outside`] reads: `k`
+    /// holds only what lies inside `a/`, or is the replication bookkeeping derived from the
+    /// other keys written in the same write set (WAL entries, Merkle pages), which no probe
+    /// reads while replication is off (it cannot be turned on from `a/`: a cluster-wide
+    /// route).
+    fn inside(&self, k: &str) -> bool {
+        let child_ns = k
+            .strip_prefix(crate::namespace::PREFIX)
+            .and_then(|p| p.strip_prefix("a/"))
+            .is_some_and(|rest| !rest.is_empty());
+        child_ns
+            || self.inside.iter().any(|p| k.starts_with(p.as_str()))
+            || k.starts_with(wal::ENTRY)
+            || k == wal::META
+            || k.starts_with(merkle::PREFIX)
+    }
+
+    /// A point in this world's storage history, for [`World::changed_since`].
+    fn mark(&self) -> usize {
+        self.node.storage().position()
+    }
+
+    /// The storage keys whose value changed since `mark`.
+    fn changed_since(&self, mark: usize) -> Vec<&str> {
+        self.node.storage().changed_since(mark)
     }
 
     /// One request; its answer (a request left pending answers `202` with no body).
@@ -337,14 +396,14 @@ impl World {
     /// Promise 1 for `op` sent with no token (`garbage`: with a token that does not exist).
     pub fn unauthenticated(&mut self, op: Op, garbage: bool) -> Result<(), String> {
         let (m, path, ns, body) = self.request_of(op);
-        let before = self.node.storage().map.clone();
+        let before = self.mark();
         let token = garbage.then_some("hvs.not-a-token");
         let r = self.call(token, ns, m, &path, body);
         let key_shares = matches!(
             Self::sys_route(&path),
             Some((Class::Proof(Proof::KeyShares), _))
         );
-        if self.node.storage().map != before && !key_shares {
+        if !self.changed_since(before).is_empty() && !key_shares {
             return Err(format!(
                 "{m:?} {path} (namespace {ns:?}) without a valid token changed storage; answer {r:?}"
             ));
@@ -380,7 +439,7 @@ impl World {
         if let Some(b) = body {
             req = req.with_json(b);
         }
-        let before = self.node.storage().map.clone();
+        let before = self.mark();
         self.node.handle(2_000, Input::Request(req));
         let mut status = 202;
         while let Some(o) = self.node.poll_output() {
@@ -390,7 +449,7 @@ impl World {
                 }
             }
         }
-        if status >= 400 && self.node.storage().map != before {
+        if status >= 400 && !self.changed_since(before).is_empty() {
             return Err(format!(
                 "{m:?} {path} (namespace {ns:?}, who {who}, wrap {wrap}) was refused with \
                  {status} but changed storage"
@@ -401,6 +460,7 @@ impl World {
 
     /// What the root namespace and `b/` look like to their own admins.
     fn outside(&mut self) -> Vec<Seen> {
+        self.probes += 1;
         let b = self.b.clone();
         let probes: Vec<Probe> = vec![
             (ROOT, None, Method::Get, "secret/r"),
@@ -459,11 +519,8 @@ impl World {
             B_SECRET.to_string(),
         ];
         let a = self.a.clone();
-        // The storage as it was when the outside was last compared (`AfterWrites`).
-        let mut compared = match when {
-            Compare::AfterWrites => Some(self.node.storage().map.clone()),
-            _ => None,
-        };
+        // Where the storage stood when the outside was last compared.
+        let mut compared = self.mark();
         // Secrets the tenant itself has sent in a body (the generator may put another
         // namespace's token in one, say as a KV value it then reads back): an answer that
         // repeats them reveals nothing the tenant did not hold.
@@ -497,27 +554,35 @@ impl World {
                 return Err(format!("{what}: the node is sealed"));
             }
             let last = i + 1 == ops.len();
+            let changed = self.changed_since(compared);
+            let outside_written = changed.iter().any(|k| !self.inside(k));
             let compare = last
-                || match (when, &compared) {
-                    (Compare::EveryRequest, _) => true,
-                    (Compare::AfterWrites, Some(seen)) => self.node.storage().map != *seen,
-                    _ => false,
+                || match when {
+                    Compare::EveryRequest => true,
+                    Compare::AfterWrites => !changed.is_empty(),
+                    Compare::OutsideWrites => outside_written,
+                    Compare::AtEnd => false,
                 };
             if !compare {
                 continue;
             }
             let after = self.outside();
             if let Some((b, a)) = before.iter().zip(&after).find(|(b, a)| b != a) {
+                // Comparing after every request also checks the rule of `OutsideWrites`:
+                // a change it would not have looked for is a finding of its own.
+                let missed = if last || outside_written {
+                    ""
+                } else {
+                    " (and no key outside a/ was written: `OutsideWrites` misses this)"
+                };
                 return Err(format!(
-                    "{what}: changed what lies outside a/: {}\n before: {} {}\n after:  {} {}",
+                    "{what}: changed what lies outside a/{missed}: {}\n before: {} {}\n after:  {} {}",
                     b.0, b.1, b.2, a.1, a.2
                 ));
             }
-            if let Some(seen) = &mut compared {
-                // After the probes: a read may write what an earlier write left pending
-                // (the Merkle pages are flushed by the next request).
-                seen.clone_from(&self.node.storage().map);
-            }
+            // After the probes: a read may write what an earlier write left pending (the
+            // Merkle pages are flushed by the next request).
+            compared = self.mark();
         }
         Ok(())
     }
@@ -537,6 +602,12 @@ pub enum Compare {
     /// succeeded); an in-memory change that no write accompanies is still seen at the end
     /// unless a later request undid it. A change is reported at the request that made it.
     AfterWrites,
+    /// After every request that changed a storage key outside `a/` (the write set against
+    /// `a/`'s key prefixes, [`World::inside`]), and after the last one. A write set that
+    /// stays inside `a/` cannot change what the probes read from storage, so this sees what
+    /// `AfterWrites` sees, at the same request, without reading the outside after the
+    /// tenant's own writes ([`Compare::EveryRequest`] checks that rule on every request).
+    OutsideWrites,
     /// Once, after the last request (faster; the change is reported at the last one).
     AtEnd,
 }
@@ -555,8 +626,9 @@ pub fn fuzz_unauthenticated(data: &[u8]) {
 /// Fuzz entry (target `namespace_isolation`): 4 bytes per request of the `a/` admin;
 /// panics when promise 2 breaks. Every input starts from a copy of this thread's world taken
 /// after its outside view was read (what the probes answer there is read once, not per
-/// input), and compares that view after every request that changed storage and after the
-/// last ([`Compare::AfterWrites`]).
+/// input; the copy shares the world's storage, copy-on-write), and compares that view after
+/// every request that changed a storage key outside `a/` and after the last
+/// ([`Compare::OutsideWrites`]).
 pub fn fuzz_namespace_isolation(data: &[u8]) {
     thread_local! {
         static PROTOTYPE: (World, Vec<Seen>) = {
@@ -570,8 +642,10 @@ pub fn fuzz_namespace_isolation(data: &[u8]) {
         .take(24)
         .map(|c| Op::from_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    let result =
-        PROTOTYPE.with(|(w, before)| w.clone().tenant_against(&ops, before, Compare::AfterWrites));
+    let result = PROTOTYPE.with(|(w, before)| {
+        w.clone()
+            .tenant_against(&ops, before, Compare::OutsideWrites)
+    });
     if let Err(e) = result {
         panic!("{e}");
     }
@@ -710,6 +784,7 @@ mod tests {
         for (when, at) in [
             (Compare::EveryRequest, "op 1:"),
             (Compare::AfterWrites, "op 1:"),
+            (Compare::OutsideWrites, "op 1:"),
             (Compare::AtEnd, "op 3:"),
         ] {
             let mut w = World::new();
@@ -723,6 +798,94 @@ mod tests {
             let e = w.tenant_checked(&ops, when).unwrap_err();
             assert!(e.starts_with(at) && e.contains("secret/r"), "{when:?}: {e}");
         }
+    }
+
+    /// `OutsideWrites` reads the outside only after a write outside `a/` (and at the end):
+    /// not after the tenant's writes to its own secrets, but after a write of a key of the
+    /// root namespace, which it then reports at that request.
+    #[test]
+    fn the_outside_is_read_after_a_write_outside_a_and_at_the_end_only() {
+        let put = |path: &str, ns: Option<&str>| Op {
+            method: 2,
+            body: 13,
+            ..op(Method::Put, path, ns)
+        };
+        let own = [
+            put("kv/s", Some("a")),
+            put("kv/s", Some("a/c")),
+            op(Method::Get, "kv/s", Some("a")),
+            put("a/kv/s", None),
+        ];
+        let mut w = World::new();
+        let before = w.outside();
+        w.probes = 0;
+        assert_eq!(
+            w.tenant_against(&own, &before, Compare::OutsideWrites),
+            Ok(())
+        );
+        assert_eq!(w.probes, 1, "read at the end only");
+        let mut w = World::new();
+        w.probes = 0;
+        assert_eq!(
+            w.tenant_against(&own, &before, Compare::AfterWrites),
+            Ok(())
+        );
+        assert_eq!(
+            w.probes, 3,
+            "after each of the three writes (the last is the end)"
+        );
+        // The same with the root token planted: its write of the root namespace's secret
+        // (second request) is outside `a/`.
+        let breach = [
+            put("kv/s", Some("a")),
+            put("secret/r", None),
+            put("kv/s", Some("a")),
+            op(Method::Get, "kv/s", Some("a")),
+        ];
+        let mut w = World::new();
+        w.a = ROOT.to_string();
+        w.probes = 0;
+        let e = w
+            .tenant_against(&breach, &before, Compare::OutsideWrites)
+            .unwrap_err();
+        assert!(e.starts_with("op 1:") && e.contains("secret/r"), "{e}");
+        assert_eq!(w.probes, 1);
+    }
+
+    /// The key classification of `OutsideWrites`: the tenant's own mounts, policies and
+    /// child namespaces are inside, the root namespace's and `b/`'s data, the token store,
+    /// the mount table and `a/`'s own record are not.
+    #[test]
+    fn what_lies_inside_a_by_storage_key() {
+        let w = World::new();
+        for k in [
+            format!("{}r", w.inside[0]),
+            format!("{}s", w.inside[1]),
+            "sys/ns-policy/a/admin".to_string(),
+            "sys/ns-policy/a/c/p".to_string(),
+            "core/namespace/a/c/".to_string(),
+            format!("{}1", wal::ENTRY),
+        ] {
+            assert!(w.inside(&k), "{k}");
+        }
+        let storage = w.node.storage().to_map();
+        let outside: Vec<&String> = storage.keys().filter(|k| !w.inside(k)).collect();
+        for k in [
+            "core/namespace/a/",
+            "core/namespace/b/",
+            "sys/ns-policy/b/admin",
+            "sys/ns-policy/ab/x",
+            "sys/token/salt",
+        ] {
+            assert!(!w.inside(k), "{k}");
+        }
+        // Every kv mount's data but the two of `a/` lies outside: the root's secret and
+        // `b/`'s are among the stored keys.
+        let data: Vec<&&String> = outside
+            .iter()
+            .filter(|k| k.starts_with("logical/"))
+            .collect();
+        assert!(data.len() >= 2, "{data:?}");
     }
 
     /// The checks can fail: a planted breach (the root token revoked from outside) is seen.

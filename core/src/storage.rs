@@ -7,6 +7,8 @@
 //! half-applied. The shell groups several inputs into one durable transaction (SQLite); the
 //! in-memory [`MemStorage`] serves unit tests and the simulator.
 
+pub mod cow;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One change in a write set: `None` deletes the key.

@@ -845,11 +845,15 @@ impl Node<crate::storage::MemStorage> {
     /// starting point of unit tests, fuzz harnesses and models.
     #[doc(hidden)]
     pub fn dev_in_memory(seed: [u8; 32], root: &str) -> Self {
-        let mut n = Node::new(
-            crate::storage::MemStorage::new(),
-            seed,
-            NodeConfig::default(),
-        );
+        Node::dev_over(crate::storage::MemStorage::new(), seed, root)
+    }
+}
+
+impl<S: Storage> Node<S> {
+    /// [`Node::dev_in_memory`] over the (empty) `storage` given.
+    #[doc(hidden)]
+    pub fn dev_over(storage: S, seed: [u8; 32], root: &str) -> Self {
+        let mut n = Node::new(storage, seed, NodeConfig::default());
         n.handle(
             1_000,
             Input::Admin {

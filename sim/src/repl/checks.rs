@@ -213,6 +213,11 @@ impl ReplWorld {
         if bad.is_empty() {
             if let Err(e) = self.check_snapshot_diffs() {
                 bad.push(e);
+            } else if matches!(self.snap.stage, snapshot::Stage::Done) {
+                self.bump("snapshot-merkle");
+                if self.snap.after_failover {
+                    self.bump("snapshot-merkle:after-failover");
+                }
             }
         }
         for h in 0..self.hosts.len() {

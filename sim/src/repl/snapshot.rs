@@ -19,9 +19,13 @@
 //!   Merkle diff at the restore, which then fetches the restored data).
 //!
 //! The drill draws from its own random stream, so the other streams of a seed are what they
-//! were without it; it runs once per seed, only in seeds without a failover drill (what a
-//! promoted DR secondary may hold after a restore is not modelled yet: its replicated WAL
-//! index says nothing of a Merkle sync it did not finish).
+//! were without it. It runs once per seed: in a seed without a failover drill on the first
+//! primary, in a seed with one on the promoted DR secondary once the failover drill is done
+//! (every secondary re-pointed, the old primary re-joined as a DR secondary of the new one,
+//! which then diffs its way back to the restored state like the others). Never before a
+//! failover: what a promoted DR secondary holds after a restore on its old primary is not
+//! modelled (its replicated WAL index says nothing of a Merkle sync it did not finish). Keys
+//! the failover left uncertain (`failover_allowed`) go back to what they were at the save.
 
 use super::*;
 
@@ -53,6 +57,8 @@ pub(super) struct Snap {
     /// The model of acknowledged writes and the uncertain keys when the file was taken.
     model: BTreeMap<(bool, u64), Option<u64>>,
     uncertain: BTreeSet<(bool, u64)>,
+    /// The values a failover left possible for keys not written since, then.
+    failover_allowed: BTreeMap<(bool, u64), BTreeSet<Option<u64>>>,
     /// Each key's history length then.
     hist_len: BTreeMap<(bool, u64), usize>,
     /// The primary's KV storage then.
@@ -61,6 +67,8 @@ pub(super) struct Snap {
     kv_before_bad: Vec<(String, Vec<u8>)>,
     /// Secondaries active at the restore: (host, boot, Merkle diffs then).
     diffs: Vec<(HostId, u64, u64)>,
+    /// Saved on a promoted DR secondary (after the failover drill).
+    pub(super) after_failover: bool,
     /// The same when the last restore request was sent.
     diffs_at_send: Vec<(HostId, u64, u64)>,
 }
@@ -83,7 +91,12 @@ impl ReplWorld {
 
     /// The drill's next request, if it has one now.
     pub(super) fn choose_snapshot(&mut self, id: RequestId) -> Option<(HostId, Op, Request)> {
-        if self.params.snapshot_permille == 0 || self.failed_over || !self.up(self.primary) {
+        // Before a failover drill, not at all; during one, not yet (see the module doc).
+        let drill_done = match &self.drill {
+            None => self.drill_at.is_none(),
+            Some(d) => d.step == DStep::Done,
+        };
+        if self.params.snapshot_permille == 0 || !drill_done || !self.up(self.primary) {
             return None;
         }
         let p = self.primary;
@@ -94,8 +107,6 @@ impl ReplWorld {
                 // undone by the restore behind the operator's back).
                 let need_dr = self.secs.iter().any(|s| s.mode == Mode::Dr);
                 let ready = self.phase == Phase::Chaos
-                    && self.drill.is_none()
-                    && self.drill_at.is_none()
                     && self.mounted
                     && self.v2_mounted
                     && self.ldap_configured
@@ -104,7 +115,14 @@ impl ReplWorld {
                 if !ready || !self.snap_rng.chance(self.params.snapshot_permille) {
                     return None;
                 }
-                self.log("SNAPSHOT: save on the primary");
+                self.log(&format!(
+                    "SNAPSHOT: save on the primary n{p}{}",
+                    if self.failed_over {
+                        " (the promoted DR secondary)"
+                    } else {
+                        ""
+                    }
+                ));
                 self.snap.stage = Stage::Save;
                 let req = Request::new(id, Method::Get, SNAP).with_token(&r0);
                 Some((p, Op::SnapSave, req))
@@ -190,6 +208,8 @@ impl ReplWorld {
         self.snap.file = file;
         self.snap.model = self.model.clone();
         self.snap.uncertain = self.uncertain.clone();
+        self.snap.failover_allowed = self.failover_allowed.clone();
+        self.snap.after_failover = self.failed_over;
         self.snap.hist_len = self.hist.iter().map(|(k, h)| (*k, h.len())).collect();
         self.snap.kv = self.primary_kv();
         self.snap.stage = Stage::Traffic(steps);
@@ -267,6 +287,9 @@ impl ReplWorld {
             );
         }
         self.bump("snapshot-restore");
+        if self.snap.after_failover {
+            self.bump("snapshot-restore:after-failover");
+        }
         // The model goes back to the snapshot point; each key's history gets the value the
         // restore gave it (every value it may have had then when its write was uncertain).
         let restored_at = a.wal_at;
@@ -275,12 +298,20 @@ impl ReplWorld {
             .keys()
             .chain(self.uncertain.iter())
             .chain(self.hist.keys())
+            .chain(self.failover_allowed.keys())
             .copied()
             .collect();
+        self.failover_allowed.clear();
         for k in keys {
             let then = self.snap.hist_len.get(&k).copied().unwrap_or(0);
             let hist = self.hist.entry(k).or_default();
-            if self.snap.uncertain.contains(&k) {
+            if let Some(allowed) = self.snap.failover_allowed.get(&k) {
+                // Not written between the failover and the save: what the failover left.
+                hist.extend(allowed.iter().map(|v| (restored_at, *v)));
+                self.failover_allowed.insert(k, allowed.clone());
+                self.model.remove(&k);
+                self.uncertain.remove(&k);
+            } else if self.snap.uncertain.contains(&k) {
                 let mut vals: Vec<Option<u64>> = hist.iter().take(then).map(|(_, v)| *v).collect();
                 vals.push(None);
                 hist.extend(vals.into_iter().map(|v| (restored_at, v)));
