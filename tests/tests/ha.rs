@@ -703,6 +703,9 @@ fn writes_through_a_standby_whose_active_node_is_killed_are_never_applied_twice(
         json!({"type": "kv", "options": {"version": "2"}}),
     );
     assert_eq!(r.status, 204, "{}", r.body);
+    // Every version kept (10 by default), so that each applied write can be read back.
+    let r = c.nodes[b].post("kv2/config", json!({"max_versions": 1_000_000}));
+    assert!(r.status == 200 || r.status == 204, "{}", r.body);
     // Connections from the standby to the active node, kept alive.
     for _ in 0..20 {
         assert_eq!(c.nodes[b].get("sys/mounts").status, 200);
