@@ -5,19 +5,24 @@
 //!   core's `Output::Lease` operations and hands the outcome back as `Input::Lease`, with the
 //!   lease holder and the node registry as the database has them. Every operation is also
 //!   the node's echo in the registry (`sys/ha-status`).
-//! * Forwarding: a standby's `Output::Forward` is posted once to the active node's cluster
+//! * Forwarding: a standby's requests are posted once to the active node's cluster
 //!   listener (`POST /v1/cluster/forward`), over TLS pinned to the cluster CA once the
-//!   cluster has one, and never retried after it was sent: a broken connection answers the
-//!   client with a 503 rather than risk applying a write twice. The active node checks the
-//!   request's signature (made with a key derived from the barrier key) before it runs it.
+//!   cluster has one, and never retried after they were sent: a broken connection answers
+//!   the client with a 503 rather than risk applying a write twice. The active node checks
+//!   the request's signature (made with a key derived from the barrier key) before it runs
+//!   it. The API worker that read the request posts it itself along the route the node
+//!   published ([`RouteSlot`], [`forward_direct`]); the node's own path
+//!   (`Output::Forward`, posted on the cluster pool) takes the requests the worker hands
+//!   back (no route, not sent, refused).
 
 use crate::postgres::{Held, PgLease, PgSettings};
 use crate::runtime::{Core, Msg};
-use cairn_core::api::Response;
+use cairn_core::api::{Request, Response};
 use cairn_core::ha::wire::{WireRequest, WireResponse};
 use cairn_core::ha::{Leader, LeaseOp, LeaseOutcome, LeaseResult, Peer};
 use cairn_core::Input;
 use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// Longest a forward's connection (TCP and TLS handshake) may take before it is tried again:
@@ -164,6 +169,94 @@ pub fn serve_forward(body: &[u8], core: &Core) -> (u16, Vec<u8>) {
     (200, out)
 }
 
+/// A standby's route to the active node as the shell uses it: the node's
+/// [`cairn_core::ha::route::ForwardRoute`], the agent pinned to its CA and the URL.
+pub struct Route {
+    route: cairn_core::ha::route::ForwardRoute,
+    agent: ureq::Agent,
+    url: String,
+}
+
+/// Where the core thread puts the route it last got from the node and API workers read
+/// it. Empty while the node forwards nothing itself, and before the cluster has a CA (the
+/// node's own path forwards then).
+#[derive(Clone, Default)]
+pub struct RouteSlot(Arc<RwLock<Option<Arc<Route>>>>);
+
+impl RouteSlot {
+    pub fn get(&self) -> Option<Arc<Route>> {
+        self.0.read().ok().and_then(|g| g.clone())
+    }
+
+    /// The node published `route`.
+    pub fn set(&self, route: Option<cairn_core::ha::route::ForwardRoute>) {
+        let next = route.and_then(|r| {
+            let ca = r.ca_pem.as_deref()?;
+            match crate::cluster::pinned_agent_with(ca, FORWARD_CONNECT_TIMEOUT) {
+                Ok(agent) => Some(Arc::new(Route {
+                    url: format!("https://{}{FORWARD_PATH}", host_of(&r.to)),
+                    agent,
+                    route: r,
+                })),
+                Err(e) => {
+                    log::warn!("requests are forwarded through the core thread: {e}");
+                    None
+                }
+            }
+        });
+        if let Some(r) = &next {
+            log::debug!(
+                "forwarding to {} (lease epoch {})",
+                r.route.to,
+                r.route.epoch
+            );
+        }
+        if let Ok(mut g) = self.0.write() {
+            *g = next;
+        }
+    }
+}
+
+/// Answers an API request on a standby that has a route: the decision and the signature
+/// are the node's ([`cairn_core::ha::route::sign`]); the request is posted once from this
+/// thread on a kept-alive TLS connection, and the active node's answer is the client's.
+/// The node's own path takes the request instead when it is not forwarded, when the
+/// connection failed before the request was sent, or when the receiving node refused it
+/// (not active, or not our cluster's signature: nothing was applied there); it is told of
+/// every failure, so it looks for the active node again. A request that may have left is
+/// never sent again: its client gets a 503.
+pub fn forward_direct(route: &Route, mut req: Request, core: &Core) -> Response {
+    if !cairn_core::ha::route::sign(Some(&route.route), &mut req) {
+        return core.request(req);
+    }
+    let id = req.id;
+    match post_once(&route.agent, &route.url, &req) {
+        Ok(resp) if !cairn_core::ha::route::is_refusal(&resp) => resp,
+        Ok(resp) => {
+            core.input(Input::ForwardFailed {
+                reason: format!("{} refused a forward ({})", route.route.to, resp.status),
+            });
+            req.forwarded = None;
+            core.request(req)
+        }
+        Err(Failure::NotSent(e)) => {
+            log::debug!("forwarding to {}: {e}; through the core", route.route.to);
+            core.input(Input::ForwardFailed { reason: e });
+            req.forwarded = None;
+            core.request(req)
+        }
+        Err(Failure::MaybeSent(e)) => {
+            let e = format!("{e} (the request may or may not have been applied)");
+            log::warn!(
+                "request {id} not forwarded to the active node {}: {e}",
+                route.route.to
+            );
+            core.input(Input::ForwardFailed { reason: e.clone() });
+            cairn_core::ha::route::failed(id, &e)
+        }
+    }
+}
+
 /// Posts a standby's request to the active node once, on a thread of the cluster channel's
 /// pool; the answer (or why there is none) goes back to the core as `Input::Forwarded`.
 pub fn forward(f: cairn_core::node::Forward, tx: Sender<Msg>) {
@@ -180,13 +273,51 @@ pub fn forward(f: cairn_core::node::Forward, tx: Sender<Msg>) {
     });
 }
 
+fn host_of(to: &str) -> &str {
+    to.split("://").last().unwrap_or(to).trim_end_matches('/')
+}
+
+/// Why a forward has no answer.
+enum Failure {
+    /// The connection failed before the request could have been sent.
+    NotSent(String),
+    /// The request may have been sent (and applied).
+    MaybeSent(String),
+}
+
+/// One post of `req` to `url`: the active node's answer, or why there is none.
+fn post_once(agent: &ureq::Agent, url: &str, req: &Request) -> Result<Response, Failure> {
+    let body = serde_json::to_vec(&WireRequest::of(req))
+        .map_err(|e| Failure::NotSent(format!("encoding the request: {e}")))?;
+    let mut resp = match agent
+        .post(url)
+        .header("Content-Type", "application/json")
+        .send(&body[..])
+    {
+        Ok(r) => r,
+        Err(e) if not_sent(&e) => return Err(Failure::NotSent(e.to_string())),
+        Err(e) => return Err(Failure::MaybeSent(e.to_string())),
+    };
+    let status = resp.status().as_u16();
+    let bytes = resp
+        .body_mut()
+        .with_config()
+        .limit(256 << 20)
+        .read_to_vec()
+        .map_err(|e| Failure::MaybeSent(format!("reading the answer: {e}")))?;
+    if status != 200 {
+        return Err(Failure::MaybeSent(format!(
+            "the active node refused the forwarded request ({status}): {}",
+            String::from_utf8_lossy(&bytes)
+        )));
+    }
+    let wire: WireResponse = serde_json::from_slice(&bytes)
+        .map_err(|e| Failure::MaybeSent(format!("malformed answer: {e}")))?;
+    wire.into_response(req.id).map_err(Failure::MaybeSent)
+}
+
 fn post_forward(f: &cairn_core::node::Forward) -> Result<Response, String> {
-    let body = serde_json::to_vec(&WireRequest::of(&f.req)).map_err(|e| e.to_string())?;
-    let host =
-        f.to.split("://")
-            .last()
-            .unwrap_or(&f.to)
-            .trim_end_matches('/');
+    let host = host_of(&f.to);
     let (agent, url) = match &f.ca_pem {
         Some(ca) => (
             crate::cluster::pinned_agent_with(ca, FORWARD_CONNECT_TIMEOUT)?,
@@ -201,44 +332,22 @@ fn post_forward(f: &cairn_core::node::Forward) -> Result<Response, String> {
     // handshake: a listener switching to TLS) is tried again; once the request may have
     // been sent it never is.
     let mut attempt = 0;
-    let mut resp = loop {
+    loop {
         attempt += 1;
-        match agent
-            .post(&url)
-            .header("Content-Type", "application/json")
-            .send(&body[..])
-        {
-            Ok(r) => break r,
-            Err(e) if attempt < 4 && not_sent(&e) => {
+        match post_once(&agent, &url, &f.req) {
+            Err(Failure::NotSent(e)) if attempt < 4 => {
                 log::debug!("forwarding to {host}: {e}; connecting again");
                 std::thread::sleep(Duration::from_millis(100 * attempt));
             }
-            Err(e) if not_sent(&e) => {
-                return Err(format!("{e} (the request was not sent)"));
-            }
-            Err(e) => {
+            Err(Failure::NotSent(e)) => return Err(format!("{e} (the request was not sent)")),
+            Err(Failure::MaybeSent(e)) => {
                 return Err(format!(
                     "{e} (the request may or may not have been applied)"
                 ))
             }
+            Ok(r) => return Ok(r),
         }
-    };
-    let status = resp.status().as_u16();
-    let bytes = resp
-        .body_mut()
-        .with_config()
-        .limit(256 << 20)
-        .read_to_vec()
-        .map_err(|e| format!("reading the answer: {e}"))?;
-    if status != 200 {
-        return Err(format!(
-            "the active node refused the forwarded request ({status}): {}",
-            String::from_utf8_lossy(&bytes)
-        ));
     }
-    let wire: WireResponse =
-        serde_json::from_slice(&bytes).map_err(|e| format!("malformed answer: {e}"))?;
-    wire.into_response(f.req.id)
 }
 
 /// Whether the call failed before its request could have left: while connecting.

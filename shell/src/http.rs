@@ -297,7 +297,7 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
     // request order), or for a client that does not read. That thread would then stall the
     // server (a pipelined login behind which a health check waited deadlocked it; see the
     // e2e test `pipelined_requests_behind_a_login_are_answered_in_order`).
-    let mut resp = core.request(req);
+    let mut resp = core.api_request(req);
     crate::latency::observe(method, &class, started.elapsed());
     if metrics {
         if let Some((ct, bytes)) = resp.raw.as_mut() {

@@ -38,6 +38,9 @@ pub enum Msg {
 #[derive(Clone)]
 pub struct Core {
     tx: Sender<Msg>,
+    /// A standby's route to the active node, as the node last published it: API requests
+    /// are forwarded along it from the worker thread ([`crate::ha::Route`]).
+    route: crate::ha::RouteSlot,
 }
 
 pub fn now_ms() -> u64 {
@@ -51,7 +54,10 @@ impl Core {
     /// A handle over a channel nobody serves (tests of the listeners' refusals).
     #[cfg(test)]
     pub fn from_sender(tx: Sender<Msg>) -> Core {
-        Core { tx }
+        Core {
+            tx,
+            route: Default::default(),
+        }
     }
 
     /// Starts the core thread, with the leadership lease on PostgreSQL when the node is one
@@ -85,14 +91,30 @@ impl Core {
         let mut node = Node::new(storage, seed, config);
         node.set_batched(true);
         node.set_snapshot_offload(true);
+        let route = crate::ha::RouteSlot::default();
         std::thread::Builder::new()
             .name("cairn-core".into())
             .spawn({
                 let tx = tx.clone();
-                move || run(node, rx, tx, pool, lease)
+                let route = route.clone();
+                move || run(node, rx, tx, pool, lease, route)
             })
             .expect("spawn core thread");
-        Ok(Core { tx })
+        Ok(Core { tx, route })
+    }
+
+    /// Answers an API request: a standby with a route to the active node forwards it from
+    /// this thread ([`crate::ha::forward_direct`]); anything else goes to the core thread.
+    pub fn api_request(&self, req: cairn_core::Request) -> Response {
+        match self.route.get() {
+            Some(route) => crate::ha::forward_direct(&route, req, self),
+            None => self.request(req),
+        }
+    }
+
+    /// Hands the core an input that needs no answer.
+    pub fn input(&self, input: Input) {
+        let _ = self.tx.send(Msg::Input(input));
     }
 
     /// Sends a request and waits for its response.
@@ -148,6 +170,7 @@ fn run(
     tx: Sender<Msg>,
     pool: crate::ldap::LdapPool,
     lease: Option<crate::ha::LeaseWorker>,
+    route: crate::ha::RouteSlot,
 ) {
     // Held until this function returns: the checkpoint thread stops when it is dropped.
     let _checkpoints = match node.storage_mut().checkpointer() {
@@ -323,6 +346,7 @@ fn run(
                     }
                 }
                 Output::Forward(f) => crate::ha::forward(f, tx.clone()),
+                Output::ForwardRoute(r) => route.set(r),
                 Output::HaRole(r) => role = Some(r),
                 other => out.push(Delivery::Effect(other)),
             }
@@ -548,6 +572,7 @@ impl Delivery {
                 Output::Lease(_)
                 | Output::HaRole(_)
                 | Output::Forward(_)
+                | Output::ForwardRoute(_)
                 | Output::SnapshotSave(_) => {}
                 Output::Response(_)
                 | Output::Ldap(_)

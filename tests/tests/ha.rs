@@ -1,7 +1,8 @@
 //! End-to-end: HA clusters of `cairn server` processes on one real PostgreSQL (started by
 //! `scripts/dev-postgres.sh`, stopped when this process exits): one active node, standbys
 //! that forward, failover on kill -9 under write load, a paused active node that comes back
-//! and commits nothing, step-down, `sys/leader`, `sys/health` and `sys/ha-status`.
+//! and commits nothing, step-down, `sys/leader`, `sys/health` and `sys/ha-status`, writes
+//! through a standby whose active node is killed (answered or 5xx, never applied twice).
 
 use cairn_tests::{fresh_port_pair, note_secret, start_dev_directory, tmpdir, Server};
 use serde_json::{json, Value};
@@ -686,4 +687,99 @@ fn a_three_node_primary_cluster_fails_over_under_writes_and_its_secondaries_stre
             "kv/w{i} missing on the performance secondary"
         );
     }
+}
+
+/// A standby forwards its clients' requests on kept-alive connections to the active node.
+/// When the active node is killed with such connections open, a write through the standby
+/// gets its answer or a 5xx, and is never applied twice: KV version 2 keeps every applied
+/// write as a version of the key, and no written value is in two of them.
+#[test]
+fn writes_through_a_standby_whose_active_node_is_killed_are_never_applied_twice() {
+    let mut c = Cluster::start(2, "ha_kept_alive");
+    let a = c.wait_active(Duration::from_secs(5), None);
+    let b = 1 - a;
+    let r = c.nodes[b].post(
+        "sys/mounts/kv2",
+        json!({"type": "kv", "options": {"version": "2"}}),
+    );
+    assert_eq!(r.status, 204, "{}", r.body);
+    // Every version kept (10 by default), so that each applied write can be read back.
+    let r = c.nodes[b].post("kv2/config", json!({"max_versions": 1_000_000}));
+    assert!(r.status == 200 || r.status == 204, "{}", r.body);
+    // Connections from the standby to the active node, kept alive.
+    for _ in 0..20 {
+        assert_eq!(c.nodes[b].get("sys/mounts").status, 200);
+    }
+    let answers: Arc<Mutex<Vec<(String, u16)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let (addr, token) = (c.nodes[b].addr.clone(), c.nodes[b].root_token.clone());
+            let (answers, stop) = (answers.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let agent = cairn_tests::agent(Duration::from_secs(30));
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let value = format!("w{w}-{i}");
+                    let r = cairn_tests::request(
+                        &agent,
+                        &addr,
+                        Some(&token),
+                        "PUT",
+                        "kv2/data/k",
+                        Some(&json!({ "data": { "v": value } })),
+                    );
+                    let status = r.map_or(0, |r| r.status);
+                    answers.lock().expect("lock").push((value, status));
+                    if status != 200 {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    c.nodes[a].kill9();
+    assert_eq!(c.wait_active(Duration::from_secs(15), Some(a)), b);
+    std::thread::sleep(Duration::from_millis(1000));
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().expect("writer");
+    }
+    let answers = answers.lock().expect("lock").clone();
+    for (value, status) in &answers {
+        assert!(
+            *status == 200 || *status >= 500,
+            "write {value}: {status} (an answer or a 5xx)"
+        );
+    }
+    let meta = c.nodes[b].get("kv2/metadata/k");
+    assert_eq!(meta.status, 200, "{}", meta.body);
+    let last = meta.body["data"]["current_version"]
+        .as_u64()
+        .expect("version");
+    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
+    for v in 1..=last {
+        let r = c.nodes[b].get(&format!("kv2/data/k?version={v}"));
+        assert_eq!(r.status, 200, "version {v}: {}", r.body);
+        let value = r.body["data"]["data"]["v"]
+            .as_str()
+            .expect("value")
+            .to_string();
+        if let Some(first) = seen.insert(value.clone(), v) {
+            panic!("{value} applied twice: versions {first} and {v}");
+        }
+    }
+    for (value, status) in &answers {
+        if *status == 200 {
+            assert!(seen.contains_key(value), "acknowledged {value} lost");
+        }
+    }
+    let failed = answers.iter().filter(|(_, s)| *s != 200).count();
+    eprintln!(
+        "ha: {} writes, {failed} answered with a 5xx, {last} versions",
+        answers.len()
+    );
+    assert!(answers.len() > failed, "no write acknowledged");
 }

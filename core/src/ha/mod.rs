@@ -15,6 +15,7 @@
 //!   signs the ones it forwards to the active ([`forward_mac`]) with a key derived from the
 //!   barrier key, which only the cluster's unsealed nodes hold.
 
+pub mod route;
 pub mod store;
 pub mod wire;
 
@@ -421,7 +422,7 @@ pub fn served_locally(path: &str) -> bool {
 }
 
 /// What a forwarded request is signed over: every part the active acts on.
-fn forward_message(req: &crate::api::Request) -> Vec<u8> {
+pub(crate) fn forward_message(req: &crate::api::Request) -> Vec<u8> {
     let mut m = Vec::with_capacity(req.body.len() + 256);
     let mut field = |b: &[u8]| {
         m.extend_from_slice(&(b.len() as u64).to_be_bytes());
@@ -462,8 +463,7 @@ fn forward_message(req: &crate::api::Request) -> Vec<u8> {
 /// The signature a standby puts on a request it forwards: HMAC-SHA256 under a key derived
 /// from the barrier key, so only a node unsealed with the cluster's keys can make one.
 pub fn forward_mac(barrier_key: &[u8; 32], req: &crate::api::Request) -> String {
-    let key = crypto::hmac_sha256(barrier_key, b"cairn ha: forwarded request signing key");
-    hex::encode(crypto::hmac_sha256(&key, &forward_message(req)))
+    route::mac(&route::signing_key(barrier_key), req)
 }
 
 /// Whether `mac` is the signature of `req` (constant-time).

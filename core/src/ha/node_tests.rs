@@ -1,6 +1,7 @@
 //! Two nodes of one HA cluster over a shared [`LeaseStore`], driven by hand: leadership,
 //! forwarding, signatures, fencing of a paused active node, step-down.
 
+use super::route::{self, ForwardRoute};
 use super::store::{LeaseStore, NodeIdentity, SharedStorage};
 use super::{Fence, HaConfig, LeaseOp};
 use crate::api::{Method, Request, Response};
@@ -13,6 +14,8 @@ struct Cluster {
     store: Rc<RefCell<LeaseStore>>,
     nodes: Vec<Node<SharedStorage>>,
     next_id: u64,
+    /// Every forward route each node published, in order.
+    routes: Vec<Vec<Option<ForwardRoute>>>,
 }
 
 fn cfg(i: usize) -> HaConfig {
@@ -59,6 +62,7 @@ impl Cluster {
             .collect();
         Cluster {
             store,
+            routes: vec![Vec::new(); n],
             nodes,
             next_id: 100,
         }
@@ -78,6 +82,7 @@ impl Cluster {
                     let r = self.store.borrow_mut().lease_op(now, &identity(n), op, ttl);
                     n.handle(now, Input::Lease(r));
                 }
+                Output::ForwardRoute(r) => self.routes[i].push(r),
                 o => out.push(o),
             }
         }
@@ -581,4 +586,92 @@ fn a_standby_whose_keyring_was_replaced_seals_and_unseals_with_the_new_shares() 
         after.keys().collect::<Vec<_>>(),
         "the node with the old key wrote nothing"
     );
+}
+
+/// A standby publishes its route to the active node only while it is unsealed and knows
+/// the active node; a request signed along it is the node's own forward (the active node
+/// runs it); the route follows a change of active node; an active node publishes none.
+#[test]
+fn a_standby_publishes_its_route_only_unsealed_with_a_known_active_node_and_follows_it() {
+    let (mut c, root) = unsealed(3);
+    // Sealed, then unsealed without an active node known: no route; then one to node 0.
+    let routes = c.routes[1].clone();
+    assert_eq!(
+        routes.len(),
+        1,
+        "one route once the active node is known: {routes:?}"
+    );
+    let r = routes[0].clone().expect("a route");
+    assert_eq!((r.to.as_str(), r.epoch), ("10.0.0.1:8201", 1));
+    assert!(r.ca_pem.is_some(), "pinned to the cluster CA");
+    assert!(c.routes[0].is_empty(), "the active node forwards nothing");
+
+    // A write signed along the route is run by the active node, once.
+    let mut req = Request::new(0, Method::Put, "kv/r")
+        .with_token(&root)
+        .with_json(json!({"v": 1}));
+    req.id = 4_000;
+    assert!(route::sign(Some(&r), &mut req));
+    let (aout, ok) = c.step(0, 3_000, Input::Request(req.clone()));
+    assert!(ok);
+    assert_eq!(response(&aout).map(|r| r.status), Some(204));
+    // The node's own path signs the same request the same way.
+    let mut unsigned = req.clone();
+    unsigned.forwarded = None;
+    let (out, _) = c.request(1, 3_010, unsigned);
+    assert_eq!(
+        forward(&out).and_then(|f| f.req.forwarded.clone()),
+        req.forwarded
+    );
+    // Signed with another key, or sent to a standby: refused as such (nothing applied).
+    let mut forged = req.clone();
+    forged.forwarded = Some(route::mac(&route::signing_key(&[9u8; 32]), &req));
+    let (aout, _) = c.step(0, 3_020, Input::Request(forged));
+    assert!(route::is_refusal(response(&aout).expect("refused")));
+    let (sout, _) = c.step(2, 3_030, Input::Request(req.clone()));
+    assert!(route::is_refusal(response(&sout).expect("refused")));
+    // A client's own error is not a refusal.
+    let (out, _) = c.step(
+        0,
+        3_040,
+        Input::Request({
+            let mut q = Request::new(4_001, Method::Get, "kv/r").with_token("nope");
+            route::sign(Some(&r), &mut q);
+            q
+        }),
+    );
+    let denied = response(&out).expect("denied");
+    assert_eq!(denied.status, 403);
+    assert!(!route::is_refusal(denied));
+
+    // Nothing changed: nothing published again.
+    c.tick(1, 3_500);
+    assert_eq!(c.routes[1].len(), 1);
+
+    // Node 0 steps down; another takes over: the standbys' routes follow it, the new active
+    // node's route is withdrawn, the old active node's is the new one.
+    let (_, ok) = c.request(
+        0,
+        4_000,
+        Request::new(0, Method::Put, "sys/step-down").with_token(&root),
+    );
+    assert!(ok);
+    c.tick(1, 4_600);
+    c.tick(2, 4_700);
+    c.tick(0, 5_000);
+    let active = (0..3)
+        .find(|&i| matches!(c.nodes[i].fence(), Fence::Epoch(_)))
+        .expect("an active node");
+    assert_ne!(active, 0);
+    assert_eq!(
+        c.routes[active].last(),
+        Some(&None),
+        "withdrawn when active"
+    );
+    for i in (0..3).filter(|&i| i != active) {
+        c.tick(i, 5_600);
+        let last = c.routes[i].last().cloned().flatten().expect("a route");
+        assert_eq!(last.to, format!("10.0.0.{}:8201", active + 1), "node {i}");
+        assert!(last.epoch > 1, "node {i}: {last:?}");
+    }
 }

@@ -76,6 +76,9 @@ pub enum Input {
         id: RequestId,
         result: Result<Response, String>,
     },
+    /// A request the driver forwarded along the [`Output::ForwardRoute`] failed or was
+    /// refused: the node looks for the active node again (its answer went to the client).
+    ForwardFailed { reason: String },
     /// The file a driver wrote for an [`Output::SnapshotSave`], or why it could not.
     SnapshotSaved {
         id: RequestId,
@@ -121,6 +124,13 @@ pub enum Output {
     /// Send a client request to the active node of this HA cluster and answer with
     /// [`Input::Forwarded`]: sent at most once, never retried after it left.
     Forward(Forward),
+    /// A standby's route to the active node changed (`None`: it forwards nothing itself
+    /// now). A driver may forward requests along it without the node
+    /// ([`crate::ha::route::sign`] decides and signs), and hands a request back to the node
+    /// when it has no route, when the connection failed before the request was sent, or
+    /// when the receiving node refused it ([`crate::ha::route::is_refusal`]); after a
+    /// failure it reports [`Input::ForwardFailed`].
+    ForwardRoute(Option<crate::ha::route::ForwardRoute>),
     /// This node became the active node (`Some(epoch)`) or a standby (`None`). The driver
     /// drops caches of storage it kept while the other role wrote.
     HaRole(Option<u64>),
@@ -218,6 +228,10 @@ pub struct NodeState {
     /// once, not per request: a standby's storage reads go to the database). Dropped when a
     /// forward fails, the node's role changes or it is sealed, and read again.
     pub(crate) forward_ca: Option<String>,
+    /// What the forward route last published was derived from, and the route itself
+    /// (`Output::ForwardRoute`; see `publish_route`).
+    pub(crate) route_basis: Option<standby::RouteBasis>,
+    pub(crate) route_sent: Option<crate::ha::route::ForwardRoute>,
     /// The stored keyring this node last found its barrier key reads data under (see
     /// `check_keyring`); forgotten when it seals.
     pub(crate) keyring_seen: Option<Vec<u8>>,
@@ -269,6 +283,8 @@ impl<S: Storage> Node<S> {
                 ha: crate::ha::Ha::new(config_ha),
                 forwarded: BTreeMap::new(),
                 forward_ca: None,
+                route_basis: None,
+                route_sent: None,
                 keyring_seen: None,
                 peer_forwards: BTreeMap::new(),
                 snapshot_op: None,
@@ -402,7 +418,7 @@ impl<S: Storage> Node<S> {
             Input::Request(req) if self.ha_forwards(&req) => self.forward(req),
             Input::Request(req) if !self.forwarded_ok(&req) => {
                 let e = if self.st.ha.enabled() {
-                    ApiError::PermissionDenied
+                    crate::ha::route::bad_signature()
                 } else {
                     ApiError::bad(
                         "this node is not part of an HA cluster: it takes no forwarded requests",
@@ -562,17 +578,16 @@ impl<S: Storage> Node<S> {
                         Err(e) => {
                             self.st.ha.look_now(self.now);
                             self.st.forward_ca = None;
-                            Response::error(
-                                id,
-                                &ApiError::Unavailable(format!(
-                                    "this node is a standby and the request could not be \
-                                 forwarded to the active node: {e}"
-                                )),
-                            )
+                            crate::ha::route::failed(id, &e)
                         }
                     };
                     self.answer_forwarded(resp);
                 }
+            }
+            Input::ForwardFailed { reason } => {
+                log::debug!("a forward along the route failed: {reason}; looking again");
+                self.st.ha.look_now(self.now);
+                self.st.forward_ca = None;
             }
         }
         if self.st.seal_requested {
@@ -608,6 +623,7 @@ impl<S: Storage> Node<S> {
             self.now,
         );
         self.answer_secondaries(obs_from);
+        self.publish_route();
     }
 
     /// A primary: the answers to requests its performance secondaries forwarded (counted and

@@ -25,21 +25,17 @@ impl<S: Storage> Node<S> {
         let id = req.id;
         if req.forwarded.is_some() {
             // Forwarded to a node that is no longer active: never passed on again.
-            let e = ApiError::Unavailable(
-                "this node is not the active node of its cluster any more; retry the request"
-                    .into(),
-            );
-            return self.finish(id, Err(e));
+            return self.finish(id, Err(ha::route::not_active()));
         }
-        let (Some(key), Some(leader)) = (self.st.repl.barrier_key, self.st.ha.leader().cloned())
-        else {
+        if self.st.repl.barrier_key.is_none() || self.st.ha.leader().is_none() {
             let e = ApiError::Unavailable(
                 "this node is a standby and no active node is known yet; retry shortly".into(),
             );
             return self.finish(id, Err(e));
-        };
-        let own = self.st.ha.config().map(|c| c.cluster_addr.as_str());
-        if own == Some(leader.cluster_addr.as_str()) {
+        }
+        let route = self.forward_route();
+        if !ha::route::sign(route.as_ref(), &mut req) {
+            // Known leader, no route: the store still names this node as the holder.
             let e = ApiError::Unavailable(
                 "this node is a standby and the active node is not known yet (the store still \
                  names this node, which gave the lease up); retry shortly"
@@ -47,24 +43,73 @@ impl<S: Storage> Node<S> {
             );
             return self.finish(id, Err(e));
         }
-        let ca_pem = match &self.st.forward_ca {
-            Some(pem) => Some(pem.clone()),
-            None => {
-                let mut ctx = node_ctx!(self);
-                let pem = crate::replication::tls::ca_pem(&mut ctx, false)
-                    .ok()
-                    .flatten();
-                self.st.forward_ca.clone_from(&pem);
-                pem
-            }
-        };
-        req.forwarded = Some(ha::forward_mac(&key, &req));
+        let Some(route) = route else { return };
         self.st.forwarded.insert(id, ());
         self.st.outputs.push_back(Output::Forward(Forward {
             req,
-            to: leader.cluster_addr,
-            ca_pem,
+            to: route.to,
+            ca_pem: route.ca_pem,
         }));
+    }
+
+    /// The route a standby forwards requests along now: `None` when this node forwards
+    /// nothing (active, sealed, no active node known, or the store still naming this node).
+    /// Reads the cluster CA once (kept in `forward_ca`).
+    fn forward_route(&mut self) -> Option<ha::route::ForwardRoute> {
+        if !self.st.ha.is_standby() || self.barrier.sealed() {
+            return None;
+        }
+        let key = self.st.repl.barrier_key?;
+        let leader = self.st.ha.leader()?.clone();
+        let own = self.st.ha.config().map(|c| c.cluster_addr.as_str());
+        if own == Some(leader.cluster_addr.as_str()) {
+            return None;
+        }
+        if self.st.forward_ca.is_none() {
+            let mut ctx = node_ctx!(self);
+            let pem = crate::replication::tls::ca_pem(&mut ctx, false)
+                .ok()
+                .flatten();
+            self.st.forward_ca = pem;
+        }
+        Some(ha::route::ForwardRoute {
+            to: leader.cluster_addr,
+            ca_pem: self.st.forward_ca.clone(),
+            signing_key: ha::route::signing_key(&key),
+            epoch: leader.epoch,
+        })
+    }
+
+    /// After an input: publishes the forward route with `Output::ForwardRoute` when it
+    /// changed. Cheap when nothing it depends on changed (no storage read, no copy).
+    pub(super) fn publish_route(&mut self) {
+        if !self.st.ha.enabled() {
+            return;
+        }
+        let basis = RouteBasis {
+            standby: self.st.ha.is_standby(),
+            sealed: self.barrier.sealed(),
+            key: self.st.repl.barrier_key,
+            leader: self
+                .st
+                .ha
+                .leader()
+                .map(|l| (l.cluster_addr.clone(), l.epoch)),
+            ca: self.st.forward_ca.is_some(),
+        };
+        if self.st.route_basis.as_ref() == Some(&basis) {
+            return;
+        }
+        let route = self.forward_route();
+        // Reading the CA changes the basis: record it as it is after the read.
+        self.st.route_basis = Some(RouteBasis {
+            ca: self.st.forward_ca.is_some(),
+            ..basis
+        });
+        if route != self.st.route_sent {
+            self.st.route_sent.clone_from(&route);
+            self.st.outputs.push_back(Output::ForwardRoute(route));
+        }
     }
 
     /// Whether this node's barrier key still reads its cluster's data. The stored keyring
@@ -131,6 +176,7 @@ impl<S: Storage> Node<S> {
         if let Some(c) = self.st.ha.fenced_off(self.now, current) {
             self.ha_changed(c);
         }
+        self.publish_route();
     }
 
     /// The signature a standby of this cluster puts on `req` when it forwards it (`None`
@@ -208,6 +254,17 @@ impl<S: Storage> Node<S> {
             }
         }
     }
+}
+
+/// What a standby's forward route is derived from (compared after every input, so that the
+/// route is computed only when one of them changed).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct RouteBasis {
+    standby: bool,
+    sealed: bool,
+    key: Option<[u8; 32]>,
+    leader: Option<(String, u64)>,
+    ca: bool,
 }
 
 /// A cluster address as the reference shows it: a URL.

@@ -1,0 +1,190 @@
+//! A standby's forward route: the plain data a driver needs to forward a client's request
+//! to the active node itself, without a round trip through the node (where to, the cluster
+//! CA to pin, the key forwards are signed with, the lease epoch the active node was learnt
+//! under). The node publishes it with `Output::ForwardRoute` whenever it changes; the one
+//! decision whether a request is forwarded and its signature are here ([`sign`]), used by
+//! the node's own forwarding path and by the driver's. How the active node's refusal of a
+//! forward looks ([`is_refusal`]) lets the driver fall back to the node's path, which
+//! then looks for the active node again.
+
+use crate::api::{ApiError, Request, Response};
+use crate::crypto;
+
+/// Where and how a standby forwards requests now.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ForwardRoute {
+    /// The active node's cluster address.
+    pub to: String,
+    /// The cluster CA (PEM) the active node's cluster listener presents a certificate of.
+    /// `None` before the cluster has one: the driver then leaves forwarding to the node.
+    pub ca_pem: Option<String>,
+    /// The key forwards are signed with ([`signing_key`] of the barrier key).
+    pub signing_key: [u8; 32],
+    /// The lease epoch of the active node this route leads to.
+    pub epoch: u64,
+}
+
+impl std::fmt::Debug for ForwardRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForwardRoute")
+            .field("to", &self.to)
+            .field("ca_pem", &self.ca_pem.as_ref().map(|_| "<pem>"))
+            .field("signing_key", &"<redacted>")
+            .field("epoch", &self.epoch)
+            .finish()
+    }
+}
+
+/// The key a standby signs forwards with, derived from the barrier key: only a node
+/// unsealed with the cluster's keys has it, and it opens nothing.
+pub fn signing_key(barrier_key: &[u8; 32]) -> [u8; 32] {
+    crypto::hmac_sha256(barrier_key, b"cairn ha: forwarded request signing key")
+}
+
+/// The signature of `req` under `signing_key`.
+pub fn mac(signing_key: &[u8; 32], req: &Request) -> String {
+    hex::encode(crypto::hmac_sha256(
+        signing_key,
+        &super::forward_message(req),
+    ))
+}
+
+/// Whether a standby with `route` (its current one; `None` when it forwards nothing now:
+/// sealed, active, or no active node known) forwards `req`: every request but the ones a
+/// standby answers itself ([`super::served_locally`]), and never one that was itself
+/// forwarded here.
+pub fn forwards(route: Option<&ForwardRoute>, req: &Request) -> bool {
+    route.is_some() && req.forwarded.is_none() && !super::served_locally(&req.path)
+}
+
+/// Signs `req` for the active node when it is forwarded along `route` ([`forwards`]); false
+/// (and `req` unchanged) when it is not.
+pub fn sign(route: Option<&ForwardRoute>, req: &mut Request) -> bool {
+    match route {
+        Some(r) if forwards(route, req) => {
+            req.forwarded = Some(mac(&r.signing_key, req));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// What a node that is not the active one answers a forwarded request (nothing applied).
+pub fn not_active() -> ApiError {
+    ApiError::Unavailable(
+        "this node is not the active node of its cluster any more; retry the request".into(),
+    )
+}
+
+/// What the active node answers a forward whose signature is not its cluster's (nothing
+/// applied).
+pub fn bad_signature() -> ApiError {
+    ApiError::Forbidden(
+        "permission denied: the forwarded request is not signed with this cluster's key".into(),
+    )
+}
+
+/// Whether `resp` is the receiving node's refusal of a forward ([`not_active`],
+/// [`bad_signature`]): nothing of the request was applied there.
+pub fn is_refusal(resp: &Response) -> bool {
+    [not_active(), bad_signature()].iter().any(|e| {
+        let r = Response::error(resp.id, e);
+        r.status == resp.status && r.body == resp.body && resp.raw.is_none()
+    })
+}
+
+/// The answer to a request whose forward failed with `error` (a 503 that says so).
+pub fn failed(id: crate::api::RequestId, error: &str) -> Response {
+    Response::error(
+        id,
+        &ApiError::Unavailable(format!(
+            "this node is a standby and the request could not be forwarded to the active \
+             node: {error}"
+        )),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Method;
+
+    fn route() -> ForwardRoute {
+        ForwardRoute {
+            to: "10.0.0.1:8201".into(),
+            ca_pem: Some("pem".into()),
+            signing_key: signing_key(&[7u8; 32]),
+            epoch: 3,
+        }
+    }
+
+    #[test]
+    fn a_request_is_signed_as_the_node_signs_it() {
+        let r = route();
+        let mut req = Request::new(1, Method::Put, "secret/a").with_token("s.t");
+        req.body = br#"{"v":1}"#.to_vec();
+        assert!(sign(Some(&r), &mut req));
+        let mac = req.forwarded.clone().expect("signed");
+        assert!(super::super::forward_mac_ok(&[7u8; 32], &req, &mac));
+        assert!(!super::super::forward_mac_ok(&[8u8; 32], &req, &mac));
+    }
+
+    #[test]
+    fn without_a_route_nothing_is_forwarded() {
+        // Sealed, active, or no active node known: the node publishes no route.
+        let mut req = Request::new(1, Method::Get, "secret/a");
+        assert!(!sign(None, &mut req));
+        assert!(req.forwarded.is_none());
+    }
+
+    #[test]
+    fn the_node_local_endpoints_are_not_forwarded() {
+        let r = route();
+        for p in [
+            "sys/health",
+            "sys/leader",
+            "sys/seal-status",
+            "sys/unseal",
+            "sys/init",
+            "sys/storage/raft/snapshot",
+        ] {
+            let mut req = Request::new(1, Method::Get, p);
+            assert!(!sign(Some(&r), &mut req), "{p}");
+            assert!(req.forwarded.is_none(), "{p}");
+        }
+        let mut req = Request::new(1, Method::Get, "sys/mounts");
+        assert!(sign(Some(&r), &mut req));
+    }
+
+    #[test]
+    fn a_forwarded_request_is_never_forwarded_again() {
+        let r = route();
+        let mut req = Request::new(1, Method::Get, "secret/a");
+        req.forwarded = Some("theirs".into());
+        assert!(!sign(Some(&r), &mut req));
+        assert_eq!(req.forwarded.as_deref(), Some("theirs"));
+    }
+
+    #[test]
+    fn only_the_two_refusals_are_refusals() {
+        assert!(is_refusal(&Response::error(4, &not_active())));
+        assert!(is_refusal(&Response::error(4, &bad_signature())));
+        assert!(!is_refusal(&Response::error(
+            4,
+            &ApiError::PermissionDenied
+        )));
+        assert!(!is_refusal(&Response::error(
+            4,
+            &ApiError::Unavailable("retry".into())
+        )));
+        assert!(!is_refusal(&Response::no_content(4)));
+        assert_eq!(failed(9, "x").status, 503);
+    }
+
+    #[test]
+    fn the_route_does_not_show_its_key() {
+        let s = format!("{:?}", route());
+        assert!(!s.contains(&format!("{:?}", route().signing_key)));
+        assert!(s.contains("10.0.0.1:8201"));
+    }
+}
