@@ -409,12 +409,15 @@ pub fn check_response(path: &str, r: &Response) {
     }
     assert!((200..600).contains(&r.status), "{p:?}: status {}", r.status);
     assert_ne!(r.status, 500, "{p:?}: internal error {:?}", r.body);
-    // A KV version 2 read of a deleted or destroyed version: 404 with the version's
-    // metadata and no error, as Vault answers it (found by `kv2_bodies`).
+    // A KV version 2 read of a deleted or destroyed version (404 with the version's metadata
+    // under `data.metadata`), or a patch of one (404 with the metadata as `data`): no error,
+    // as Vault answers them (both found by `kv2_bodies`).
     let deleted_version = r.status == 404
-        && r.body
-            .as_ref()
-            .is_some_and(|b| b["data"]["metadata"].is_object() && b["data"]["data"].is_null());
+        && r.body.as_ref().is_some_and(|b| {
+            let d = &b["data"];
+            (d["metadata"].is_object() && d["data"].is_null())
+                || (d["version"].is_u64() && d["destroyed"].is_boolean())
+        });
     if r.status >= 400 && !deleted_version {
         let errs = r.body.as_ref().and_then(|b| b["errors"].as_array());
         let ok = errs.is_some_and(|e| {
