@@ -1027,9 +1027,10 @@ fn a_reload_from_complete_records_after_a_rebuild_starts_no_second_diff() {
     net.nodes[1].storage_rolled_back();
     net.ok(0, &r0, Method::Put, "secret/b", json!({ "v": 2 }));
     net.run_for(3_000);
+    // The reload starts the secondary's counters afresh: any diff since would count one.
     assert_eq!(
         net.nodes[1].replication().merkle_diffs(Mode::Performance),
-        diffs,
+        0,
         "a reload from complete records started another Merkle diff"
     );
     assert_eq!(

@@ -764,6 +764,21 @@ mod tests {
         assert!(resumed > 0, "no secondary cluster was checked for resyncs");
     }
 
+    /// HA-tier seeds that found core bugs (`--regressions` replays the fast tier's): in
+    /// 438654814318247752 the performance secondary's active node, cut from its store,
+    /// had a batch rolled back, reloaded its state from complete Merkle records and started
+    /// a Merkle diff all the same (the flag of an earlier rebuild was never cleared);
+    /// 6406058999705312320 did the same when a DR node took its cluster's lease over.
+    #[test]
+    fn ha_regression_seeds_pass() {
+        for seed in [438654814318247752, 6406058999705312320] {
+            let mut cfg = RunConfig::new(seed);
+            cfg.tier = crate::Tier::Ha;
+            let o = crate::run(&cfg);
+            assert!(o.ok(), "{}", o.report());
+        }
+    }
+
     /// Without the epoch check in the store, a paused active node's late commit lands
     /// after its successor's: the checker must see it within the seeds CI runs.
     #[test]
