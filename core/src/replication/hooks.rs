@@ -87,6 +87,9 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
             r.rebuilt = !fresh;
         } else {
             r.trees = Trees::load(&env.storage.scan(merkle::PREFIX)?);
+            // Loaded from complete records: nothing was rebuilt this time (an earlier
+            // rebuild's diff must not be asked for again at every reload).
+            r.rebuilt = false;
         }
         r.wal = wal::load_meta(&*env.storage)?;
         r.loaded = true;

@@ -993,6 +993,52 @@ fn a_rebuilt_secondary_refuses_an_unforced_promote_until_its_diff_completes() {
     assert_eq!(net.status(1, "performance")["mode"], "primary");
 }
 
+/// A secondary that rebuilt its trees at start compares them with the primary's once; when
+/// it later reloads its state from complete Merkle records (a batch rolled back, an HA
+/// takeover), it streams on from its WAL index without another diff.
+#[test]
+fn a_reload_from_complete_records_after_a_rebuild_starts_no_second_diff() {
+    let (mut net, roots) = Net::new(2);
+    let r0 = roots[0].clone();
+    net.ok(0, &r0, Method::Put, "secret/a", json!({ "v": 1 }));
+    net.enable_primary(0, &r0, "performance");
+    net.activate(0, &r0, 1, &roots[1], "performance", "p1");
+    net.run_for(3_000);
+    let mut storage = net.nodes[1].storage().clone();
+    storage
+        .apply(&[(merkle::MARKER.to_string(), None)])
+        .unwrap();
+    net.nodes[1] = Node::new(storage, [9; 32], cfg(1));
+    let key = net.keys[0].clone();
+    let r = net.call(1, "", Method::Post, "sys/unseal", json!({ "key": key }));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    net.run_for(3_000);
+    let diffs = net.nodes[1].replication().merkle_diffs(Mode::Performance);
+    assert_eq!(diffs, 1, "the rebuilt trees are compared once");
+    assert!(
+        net.nodes[1]
+            .storage()
+            .get(merkle::MARKER)
+            .unwrap()
+            .is_some(),
+        "the records are complete again"
+    );
+    // The driver drops a batch: the state is reloaded from the complete records.
+    net.nodes[1].storage_rolled_back();
+    net.ok(0, &r0, Method::Put, "secret/b", json!({ "v": 2 }));
+    net.run_for(3_000);
+    // The reload starts the secondary's counters afresh: any diff since would count one.
+    assert_eq!(
+        net.nodes[1].replication().merkle_diffs(Mode::Performance),
+        0,
+        "a reload from complete records started another Merkle diff"
+    );
+    assert_eq!(
+        net.status(1, "performance")["merkle_root"],
+        net.status(0, "performance")["merkle_root"]
+    );
+}
+
 /// A perf secondary away past WAL retention resyncs: values changed and keys added and
 /// deleted on the primary meanwhile arrive (in batches of `fetch_batch`), a page crowded with
 /// the secondary's keys is narrowed down through its subpage sums, and what moves is close to

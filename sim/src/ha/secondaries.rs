@@ -1,36 +1,26 @@
-//! Secondaries of the HA tier's cluster: when the cluster is a replication primary, a
-//! performance and a DR secondary (each a single node on a store of its own) are activated
-//! against it and stream from whichever node is active, finding it through the cluster
-//! addresses they know (a standby answers that it is one; a crashed or cut node does not
-//! answer). This module owns their set-up, the routing of the cluster channel between hosts
-//! (peer calls and their answers, the activation token's unwrap over HTTP), the errors a
-//! caller sees when its peer crashes, is cut off or never answers, and the final phase's
-//! `secondary-converges` check (each secondary reaches the active node's Merkle root and
-//! WAL index once faults heal).
+//! Secondary clusters of the HA tier: when the primary cluster is a replication primary, a
+//! performance and a DR secondary cluster (one to three nodes each, on a store of their own)
+//! are activated against it. Only a secondary cluster's active node streams (its standbys
+//! serve no replication and forward what clients send them to it); it finds the primary's
+//! active node through the cluster addresses it knows (a standby answers that it is one; a
+//! crashed or cut node does not answer). This module owns their set-up, the routing of the
+//! cluster channel between hosts (peer calls and their answers, the activation token's
+//! unwrap over HTTP), the errors a caller sees when its peer crashes, is cut off or never
+//! answers, and the final phase's replication checks (`secondary-converges`: each secondary
+//! cluster's active node reaches the primary's Merkle root once faults heal; the
+//! performance secondary serves every acknowledged write; `resume-without-resync`).
 
-use super::{Caller, Ev, HaNode, HaWorld};
-use crate::host::Host;
+use super::{fail, Caller, Checked, Ev, HaWorld};
 use cairn_core::api::{Method, Request, Response};
-use cairn_core::ha::store::{LeaseStore, NodeIdentity, SharedStorage};
 use cairn_core::replication::{
     HttpCall, HttpReply, Mode, PeerAnswer, PeerReply, PeerRequest, PeerResponse, PeerSend,
 };
 use cairn_core::Input;
 use serde_json::json;
-use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::rc::Rc;
 
 /// How long a caller waits for a peer's answer before giving up (the shell's read timeout).
 const PEER_TIMEOUT_MS: u64 = 20_000;
-
-/// One secondary: its host index among the world's nodes, its mode, its own root token.
-#[derive(Debug, Clone)]
-pub(super) struct Secondary {
-    pub node: usize,
-    pub mode: Mode,
-    pub enabled: bool,
-}
 
 /// A peer call in flight: who made it (node, boot, call id).
 #[derive(Debug, Clone, Copy)]
@@ -40,7 +30,7 @@ pub(super) struct PeerCall {
     pub call: u64,
 }
 
-fn mode_path(m: Mode) -> &'static str {
+pub(super) fn mode_path(m: Mode) -> &'static str {
     match m {
         Mode::Performance => "performance",
         Mode::Dr => "dr",
@@ -55,41 +45,16 @@ fn bare(addr: &str) -> &str {
 }
 
 impl HaWorld {
-    /// Adds a performance and a DR secondary host (not started yet).
-    pub(super) fn add_secondaries(&mut self, seed: u64) {
-        for (k, mode) in [Mode::Performance, Mode::Dr].into_iter().enumerate() {
-            let i = self.nodes.len();
-            let store = Rc::new(RefCell::new(LeaseStore::new()));
-            self.nodes.push(HaNode::new(
-                Host::new(i, seed, SharedStorage::new(store)),
-                NodeIdentity {
-                    node_id: format!("{}-secondary", mode_path(mode)),
-                    api_addr: format!("http://10.0.1.{}:8200", k + 1),
-                    cluster_addr: format!("10.0.1.{}:8201", k + 1),
-                    version: "sim".into(),
-                },
-                0,
-            ));
-            self.secs.push(Secondary {
-                node: i,
-                mode,
-                enabled: false,
-            });
-        }
-    }
-
-    /// Initialises and unseals each secondary on its own keys, then asks it (through the
-    /// event loop: the activation needs the primary) to become a secondary of the cluster.
+    /// Initialises and unseals each secondary cluster on its own keys (its first node takes
+    /// its lease), then asks that node (through the event loop: the activation needs the
+    /// primary) to become a secondary of the primary cluster.
     pub(super) fn activate_secondaries(&mut self) {
-        for s in self.secs.clone() {
-            let init = Request::new(0, Method::Put, "sys/init")
-                .with_json(json!({"secret_shares": 1, "secret_threshold": 1}));
-            let body = self.direct(s.node, init).body.unwrap_or_default();
-            let key = body["keys"][0].as_str().unwrap_or_default().to_string();
-            let root = body["root_token"].as_str().unwrap_or_default().to_string();
-            let unseal = Request::new(0, Method::Put, "sys/unseal").with_json(json!({"key": key}));
-            self.direct(s.node, unseal);
-            let mode = mode_path(s.mode);
+        for c in 1..self.clusters.len() {
+            let Some(mode) = self.clusters[c].mode else {
+                continue;
+            };
+            let (_, root) = self.init_cluster(c);
+            let mode = mode_path(mode);
             let id = format!("{mode}-secondary");
             let gen = Request::new(
                 0,
@@ -116,20 +81,19 @@ impl HaWorld {
             )
             .with_token(&root)
             .with_json(json!({ "token": token }));
-            self.send(s.node, enable, Caller::Setup(s.node));
+            let first = self.clusters[c].nodes[0];
+            self.send(first, enable, Caller::Setup(c));
         }
     }
 
-    /// The operator's activation request was answered.
-    pub(super) fn on_setup_answer(&mut self, node: usize, r: &Response) {
+    /// The operator's activation request to cluster `c` was answered.
+    pub(super) fn on_setup_answer(&mut self, c: usize, r: &Response) {
         let ok = r.status < 300;
-        if let Some(s) = self.secs.iter_mut().find(|s| s.node == node) {
-            s.enabled |= ok;
-        }
+        self.clusters[c].enabled |= ok;
         self.trace.log(
             self.now,
             &format!(
-                "node {node} secondary enable: {} {}",
+                "cluster {c} secondary enable: {} {}",
                 r.status,
                 r.body.as_ref().map(|b| b.to_string()).unwrap_or_default()
             ),
@@ -292,39 +256,130 @@ impl HaWorld {
         }
     }
 
-    /// The replication status of the active node `a` and of each secondary (for a failure's
-    /// report).
-    pub(super) fn replication_statuses(&mut self, a: usize) -> String {
+    /// The replication status of the primary's active node `a` and of each secondary
+    /// cluster's nodes (for a failure's report).
+    fn replication_statuses(&mut self, a: usize) -> String {
         let mut out = Vec::new();
-        for s in self.secs.clone() {
-            let path = format!("sys/replication/{}/status", mode_path(s.mode));
-            for (who, i) in [("active", a), ("secondary", s.node)] {
+        for c in 1..self.clusters.len() {
+            let Some(m) = self.clusters[c].mode else {
+                continue;
+            };
+            let path = format!("sys/replication/{}/status", mode_path(m));
+            let mut who = vec![("primary active", a)];
+            who.extend(self.clusters[c].nodes.iter().map(|&i| ("secondary", i)));
+            for (what, i) in who {
                 let r = self.direct(i, Request::new(0, Method::Get, &path));
                 let data = r.body.map(|b| b["data"].to_string()).unwrap_or_default();
-                out.push(format!("{who} node {i} {path}: {data}"));
+                out.push(format!("{what} node {i} {path}: {data}"));
             }
         }
         out.join("; ")
     }
 
-    /// Whether every enabled secondary has reached the active node `a`'s Merkle root (its
-    /// mode's) and WAL index; the first one that has not, described.
-    pub(super) fn secondaries_behind(&self, a: usize) -> Option<String> {
+    /// Whether every secondary cluster has an active node that reached the primary's
+    /// active node `a`'s Merkle root (its mode's); the first one that has not, described.
+    fn secondaries_behind(&self, a: usize) -> Option<String> {
         let active = self.nodes[a].host.node()?;
-        for s in self.secs.iter().filter(|s| s.enabled) {
-            let Some(n) = self.nodes[s.node].host.node() else {
-                return Some(format!("secondary node {} is down", s.node));
+        for c in 1..self.clusters.len() {
+            let Some(m) = self.clusters[c].mode else {
+                continue;
             };
-            let want = active.replication().merkle_root(s.mode);
-            let got = n.replication().merkle_root(s.mode);
+            let Some(s) = self.active_of(c) else {
+                return Some(format!("secondary cluster {c} has no active node"));
+            };
+            let Some(n) = self.nodes[s].host.node() else {
+                return Some(format!("secondary node {s} is down"));
+            };
+            let want = active.replication().merkle_root(m);
+            let got = n.replication().merkle_root(m);
             if want != got {
                 return Some(format!(
-                    "{} secondary (node {}) has Merkle root {got}, the active node {a} {want}",
-                    mode_path(s.mode),
-                    s.node
+                    "{} secondary cluster {c} (active node {s}) has Merkle root {got}, the \
+                     primary's active node {a} {want}",
+                    mode_path(m),
                 ));
             }
         }
+        if self.perf_root.is_none()
+            && self
+                .clusters
+                .iter()
+                .any(|c| c.mode == Some(Mode::Performance))
+        {
+            return Some("the performance secondary has no root token yet".into());
+        }
         None
+    }
+
+    /// The final phase's replication part (faults healed, the primary's keys read back):
+    /// every secondary cluster was activated and its active node reaches the primary's
+    /// Merkle root within a bound (`secondary-converges`), the performance secondary then
+    /// serves every acknowledged write, also those written through it
+    /// (`acked-write-readable`), and a cluster that never heard that the WAL it needed was
+    /// gone got through every failover without a Merkle resync (`resume-without-resync`;
+    /// each new diff was checked as it started).
+    pub(super) fn converge(&mut self) -> Checked<()> {
+        for c in 1..self.clusters.len() {
+            if !self.clusters[c].enabled {
+                return fail(
+                    "secondary-converges",
+                    format!("secondary cluster {c} was never activated"),
+                );
+            }
+        }
+        let limit = self.now + 60_000;
+        loop {
+            let Some(a) = self.active_node() else {
+                return fail(
+                    "failover-liveness",
+                    "the primary's active node stepped down after every fault healed".into(),
+                );
+            };
+            let Some(behind) = self.secondaries_behind(a) else {
+                break;
+            };
+            match self.events.first_key_value() {
+                Some(((t, _), _)) if *t <= limit => {
+                    self.step()?;
+                }
+                _ => {
+                    let statuses = self.replication_statuses(a);
+                    return fail(
+                        "secondary-converges",
+                        format!("60 s after the faults healed: {behind}; {statuses}"),
+                    );
+                }
+            }
+        }
+        for c in 1..self.clusters.len() {
+            self.count("secondary-converges");
+            let cl = &self.clusters[c];
+            if !cl.synced {
+                return fail(
+                    "secondary-converges",
+                    format!("secondary cluster {c} converged but never finished its first sync"),
+                );
+            }
+            if cl.gone == 0 {
+                self.count("resume-without-resync");
+            }
+        }
+        if let (Some(c), Some(token)) = (
+            self.clusters
+                .iter()
+                .position(|c| c.mode == Some(Mode::Performance)),
+            self.perf_root.clone(),
+        ) {
+            let Some(s) = self.active_of(c) else {
+                return fail(
+                    "failover-liveness",
+                    format!(
+                        "secondary cluster {c}'s active node stepped down after the faults healed"
+                    ),
+                );
+            };
+            self.read_back(s, &token, "the performance secondary's active node")?;
+        }
+        Ok(())
     }
 }
