@@ -209,9 +209,14 @@ struct Cluster {
     owed: bool,
     /// Leases taken in its store when its first sync was done.
     failovers_at_sync: u64,
-    /// Diffs started for neither reason after a lease was taken in its store since the
-    /// first sync (an open question, counted: not yet explained by the checker).
+    /// Diffs started for neither reason after a lease was taken in its store, or a batch
+    /// of one of its nodes was not committed (rolled back, state reloaded), since the first
+    /// sync (an open question, counted: not yet explained by the checker).
     unexplained_resyncs: u64,
+    /// Batches of its nodes that were not committed.
+    rollbacks: u64,
+    /// Of those, the ones before its first sync was done.
+    rollbacks_at_sync: u64,
 }
 
 impl Cluster {
@@ -231,6 +236,8 @@ impl Cluster {
             owed: false,
             failovers_at_sync: 0,
             unexplained_resyncs: 0,
+            rollbacks: 0,
+            rollbacks_at_sync: 0,
         }
     }
 }
