@@ -946,12 +946,11 @@ fn promote_refuses_an_unsynced_secondary_unless_forced() {
     assert_eq!(net.status(1, "performance")["mode"], "primary");
 }
 
-/// A secondary that rebuilt its Merkle trees at start (stopped before their records were
-/// written) cannot know its copy is complete until it has compared them with the primary's:
-/// cut off from the primary, an unforced promote is refused; once the comparison is done
-/// the copy is known complete again and the promote needs no `force`.
-#[test]
-fn a_rebuilt_secondary_refuses_an_unforced_promote_until_its_diff_completes() {
+/// A primary (node 0, holding `secret/a`) and its performance secondary (node 1) in sync;
+/// then node 1 stops with its Merkle records' marker missing (as after a crash between a
+/// write and the records' flush) and is started again, sealed: it will rebuild its trees.
+/// Returns the net and the primary's root token.
+fn secondary_restarted_without_marker() -> (Net, String) {
     let (mut net, roots) = Net::new(2);
     let r0 = roots[0].clone();
     net.ok(0, &r0, Method::Put, "secret/a", json!({ "v": 1 }));
@@ -962,14 +961,22 @@ fn a_rebuilt_secondary_refuses_an_unforced_promote_until_its_diff_completes() {
         net.status(1, "performance")["merkle_root"],
         net.status(0, "performance")["merkle_root"]
     );
-
-    // The secondary stops with its Merkle records missing (as after a crash between a
-    // write and the records' flush) and starts again while the primary is unreachable.
     let mut storage = net.nodes[1].storage().clone();
     storage
         .apply(&[(merkle::MARKER.to_string(), None)])
         .unwrap();
     net.nodes[1] = Node::new(storage, [9; 32], cfg(1));
+    (net, r0)
+}
+
+/// A secondary that rebuilt its Merkle trees at start (stopped before their records were
+/// written) cannot know its copy is complete until it has compared them with the primary's:
+/// cut off from the primary, an unforced promote is refused; once the comparison is done
+/// the copy is known complete again and the promote needs no `force`.
+#[test]
+fn a_rebuilt_secondary_refuses_an_unforced_promote_until_its_diff_completes() {
+    // The secondary starts again while the primary is unreachable.
+    let (mut net, _) = secondary_restarted_without_marker();
     net.down.insert(0);
     let key = net.keys[0].clone();
     let r = net.call(1, "", Method::Post, "sys/unseal", json!({ "key": key }));
@@ -998,17 +1005,7 @@ fn a_rebuilt_secondary_refuses_an_unforced_promote_until_its_diff_completes() {
 /// takeover), it streams on from its WAL index without another diff.
 #[test]
 fn a_reload_from_complete_records_after_a_rebuild_starts_no_second_diff() {
-    let (mut net, roots) = Net::new(2);
-    let r0 = roots[0].clone();
-    net.ok(0, &r0, Method::Put, "secret/a", json!({ "v": 1 }));
-    net.enable_primary(0, &r0, "performance");
-    net.activate(0, &r0, 1, &roots[1], "performance", "p1");
-    net.run_for(3_000);
-    let mut storage = net.nodes[1].storage().clone();
-    storage
-        .apply(&[(merkle::MARKER.to_string(), None)])
-        .unwrap();
-    net.nodes[1] = Node::new(storage, [9; 32], cfg(1));
+    let (mut net, r0) = secondary_restarted_without_marker();
     let key = net.keys[0].clone();
     let r = net.call(1, "", Method::Post, "sys/unseal", json!({ "key": key }));
     assert_eq!(r.status, 200, "{:?}", r.body);
