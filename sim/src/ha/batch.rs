@@ -240,9 +240,6 @@ impl HaWorld {
             n.storage_rolled_back();
             self.trace
                 .log(now, &format!("node {i} batch {batch} not committed: {e}"));
-        }
-        if result.is_err() {
-            let c = self.nodes[i].cluster;
             self.clusters[c].rollbacks += 1;
         }
         for o in held {
