@@ -380,6 +380,9 @@ fn primary_enable(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode)
         .str("primary_cluster_addr")?
         .filter(|a| !a.is_empty())
         .unwrap_or_else(|| st.config.replication.cluster_addr.clone());
+    if !addr.is_empty() {
+        super::tls::check_cluster_addr("primary_cluster_addr", &addr)?;
+    }
     let cluster_id = new_cluster_id(ctx);
     {
         let rt = st.repl.mode_mut(mode);
@@ -794,6 +797,9 @@ fn promote(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode) -> Api
         .str("primary_cluster_addr")?
         .filter(|a| !a.is_empty())
         .unwrap_or_else(|| st.config.replication.cluster_addr.clone());
+    if !addr.is_empty() {
+        super::tls::check_cluster_addr("primary_cluster_addr", &addr)?;
+    }
     // A DR secondary holds its former primary's records of its secondaries, its own among
     // them: it is not its own secondary.
     if let Some(own) = st

@@ -112,7 +112,12 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
             let rebuilt = r.rebuilt;
             let rt = r.mode_mut(m);
             rt.role = role;
-            rt.sec = SecRt::default();
+            // A counter since the node started: a reload (after a rolled-back batch, an
+            // unseal) does not start it over.
+            rt.sec = SecRt {
+                diffs: rt.sec.diffs,
+                ..SecRt::default()
+            };
             if rt.role.role == Role::Secondary && rt.role.creds.is_some() {
                 rt.sec.phase = Phase::Connecting;
                 rt.sec.next_at = Some(env.now);
@@ -175,7 +180,8 @@ pub(crate) fn announce_tls(ctx: &mut Ctx, st: &mut ReplIo<'_>) -> ApiResult<()> 
     }
     hosts.push(tls::host_of(&st.config.replication.cluster_addr));
     hosts.push("localhost".into());
-    hosts.retain(|h| !h.is_empty());
+    // An address stored before addresses were checked cannot break the listener.
+    hosts.retain(|h| tls::valid_host(h));
     hosts.sort();
     hosts.dedup();
     if let Some(t) = tls::server_tls(ctx, &hosts)? {

@@ -408,8 +408,12 @@ impl Replication {
     /// Forgets unsealed state when the node seals (roles are reloaded on unseal).
     pub fn on_seal(&mut self) {
         self.roles_loaded = false;
-        self.perf = ModeRt::default();
-        self.dr = ModeRt::default();
+        for m in [&mut self.perf, &mut self.dr] {
+            // Counters since the node started survive a seal.
+            let diffs = m.sec.diffs;
+            *m = ModeRt::default();
+            m.sec.diffs = diffs;
+        }
         self.waiters.clear();
         self.calls.clear();
         self.barrier_key = None;

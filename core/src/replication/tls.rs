@@ -135,9 +135,95 @@ pub fn host_of(addr: &str) -> String {
     }
 }
 
+/// Whether `host` can name the listener certificate's subject: an IP address, or a DNS name
+/// of ASCII letters, digits, `-` and `_` in dot-separated labels (at most 63 characters each,
+/// 253 in all).
+pub fn valid_host(host: &str) -> bool {
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// Checks a cluster address an operator gives in `field` (`host:port` or
+/// `https://host:port`): the host must be an IP address or a DNS name, the port (when given)
+/// a number from 1 to 65535. The host names the cluster listener's certificate, so an
+/// address no certificate can carry is refused before anything is stored.
+pub fn check_cluster_addr(field: &str, addr: &str) -> ApiResult<()> {
+    let bad = |why: &str| {
+        ApiError::bad(format!(
+            "{field} {addr:?} is not a usable cluster address: {why} (expected host:port or \
+             https://host:port, the host an IP address or a DNS name)"
+        ))
+    };
+    let rest = match addr.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => rest,
+        Some(_) => return Err(bad("the scheme must be https")),
+        None => addr,
+    };
+    let hostport = rest.split('/').next().unwrap_or(rest);
+    let port = if let Some(v6) = hostport.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((_, after)) => after.strip_prefix(':'),
+            None => return Err(bad("an unclosed '['")),
+        }
+    } else {
+        hostport.rsplit_once(':').map(|(_, p)| p)
+    };
+    if !valid_host(&host_of(addr)) {
+        return Err(bad("the host is neither an IP address nor a DNS name"));
+    }
+    if let Some(p) = port {
+        if !matches!(p.parse::<u16>(), Ok(n) if n > 0) {
+            return Err(bad("the port must be a number from 1 to 65535"));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_addresses_are_checked_before_a_certificate_is_made() {
+        for ok in [
+            "127.0.0.1:8201",
+            "https://node-1.example.com:8201",
+            "[::1]:8201",
+            "https://[fe80::1]:8201/",
+            "localhost",
+            "cairn_2:8201",
+        ] {
+            assert!(
+                check_cluster_addr("primary_cluster_addr", ok).is_ok(),
+                "{ok}"
+            );
+            issue(&[5u8; 32], &[host_of(ok)]).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in [
+            "GETi\u{604}3tkg=,o2430",
+            "http://node:8201",
+            "node:0",
+            "node:99999",
+            "node:port",
+            "no de:8201",
+            "[::1:8201",
+            ":8201",
+            "a..b:8201",
+        ] {
+            let e = check_cluster_addr("primary_cluster_addr", bad).unwrap_err();
+            assert_eq!(e.status(), 400, "{bad}");
+            assert!(e.to_string().contains("primary_cluster_addr"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn deterministic_ca_and_leaf() {

@@ -120,21 +120,13 @@ impl HaWorld {
             cl.owed = true;
             cl.rebuilt_resyncs += started;
         } else if cl.owed {
-        } else if cl.failovers > cl.failovers_at_sync || cl.rollbacks > cl.rollbacks_at_sync {
-            // After a takeover in its own store, or a batch of the cluster that was rolled
-            // back (the node reloaded its state): counted, not yet explained (see
-            // `ha:secondary-resyncs-unexplained`; seed 14399065301633516318 of the HA tier
-            // is one, a node cut from its store).
-            cl.unexplained_resyncs += started;
-            return Ok(());
         } else {
             return fail(
                 "resume-without-resync",
                 format!(
                     "node {i} of secondary cluster {c} started a Merkle diff after the \
-                     cluster's first sync, with no lease taken in its store since, although \
-                     the primary never answered that the WAL it asked for is gone and its \
-                     trees were not rebuilt"
+                     cluster's first sync, although the primary never answered that the WAL \
+                     it asked for is gone and its trees were not rebuilt"
                 ),
             );
         }
@@ -213,8 +205,6 @@ impl HaWorld {
                             }
                             if !cl.synced && r.role(m) == Role::Secondary && !r.syncing(m) {
                                 cl.synced = true;
-                                cl.failovers_at_sync = cl.failovers;
-                                cl.rollbacks_at_sync = cl.rollbacks;
                                 self.trace.log(
                                     now,
                                     &format!("secondary cluster {c}: first sync done (node {i})"),
@@ -240,7 +230,6 @@ impl HaWorld {
             n.storage_rolled_back();
             self.trace
                 .log(now, &format!("node {i} batch {batch} not committed: {e}"));
-            self.clusters[c].rollbacks += 1;
         }
         for o in held {
             self.release(i, o, result.as_ref().err())?;
