@@ -641,4 +641,10 @@ fn finish_login(
 }
 
 #[cfg(test)]
+mod bind_tests;
+#[cfg(test)]
+mod lockout_tests;
+#[cfg(test)]
+mod renew_tests;
+#[cfg(test)]
 pub(crate) mod tests;
