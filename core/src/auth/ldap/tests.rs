@@ -1,5 +1,6 @@
 //! Login and mapping tests: a whole node driven through the API, its LDAP calls answered
-//! by the fake directory (no I/O).
+//! by the fake directory (no I/O). Binds, lockout and renewal have files of their own
+//! (`bind_tests`, `lockout_tests`, `renew_tests`); this one holds the shared `World`.
 
 use super::bind_tests::token_keys;
 use super::fake::FakeDirectory;
