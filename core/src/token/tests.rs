@@ -642,7 +642,7 @@ mod store {
     }
 }
 
-/// Shapes the differential test against the reference checks (tests/tests/differential.rs).
+/// Shapes the differential test against the reference checks (tests/tests/differential/).
 #[test]
 fn answers_are_shaped_like_the_reference() {
     let mut t = T::new();
