@@ -45,6 +45,7 @@ sim_phase() {
     "$sim" --tier ha --seeds "${SIM_HA_SEEDS:-100}"
     # The scale profile: 1 primary, 12 performance and 3 DR secondaries per seed.
     "$sim" --profile scale --steps 20000 --seeds "${SIM_SCALE_SEEDS:-5}"
+    "$sim" --tier ha --profile scale --steps 20000 --seeds "${SIM_HA_SCALE_SEEDS:-4}"
     "$sim" --tier turmoil --profile scale --steps 10000 --seeds "${SIM_SCALE_TURMOIL_SEEDS:-2}"
     local a b
     a=$("$sim" --tier turmoil --seed 7 | tail -1); b=$("$sim" --tier turmoil --seed 7 | tail -1)

@@ -117,7 +117,7 @@ pub struct RunConfig {
     pub print_trace: bool,
     /// A planted storage bug (for testing the checkers).
     pub fault: Option<StorageFault>,
-    /// The replication topology (fast and turmoil tiers).
+    /// The replication topology (every tier; on the HA tier each secondary is an HA cluster).
     pub profile: Profile,
 }
 

@@ -37,7 +37,8 @@ usage: cairn-sim [options] (--seed N | --seeds K [--start S] | --regressions [FI
                     cluster over a shared store with a leadership lease)
   --profile P       replication topology: default (1 primary + 1-3 secondaries on a
                     third of the seeds) or scale (every seed: 1 primary, 12 performance
-                    and 3 DR secondaries)
+                    and 3 DR secondaries; on the ha tier each of them an HA cluster of
+                    1-3 nodes on a store of its own)
   --trace           print the event log
   --plant-fault drop-committed-write
                     plant a storage bug the durability checker must catch

@@ -44,7 +44,7 @@ mod secondaries;
 use crate::host::Host;
 use crate::rng::SimRng;
 use crate::trace::Trace;
-use crate::{Failure, Outcome, RunConfig, StorageFault};
+use crate::{Failure, Outcome, Profile, RunConfig, StorageFault};
 use cairn_core::api::{Method, Request, RequestId, Response};
 use cairn_core::ha::store::{LeaseStore, NodeIdentity, SharedStorage};
 use cairn_core::ha::{Fence, HaConfig};
@@ -277,11 +277,16 @@ impl HaWorld {
         let mut rng = SimRng::derive(cfg.seed, "ha");
         let n = 1 + rng.weighted(&[1, 3, 4]);
         // Drawn from their own streams, so that the other draws of a seed stay as they were.
-        let replication_primary = SimRng::derive(cfg.seed, "ha-replication").chance(500);
+        let scale = cfg.profile == Profile::Scale;
+        let replication_primary = SimRng::derive(cfg.seed, "ha-replication").chance(500) || scale;
         let mut sec_rng = SimRng::derive(cfg.seed, "ha-secondary-clusters");
         let mut sizes = vec![(n, None)];
         if replication_primary {
-            for mode in [Mode::Performance, Mode::Dr] {
+            // The scale profile: twelve performance and three DR secondary clusters.
+            let (perf, dr) = if scale { (12, 3) } else { (1, 1) };
+            let modes = std::iter::repeat_n(Mode::Performance, perf)
+                .chain(std::iter::repeat_n(Mode::Dr, dr));
+            for mode in modes {
                 sizes.push((1 + sec_rng.weighted(&[2, 3, 3]), Some(mode)));
             }
         }
@@ -347,7 +352,7 @@ impl HaWorld {
             fenced: 0,
             next_peer_id: 0,
             params: format!(
-                "ha clusters={sizes:?} (primary, perf, dr) skews={skews:?} ttl={TTL}ms \
+                "ha clusters={sizes:?} (the primary, then perf and dr secondaries) skews={skews:?} ttl={TTL}ms \
                  replication_primary={replication_primary}"
             ),
         };
@@ -760,6 +765,29 @@ mod tests {
     /// had a batch rolled back, reloaded its state from complete Merkle records and started
     /// a Merkle diff all the same (the flag of an earlier rebuild was never cleared);
     /// 6406058999705312320 did the same when a DR node took its cluster's lease over.
+    /// The scale profile on the HA tier: fifteen secondary clusters of one to three nodes,
+    /// each activated and converged by the end, with faults in the secondary clusters too.
+    #[test]
+    fn the_scale_profile_runs_fifteen_secondary_clusters() {
+        let (mut sec_failovers, mut pauses) = (0, 0);
+        for seed in 1..=3 {
+            let mut cfg = RunConfig::new(seed);
+            cfg.tier = crate::Tier::Ha;
+            cfg.profile = Profile::Scale;
+            cfg.steps = 20_000;
+            let o = crate::run(&cfg);
+            assert!(o.ok(), "{}", o.report());
+            let get = |k: &str| o.checks.get(k).copied().unwrap_or(0);
+            assert_eq!(get("secondary-converges"), 15, "{}", o.report());
+            sec_failovers += get("ha:secondary-failovers");
+            pauses += get("ha:pauses");
+        }
+        assert!(
+            sec_failovers > 0 && pauses > 0,
+            "no faults reached the clusters"
+        );
+    }
+
     #[test]
     fn ha_regression_seeds_pass() {
         for seed in [438654814318247752, 6406058999705312320] {

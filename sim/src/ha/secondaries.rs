@@ -55,7 +55,19 @@ impl HaWorld {
             };
             let (_, root) = self.init_cluster(c);
             let mode = mode_path(mode);
-            let id = format!("{mode}-secondary");
+            // One secondary of each kind keeps its plain id; more (the scale profile) are
+            // numbered by their cluster.
+            let many = self
+                .clusters
+                .iter()
+                .filter(|x| x.mode == self.clusters[c].mode)
+                .count()
+                > 1;
+            let id = if many {
+                format!("{mode}-secondary-{c}")
+            } else {
+                format!("{mode}-secondary")
+            };
             let gen = Request::new(
                 0,
                 Method::Post,
