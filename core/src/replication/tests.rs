@@ -1332,6 +1332,8 @@ mod forwarding;
 
 mod restore;
 
+mod bounded;
+
 /// A Merkle sync larger than one window of the secondary's leaves (`sync_window` 12) converges: a fresh secondary's first sync, and a resync where most of the
 /// secondary's keys were deleted, changed or joined by new ones, so that stale keys sit on
 /// both sides of where each answer's range ends.
