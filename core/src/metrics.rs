@@ -42,6 +42,14 @@ pub struct Observability {
     inflight: BTreeMap<RequestId, Inflight>,
 }
 
+impl Observability {
+    /// Requests waiting for their response.
+    #[cfg(test)]
+    pub(crate) fn inflight_len(&self) -> usize {
+        self.inflight.len()
+    }
+}
+
 /// What request accounting changes: the counters and requests in flight, and the output
 /// queue (audit entries); it reads the audit devices' health.
 pub struct ObsIo<'a> {

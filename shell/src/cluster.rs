@@ -241,15 +241,15 @@ const IDLE_CONNECTIONS: usize = 256;
 pub(crate) fn agent() -> &'static ureq::Agent {
     static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
     AGENT.get_or_init(|| {
-        ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_idle_connections(IDLE_CONNECTIONS)
             .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_PEER)
             .timeout_global(Some(PEER_TIMEOUT))
             .timeout_recv_response(Some(PEER_RESPONSE_TIMEOUT))
             .timeout_connect(Some(PEER_CONNECT_TIMEOUT))
-            .build()
-            .into()
+            .build();
+        crate::resolve::agent(config)
     })
 }
 
@@ -279,7 +279,7 @@ pub(crate) fn pinned_agent_with(ca_pem: &str, connect: Duration) -> Result<ureq:
     if certs.is_empty() {
         return Err("the cluster CA in the credential holds no certificate".into());
     }
-    let a: ureq::Agent = ureq::Agent::config_builder()
+    let config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_idle_connections(IDLE_CONNECTIONS)
         .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_PEER)
@@ -291,8 +291,8 @@ pub(crate) fn pinned_agent_with(ca_pem: &str, connect: Duration) -> Result<ureq:
                 .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
                 .build(),
         )
-        .build()
-        .into();
+        .build();
+    let a = crate::resolve::agent(config);
     g.insert(key, a.clone());
     Ok(a)
 }

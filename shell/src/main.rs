@@ -17,6 +17,7 @@ mod latency;
 mod ldap;
 mod logger;
 mod postgres;
+mod resolve;
 mod runtime;
 mod server;
 mod snapshot_read;

@@ -316,6 +316,28 @@ impl<S: Storage> Node<S> {
     pub(crate) fn barrier_for_tests(&self) -> &Barrier {
         &self.barrier
     }
+    /// The sizes of what the node keeps in memory per request, login, peer call or write
+    /// (named), for tests that check they drain instead of growing with the traffic.
+    #[cfg(test)]
+    pub(crate) fn bookkeeping_for_tests(&self) -> Vec<(&'static str, usize)> {
+        let st = &self.st;
+        vec![
+            ("outputs", st.outputs.len()),
+            ("pending", st.pending.len()),
+            ("logins", st.logins.len()),
+            ("requests in flight", st.obs.inflight_len()),
+            ("request counters", st.obs.requests.len()),
+            ("login counters", st.obs.logins.len()),
+            ("forwarded", st.forwarded.len()),
+            ("peer forwards", st.peer_forwards.len()),
+            ("snapshot saves", st.snapshot_saves.len()),
+            ("local activations", st.local_activations.len()),
+            ("peer calls", st.repl.calls.len()),
+            ("held pulls", st.repl.waiters.len()),
+            ("secondaries", st.repl.live.len()),
+            ("deferred Merkle records", st.repl.deferred.len()),
+        ]
+    }
 
     /// The next thing the node wants done.
     pub fn poll_output(&mut self) -> Option<Output> {

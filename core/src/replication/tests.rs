@@ -792,4 +792,6 @@ mod joining;
 
 mod restore;
 
+mod bounded;
+
 mod sync;
