@@ -5,7 +5,7 @@
 use crate::runtime::Core;
 use cairn_core::api::{ApiError, Method, Response};
 use std::io::Read;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tiny_http::{Header, Server};
 
@@ -60,12 +60,14 @@ pub fn serve(
         certificate: t.cert_pem,
         private_key: t.key_pem,
     });
+    let opts = Arc::new(opts);
     // Requests with ambiguous framing are refused before their body is read (crate::framing).
-    let server = Server::from_listener_with_limits(
+    let server = Server::from_listener_with_inline(
         listener,
         ssl,
         Some(crate::framing::head_check),
         opts.limits,
+        Some(forward_inline(core.clone(), opts.clone())),
     )
     .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = server
@@ -73,7 +75,6 @@ pub fn serve(
         .to_ip()
         .ok_or_else(|| format!("listener on {addr} has no IP address"))?;
     let server = Arc::new(server);
-    let opts = Arc::new(opts);
     for i in 0..opts.threads.max(1) {
         let server = server.clone();
         let core = core.clone();
@@ -91,6 +92,46 @@ pub fn serve(
             .map_err(|e| e.to_string())?;
     }
     Ok(local)
+}
+
+/// While this node is a standby that forwards along a route ([`Core::forwards`]), its
+/// requests are answered on their connection's thread: the request goes out to the active
+/// node from there, without a hand-off to a worker thread and back (each a thread wake-up
+/// on the forwarded request's path). At most `opts.threads` at once, as many as the
+/// workers: beyond that, and whenever the node does not forward, the workers take them.
+fn forward_inline(core: Core, opts: Arc<ApiOptions>) -> tiny_http::Inline {
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    Arc::new(move |rq| {
+        if !core.forwards() {
+            return Some(rq);
+        }
+        let Some(_slot) = Slot::take(&in_flight, opts.threads.max(1)) else {
+            return Some(rq);
+        };
+        handle(rq, &core, &opts);
+        None
+    })
+}
+
+/// One of a bounded number of places (released when dropped).
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// A place among `max`, if one is free.
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(count.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The first non-empty value of the first of `names` that has one (`X-Service-*` before
