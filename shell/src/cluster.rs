@@ -273,15 +273,16 @@ const IDLE_CONNECTIONS: usize = 256;
 pub(crate) fn agent() -> &'static ureq::Agent {
     static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
     AGENT.get_or_init(|| {
-        ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .max_idle_connections(IDLE_CONNECTIONS)
-            .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_PEER)
-            .timeout_global(Some(PEER_TIMEOUT))
-            .timeout_recv_response(Some(PEER_RESPONSE_TIMEOUT))
-            .timeout_connect(Some(PEER_CONNECT_TIMEOUT))
-            .build()
-            .into()
+        agent_of(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .max_idle_connections(IDLE_CONNECTIONS)
+                .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_PEER)
+                .timeout_global(Some(PEER_TIMEOUT))
+                .timeout_recv_response(Some(PEER_RESPONSE_TIMEOUT))
+                .timeout_connect(Some(PEER_CONNECT_TIMEOUT))
+                .build(),
+        )
     })
 }
 
@@ -311,22 +312,76 @@ pub(crate) fn pinned_agent_with(ca_pem: &str, connect: Duration) -> Result<ureq:
     if certs.is_empty() {
         return Err("the cluster CA in the credential holds no certificate".into());
     }
-    let a: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_idle_connections(IDLE_CONNECTIONS)
-        .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_PEER)
-        .timeout_global(Some(PEER_TIMEOUT))
-        .timeout_recv_response(Some(PEER_RESPONSE_TIMEOUT))
-        .timeout_connect(Some(connect))
-        .tls_config(
-            ureq::tls::TlsConfig::builder()
-                .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
-                .build(),
-        )
-        .build()
-        .into();
+    let a = agent_of(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_idle_connections(IDLE_CONNECTIONS)
+            .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_PEER)
+            .timeout_global(Some(PEER_TIMEOUT))
+            .timeout_recv_response(Some(PEER_RESPONSE_TIMEOUT))
+            .timeout_connect(Some(connect))
+            .tls_config(
+                ureq::tls::TlsConfig::builder()
+                    .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
+                    .build(),
+            )
+            .build(),
+    );
     g.insert(key, a.clone());
     Ok(a)
+}
+
+/// An agent of the cluster channel with `config`, resolving addresses with [`LiteralResolver`].
+fn agent_of(config: ureq::config::Config) -> ureq::Agent {
+    ureq::Agent::with_parts(
+        config,
+        ureq::unversioned::transport::DefaultConnector::new(),
+        LiteralResolver::default(),
+    )
+}
+
+/// Resolves a URL whose host is an IP address (the cluster addresses nodes announce) to it
+/// at once, and any other host as ureq does. ureq resolves the host on every call, a reused
+/// connection's too, and with a time limit set it does so on a thread it starts for each call:
+/// that thread was most of a forwarded read's cost on the standby.
+#[derive(Debug, Default)]
+struct LiteralResolver(ureq::unversioned::resolver::DefaultResolver);
+
+impl ureq::unversioned::resolver::Resolver for LiteralResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        match literal_addr(uri) {
+            Some(addr) => {
+                let mut out = ureq::unversioned::resolver::Resolver::empty(self);
+                out.push(addr);
+                Ok(out)
+            }
+            None => self.0.resolve(uri, config, timeout),
+        }
+    }
+}
+
+/// The socket address of `uri` when its host is an IP address (`[..]` for IPv6); the port
+/// is the URL's or its scheme's.
+fn literal_addr(uri: &ureq::http::Uri) -> Option<std::net::SocketAddr> {
+    let authority = uri.authority()?;
+    let port = authority.port_u16().or(match uri.scheme_str()? {
+        "https" => Some(443),
+        "http" => Some(80),
+        _ => None,
+    })?;
+    let host = authority.host();
+    let ip: std::net::IpAddr = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+        .parse()
+        .ok()?;
+    Some(std::net::SocketAddr::new(ip, port))
 }
 
 fn peer_url(to: &str, tls: bool) -> String {
@@ -641,6 +696,20 @@ pub fn node_settings(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ip_hosts_resolve_to_themselves_and_names_are_left_to_the_resolver() {
+        let addr = |u: &str| super::literal_addr(&u.parse().unwrap_or_else(|e| panic!("{e}")));
+        let v4: std::net::SocketAddr = "127.0.0.1:8201".parse().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(addr("https://127.0.0.1:8201/v1/cluster/forward"), Some(v4));
+        let v6: std::net::SocketAddr = "[::1]:8201".parse().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(addr("https://[::1]:8201/v1/cluster/forward"), Some(v6));
+        let default: std::net::SocketAddr =
+            "10.0.0.2:443".parse().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(addr("https://10.0.0.2/x"), Some(default));
+        assert_eq!(addr("https://node-a.example:8201/x"), None);
+        assert_eq!(addr("https://localhost:8201/x"), None);
+    }
+
     #[test]
     fn every_replication_key_the_configuration_accepts_is_applied() {
         let cfg = crate::config::parse(

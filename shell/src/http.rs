@@ -354,6 +354,70 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_inline_handler_answers_on_the_connection_thread_and_hands_back_the_rest() {
+        use std::io::Write;
+        let listener = bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let inline: tiny_http::Inline = Arc::new(|rq: tiny_http::Request| {
+            if rq.url() != "/inline" {
+                return Some(rq);
+            }
+            let _ = rq.respond(tiny_http::Response::from_string("answered inline"));
+            None
+        });
+        let server = Server::from_listener_with_inline(
+            listener,
+            None,
+            None,
+            tiny_http::ConnectionLimits::default(),
+            Some(inline),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut c = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let read_answer = |c: &mut std::net::TcpStream| {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 512];
+            while !String::from_utf8_lossy(&got).ends_with("inline")
+                && !String::from_utf8_lossy(&got).ends_with("queued")
+            {
+                let n = c.read(&mut buf).unwrap_or_else(|e| panic!("{e}"));
+                assert!(n > 0, "connection closed: {}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..n]);
+            }
+            String::from_utf8_lossy(&got).into_owned()
+        };
+        // Answered although nobody calls recv().
+        c.write_all(b"GET /inline HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(read_answer(&mut c).ends_with("answered inline"));
+        assert!(matches!(server.try_recv(), Ok(None)));
+        // Anything else on the same connection is queued for the workers as before.
+        c.write_all(b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let rq = server
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("the other request was not queued"));
+        assert_eq!(rq.url(), "/other");
+        let _ = rq.respond(tiny_http::Response::from_string("queued"));
+        assert!(read_answer(&mut c).ends_with("queued"));
+    }
+
+    #[test]
+    fn inline_forwards_take_at_most_their_share_of_places() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let a = Slot::take(&count, 2).unwrap_or_else(|| panic!("first place"));
+        let b = Slot::take(&count, 2).unwrap_or_else(|| panic!("second place"));
+        assert!(Slot::take(&count, 2).is_none());
+        drop(a);
+        let c = Slot::take(&count, 2).unwrap_or_else(|| panic!("a freed place"));
+        drop((b, c));
+        assert_eq!(count.load(Ordering::Acquire), 0);
+    }
+
     fn h(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
             .iter()
