@@ -384,7 +384,11 @@ mod tests {
                 && !String::from_utf8_lossy(&got).ends_with("queued")
             {
                 let n = c.read(&mut buf).unwrap_or_else(|e| panic!("{e}"));
-                assert!(n > 0, "connection closed: {}", String::from_utf8_lossy(&got));
+                assert!(
+                    n > 0,
+                    "connection closed: {}",
+                    String::from_utf8_lossy(&got)
+                );
                 got.extend_from_slice(&buf[..n]);
             }
             String::from_utf8_lossy(&got).into_owned()
