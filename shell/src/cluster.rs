@@ -47,6 +47,8 @@ struct Listener {
     addr: String,
     /// Connection limits (the listener stanza's), kept across the switch to TLS.
     limits: tiny_http::ConnectionLimits,
+    /// Answers forwarded requests on their connection's thread ([`forward_inline`]).
+    inline: tiny_http::Inline,
     current: Mutex<Option<Arc<Server>>>,
     cert: Mutex<Option<Vec<u8>>>,
     /// Held while switching, so switches run one at a time.
@@ -66,9 +68,15 @@ pub fn serve(
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let server =
-        Server::from_listener_with_limits(listener, None, Some(crate::framing::head_check), limits)
-            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let inline = forward_inline(core.clone());
+    let server = Server::from_listener_with_inline(
+        listener,
+        None,
+        Some(crate::framing::head_check),
+        limits,
+        Some(inline.clone()),
+    )
+    .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = server
         .server_addr()
         .to_ip()
@@ -76,6 +84,7 @@ pub fn serve(
     let l = Arc::new(Listener {
         addr: local.to_string(),
         limits,
+        inline,
         current: Mutex::new(Some(Arc::new(server))),
         cert: Mutex::new(None),
         switching: Mutex::new(()),
@@ -124,7 +133,7 @@ pub fn use_tls(t: cairn_core::replication::tls::ClusterTls) {
             drop(old);
             for _ in 0..200 {
                 let bound = crate::http::nodelay_listener(l.addr.as_str()).and_then(|sock| {
-                    Server::from_listener_with_limits(
+                    Server::from_listener_with_inline(
                         sock,
                         Some(tiny_http::SslConfig {
                             certificate: cert.clone(),
@@ -132,6 +141,7 @@ pub fn use_tls(t: cairn_core::replication::tls::ClusterTls) {
                         }),
                         Some(crate::framing::head_check),
                         l.limits,
+                        Some(l.inline.clone()),
                     )
                     .map_err(|e| e.to_string())
                 });
@@ -194,15 +204,37 @@ fn reply(rq: tiny_http::Request, status: u16, body: Vec<u8>) {
     }
 }
 
-fn handle(mut rq: tiny_http::Request, core: &Core) {
-    if rq.url() == crate::ha::FORWARD_PATH && rq.method() == &tiny_http::Method::Post {
-        let mut body = Vec::new();
-        if let Err(e) = rq.as_reader().take(MAX_BODY).read_to_end(&mut body) {
-            log::debug!("cannot read a forwarded request: {e}");
-            return;
+/// Forwarded requests (`POST /v1/cluster/forward`) are answered on their connection's
+/// thread: a standby's client waits for each, and a hand-off to a worker thread and back
+/// would add two thread wake-ups to its path. Each standby connection carries one forward at
+/// a time, and the workers stay free for replication calls (long polls).
+fn forward_inline(core: Core) -> tiny_http::Inline {
+    Arc::new(move |rq| {
+        if !is_forward(&rq) {
+            return Some(rq);
         }
-        let (status, out) = crate::ha::serve_forward(&body, core);
-        return reply(rq, status, out);
+        answer_forward(rq, &core);
+        None
+    })
+}
+
+fn is_forward(rq: &tiny_http::Request) -> bool {
+    rq.url() == crate::ha::FORWARD_PATH && rq.method() == &tiny_http::Method::Post
+}
+
+fn answer_forward(mut rq: tiny_http::Request, core: &Core) {
+    let mut body = Vec::new();
+    if let Err(e) = rq.as_reader().take(MAX_BODY).read_to_end(&mut body) {
+        log::debug!("cannot read a forwarded request: {e}");
+        return;
+    }
+    let (status, out) = crate::ha::serve_forward(&body, core);
+    reply(rq, status, out)
+}
+
+fn handle(mut rq: tiny_http::Request, core: &Core) {
+    if is_forward(&rq) {
+        return answer_forward(rq, core);
     }
     if rq.url() != PATH || rq.method() != &tiny_http::Method::Post {
         return reply(

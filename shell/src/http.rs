@@ -5,7 +5,7 @@
 use crate::runtime::Core;
 use cairn_core::api::{ApiError, Method, Response};
 use std::io::Read;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tiny_http::{Header, Server};
 
@@ -60,12 +60,14 @@ pub fn serve(
         certificate: t.cert_pem,
         private_key: t.key_pem,
     });
+    let opts = Arc::new(opts);
     // Requests with ambiguous framing are refused before their body is read (crate::framing).
-    let server = Server::from_listener_with_limits(
+    let server = Server::from_listener_with_inline(
         listener,
         ssl,
         Some(crate::framing::head_check),
         opts.limits,
+        Some(forward_inline(core.clone(), opts.clone())),
     )
     .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = server
@@ -73,7 +75,6 @@ pub fn serve(
         .to_ip()
         .ok_or_else(|| format!("listener on {addr} has no IP address"))?;
     let server = Arc::new(server);
-    let opts = Arc::new(opts);
     for i in 0..opts.threads.max(1) {
         let server = server.clone();
         let core = core.clone();
@@ -91,6 +92,46 @@ pub fn serve(
             .map_err(|e| e.to_string())?;
     }
     Ok(local)
+}
+
+/// While this node is a standby that forwards along a route ([`Core::forwards`]), its
+/// requests are answered on their connection's thread: the request goes out to the active
+/// node from there, without a hand-off to a worker thread and back (each a thread wake-up
+/// on the forwarded request's path). At most `opts.threads` at once, as many as the
+/// workers: beyond that, and whenever the node does not forward, the workers take them.
+fn forward_inline(core: Core, opts: Arc<ApiOptions>) -> tiny_http::Inline {
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    Arc::new(move |rq| {
+        if !core.forwards() {
+            return Some(rq);
+        }
+        let Some(_slot) = Slot::take(&in_flight, opts.threads.max(1)) else {
+            return Some(rq);
+        };
+        handle(rq, &core, &opts);
+        None
+    })
+}
+
+/// One of a bounded number of places (released when dropped).
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// A place among `max`, if one is free.
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(count.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The first non-empty value of the first of `names` that has one (`X-Service-*` before
@@ -312,6 +353,74 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_inline_handler_answers_on_the_connection_thread_and_hands_back_the_rest() {
+        use std::io::Write;
+        let listener = bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let inline: tiny_http::Inline = Arc::new(|rq: tiny_http::Request| {
+            if rq.url() != "/inline" {
+                return Some(rq);
+            }
+            let _ = rq.respond(tiny_http::Response::from_string("answered inline"));
+            None
+        });
+        let server = Server::from_listener_with_inline(
+            listener,
+            None,
+            None,
+            tiny_http::ConnectionLimits::default(),
+            Some(inline),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut c = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let read_answer = |c: &mut std::net::TcpStream| {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 512];
+            while !String::from_utf8_lossy(&got).ends_with("inline")
+                && !String::from_utf8_lossy(&got).ends_with("queued")
+            {
+                let n = c.read(&mut buf).unwrap_or_else(|e| panic!("{e}"));
+                assert!(
+                    n > 0,
+                    "connection closed: {}",
+                    String::from_utf8_lossy(&got)
+                );
+                got.extend_from_slice(&buf[..n]);
+            }
+            String::from_utf8_lossy(&got).into_owned()
+        };
+        // Answered although nobody calls recv().
+        c.write_all(b"GET /inline HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(read_answer(&mut c).ends_with("answered inline"));
+        assert!(matches!(server.try_recv(), Ok(None)));
+        // Anything else on the same connection is queued for the workers as before.
+        c.write_all(b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let rq = server
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("the other request was not queued"));
+        assert_eq!(rq.url(), "/other");
+        let _ = rq.respond(tiny_http::Response::from_string("queued"));
+        assert!(read_answer(&mut c).ends_with("queued"));
+    }
+
+    #[test]
+    fn inline_forwards_take_at_most_their_share_of_places() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let a = Slot::take(&count, 2).unwrap_or_else(|| panic!("first place"));
+        let b = Slot::take(&count, 2).unwrap_or_else(|| panic!("second place"));
+        assert!(Slot::take(&count, 2).is_none());
+        drop(a);
+        let c = Slot::take(&count, 2).unwrap_or_else(|| panic!("a freed place"));
+        drop((b, c));
+        assert_eq!(count.load(Ordering::Acquire), 0);
+    }
 
     fn h(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs

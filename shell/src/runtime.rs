@@ -112,6 +112,12 @@ impl Core {
         }
     }
 
+    /// Whether this node forwards API requests to the active node from the thread that
+    /// read them (a standby with a route).
+    pub fn forwards(&self) -> bool {
+        self.route.get().is_some()
+    }
+
     /// Hands the core an input that needs no answer.
     pub fn input(&self, input: Input) {
         let _ = self.tx.send(Msg::Input(input));

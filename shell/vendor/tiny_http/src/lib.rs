@@ -126,6 +126,12 @@ pub use test::TestRequest;
 /// after this head is read as a request.
 pub type HeadCheck = fn(&[Header]) -> Option<Response<std::io::Cursor<Vec<u8>>>>;
 
+/// Cairn patch: a handler that may answer a request on its connection's own thread, before
+/// it would be queued for [`Server::recv`]. It returns the request to queue it as usual, or
+/// `None` once it answered it. A request answered there costs no hand-off to a worker
+/// thread and back; the connection reads its next request only after the handler returned.
+pub type Inline = std::sync::Arc<dyn Fn(Request) -> Option<Request> + Send + Sync>;
+
 mod client;
 mod common;
 mod connection;
@@ -275,6 +281,18 @@ impl Server {
         head_check: Option<HeadCheck>,
         limits: ConnectionLimits,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        Self::from_listener_with_inline(listener, ssl_config, head_check, limits, None)
+    }
+
+    /// Cairn patch: [`Server::from_listener_with_limits`] with every request offered to
+    /// `inline` on its connection's thread first (see [`Inline`]).
+    pub fn from_listener_with_inline<L: Into<Listener>>(
+        listener: L,
+        ssl_config: Option<SslConfig>,
+        head_check: Option<HeadCheck>,
+        limits: ConnectionLimits,
+        inline: Option<Inline>,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         let listener = listener.into();
         let registry = limits::Registry::new(limits);
         // building the "close" variable
@@ -368,6 +386,7 @@ impl Server {
                     Ok((id, client)) => {
                         let messages = inside_messages.clone();
                         let registry = registry.clone();
+                        let inline = inline.clone();
                         let mut client = Some(client);
                         tasks_pool.spawn(Box::new(move || {
                             if let Some(client) = client.take() {
@@ -376,6 +395,10 @@ impl Server {
                                     let (sender, receiver) = mpsc::channel();
                                     for rq in client {
                                         registry.busy(id);
+                                        let Some(rq) = offer(&inline, rq) else {
+                                            registry.waiting(id, std::time::Instant::now());
+                                            continue;
+                                        };
                                         messages.push(rq.with_notify_sender(sender.clone()).into());
                                         if receiver.recv().is_err() {
                                             break;
@@ -385,6 +408,10 @@ impl Server {
                                 } else {
                                     for rq in client {
                                         registry.busy(id);
+                                        let Some(rq) = offer(&inline, rq) else {
+                                            registry.waiting(id, std::time::Instant::now());
+                                            continue;
+                                        };
                                         messages.push(rq.into());
                                         registry.waiting(id, std::time::Instant::now());
                                     }
@@ -464,6 +491,14 @@ impl Server {
     /// This method allows graceful shutdown of server.
     pub fn unblock(&self) {
         self.messages.unblock();
+    }
+}
+
+/// Cairn patch: `rq` offered to the connection's [`Inline`] handler; what is left to queue.
+fn offer(inline: &Option<Inline>, rq: Request) -> Option<Request> {
+    match inline {
+        Some(handler) => handler(rq),
+        None => Some(rq),
     }
 }
 
