@@ -161,7 +161,7 @@ impl<S: Storage> Node<S> {
         let kr = seal::wrap_keyring(&root, &barrier_key, ctx.rng);
         ctx.txn.put(seal::KEYRING_KEY, kr);
         ctx.put_json(seal::KEY_INSTALL_TIME_KEY, &now)?;
-        let (root_token, _) = token::create(
+        let created = token::create(
             &mut ctx,
             NewToken {
                 id: root_token_id,
@@ -170,7 +170,16 @@ impl<S: Storage> Node<S> {
                 display_name: "root".into(),
                 ..Default::default()
             },
-        )?;
+        );
+        let (root_token, _) = match created {
+            Ok(t) => t,
+            // Another node of this HA cluster initialised the shared storage since the check
+            // above: what the token store read (its salt) is under that node's barrier key.
+            Err(_) if self.seal_config().ok().flatten().is_some() => {
+                return Err(crate::storage::StorageError::AlreadyInitialized.into())
+            }
+            Err(e) => return Err(e),
+        };
         let writes = ctx.txn.into_write_set();
         self.commit(writes)?;
         use base64::Engine;
