@@ -776,7 +776,7 @@ impl<S: Storage> Node<S> {
             wrap_ttl: wrap,
             index,
         } = head;
-        match routes::lookup(routes::SYS, &path).map(|r| r.handler) {
+        match routes::lookup_sys(&path).map(|r| r.handler) {
             Some(routes::Sys::Init) => return self.init(&req),
             Some(routes::Sys::Unseal) => return self.unseal(&req),
             Some(routes::Sys::SealStatus) => return self.seal_status(),
