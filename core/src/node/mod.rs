@@ -361,6 +361,15 @@ impl<S: Storage> Node<S> {
         &self.st.ha
     }
 
+    /// The in-memory state, read-only (the isolation harness compares what its probes read).
+    pub(crate) fn state(&self) -> &NodeState {
+        &self.st
+    }
+    #[cfg(test)]
+    pub(crate) fn state_mut_for_tests(&mut self) -> &mut NodeState {
+        &mut self.st
+    }
+
     /// The replication environment over this node's parts.
     fn env(&mut self) -> Env<'_> {
         Env {
