@@ -161,8 +161,12 @@ pub struct World {
     ldap_acc: String,
     /// A breach planted for a test: run on the node after the request of that index.
     #[cfg(test)]
-    plant: Option<(usize, fn(&mut Node<CowStorage>))>,
+    plant: Option<Plant>,
 }
+
+/// A test's planted breach: after which request, and what it does to the node.
+#[cfg(test)]
+type Plant = (usize, fn(&mut Node<CowStorage>));
 
 fn method(n: u8) -> Method {
     [
