@@ -159,7 +159,14 @@ pub struct World {
     root_acc: String,
     b_acc: String,
     ldap_acc: String,
+    /// A breach planted for a test: run on the node after the request of that index.
+    #[cfg(test)]
+    plant: Option<Plant>,
 }
+
+/// A test's planted breach: after which request, and what it does to the node.
+#[cfg(test)]
+type Plant = (usize, fn(&mut Node<CowStorage>));
 
 fn method(n: u8) -> Method {
     [
@@ -201,6 +208,8 @@ impl World {
             root_acc: String::new(),
             b_acc: String::new(),
             ldap_acc: String::new(),
+            #[cfg(test)]
+            plant: None,
         };
         let setup: &[(Option<&str>, Method, &str, Value)] = &[
             (None, Method::Put, "secret/r", json!({ "v": ROOT_SECRET })),
@@ -318,6 +327,36 @@ impl World {
             || k.starts_with(merkle::PREFIX)
     }
 
+    /// The node's in-memory state that the probes of [`World::outside`] read besides
+    /// storage, as text to compare: the seal and the unseal progress (`sys/seal-status`),
+    /// the LDAP failure counts (`sys/locked-users`), the audit devices' health (`sys/audit`,
+    /// and whether an audited request runs at all), the replication roles and secondaries'
+    /// heartbeats (`sys/replication/status`) and the HA state (whether the node answers or
+    /// forwards). Everything else they read is in storage (tokens, policies, mounts,
+    /// namespaces, secrets, the LDAP configuration and locked users, the seal configuration),
+    /// and the clock does not move. `None` (compare always) while a replication role is
+    /// enabled: the status then shows the WAL position and Merkle roots, which every write
+    /// moves, inside `a/` too.
+    fn memory_view(&self) -> Option<String> {
+        use crate::replication::state::Role;
+        let st = self.node.state();
+        let repl = &st.repl;
+        if repl.perf.role.role != Role::Disabled || repl.dr.role.role != Role::Disabled {
+            return None;
+        }
+        Some(format!(
+            "{:?}",
+            (
+                self.node.is_sealed(),
+                st.unseal_progress.progress(),
+                &st.logins.failures,
+                &st.audit,
+                (&repl.perf, &repl.dr, &repl.live),
+                &st.ha,
+            )
+        ))
+    }
+
     /// A point in this world's storage history, for [`World::changed_since`].
     fn mark(&self) -> usize {
         self.node.storage().position()
@@ -390,7 +429,7 @@ impl World {
         let segs: Vec<&str> = p.split('/').collect();
         let at = segs.iter().position(|s| *s == "sys")?;
         let rel = segs[at..].join("/");
-        routes::lookup(routes::SYS, &rel).map(|r| (r.class, r.scope))
+        routes::lookup_sys(&rel).map(|r| (r.class, r.scope))
     }
 
     /// Promise 1 for `op` sent with no token (`garbage`: with a token that does not exist).
@@ -519,8 +558,10 @@ impl World {
             B_SECRET.to_string(),
         ];
         let a = self.a.clone();
-        // Where the storage stood when the outside was last compared.
+        // Where the storage and the in-memory state the probes read stood when the outside
+        // was last compared.
         let mut compared = self.mark();
+        let mut view = self.memory_view();
         // Secrets the tenant itself has sent in a body (the generator may put another
         // namespace's token in one, say as a KV value it then reads back): an answer that
         // repeats them reveals nothing the tenant did not hold.
@@ -530,6 +571,12 @@ impl World {
             let body_text = body.as_ref().map(Value::to_string).unwrap_or_default();
             sent.extend(secrets.iter().filter(|s| body_text.contains(s.as_str())));
             let r = self.call(Some(&a), ns, m, &path, body);
+            #[cfg(test)]
+            if let Some((at, plant)) = self.plant {
+                if at == i {
+                    plant(&mut self.node);
+                }
+            }
             let what = format!("op {i}: {m:?} {path} (namespace {ns:?}) → {}", r.status);
             let text = r.body.as_ref().map(Value::to_string).unwrap_or_default();
             if let Some(s) = secrets
@@ -555,25 +602,28 @@ impl World {
             }
             let last = i + 1 == ops.len();
             let changed = self.changed_since(compared);
+            let wrote = !changed.is_empty();
             let outside_written = changed.iter().any(|k| !self.inside(k));
-            let compare = last
-                || match when {
-                    Compare::EveryRequest => true,
-                    Compare::AfterWrites => !changed.is_empty(),
-                    Compare::OutsideWrites => outside_written,
-                    Compare::AtEnd => false,
-                };
+            let now_view = self.memory_view();
+            let outside_changed = outside_written || now_view.is_none() || now_view != view;
+            let compare = match when {
+                Compare::EveryRequest => true,
+                Compare::AfterWrites => last || wrote,
+                Compare::OutsideChanges => outside_changed,
+                Compare::AtEnd => last,
+            };
             if !compare {
                 continue;
             }
             let after = self.outside();
             if let Some((b, a)) = before.iter().zip(&after).find(|(b, a)| b != a) {
-                // Comparing after every request also checks the rule of `OutsideWrites`:
+                // Comparing after every request also checks the rule of `OutsideChanges`:
                 // a change it would not have looked for is a finding of its own.
-                let missed = if last || outside_written {
+                let missed = if outside_changed {
                     ""
                 } else {
-                    " (and no key outside a/ was written: `OutsideWrites` misses this)"
+                    " (and neither a key outside a/ nor the in-memory state the probes read \
+                     changed: `OutsideChanges` misses this)"
                 };
                 return Err(format!(
                     "{what}: changed what lies outside a/{missed}: {}\n before: {} {}\n after:  {} {}",
@@ -583,6 +633,7 @@ impl World {
             // After the probes: a read may write what an earlier write left pending (the
             // Merkle pages are flushed by the next request).
             compared = self.mark();
+            view = self.memory_view();
         }
         Ok(())
     }
@@ -603,11 +654,14 @@ pub enum Compare {
     /// unless a later request undid it. A change is reported at the request that made it.
     AfterWrites,
     /// After every request that changed a storage key outside `a/` (the write set against
-    /// `a/`'s key prefixes, [`World::inside`]), and after the last one. A write set that
-    /// stays inside `a/` cannot change what the probes read from storage, so this sees what
-    /// `AfterWrites` sees, at the same request, without reading the outside after the
-    /// tenant's own writes ([`Compare::EveryRequest`] checks that rule on every request).
-    OutsideWrites,
+    /// `a/`'s key prefixes, [`World::inside`]) or the in-memory state the probes read
+    /// ([`World::memory_view`]), and at no other time: not at the end of a sequence that
+    /// changed neither since the last comparison. The probes' answers are a function of
+    /// storage outside `a/`, that in-memory state and the (fixed) clock, so this sees every
+    /// change the other modes see, at the request that made it (an in-memory one too),
+    /// without reading the outside after the tenant's own writes or at the end of an input
+    /// that stayed inside ([`Compare::EveryRequest`] checks that rule on every request).
+    OutsideChanges,
     /// Once, after the last request (faster; the change is reported at the last one).
     AtEnd,
 }
@@ -626,9 +680,10 @@ pub fn fuzz_unauthenticated(data: &[u8]) {
 /// Fuzz entry (target `namespace_isolation`): 4 bytes per request of the `a/` admin;
 /// panics when promise 2 breaks. Every input starts from a copy of this thread's world taken
 /// after its outside view was read (what the probes answer there is read once, not per
-/// input; the copy shares the world's storage, copy-on-write), and compares that view after
-/// every request that changed a storage key outside `a/` and after the last
-/// ([`Compare::OutsideWrites`]).
+/// input; the copy shares the world's storage and Merkle sums, copy-on-write), and compares
+/// that view after every request that changed a storage key outside `a/` or the in-memory
+/// state the probes read ([`Compare::OutsideChanges`]). Every answer is checked for the
+/// other namespaces' secrets, and for a cluster-wide route that succeeded, at every request.
 pub fn fuzz_namespace_isolation(data: &[u8]) {
     thread_local! {
         static PROTOTYPE: (World, Vec<Seen>) = {
@@ -644,7 +699,7 @@ pub fn fuzz_namespace_isolation(data: &[u8]) {
         .collect();
     let result = PROTOTYPE.with(|(w, before)| {
         w.clone()
-            .tenant_against(&ops, before, Compare::OutsideWrites)
+            .tenant_against(&ops, before, Compare::OutsideChanges)
     });
     if let Err(e) = result {
         panic!("{e}");
@@ -652,254 +707,4 @@ pub fn fuzz_namespace_isolation(data: &[u8]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use quickcheck::{QuickCheck, TestResult};
-
-    #[test]
-    fn every_vocabulary_request_without_a_token_changes_nothing() {
-        let mut w = World::new();
-        for path in 0..PATHS.len() {
-            for m in 0..5u8 {
-                for body in [0u8, 1, 5, 6, 12] {
-                    for ns in 0..NAMESPACES.len() {
-                        let op = Op {
-                            method: m,
-                            path: path as u8,
-                            body,
-                            namespace: ns as u8,
-                        };
-                        for garbage in [false, true] {
-                            if let Err(e) = w.unauthenticated(op, garbage) {
-                                panic!("{e}");
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn every_tenant_request_of_the_vocabulary_stays_inside_its_namespace() {
-        for path in 0..PATHS.len() {
-            for m in 0..5u8 {
-                let mut w = World::new();
-                let ops: Vec<Op> = (0..BODIES.len() * NAMESPACES.len())
-                    .map(|i| Op {
-                        method: m,
-                        path: path as u8,
-                        body: (i / NAMESPACES.len()) as u8,
-                        namespace: (i % NAMESPACES.len()) as u8,
-                    })
-                    .collect();
-                if let Err(e) = w.tenant_checked(&ops, Compare::AtEnd) {
-                    panic!("{e}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn quickcheck_tenant_sequences_stay_inside_their_namespace() {
-        fn prop(ops: Vec<(u8, u8, u8, u8)>) -> TestResult {
-            let ops: Vec<Op> = ops
-                .into_iter()
-                .take(20)
-                .map(|(a, b, c, d)| Op::from_bytes([a, b, c, d]))
-                .collect();
-            match World::fresh().tenant(&ops) {
-                Ok(()) => TestResult::passed(),
-                Err(e) => TestResult::error(e),
-            }
-        }
-        QuickCheck::new()
-            .tests(60)
-            .quickcheck(prop as fn(Vec<(u8, u8, u8, u8)>) -> TestResult);
-    }
-
-    #[test]
-    fn quickcheck_unauthenticated_sequences_change_nothing() {
-        fn prop(ops: Vec<(u8, u8, u8, u8, bool)>) -> TestResult {
-            let mut w = World::fresh();
-            for (a, b, c, d, g) in ops.into_iter().take(20) {
-                if let Err(e) = w.unauthenticated(Op::from_bytes([a, b, c, d]), g) {
-                    return TestResult::error(e);
-                }
-            }
-            TestResult::passed()
-        }
-        QuickCheck::new()
-            .tests(60)
-            .quickcheck(prop as fn(Vec<(u8, u8, u8, u8, bool)>) -> TestResult);
-    }
-
-    #[test]
-    fn quickcheck_a_refused_request_leaves_storage_byte_identical() {
-        fn prop(ops: Vec<(u8, u8, u8, u8, u8, u8)>) -> TestResult {
-            let mut w = World::fresh();
-            for (a, b, c, d, who, wrap) in ops.into_iter().take(25) {
-                if let Err(e) = w.refused_changes_nothing(Op::from_bytes([a, b, c, d]), who, wrap) {
-                    return TestResult::error(e);
-                }
-            }
-            TestResult::passed()
-        }
-        QuickCheck::new()
-            .tests(60)
-            .quickcheck(prop as fn(Vec<(u8, u8, u8, u8, u8, u8)>) -> TestResult);
-    }
-
-    fn op(method: Method, path: &str, namespace: Option<&str>) -> Op {
-        let at = |n: usize| u8::try_from(n).unwrap();
-        Op {
-            method: at([
-                Method::Get,
-                Method::List,
-                Method::Put,
-                Method::Post,
-                Method::Delete,
-            ]
-            .iter()
-            .position(|m| *m == method)
-            .unwrap()),
-            path: at(PATHS.iter().position(|p| *p == path).unwrap()),
-            body: 0,
-            namespace: at(NAMESPACES.iter().position(|n| *n == namespace).unwrap()),
-        }
-    }
-
-    /// The tenant check can fail, and says at which request: a planted breach (the tenant
-    /// holds the root token, and its second request deletes the root namespace's secret) is
-    /// reported at that request when comparing after every request or after every write
-    /// (what the fuzz target does), and at the last one when comparing once at the end.
-    #[test]
-    fn a_planted_breach_by_the_tenant_is_caught_at_its_request() {
-        let ops = [
-            op(Method::Get, "kv/s", Some("a")),
-            op(Method::Delete, "secret/r", None),
-            op(Method::Get, "kv/s", Some("a")),
-            op(Method::List, "kv/", Some("a")),
-        ];
-        for (when, at) in [
-            (Compare::EveryRequest, "op 1:"),
-            (Compare::AfterWrites, "op 1:"),
-            (Compare::OutsideWrites, "op 1:"),
-            (Compare::AtEnd, "op 3:"),
-        ] {
-            let mut w = World::new();
-            assert_eq!(
-                w.tenant_checked(&ops, when),
-                Ok(()),
-                "{when:?} without the plant"
-            );
-            let mut w = World::new();
-            w.a = ROOT.to_string();
-            let e = w.tenant_checked(&ops, when).unwrap_err();
-            assert!(e.starts_with(at) && e.contains("secret/r"), "{when:?}: {e}");
-        }
-    }
-
-    /// `OutsideWrites` reads the outside only after a write outside `a/` (and at the end):
-    /// not after the tenant's writes to its own secrets, but after a write of a key of the
-    /// root namespace, which it then reports at that request.
-    #[test]
-    fn the_outside_is_read_after_a_write_outside_a_and_at_the_end_only() {
-        let put = |path: &str, ns: Option<&str>| Op {
-            method: 2,
-            body: 13,
-            ..op(Method::Put, path, ns)
-        };
-        let own = [
-            put("kv/s", Some("a")),
-            put("kv/s", Some("a/c")),
-            op(Method::Get, "kv/s", Some("a")),
-            put("a/kv/s", None),
-        ];
-        let mut w = World::new();
-        let before = w.outside();
-        w.probes = 0;
-        assert_eq!(
-            w.tenant_against(&own, &before, Compare::OutsideWrites),
-            Ok(())
-        );
-        assert_eq!(w.probes, 1, "read at the end only");
-        let mut w = World::new();
-        w.probes = 0;
-        assert_eq!(
-            w.tenant_against(&own, &before, Compare::AfterWrites),
-            Ok(())
-        );
-        assert_eq!(
-            w.probes, 3,
-            "after each of the three writes (the last is the end)"
-        );
-        // The same with the root token planted: its write of the root namespace's secret
-        // (second request) is outside `a/`.
-        let breach = [
-            put("kv/s", Some("a")),
-            put("secret/r", None),
-            put("kv/s", Some("a")),
-            op(Method::Get, "kv/s", Some("a")),
-        ];
-        let mut w = World::new();
-        w.a = ROOT.to_string();
-        w.probes = 0;
-        let e = w
-            .tenant_against(&breach, &before, Compare::OutsideWrites)
-            .unwrap_err();
-        assert!(e.starts_with("op 1:") && e.contains("secret/r"), "{e}");
-        assert_eq!(w.probes, 1);
-    }
-
-    /// The key classification of `OutsideWrites`: the tenant's own mounts, policies and
-    /// child namespaces are inside, the root namespace's and `b/`'s data, the token store,
-    /// the mount table and `a/`'s own record are not.
-    #[test]
-    fn what_lies_inside_a_by_storage_key() {
-        let w = World::new();
-        for k in [
-            format!("{}r", w.inside[0]),
-            format!("{}s", w.inside[1]),
-            "sys/ns-policy/a/admin".to_string(),
-            "sys/ns-policy/a/c/p".to_string(),
-            "core/namespace/a/c/".to_string(),
-            format!("{}1", wal::ENTRY),
-        ] {
-            assert!(w.inside(&k), "{k}");
-        }
-        let storage = w.node.storage().to_map();
-        let outside: Vec<&String> = storage.keys().filter(|k| !w.inside(k)).collect();
-        for k in [
-            "core/namespace/a/",
-            "core/namespace/b/",
-            "sys/ns-policy/b/admin",
-            "sys/ns-policy/ab/x",
-            "sys/token/salt",
-        ] {
-            assert!(!w.inside(k), "{k}");
-        }
-        // Every kv mount's data but the two of `a/` lies outside: the root's secret and
-        // `b/`'s are among the stored keys.
-        let data: Vec<&&String> = outside
-            .iter()
-            .filter(|k| k.starts_with("logical/"))
-            .collect();
-        assert!(data.len() >= 2, "{data:?}");
-    }
-
-    /// The checks can fail: a planted breach (the root token revoked from outside) is seen.
-    #[test]
-    fn a_planted_breach_is_caught() {
-        let mut w = World::new();
-        let before = w.outside();
-        w.call(
-            Some(ROOT),
-            None,
-            Method::Post,
-            "auth/token/revoke-self",
-            None,
-        );
-        assert_ne!(before, w.outside());
-    }
-}
+mod tests;

@@ -63,7 +63,7 @@ impl Target {
 
 fn resolve(ctx: &Ctx, ns: &str, path: &str) -> ApiResult<Target> {
     if path == "sys" || path.starts_with("sys/") {
-        return Ok(routes::lookup(routes::SYS, path)
+        return Ok(routes::lookup_sys(path)
             .map(Target::Sys)
             .unwrap_or(Target::Undeclared));
     }
@@ -718,7 +718,7 @@ mod table_tests {
                 // In its own namespace: root-scoped routes are refused whatever the token
                 // may do there (the node-level seal endpoints ignore the namespace).
                 let node_level = matches!(
-                    routes::lookup(routes::SYS, &path).map(|r| r.handler),
+                    routes::lookup_sys(&path).map(|r| r.handler),
                     Some(Sys::Init | Sys::Unseal | Sys::SealStatus | Sys::Health)
                 );
                 if scope == Scope::Root && !node_level {

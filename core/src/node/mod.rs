@@ -383,6 +383,15 @@ impl<S: Storage> Node<S> {
         &self.st.ha
     }
 
+    /// The in-memory state, read-only (the isolation harness compares what its probes read).
+    pub(crate) fn state(&self) -> &NodeState {
+        &self.st
+    }
+    #[cfg(test)]
+    pub(crate) fn state_mut_for_tests(&mut self) -> &mut NodeState {
+        &mut self.st
+    }
+
     /// The replication environment over this node's parts.
     fn env(&mut self) -> Env<'_> {
         Env {
@@ -798,7 +807,7 @@ impl<S: Storage> Node<S> {
             wrap_ttl: wrap,
             index,
         } = head;
-        match routes::lookup(routes::SYS, &path).map(|r| r.handler) {
+        match routes::lookup_sys(&path).map(|r| r.handler) {
             Some(routes::Sys::Init) => return self.init(&req),
             Some(routes::Sys::Unseal) => return self.unseal(&req),
             Some(routes::Sys::SealStatus) => return self.seal_status(),

@@ -26,6 +26,7 @@ use crate::crypto;
 use crate::storage::Write;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 pub const PAGES: usize = 64;
 pub const SUBPAGES: usize = 64;
@@ -111,9 +112,13 @@ fn sub(a: &mut Hash, b: &Hash) {
 }
 
 /// One subtree: subpage sums, page hashes and root.
+///
+/// The 4,096 subpage sums (128 KiB) are shared between copies of a node and copied on the
+/// first write to one of them: copying a node (a harness's prepared node, a simulated
+/// node's state) costs a reference count per subtree, not its sums.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subtree {
-    sums: Vec<Hash>,
+    sums: Arc<Vec<Hash>>,
     pages: Vec<Hash>,
     root: Hash,
 }
@@ -121,7 +126,7 @@ pub struct Subtree {
 impl Default for Subtree {
     fn default() -> Self {
         let mut s = Subtree {
-            sums: vec![ZERO; PAGES * SUBPAGES],
+            sums: Arc::new(vec![ZERO; PAGES * SUBPAGES]),
             pages: vec![zero_page(); PAGES],
             root: ZERO,
         };
@@ -158,7 +163,10 @@ impl Subtree {
     /// [`Subtree::finish`] after the last one).
     fn add_leaf(&mut self, key: &str, value: &[u8]) {
         let (p, s) = bucket(key);
-        add(&mut self.sums[p * SUBPAGES + s], &leaf(key, value));
+        add(
+            &mut Arc::make_mut(&mut self.sums)[p * SUBPAGES + s],
+            &leaf(key, value),
+        );
     }
     /// Recomputes every page hash and the root.
     fn finish(&mut self) {
@@ -168,10 +176,11 @@ impl Subtree {
         self.recompute_root();
     }
     fn set_page_bytes(&mut self, p: usize, bytes: &[u8]) {
+        let sums = Arc::make_mut(&mut self.sums);
         for (i, chunk) in bytes.chunks_exact(32).take(SUBPAGES).enumerate() {
             let mut h = ZERO;
             h.copy_from_slice(chunk);
-            self.sums[p * SUBPAGES + i] = h;
+            sums[p * SUBPAGES + i] = h;
         }
         self.recompute_page(p);
     }
@@ -379,8 +388,9 @@ impl Trees {
                 continue;
             }
             let t = self.subtrees.entry(id).or_default();
+            let all = Arc::make_mut(&mut t.sums);
             for (p, sums) in st.touched {
-                t.sums[p * SUBPAGES..(p + 1) * SUBPAGES].copy_from_slice(&sums);
+                all[p * SUBPAGES..(p + 1) * SUBPAGES].copy_from_slice(&sums);
             }
             t.pages = st.pages;
             t.root = st.root;
@@ -509,7 +519,7 @@ impl Trees {
             if a.root == b.root {
                 continue;
             }
-            for (i, (x, y)) in a.sums.iter().zip(&b.sums).enumerate() {
+            for (i, (x, y)) in a.sums.iter().zip(b.sums.iter()).enumerate() {
                 if x != y {
                     out.push((id.clone(), i as u32));
                 }
