@@ -422,7 +422,7 @@ pub fn render(st: &MetricsView<'_>, sealed: bool, now: u64) -> String {
         let _ = writeln!(
             out,
             "cairn_replication_merkle_diffs_total{{mode=\"{mode}\"}} {}",
-            rt.sec.diffs
+            repl.merkle_diffs(m)
         );
     }
     header(

@@ -336,7 +336,7 @@ fn status(ctx: &Ctx, st: &ReplIo<'_>, mode: Mode, combined: bool) -> ApiResult<V
             );
             // Merkle diffs (resyncs) this node started since it started; streaming on
             // after a primary cluster's failover starts none.
-            o.insert("merkle_diffs".into(), json!(rt.sec.diffs));
+            o.insert("merkle_diffs".into(), json!(st.repl.merkle_diffs(mode)));
             if rt.sec.phase == Phase::MerkleSync {
                 o.insert("sync_progress".into(), json!(rt.sec.sync_done));
                 o.insert("sync_total_keys".into(), json!(rt.sec.sync_total));

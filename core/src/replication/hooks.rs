@@ -112,12 +112,7 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
             let rebuilt = r.rebuilt;
             let rt = r.mode_mut(m);
             rt.role = role;
-            // A counter since the node started: a reload (after a rolled-back batch, an
-            // unseal) does not start it over.
-            rt.sec = SecRt {
-                diffs: rt.sec.diffs,
-                ..SecRt::default()
-            };
+            rt.sec = SecRt::default();
             if rt.role.role == Role::Secondary && rt.role.creds.is_some() {
                 rt.sec.phase = Phase::Connecting;
                 rt.sec.next_at = Some(env.now);

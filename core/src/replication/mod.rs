@@ -233,9 +233,6 @@ pub(crate) struct SecRt {
     /// The trees changed under a diff or sync in progress (a reindex finished meanwhile):
     /// what it compared is stale, so when it completes another one starts.
     pub rediff: bool,
-    /// Merkle diffs started since the node started (`sys/metrics`): a secondary that
-    /// resumes from its WAL index after its primary cluster's failover starts none.
-    pub diffs: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -325,6 +322,11 @@ pub struct Replication {
     marker_absent: bool,
     /// The trees were rebuilt from the data when they were loaded (not a fresh node).
     rebuilt: bool,
+    /// Merkle diffs started as a performance and as a DR secondary since the node started
+    /// (status and `sys/metrics`): kept apart from the per-run state a seal or a reload
+    /// starts over. A secondary that resumes from its WAL index after its primary cluster's
+    /// failover starts none.
+    diffs: [u64; 2],
 }
 
 /// Merkle page records are written at most this long after the writes that change them,
@@ -408,12 +410,8 @@ impl Replication {
     /// Forgets unsealed state when the node seals (roles are reloaded on unseal).
     pub fn on_seal(&mut self) {
         self.roles_loaded = false;
-        for m in [&mut self.perf, &mut self.dr] {
-            // Counters since the node started survive a seal.
-            let diffs = m.sec.diffs;
-            *m = ModeRt::default();
-            m.sec.diffs = diffs;
-        }
+        self.perf = ModeRt::default();
+        self.dr = ModeRt::default();
         self.waiters.clear();
         self.calls.clear();
         self.barrier_key = None;
@@ -492,7 +490,12 @@ impl Replication {
     /// Merkle diffs this node started as a secondary in mode `m` since it started
     /// (`merkle_diffs` in the replication status).
     pub fn merkle_diffs(&self, m: Mode) -> u64 {
-        self.mode(m).sec.diffs
+        self.diffs[m as usize]
+    }
+
+    /// A secondary in mode `m` started a Merkle diff.
+    pub(crate) fn count_diff(&mut self, m: Mode) {
+        self.diffs[m as usize] += 1;
     }
 
     /// Progress of a running reindex or Merkle check: (keys done, keys total).

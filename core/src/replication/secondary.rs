@@ -114,10 +114,10 @@ fn pull(env: &mut Env, mode: Mode) {
 }
 
 fn start_diff(env: &mut Env, mode: Mode) {
-    let rt = env.st.repl.mode_mut(mode);
-    if rt.sec.phase != Phase::MerkleDiff {
-        rt.sec.diffs += 1;
+    if env.st.repl.mode(mode).sec.phase != Phase::MerkleDiff {
+        env.st.repl.count_diff(mode);
     }
+    let rt = env.st.repl.mode_mut(mode);
     rt.sec.phase = Phase::MerkleDiff;
     rt.sec.rediff = false;
     rt.sec.asked.clear();
