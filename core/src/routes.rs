@@ -574,32 +574,42 @@ pub fn lookup<H: Copy>(table: &'static [Route<H>], path: &str) -> Option<&'stati
     table.iter().find(|r| matches(r.pattern, path))
 }
 
-/// The routes of [`SYS`] by the second segment of their pattern, for [`lookup_sys`]: a
-/// literal second segment can only match a path with that second segment; the others
-/// (`+`, `*`, none) are tried for every path.
+/// The routes of [`SYS`] that can match a path, by the path's second segment, for
+/// [`lookup_sys`]: a route whose pattern's second segment is literal can only match a path
+/// with that segment; the others (`+`, `*`, none) can match any. Each list is in table order.
 struct SysIndex {
     by_second: BTreeMap<&'static str, Vec<usize>>,
+    /// The routes without a literal second segment (for any other path).
     other: Vec<usize>,
 }
 
 static SYS_INDEX: OnceLock<SysIndex> = OnceLock::new();
 
 impl SysIndex {
-    fn of(table: &[Route<Sys>]) -> SysIndex {
-        let mut index = SysIndex {
-            by_second: BTreeMap::new(),
-            other: Vec::new(),
-        };
-        for (i, r) in table.iter().enumerate() {
+    fn of(table: &'static [Route<Sys>]) -> SysIndex {
+        let literal = |r: &Route<Sys>| {
             let mut segs = r.pattern.split('/');
             match (segs.next(), segs.next()) {
                 (Some(first), Some(second)) if first != "*" && second != "*" && second != "+" => {
-                    index.by_second.entry(second).or_default().push(i);
+                    Some(second)
                 }
-                _ => index.other.push(i),
+                _ => None,
+            }
+        };
+        let other: Vec<usize> = (0..table.len())
+            .filter(|&i| literal(&table[i]).is_none())
+            .collect();
+        let mut by_second: BTreeMap<&'static str, Vec<usize>> = BTreeMap::new();
+        for (i, r) in table.iter().enumerate() {
+            if let Some(second) = literal(r) {
+                by_second.entry(second).or_default().push(i);
             }
         }
-        index
+        for list in by_second.values_mut() {
+            list.extend(&other);
+            list.sort_unstable();
+        }
+        SysIndex { by_second, other }
     }
 }
 
@@ -609,23 +619,13 @@ impl SysIndex {
 pub fn lookup_sys(path: &str) -> Option<&'static Route<Sys>> {
     let index = SYS_INDEX.get_or_init(|| SysIndex::of(SYS));
     let second = path.split('/').filter(|s| !s.is_empty()).nth(1);
-    let named: &[usize] = second
+    let candidates = second
         .and_then(|s| index.by_second.get(s))
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let (mut a, mut b) = (named.iter().peekable(), index.other.iter().peekable());
-    loop {
-        let next = match (a.peek(), b.peek()) {
-            (Some(&&x), Some(&&y)) if x < y => a.next(),
-            (Some(_), Some(_)) | (None, Some(_)) => b.next(),
-            (Some(_), None) => a.next(),
-            (None, None) => None,
-        };
-        let r = SYS.get(*next?)?;
-        if matches(r.pattern, path) {
-            return Some(r);
-        }
-    }
+        .unwrap_or(&index.other);
+    candidates
+        .iter()
+        .map(|&i| &SYS[i])
+        .find(|r| matches(r.pattern, path))
 }
 
 /// The audit behaviour of a canonical request path before anything is resolved (sys routes are
