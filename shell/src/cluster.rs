@@ -272,17 +272,19 @@ const IDLE_CONNECTIONS: usize = 256;
 /// The cluster channel's agent for peers without a cluster CA (plain HTTP).
 pub(crate) fn agent() -> &'static ureq::Agent {
     static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
-    AGENT.get_or_init(|| {
-        let config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .max_idle_connections(IDLE_CONNECTIONS)
-            .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_PEER)
-            .timeout_global(Some(PEER_TIMEOUT))
-            .timeout_recv_response(Some(PEER_RESPONSE_TIMEOUT))
-            .timeout_connect(Some(PEER_CONNECT_TIMEOUT))
-            .build();
-        crate::resolve::agent(config)
-    })
+    AGENT.get_or_init(|| crate::resolve::agent(peer_config(PEER_CONNECT_TIMEOUT).build()))
+}
+
+/// What every agent of the cluster channel sets: answers of any status, the idle
+/// connections kept, and its time limits (`connect` for the TCP and TLS handshake).
+fn peer_config(connect: Duration) -> ureq::config::ConfigBuilder<ureq::typestate::AgentScope> {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_idle_connections(IDLE_CONNECTIONS)
+        .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_PEER)
+        .timeout_global(Some(PEER_TIMEOUT))
+        .timeout_recv_response(Some(PEER_RESPONSE_TIMEOUT))
+        .timeout_connect(Some(connect))
 }
 
 /// An agent that trusts only the cluster CA `ca_pem` (one per CA, reused).
@@ -311,13 +313,7 @@ pub(crate) fn pinned_agent_with(ca_pem: &str, connect: Duration) -> Result<ureq:
     if certs.is_empty() {
         return Err("the cluster CA in the credential holds no certificate".into());
     }
-    let config = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_idle_connections(IDLE_CONNECTIONS)
-        .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_PEER)
-        .timeout_global(Some(PEER_TIMEOUT))
-        .timeout_recv_response(Some(PEER_RESPONSE_TIMEOUT))
-        .timeout_connect(Some(connect))
+    let config = peer_config(connect)
         .tls_config(
             ureq::tls::TlsConfig::builder()
                 .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))

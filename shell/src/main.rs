@@ -37,9 +37,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Memory the allocator frees goes back to the system at once rather than after mimalloc's
-/// delay (a second by default), so a long-running server's RSS follows its live heap instead of creeping up with
-/// freed pages the allocator keeps (BENCHMARKS, the one-hour soak). An operator's own
-/// `MIMALLOC_PURGE_DELAY` is left as it is.
+/// delay (a second by default), so a long-running server's RSS follows its live heap
+/// instead of creeping up with freed pages the allocator keeps (BENCHMARKS, the one-hour
+/// soak). An operator's own `MIMALLOC_PURGE_DELAY` is left as it is.
 #[allow(unsafe_code)]
 fn alloc_settings() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {

@@ -352,8 +352,8 @@ impl HaWorld {
             fenced: 0,
             next_peer_id: 0,
             params: format!(
-                "ha clusters={sizes:?} (the primary, then perf and dr secondaries) skews={skews:?} ttl={TTL}ms \
-                 replication_primary={replication_primary}"
+                "ha clusters={sizes:?} (the primary, then perf and dr secondaries) \
+                 skews={skews:?} ttl={TTL}ms replication_primary={replication_primary}"
             ),
         };
         w.boot_cluster();
@@ -760,11 +760,6 @@ mod tests {
         assert!(resumed > 0, "no secondary cluster was checked for resyncs");
     }
 
-    /// HA-tier seeds that found core bugs (`--regressions` replays the fast tier's): in
-    /// 438654814318247752 the performance secondary's active node, cut from its store,
-    /// had a batch rolled back, reloaded its state from complete Merkle records and started
-    /// a Merkle diff all the same (the flag of an earlier rebuild was never cleared);
-    /// 6406058999705312320 did the same when a DR node took its cluster's lease over.
     /// The scale profile on the HA tier: fifteen secondary clusters of one to three nodes,
     /// each activated and converged by the end, with faults in the secondary clusters too.
     #[test]
@@ -788,9 +783,21 @@ mod tests {
         );
     }
 
+    /// HA-tier seeds that found core bugs (`--regressions` replays the fast tier's): in
+    /// 438654814318247752 the performance secondary's active node, cut from its store,
+    /// had a batch rolled back, reloaded its state from complete Merkle records and started
+    /// a Merkle diff all the same (the flag of an earlier rebuild was never cleared);
+    /// 6406058999705312320 did the same when a DR node took its cluster's lease over.
+    /// In 14399065301633516318 a node cut from its store had 68 batches rolled back; each
+    /// reload rebuilt its trees and started a diff, which the restarted diff counter hid
+    /// until one looked unexplained.
     #[test]
     fn ha_regression_seeds_pass() {
-        for seed in [438654814318247752, 6406058999705312320] {
+        for seed in [
+            438654814318247752,
+            6406058999705312320,
+            14399065301633516318,
+        ] {
             let mut cfg = RunConfig::new(seed);
             cfg.tier = crate::Tier::Ha;
             let o = crate::run(&cfg);
