@@ -85,5 +85,9 @@ case "$what" in
         PY=$!
         wait "$PY"
         ;;
+    # `scripts/bench.sh alloc [SECONDS=5] [ROUNDS=4]`: the allocator setting the server makes
+    # (mimalloc purge delay 0) vs mimalloc's default, two dev servers side by side, CPU per
+    # request and RSS. See scripts/bench-alloc.py.
+    alloc) CAIRN_BIN="$REL/cairn" BENCH_LOAD="$REL/bench-load" exec python3 scripts/bench-alloc.py "$@" ;;
     *) exec "$REL"/bench "$what" "$@" ;;
 esac
