@@ -18,11 +18,21 @@
 //!
 //! After the lag phase every secondary must again be in sync with equal roots.
 //!
+//! In the throughput phase the CPU time (utime + stime) of the primary and of all the
+//! secondaries together is divided by the writes acknowledged: the primary's CPU per write
+//! says what each attached secondary costs the primary itself, whatever the secondaries'
+//! own work takes from the shared cores.
+//!
 //! `BENCH_PULL_GAP_MS=N` sets the secondaries' `replication { pull_gap_ms = N }` (the least
 //! time a caught-up secondary waits before it pulls again); unset, the server's default.
+//! `BENCH_SECONDARY_NICE=N` starts every secondary at niceness N (`renice`), so that on a
+//! machine where they share the primary's cores they stand for secondaries on other hosts:
+//! they get the CPU the primary and the load generator leave (the catch-up column then says
+//! how far they fell behind); unset, all processes are equal.
 
 use cairn_tests::cluster::generate_root;
 use cairn_tests::growth::{num, percentile, sizes, wait, Table};
+use cairn_tests::loadgen::cpu_secs;
 use cairn_tests::replbench::{
     attach_perf, checkers, concurrent_writes, fill, join_lags, licensed, licensed_with, paced,
     reads_back, synced, Sample,
@@ -49,6 +59,10 @@ fn main() {
         Ok(n) => format!("replication {{\n pull_gap_ms = {n}\n}}\n"),
         Err(_) => String::new(),
     };
+    let nice: Option<i32> = std::env::var("BENCH_SECONDARY_NICE")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let pid = |s: &Server| s.child.as_ref().map(|c| c.id()).unwrap_or(0);
     assert_eq!(
         p.post("sys/mounts/secret", json!({"type": "kv"})).status,
         204
@@ -66,6 +80,8 @@ fn main() {
             ("write_p50_ms", "write p50 (ms)"),
             ("write_p99_ms", "write p99 (ms)"),
             ("write_errors", "failed writes"),
+            ("primary_cpu_us", "primary CPU µs/write"),
+            ("secondaries_cpu_us", "all secondaries' CPU µs/write (in the phase)"),
             ("catchup_s", "catch-up after (s)"),
             ("paced_per_s", "paced writes/s reached"),
             ("lag_p50_ms", "lag p50 (ms)"),
@@ -83,6 +99,14 @@ fn main() {
         while secs_.len() < n as usize {
             let id = format!("sec{}", secs_.len());
             let mut s = licensed_with(&format!("growth-sec-{id}"), &ports, &tuning).0;
+            if let Some(n) = nice {
+                let ok = std::process::Command::new("renice")
+                    .args(["-n", &n.to_string(), "-p", &pid(&s).to_string()])
+                    .output()
+                    .map(|o| o.status.success())
+                    .unwrap_or(false);
+                assert!(ok, "renice -n {n} of secondary {id} failed");
+            }
             ports.push(s.port);
             attach_perf(&p, &s, &id);
             wait(&format!("{id} in sync"), 600, || synced(&p, &s));
@@ -91,7 +115,14 @@ fn main() {
             secs_.push(s);
         }
         eprintln!("{n} secondaries: {clients} writers for {secs} s");
+        let cpu_p0 = cpu_secs(pid(&p));
+        let cpu_s0: f64 = secs_.iter().map(|s| cpu_secs(pid(s))).sum();
+        let phase = Instant::now();
         let (tput, p50, p99, errs) = concurrent_writes(&p, &format!("tput{n}"), clients, secs);
+        // The writes acknowledged in the phase (the rate is over the same span).
+        let writes = (tput * phase.elapsed().as_secs_f64()).max(1.0);
+        let cpu_p = (cpu_secs(pid(&p)) - cpu_p0) * 1e6 / writes;
+        let cpu_s = (secs_.iter().map(|s| cpu_secs(pid(s))).sum::<f64>() - cpu_s0) * 1e6 / writes;
         let t = Instant::now();
         for s in &secs_ {
             wait("catch-up", 600, || synced(&p, s));
@@ -128,6 +159,8 @@ fn main() {
             num(p50, 2),
             num(p99, 2),
             errs.to_string(),
+            num(cpu_p, 0),
+            if n == 0 { String::new() } else { num(cpu_s, 0) },
             num(catchup, 2),
             num(w.rate, 0),
             cell(l50),
@@ -140,8 +173,9 @@ fn main() {
     }
     println!(
         "Primary throughput with CLIENTS = {clients} concurrent writers for {secs} s; lag at \
-         {rate} paced writes/s for {} s, every {EVERY}th write sampled on every secondary.\n",
-        secs * 2.0
+         {rate} paced writes/s for {} s, every {EVERY}th write sampled on every secondary{}.\n",
+        secs * 2.0,
+        nice.map_or(String::new(), |n| format!("; secondaries at niceness {n}"))
     );
     table.finish(&[
         "--x",
