@@ -81,7 +81,10 @@ fn main() {
             ("write_p99_ms", "write p99 (ms)"),
             ("write_errors", "failed writes"),
             ("primary_cpu_us", "primary CPU µs/write"),
-            ("secondaries_cpu_us", "all secondaries' CPU µs/write (in the phase)"),
+            (
+                "secondaries_cpu_us",
+                "all secondaries' CPU µs/write (in the phase)",
+            ),
             ("catchup_s", "catch-up after (s)"),
             ("paced_per_s", "paced writes/s reached"),
             ("lag_p50_ms", "lag p50 (ms)"),
