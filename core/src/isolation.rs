@@ -25,6 +25,7 @@ use crate::replication::{merkle, wal};
 use crate::routes::{self, Class, Proof, Scope};
 use crate::storage::cow::CowStorage;
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 const ROOT: &str = "root-isolation";
 const ROOT_SECRET: &str = "ROOT-SENTINEL-7f3a";
@@ -159,9 +160,28 @@ pub struct World {
     root_acc: String,
     b_acc: String,
     ldap_acc: String,
+    /// The vocabulary with its placeholders filled in and its bodies parsed, once per
+    /// world (shared by its copies): [`World::request_of`] only picks from it.
+    vocab: Arc<Vocab>,
     /// A breach planted for a test: run on the node after the request of that index.
     #[cfg(test)]
     plant: Option<Plant>,
+}
+
+/// [`PATHS`] and [`BODIES`] as a request of this world sends them: placeholders filled in
+/// ([`World::fill`]), each body parsed (`None`: not JSON, sent without a body) with its text
+/// as the tenant sent it (what [`World::tenant_against`] counts as sent by the tenant).
+#[derive(Default)]
+struct Vocab {
+    paths: Vec<String>,
+    bodies: Vec<(Option<Value>, String)>,
+}
+
+impl Vocab {
+    /// The body `op` sends, parsed, and its text.
+    fn body(&self, op: Op) -> &(Option<Value>, String) {
+        &self.bodies[usize::from(op.body) % BODIES.len()]
+    }
 }
 
 /// A test's planted breach: after which request, and what it does to the node.
@@ -208,6 +228,7 @@ impl World {
             root_acc: String::new(),
             b_acc: String::new(),
             ldap_acc: String::new(),
+            vocab: Arc::default(),
             #[cfg(test)]
             plant: None,
         };
@@ -306,6 +327,16 @@ impl World {
         assert!(w.inside.len() >= 2, "setup: the kv mounts of a/ and a/c/");
         w.inside
             .push(format!("{}a/", crate::namespace::POLICY_PREFIX));
+        let paths = PATHS.iter().map(|p| w.fill(p)).collect();
+        let bodies = BODIES
+            .iter()
+            .map(|b| {
+                let body: Option<Value> = serde_json::from_str(&w.fill(b)).ok();
+                let text = body.as_ref().map(Value::to_string).unwrap_or_default();
+                (body, text)
+            })
+            .collect();
+        w.vocab = Arc::new(Vocab { paths, bodies });
         w.node.storage_mut().freeze();
         w
     }
@@ -337,14 +368,25 @@ impl World {
     /// and the clock does not move. `None` (compare always) while a replication role is
     /// enabled: the status then shows the WAL position and Merkle roots, which every write
     /// moves, inside `a/` too.
+    #[cfg(test)]
     fn memory_view(&self) -> Option<String> {
+        let mut out = String::new();
+        self.memory_view_into(&mut out).then_some(out)
+    }
+
+    /// [`World::memory_view`] written into `out` (cleared first, its allocation kept: the
+    /// fuzz target writes it after every request); `false` for `None`.
+    fn memory_view_into(&self, out: &mut String) -> bool {
         use crate::replication::state::Role;
+        use std::fmt::Write as _;
+        out.clear();
         let st = self.node.state();
         let repl = &st.repl;
         if repl.perf.role.role != Role::Disabled || repl.dr.role.role != Role::Disabled {
-            return None;
+            return false;
         }
-        Some(format!(
+        write!(
+            out,
             "{:?}",
             (
                 self.node.is_sealed(),
@@ -354,7 +396,8 @@ impl World {
                 (&repl.perf, &repl.dr, &repl.live),
                 &st.ha,
             )
-        ))
+        )
+        .is_ok()
     }
 
     /// A point in this world's storage history, for [`World::changed_since`].
@@ -411,15 +454,10 @@ impl World {
     }
 
     fn request_of(&self, op: Op) -> (Method, String, Option<&'static str>, Option<Value>) {
-        let path = self.fill(PATHS[usize::from(op.path) % PATHS.len()]);
-        let body = self.fill(BODIES[usize::from(op.body) % BODIES.len()]);
+        let path = self.vocab.paths[usize::from(op.path) % PATHS.len()].clone();
+        let body = self.vocab.body(op).0.clone();
         let ns = NAMESPACES[usize::from(op.namespace) % NAMESPACES.len()];
-        (
-            method(op.method),
-            path,
-            ns,
-            serde_json::from_str(&body).ok(),
-        )
+        (method(op.method), path, ns, body)
     }
 
     /// The declared class and scope of `path` as the router would see it (leading
@@ -549,6 +587,20 @@ impl World {
     /// Promise 2 for `ops` with `before`, what [`World::outside`] answered in this state (a
     /// fuzz input starts from a copy of a world whose view was taken once).
     fn tenant_against(&mut self, ops: &[Op], before: &[Seen], when: Compare) -> Result<(), String> {
+        self.tenant_run(ops, before, when, None)
+    }
+
+    /// [`World::tenant_against`]; with `memo` (the input's bytes and the states already
+    /// checked), the outside is read on a copy of the world, so what this world does next
+    /// does not depend on whether it was read, and not read again for a state that
+    /// [`Checked`] holds.
+    fn tenant_run(
+        &mut self,
+        ops: &[Op],
+        before: &[Seen],
+        when: Compare,
+        mut memo: Option<(&[u8], &mut Checked)>,
+    ) -> Result<(), String> {
         let secrets = [
             ROOT.to_string(),
             self.b.clone(),
@@ -561,14 +613,18 @@ impl World {
         // Where the storage and the in-memory state the probes read stood when the outside
         // was last compared.
         let mut compared = self.mark();
-        let mut view = self.memory_view();
+        // (`false`: `None`, compare always.)
+        let mut view = String::new();
+        let mut view_some = self.memory_view_into(&mut view);
+        let mut now_view = String::new();
         // Secrets the tenant itself has sent in a body (the generator may put another
         // namespace's token in one, say as a KV value it then reads back): an answer that
         // repeats them reveals nothing the tenant did not hold.
         let mut sent: Vec<&String> = Vec::new();
+        let vocab = Arc::clone(&self.vocab);
         for (i, &op) in ops.iter().enumerate() {
             let (m, path, ns, body) = self.request_of(op);
-            let body_text = body.as_ref().map(Value::to_string).unwrap_or_default();
+            let body_text = &vocab.body(op).1;
             sent.extend(secrets.iter().filter(|s| body_text.contains(s.as_str())));
             let r = self.call(Some(&a), ns, m, &path, body);
             #[cfg(test)]
@@ -577,7 +633,8 @@ impl World {
                     plant(&mut self.node);
                 }
             }
-            let what = format!("op {i}: {m:?} {path} (namespace {ns:?}) → {}", r.status);
+            // Only for a finding: formatted when one is reported.
+            let what = || format!("op {i}: {m:?} {path} (namespace {ns:?}) → {}", r.status);
             let text = r.body.as_ref().map(Value::to_string).unwrap_or_default();
             if let Some(s) = secrets
                 .iter()
@@ -585,7 +642,8 @@ impl World {
                 .find(|s| text.contains(s.as_str()))
             {
                 return Err(format!(
-                    "{what}: the answer carries {s:?} of another namespace: {text}"
+                    "{}: the answer carries {s:?} of another namespace: {text}",
+                    what()
                 ));
             }
             // Key-share routes answer anyone (the shares are the credential); every other
@@ -594,18 +652,24 @@ impl World {
                 if let Some((Class::Token | Class::Sudo | Class::DrSecondary, Scope::Root)) =
                     Self::sys_route(&path)
                 {
-                    return Err(format!("{what}: a cluster-wide route succeeded: {text}"));
+                    return Err(format!(
+                        "{}: a cluster-wide route succeeded: {text}",
+                        what()
+                    ));
                 }
             }
             if self.node.is_sealed() {
-                return Err(format!("{what}: the node is sealed"));
+                return Err(format!("{}: the node is sealed", what()));
             }
             let last = i + 1 == ops.len();
             let changed = self.changed_since(compared);
             let wrote = !changed.is_empty();
             let outside_written = changed.iter().any(|k| !self.inside(k));
-            let now_view = self.memory_view();
-            let outside_changed = outside_written || now_view.is_none() || now_view != view;
+            // The in-memory view is written only when the keys alone do not decide.
+            let outside_changed = outside_written || {
+                let now_some = self.memory_view_into(&mut now_view);
+                !now_some || !view_some || now_view != view
+            };
             let compare = match when {
                 Compare::EveryRequest => true,
                 Compare::AfterWrites => last || wrote,
@@ -615,7 +679,20 @@ impl World {
             if !compare {
                 continue;
             }
-            let after = self.outside();
+            // The input's first i + 1 requests, which alone made this state (see `Checked`).
+            let prefix = memo.as_ref().and_then(|(data, _)| data.get(..4 * (i + 1)));
+            let after = match (&mut memo, prefix) {
+                (Some((_, checked)), Some(prefix)) => {
+                    if checked.states.contains(prefix) {
+                        checked.skipped += 1;
+                        compared = self.mark();
+                        view_some = self.memory_view_into(&mut view);
+                        continue;
+                    }
+                    self.clone().outside()
+                }
+                _ => self.outside(),
+            };
             if let Some((b, a)) = before.iter().zip(&after).find(|(b, a)| b != a) {
                 // Comparing after every request also checks the rule of `OutsideChanges`:
                 // a change it would not have looked for is a finding of its own.
@@ -626,16 +703,50 @@ impl World {
                      changed: `OutsideChanges` misses this)"
                 };
                 return Err(format!(
-                    "{what}: changed what lies outside a/{missed}: {}\n before: {} {}\n after:  {} {}",
-                    b.0, b.1, b.2, a.1, a.2
+                    "{}: changed what lies outside a/{missed}: {}\n before: {} {}\n after:  {} {}",
+                    what(),
+                    b.0,
+                    b.1,
+                    b.2,
+                    a.1,
+                    a.2
                 ));
+            }
+            if let (Some((_, checked)), Some(prefix)) = (&mut memo, prefix) {
+                checked.insert(prefix);
             }
             // After the probes: a read may write what an earlier write left pending (the
             // Merkle pages are flushed by the next request).
             compared = self.mark();
-            view = self.memory_view();
+            view_some = self.memory_view_into(&mut view);
         }
         Ok(())
+    }
+}
+
+/// The states of the fuzz target's world whose outside was read and found as before, each by
+/// the input bytes that made it: the requests of `a/`'s admin up to that point (4 bytes
+/// each). Every input starts from a copy of the same world, the node is deterministic (a
+/// seeded RNG, a fixed clock) and the outside is read on a copy, so the same bytes make the
+/// same state, storage and memory alike: reading the outside there again would answer the
+/// same. Mutated inputs share their parent's first requests, so most of the outside reads of
+/// a grown corpus are of states already read. Capped (cleared when full).
+#[derive(Default)]
+pub struct Checked {
+    states: std::collections::BTreeSet<Vec<u8>>,
+    /// Outside reads skipped because their state was here.
+    pub skipped: u64,
+}
+
+impl Checked {
+    /// At most this many states are kept (each at most 96 bytes).
+    const CAP: usize = 1 << 19;
+
+    fn insert(&mut self, prefix: &[u8]) {
+        if self.states.len() >= Self::CAP {
+            self.states.clear();
+        }
+        self.states.insert(prefix.to_vec());
     }
 }
 
@@ -682,8 +793,10 @@ pub fn fuzz_unauthenticated(data: &[u8]) {
 /// after its outside view was read (what the probes answer there is read once, not per
 /// input; the copy shares the world's storage and Merkle sums, copy-on-write), and compares
 /// that view after every request that changed a storage key outside `a/` or the in-memory
-/// state the probes read ([`Compare::OutsideChanges`]). Every answer is checked for the
-/// other namespaces' secrets, and for a cluster-wide route that succeeded, at every request.
+/// state the probes read ([`Compare::OutsideChanges`]), on a copy of the world, once per
+/// state: a state this thread has read before (the same first requests: [`Checked`]) is not
+/// read again. Every answer is checked for the other namespaces' secrets, and for a
+/// cluster-wide route that succeeded, at every request.
 pub fn fuzz_namespace_isolation(data: &[u8]) {
     thread_local! {
         static PROTOTYPE: (World, Vec<Seen>) = {
@@ -691,6 +804,7 @@ pub fn fuzz_namespace_isolation(data: &[u8]) {
             let before = w.outside();
             (w, before)
         };
+        static CHECKED: std::cell::RefCell<Checked> = std::cell::RefCell::default();
     }
     let ops: Vec<Op> = data
         .chunks_exact(4)
@@ -698,8 +812,10 @@ pub fn fuzz_namespace_isolation(data: &[u8]) {
         .map(|c| Op::from_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
     let result = PROTOTYPE.with(|(w, before)| {
-        w.clone()
-            .tenant_against(&ops, before, Compare::OutsideChanges)
+        CHECKED.with_borrow_mut(|checked| {
+            w.clone()
+                .tenant_run(&ops, before, Compare::OutsideChanges, Some((data, checked)))
+        })
     });
     if let Err(e) = result {
         panic!("{e}");

@@ -315,3 +315,84 @@ fn a_planted_breach_is_caught() {
     );
     assert_ne!(before, w.outside());
 }
+
+/// The fuzz target's memo ([`Checked`]): a state is read once (a second input with the same
+/// first requests reads nothing again), two copies sent the same requests end in the same
+/// state (what the memo rests on), and a breach after a checked state is still reported at
+/// its request.
+#[test]
+fn the_fuzz_target_reads_each_state_once_and_still_catches_a_breach() {
+    let bytes = |ops: &[Op]| -> Vec<u8> {
+        ops.iter()
+            .flat_map(|o| [o.method, o.path, o.body, o.namespace])
+            .collect()
+    };
+    let create = op(Method::Post, "auth/token/create", Some("a"));
+    let ops = [create, op(Method::Get, "kv/s", Some("a")), create];
+    let data = bytes(&ops);
+    let mut proto = World::new();
+    let before = proto.outside();
+    let mut checked = Checked::default();
+    let mut w = proto.clone();
+    assert_eq!(
+        w.tenant_run(
+            &ops,
+            &before,
+            Compare::OutsideChanges,
+            Some((&data, &mut checked))
+        ),
+        Ok(())
+    );
+    assert_eq!(checked.states.len(), 2, "after each token creation");
+    assert_eq!(checked.skipped, 0);
+    assert_eq!(
+        w.probes, proto.probes,
+        "read on a copy, not on the world itself"
+    );
+    let mut again = proto.clone();
+    assert_eq!(
+        again.tenant_run(
+            &ops,
+            &before,
+            Compare::OutsideChanges,
+            Some((&data, &mut checked))
+        ),
+        Ok(())
+    );
+    assert_eq!((checked.states.len(), checked.skipped), (2, 2));
+    // The same requests, the same state: storage and the in-memory view.
+    assert_eq!(w.node.storage().to_map(), again.node.storage().to_map());
+    assert_eq!(w.memory_view(), again.memory_view());
+    assert!(w.memory_view().is_some());
+
+    // A breach (the root token planted: its delete of the root namespace's secret) after a
+    // state the memo holds is reported at its request.
+    let mut root = proto.clone();
+    root.a = ROOT.to_string();
+    let first = [create];
+    let mut checked = Checked::default();
+    assert_eq!(
+        root.clone().tenant_run(
+            &first,
+            &before,
+            Compare::OutsideChanges,
+            Some((&bytes(&first), &mut checked))
+        ),
+        Ok(())
+    );
+    assert_eq!(checked.states.len(), 1);
+    let breach = [create, op(Method::Delete, "secret/r", None)];
+    let e = root
+        .tenant_run(
+            &breach,
+            &before,
+            Compare::OutsideChanges,
+            Some((&bytes(&breach), &mut checked)),
+        )
+        .unwrap_err();
+    assert!(e.starts_with("op 1:") && e.contains("secret/r"), "{e}");
+    assert_eq!(
+        checked.skipped, 1,
+        "the token creation's state was read before"
+    );
+}
