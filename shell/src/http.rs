@@ -1,5 +1,6 @@
-//! The API listener: tiny_http worker threads turn HTTP requests into core requests,
-//! enforce the body size limit, and write the core's responses back. Requests whose framing
+//! The API listener: each request is turned into a core request, its body size limit
+//! enforced and the core's response written back, on the connection's own thread when it can
+//! be ([`answer_inline`]), else on a tiny_http worker thread. Requests whose framing
 //! is ambiguous never get here: tiny_http refuses them on the connection (`crate::framing`).
 
 use crate::runtime::Core;
@@ -348,7 +349,8 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
     let method = cairn_core::metrics::method_name(req.method);
     let class = cairn_core::metrics::path_class(&req.path);
     let metrics = req.path.trim_end_matches('/') == "sys/metrics";
-    // This worker waits for the answer and writes it itself. Writing it from the thread
+    // This thread (the connection's own, or a worker) waits for the answer and writes it
+    // itself. Writing it from the thread
     // that releases it (the core or sync thread) saves a hand-off, but a write can wait on
     // the connection: for a pipelined earlier request's answer (tiny_http writes answers in
     // request order), or for a client that does not read. That thread would then stall the
