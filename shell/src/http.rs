@@ -1,5 +1,6 @@
-//! The API listener: tiny_http worker threads turn HTTP requests into core requests,
-//! enforce the body size limit, and write the core's responses back. Requests whose framing
+//! The API listener: each request is turned into a core request, its body size limit
+//! enforced and the core's response written back, on the connection's own thread when it can
+//! be ([`answer_inline`]), else on a tiny_http worker thread. Requests whose framing
 //! is ambiguous never get here: tiny_http refuses them on the connection (`crate::framing`).
 
 use crate::runtime::Core;
@@ -67,7 +68,7 @@ pub fn serve(
         ssl,
         Some(crate::framing::head_check),
         opts.limits,
-        Some(forward_inline(core.clone(), opts.clone())),
+        Some(answer_inline(core.clone(), opts.clone())),
     )
     .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = server
@@ -94,23 +95,39 @@ pub fn serve(
     Ok(local)
 }
 
-/// While this node is a standby that forwards along a route ([`Core::forwards`]), its
-/// requests are answered on their connection's thread: the request goes out to the active
-/// node from there, without a hand-off to a worker thread and back (each a thread wake-up
-/// on the forwarded request's path). At most `opts.threads` at once, as many as the
-/// workers: beyond that, and whenever the node does not forward, the workers take them.
-fn forward_inline(core: Core, opts: Arc<ApiOptions>) -> tiny_http::Inline {
+/// API requests are answered on their connection's own thread when they can be: the
+/// request goes to the core thread (or, on a standby that forwards along a route
+/// ([`Core::forwards`]), out to the active node) and the answer is written from there, with
+/// no hand-off to a worker thread and back (each a thread wake-up on the request's path).
+/// On the core path only requests whose body is already in memory (none, or a small one
+/// read with the head) are taken, so a slow body never holds a connection busy here (a busy
+/// connection cannot make room for a new one); a forward takes any request, as before.
+/// At most [`inline_places`] at once: beyond that, and for the requests not taken, the
+/// workers answer them as before.
+fn answer_inline(core: Core, opts: Arc<ApiOptions>) -> tiny_http::Inline {
     let in_flight = Arc::new(AtomicUsize::new(0));
+    let places = inline_places(&opts);
     Arc::new(move |rq| {
-        if !core.forwards() {
+        if !core.forwards() && !rq.body_in_memory() {
             return Some(rq);
         }
-        let Some(_slot) = Slot::take(&in_flight, opts.threads.max(1)) else {
+        let Some(_slot) = Slot::take(&in_flight, places) else {
             return Some(rq);
         };
         handle(rq, &core, &opts);
         None
     })
+}
+
+/// How many requests are answered on their connections' threads at once: as many as the
+/// workers, and at most half of `max_connections`, so that the other half of the held
+/// connections can always make room for a new client (a connection being answered on its
+/// own thread is busy, not waiting).
+fn inline_places(opts: &ApiOptions) -> usize {
+    opts.threads
+        .max(1)
+        .min(opts.limits.max_connections / 2)
+        .max(1)
 }
 
 /// One of a bounded number of places (released when dropped).
@@ -332,7 +349,8 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
     let method = cairn_core::metrics::method_name(req.method);
     let class = cairn_core::metrics::path_class(&req.path);
     let metrics = req.path.trim_end_matches('/') == "sys/metrics";
-    // This worker waits for the answer and writes it itself. Writing it from the thread
+    // This thread (the connection's own, or a worker) waits for the answer and writes it
+    // itself. Writing it from the thread
     // that releases it (the core or sync thread) saves a hand-off, but a write can wait on
     // the connection: for a pipelined earlier request's answer (tiny_http writes answers in
     // request order), or for a client that does not read. That thread would then stall the
@@ -408,6 +426,112 @@ mod tests {
         assert_eq!(rq.url(), "/other");
         let _ = rq.respond(tiny_http::Response::from_string("queued"));
         assert!(read_answer(&mut c).ends_with("queued"));
+    }
+
+    /// On a node that does not forward, an API request whose body is in memory (none, or a
+    /// small one) is answered on its connection's thread through the core, with no worker
+    /// running; a large or chunked body is left for the workers.
+    #[test]
+    fn api_requests_with_their_body_in_memory_are_answered_on_the_connection_thread() {
+        use std::io::Write;
+        let (tx, rx) = std::sync::mpsc::channel::<crate::runtime::Msg>();
+        // The core: answers each request with its path and body length.
+        std::thread::spawn(move || {
+            while let Ok(m) = rx.recv() {
+                if let crate::runtime::Msg::Request(req, answer) = m {
+                    let body = serde_json::json!({"path": req.path, "len": req.body.len()});
+                    let _ = answer.send(Response::json(req.id, 200, body));
+                }
+            }
+        });
+        let opts = Arc::new(ApiOptions {
+            max_body: 1 << 20,
+            threads: 4,
+            limits: tiny_http::ConnectionLimits::default(),
+        });
+        let listener = bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let core = Core::from_sender(tx);
+        let server = Server::from_listener_with_inline(
+            listener,
+            None,
+            None,
+            opts.limits,
+            Some(answer_inline(core.clone(), opts.clone())),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut c = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let read_answer = |c: &mut std::net::TcpStream, end: &str| {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 512];
+            while !String::from_utf8_lossy(&got).ends_with(end) {
+                let n = c.read(&mut buf).unwrap_or_else(|e| panic!("{e}"));
+                assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..n]);
+            }
+            String::from_utf8_lossy(&got).into_owned()
+        };
+        // No body, then a small one: answered although no worker calls recv().
+        c.write_all(b"GET /v1/kv1/a HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let a = read_answer(&mut c, "}");
+        assert!(a.contains("\"path\":\"kv1/a\""), "{a}");
+        assert!(
+            a.to_ascii_lowercase().contains("cache-control: no-store"),
+            "{a}"
+        );
+        c.write_all(b"PUT /v1/kv1/b HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\n\r\n{\"v\":1}")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let a = read_answer(&mut c, "}");
+        assert!(a.contains("\"len\":7"), "{a}");
+        assert!(matches!(server.try_recv(), Ok(None)));
+        // A body larger than what is read with the head, and a chunked one: for the workers.
+        let big = vec![b'x'; 2000];
+        c.write_all(
+            format!(
+                "PUT /v1/kv1/c HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+                big.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        c.write_all(&big).unwrap_or_else(|e| panic!("{e}"));
+        let rq = server
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("the large body was not queued"));
+        assert_eq!(rq.url(), "/v1/kv1/c");
+        assert!(!rq.body_in_memory());
+        handle(rq, &core, &opts);
+        let a = read_answer(&mut c, "}");
+        assert!(a.contains("\"len\":2000"), "{a}");
+        c.write_all(
+            b"PUT /v1/kv1/d HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let rq = server
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("the chunked body was not queued"));
+        assert_eq!(rq.url(), "/v1/kv1/d");
+    }
+
+    #[test]
+    fn inline_places_leave_half_the_connections_free() {
+        let opts = |threads, max_connections| ApiOptions {
+            max_body: 1,
+            threads,
+            limits: tiny_http::ConnectionLimits {
+                max_connections,
+                ..Default::default()
+            },
+        };
+        assert_eq!(inline_places(&opts(32, 1000)), 32);
+        assert_eq!(inline_places(&opts(32, 20)), 10);
+        assert_eq!(inline_places(&opts(0, 1000)), 1);
+        assert_eq!(inline_places(&opts(4, 1)), 1);
     }
 
     #[test]

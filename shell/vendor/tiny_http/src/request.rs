@@ -69,6 +69,9 @@ pub struct Request {
 
     body_length: Option<usize>,
 
+    // Cairn patch: the body (if any) was read into memory before the request was built.
+    body_in_memory: bool,
+
     // true if a `100 Continue` response must be sent when `as_reader()` is called
     must_send_continue: bool,
 
@@ -183,6 +186,14 @@ where
         }
     };
 
+    // Cairn patch: whether the reader below holds the whole body in memory (or there is none),
+    // so reading it cannot wait on the client.
+    let body_in_memory = !connection_upgrade
+        && match content_length {
+            Some(n) => n == 0 || (n <= 1024 && !expects_continue),
+            None => transfer_encoding.is_none(),
+        };
+
     // we wrap `source_data` around a reading whose nature depends on the transfer-encoding and
     // content-length headers
     let reader = if connection_upgrade {
@@ -236,6 +247,7 @@ where
         http_version: version,
         headers,
         body_length: content_length,
+        body_in_memory,
         must_send_continue: expects_continue,
         notify_when_responded: None,
     })
@@ -278,6 +290,14 @@ impl Request {
     #[inline]
     pub fn body_length(&self) -> Option<usize> {
         self.body_length
+    }
+
+    /// Cairn patch: whether the request's body is already in memory (small bodies are read
+    /// with the head) or there is none: reading it through [`Request::as_reader`] cannot wait
+    /// on the client. False for a large, chunked or `Expect: 100-continue` body.
+    #[inline]
+    pub fn body_in_memory(&self) -> bool {
+        self.body_in_memory
     }
 
     /// Returns the address of the client that sent this request.
