@@ -186,22 +186,15 @@ where
         }
     };
 
-    // Cairn patch: whether the reader below holds the whole body in memory (or there is none),
-    // so reading it cannot wait on the client.
-    let body_in_memory = !connection_upgrade
-        && match content_length {
-            Some(n) => n == 0 || (n <= 1024 && !expects_continue),
-            None => transfer_encoding.is_none(),
-        };
-
     // we wrap `source_data` around a reading whose nature depends on the transfer-encoding and
-    // content-length headers
-    let reader = if connection_upgrade {
+    // content-length headers (Cairn patch: and say whether that reader holds the whole body in
+    // memory, or there is none, so that reading it cannot wait on the client)
+    let (reader, body_in_memory) = if connection_upgrade {
         // if we have a `Connection: upgrade`, always keeping the whole reader
-        Box::new(source_data) as Box<dyn Read + Send + 'static>
+        (Box::new(source_data) as Box<dyn Read + Send + 'static>, false)
     } else if let Some(content_length) = content_length {
         if content_length == 0 {
-            Box::new(io::empty()) as Box<dyn Read + Send + 'static>
+            (Box::new(io::empty()) as Box<dyn Read + Send + 'static>, true)
         } else if content_length <= 1024 && !expects_continue {
             // if the content-length is small enough, we just read everything into a buffer
 
@@ -221,20 +214,20 @@ where
                 offset += read;
             }
 
-            Box::new(Cursor::new(buffer)) as Box<dyn Read + Send + 'static>
+            (Box::new(Cursor::new(buffer)) as Box<dyn Read + Send + 'static>, true)
         } else {
             let (data_reader, _) = EqualReader::new(source_data, content_length); // TODO:
-            Box::new(FusedReader::new(data_reader)) as Box<dyn Read + Send + 'static>
+            (Box::new(FusedReader::new(data_reader)) as Box<dyn Read + Send + 'static>, false)
         }
     } else if transfer_encoding.is_some() {
         // if a transfer-encoding was specified, then "chunked" is ALWAYS applied
         // over the message (RFC2616 #3.6)
-        Box::new(FusedReader::new(Decoder::new(source_data))) as Box<dyn Read + Send + 'static>
+        (Box::new(FusedReader::new(Decoder::new(source_data))) as Box<dyn Read + Send + 'static>, false)
     } else {
         // if we have neither a Content-Length nor a Transfer-Encoding,
         // assuming that we have no data
         // TODO: could also be multipart/byteranges
-        Box::new(io::empty()) as Box<dyn Read + Send + 'static>
+        (Box::new(io::empty()) as Box<dyn Read + Send + 'static>, true)
     };
 
     Ok(Request {
