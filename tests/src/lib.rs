@@ -562,6 +562,11 @@ impl Server {
         }
     }
 
+    /// The server process's PID (0 when this handle started none).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
     /// Makes `dir` live as long as this server: it is removed after the process is killed.
     pub fn own(&mut self, dir: TempDir) {
         self.owned.push(dir);

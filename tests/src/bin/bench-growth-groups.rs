@@ -205,11 +205,7 @@ fn main() {
         );
         assert_eq!(r.status, 204, "group mapping: {}", r.errors());
     }
-    let pids = [
-        std::process::id(),
-        s.child.as_ref().map(|c| c.id()).unwrap_or(0),
-        slapd,
-    ];
+    let pids = [std::process::id(), s.pid(), slapd];
 
     let mut table = Table::new(
         "growth-groups",

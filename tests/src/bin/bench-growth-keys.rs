@@ -25,10 +25,6 @@ use cairn_tests::{free_port_pair, replbench, tmpdir, Server};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-fn pid(s: &Server) -> u32 {
-    s.child.as_ref().map(|c| c.id()).unwrap_or(0)
-}
-
 fn main() {
     if std::env::var_os("CAIRN_E2E_LOG_LEVEL").is_none() {
         std::env::set_var("CAIRN_E2E_LOG_LEVEL", "info");
@@ -76,7 +72,7 @@ fn main() {
         s.restart();
         s.unseal();
         let reindex = bulk::reindex(&s);
-        let (_, reindex_peak) = rss_mib(pid(&s));
+        let (_, reindex_peak) = rss_mib(s.pid());
         eprintln!("{}: reindex {reindex:.2} s", short(n));
         let mut wrong = bulk::check_reads(&s, n, reads);
 
@@ -94,7 +90,7 @@ fn main() {
         }
         let serving = t.elapsed().as_secs_f64();
         wrong += bulk::check_reads(&s, n, reads);
-        let (rss, rss_peak) = rss_mib(pid(&s));
+        let (rss, rss_peak) = rss_mib(s.pid());
         table.row(vec![
             n.to_string(),
             num(load, 1),

@@ -62,7 +62,6 @@ fn main() {
     let nice: Option<i32> = std::env::var("BENCH_SECONDARY_NICE")
         .ok()
         .and_then(|v| v.parse().ok());
-    let pid = |s: &Server| s.child.as_ref().map(|c| c.id()).unwrap_or(0);
     assert_eq!(
         p.post("sys/mounts/secret", json!({"type": "kv"})).status,
         204
@@ -104,7 +103,7 @@ fn main() {
             let mut s = licensed_with(&format!("growth-sec-{id}"), &ports, &tuning).0;
             if let Some(n) = nice {
                 let ok = std::process::Command::new("renice")
-                    .args(["-n", &n.to_string(), "-p", &pid(&s).to_string()])
+                    .args(["-n", &n.to_string(), "-p", &s.pid().to_string()])
                     .output()
                     .map(|o| o.status.success())
                     .unwrap_or(false);
@@ -118,14 +117,14 @@ fn main() {
             secs_.push(s);
         }
         eprintln!("{n} secondaries: {clients} writers for {secs} s");
-        let cpu_p0 = cpu_secs(pid(&p));
-        let cpu_s0: f64 = secs_.iter().map(|s| cpu_secs(pid(s))).sum();
+        let cpu_p0 = cpu_secs(p.pid());
+        let cpu_s0: f64 = secs_.iter().map(|s| cpu_secs(s.pid())).sum();
         let phase = Instant::now();
         let (tput, p50, p99, errs) = concurrent_writes(&p, &format!("tput{n}"), clients, secs);
         // The writes acknowledged in the phase (the rate is over the same span).
         let writes = (tput * phase.elapsed().as_secs_f64()).max(1.0);
-        let cpu_p = (cpu_secs(pid(&p)) - cpu_p0) * 1e6 / writes;
-        let cpu_s = (secs_.iter().map(|s| cpu_secs(pid(s))).sum::<f64>() - cpu_s0) * 1e6 / writes;
+        let cpu_p = (cpu_secs(p.pid()) - cpu_p0) * 1e6 / writes;
+        let cpu_s = (secs_.iter().map(|s| cpu_secs(s.pid())).sum::<f64>() - cpu_s0) * 1e6 / writes;
         let t = Instant::now();
         for s in &secs_ {
             wait("catch-up", 600, || synced(&p, s));

@@ -641,7 +641,7 @@ fn main() {
         })
     };
 
-    let cairn_pid = s.child.as_ref().map(|c| c.id()).unwrap_or(0);
+    let cairn_pid = s.pid();
     let pids = Pids([std::process::id(), cairn_pid, d.pid()]);
     let (mut direct, mut cairn) = (Run::default(), Run::default());
     // BENCH_ONLY=cairn runs only Cairn's login phases (for profiling Cairn).
