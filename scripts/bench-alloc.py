@@ -20,6 +20,8 @@ import tempfile
 import time
 import urllib.request
 
+from benchlib import free_port_pair
+
 CAIRN = os.environ["CAIRN_BIN"]
 LOAD = os.environ["BENCH_LOAD"]
 secs = sys.argv[1] if len(sys.argv) > 1 else "5"
@@ -52,7 +54,8 @@ def wait_up(port):
 def main():
     homes, servers = [], []
     try:
-        for name, port, purge in (("server's setting (0)", 18300, None), ("mimalloc default (1000)", 18310, "1000")):
+        for name, purge in (("server's setting (0)", None), ("mimalloc default (1000)", "1000")):
+            port = free_port_pair()
             env = dict(os.environ)
             env.pop("MIMALLOC_PURGE_DELAY", None)
             if purge:

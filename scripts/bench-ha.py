@@ -21,13 +21,14 @@ cores stays small; the failover trials' writers are Python threads (their rate i
 """
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+
+from benchlib import free_port_pair
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("CAIRN_BIN") or os.path.join(ROOT, "target", "release", "cairn")
@@ -123,23 +124,6 @@ def call1(port, method, path, token="", body=None, timeout=10.0):
             return st, {"raw": data[:200].decode("latin-1")}
     finally:
         c.close()
-
-
-def free_port_pair():
-    for _ in range(200):
-        p = random.randint(20000, 30000)
-        ok = True
-        for q in (p, p + 1):
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", q))
-            except OSError:
-                ok = False
-            finally:
-                s.close()
-        if ok:
-            return p
-    raise RuntimeError("no free port pair")
 
 
 def pct(v, p):
