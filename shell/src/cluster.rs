@@ -13,7 +13,7 @@
 //!
 //! TLS: a node serves its cluster listener in plain HTTP until it becomes a primary; the core
 //! then hands over a certificate issued by the cluster CA (`Output::ClusterTls`) and the
-//! listener is rebound with TLS. Secondaries pin the cluster CA from their activation
+//! listener accepts TLS from then on, without closing its socket. Secondaries pin the cluster CA from their activation
 //! credential (no system roots), and prove themselves with their secret on every request.
 
 use crate::runtime::{Core, Msg};
@@ -32,8 +32,7 @@ pub const PATH: &str = "/v1/cluster/replication";
 /// Longest a peer call may take in all (large Merkle sync batches).
 const PEER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest the answer may take to start: a long poll is held a few seconds at most, so a
-/// call that hears nothing for this long (e.g. it reached a listener mid-switch to TLS) is
-/// dropped and retried.
+/// call that hears nothing for this long is dropped and retried.
 const PEER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a connection (TCP and TLS handshake) may take.
 const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -41,18 +40,14 @@ const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const MAX_BODY: u64 = 256 << 20;
 
 /// The cluster listener: plain HTTP until the node hands it a certificate (it became a
-/// primary), then HTTPS with the cluster CA's certificate. Workers pick up the current server
-/// on every wait, so a switch needs no restart of the process.
+/// primary or an HA cluster's active node), then HTTPS with the cluster CA's certificate.
+/// The switch happens in place ([`tiny_http::Server::set_ssl`]): the socket stays bound, so
+/// a peer connecting during it is never refused or reset, and connections accepted before
+/// it are served to their end.
 struct Listener {
     addr: String,
-    /// Connection limits (the listener stanza's), kept across the switch to TLS.
-    limits: tiny_http::ConnectionLimits,
-    /// Answers forwarded requests on their connection's thread ([`forward_inline`]).
-    inline: tiny_http::Inline,
-    current: Mutex<Option<Arc<Server>>>,
+    server: Arc<Server>,
     cert: Mutex<Option<Vec<u8>>>,
-    /// Held while switching, so switches run one at a time.
-    switching: Mutex<()>,
 }
 
 static LISTENER: OnceLock<Arc<Listener>> = OnceLock::new();
@@ -68,13 +63,12 @@ pub fn serve(
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let inline = forward_inline(core.clone());
     let server = Server::from_listener_with_inline(
         listener,
         None,
         Some(crate::framing::head_check),
         limits,
-        Some(inline.clone()),
+        Some(forward_inline(core.clone())),
     )
     .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = server
@@ -83,31 +77,22 @@ pub fn serve(
         .ok_or_else(|| format!("cluster listener on {addr} has no IP address"))?;
     let l = Arc::new(Listener {
         addr: local.to_string(),
-        limits,
-        inline,
-        current: Mutex::new(Some(Arc::new(server))),
+        server: Arc::new(server),
         cert: Mutex::new(None),
-        switching: Mutex::new(()),
     });
     let _ = LISTENER.set(l.clone());
     for i in 0..threads.max(1) {
         let core = core.clone();
-        let l = l.clone();
+        let server = l.server.clone();
         std::thread::Builder::new()
             .name(format!("cairn-cluster-{i}"))
             .spawn(move || loop {
-                let srv = l.current.lock().ok().and_then(|g| g.clone());
-                let Some(srv) = srv else {
-                    std::thread::sleep(Duration::from_millis(20));
-                    continue;
-                };
-                match srv.recv_timeout(Duration::from_millis(200)) {
-                    Ok(Some(rq)) => {
-                        drop(srv);
-                        handle(rq, &core)
+                match server.recv() {
+                    Ok(rq) => handle(rq, &core),
+                    Err(e) => {
+                        log::warn!("cluster accept error: {e}");
+                        std::thread::sleep(Duration::from_millis(20));
                     }
-                    Ok(None) => {}
-                    Err(e) => log::warn!("cluster accept error: {e}"),
                 }
             })
             .map_err(|e| e.to_string())?;
@@ -115,57 +100,30 @@ pub fn serve(
     Ok(local)
 }
 
-/// Switches the cluster listener to TLS with `t` (on its own thread: rebinding waits for the
-/// old socket to close).
+/// Switches the cluster listener to TLS with `t` (connections accepted from now on).
 pub fn use_tls(t: cairn_core::replication::tls::ClusterTls) {
-    let Some(l) = LISTENER.get().cloned() else {
+    let Some(l) = LISTENER.get() else {
         return;
     };
-    let cert = t.cert_pem.clone().into_bytes();
-    let spawned = std::thread::Builder::new()
-        .name("cairn-cluster-tls".into())
-        .spawn(move || {
-            let _one_at_a_time = l.switching.lock();
-            if l.cert.lock().ok().and_then(|c| c.clone()).as_deref() == Some(cert.as_slice()) {
-                return;
-            }
-            let old = l.current.lock().ok().and_then(|mut g| g.take());
-            drop(old);
-            for _ in 0..200 {
-                let bound = crate::http::nodelay_listener(l.addr.as_str()).and_then(|sock| {
-                    Server::from_listener_with_inline(
-                        sock,
-                        Some(tiny_http::SslConfig {
-                            certificate: cert.clone(),
-                            private_key: t.key_pem.clone().into_bytes(),
-                        }),
-                        Some(crate::framing::head_check),
-                        l.limits,
-                        Some(l.inline.clone()),
-                    )
-                    .map_err(|e| e.to_string())
-                });
-                match bound {
-                    Ok(s) => {
-                        if let Ok(mut g) = l.current.lock() {
-                            *g = Some(Arc::new(s));
-                        }
-                        if let Ok(mut c) = l.cert.lock() {
-                            *c = Some(cert);
-                        }
-                        log::info!("cluster listener on {} now serves TLS", l.addr);
-                        return;
-                    }
-                    Err(e) => {
-                        log::debug!("cluster TLS listener not bound yet: {e}");
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                }
-            }
-            log::error!("cannot rebind the cluster listener on {} with TLS", l.addr);
-        });
-    if let Err(e) = spawned {
-        log::error!("cannot start the cluster TLS switch: {e}");
+    let Ok(mut cert) = l.cert.lock() else {
+        return;
+    };
+    let pem = t.cert_pem.into_bytes();
+    if cert.as_deref() == Some(pem.as_slice()) {
+        return;
+    }
+    match l.server.set_ssl(tiny_http::SslConfig {
+        certificate: pem.clone(),
+        private_key: t.key_pem.into_bytes(),
+    }) {
+        Ok(()) => {
+            *cert = Some(pem);
+            log::info!("cluster listener on {} now serves TLS", l.addr);
+        }
+        Err(e) => log::error!(
+            "cannot serve TLS on the cluster listener on {}: {e}",
+            l.addr
+        ),
     }
 }
 

@@ -26,7 +26,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// Longest a forward's connection (TCP and TLS handshake) may take before it is tried again:
-/// short, because one that hangs (a listener switching to TLS) never sent the request.
+/// short, because one that hangs never sent the request.
 const FORWARD_CONNECT_TIMEOUT: Duration = Duration::from_millis(750);
 
 /// Path of the forwarding endpoint on the cluster listener.
@@ -329,8 +329,8 @@ fn post_forward(f: &cairn_core::node::Forward) -> Result<Response, String> {
         ),
     };
     // A connection that fails before the request could be sent (refused, or no TLS
-    // handshake: a listener switching to TLS) is tried again; once the request may have
-    // been sent it never is.
+    // handshake: an active node that has no certificate yet) is tried again; once the
+    // request may have been sent it never is.
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -353,6 +353,9 @@ fn post_forward(f: &cairn_core::node::Forward) -> Result<Response, String> {
 /// Whether the call failed before its request could have left: while connecting.
 fn not_sent(e: &ureq::Error) -> bool {
     use ureq::Error;
+    if crate::connecting::while_connecting(e) {
+        return true;
+    }
     match e {
         Error::Timeout(t) => matches!(t, ureq::Timeout::Connect | ureq::Timeout::Resolve),
         Error::ConnectionFailed | Error::HostNotFound => true,

@@ -40,11 +40,6 @@ pub fn bind(addr: &str) -> std::io::Result<std::net::TcpListener> {
     Ok(l)
 }
 
-/// [`bind`] with the error as a message.
-pub fn nodelay_listener(addr: &str) -> Result<std::net::TcpListener, String> {
-    bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))
-}
-
 /// Serves the bound `listener` (TLS when `tls` is given) on worker threads. Connections made
 /// since it was bound wait in its backlog until then.
 pub fn serve(

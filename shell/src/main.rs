@@ -10,6 +10,7 @@ mod audit_file;
 mod cli;
 mod cluster;
 mod config;
+mod connecting;
 mod framing;
 mod ha;
 mod http;

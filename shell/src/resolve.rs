@@ -13,7 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use ureq::config::Config;
 use ureq::http::Uri;
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+use ureq::unversioned::transport::NextTimeout;
 
 /// Takes an IP address in the URL as it is; resolves host names with ureq's resolver.
 #[derive(Debug, Default)]
@@ -58,11 +58,12 @@ pub fn literal_addr(uri: &Uri) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, port))
 }
 
-/// An agent of `config` that resolves with [`LiteralResolver`].
+/// An agent of `config` that resolves with [`LiteralResolver`] and marks the errors of
+/// connecting ([`crate::connecting`]).
 pub fn agent(config: Config) -> ureq::Agent {
     ureq::Agent::with_parts(
         config,
-        DefaultConnector::default(),
+        crate::connecting::Connecting::default(),
         LiteralResolver::default(),
     )
 }

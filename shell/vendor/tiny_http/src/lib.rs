@@ -39,7 +39,7 @@
 //! `server.recv()` on all of them. Like this:
 //!
 //! ```no_run
-//! # use std::sync::Arc;
+//! # use std::sync::{Arc, RwLock};
 //! # use std::thread;
 //! # let server = tiny_http::Server::http("0.0.0.0:0").unwrap();
 //! let server = Arc::new(server);
@@ -104,7 +104,7 @@ use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::thread;
 use std::time::Duration;
 
@@ -157,7 +157,16 @@ pub struct Server {
 
     // result of TcpListener::local_addr()
     listening_addr: ListenAddr,
+
+    // Cairn patch: the TLS context new connections are accepted with (none: plain HTTP);
+    // replaced in place by `Server::set_ssl`, without rebinding the listener.
+    ssl: Arc<RwLock<Option<Arc<SslContext>>>>,
 }
+
+#[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
+type SslContext = ();
+#[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+type SslContext = crate::ssl::SslContextImpl;
 
 enum Message {
     Error(IoError),
@@ -310,25 +319,11 @@ impl Server {
         compile_error!(
             "Features 'ssl-openssl' and 'ssl-rustls' must not be enabled at the same time"
         );
-        #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-        type SslContext = ();
-        #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-        type SslContext = crate::ssl::SslContextImpl;
-        let ssl: Option<SslContext> = {
-            match ssl_config {
-                #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                Some(config) => Some(SslContext::from_pem(
-                    config.certificate,
-                    Zeroizing::new(config.private_key),
-                )?),
-                #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-                Some(_) => return Err(
-                    "Building a server with SSL requires enabling the `ssl` feature in tiny-http"
-                        .into(),
-                ),
-                None => None,
-            }
-        };
+        let ssl: Arc<RwLock<Option<Arc<SslContext>>>> = Arc::new(RwLock::new(match ssl_config {
+            Some(config) => Some(Arc::new(ssl_context(config)?)),
+            None => None,
+        }));
+        let inside_ssl = ssl.clone();
 
         // creating a task where server.accept() is continuously called
         // and ClientConnection objects are pushed in the messages queue
@@ -357,6 +352,8 @@ impl Server {
                                 continue;
                             }
                         };
+                        // Cairn patch: the context as it is now (see `Server::set_ssl`).
+                        let ssl = inside_ssl.read().ok().and_then(|g| g.clone());
                         let (read_closable, write_closable) = match ssl {
                             None => RefinedTcpStream::new(sock),
                             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
@@ -436,7 +433,22 @@ impl Server {
             messages,
             close: close_trigger,
             listening_addr: local_addr,
+            ssl,
         })
+    }
+
+    /// Cairn patch: from now on, connections are accepted with TLS using `config` (a
+    /// server that served plain HTTP starts serving HTTPS; one that served HTTPS changes
+    /// its certificate). The listening socket stays open, so no connection attempt is
+    /// refused or reset by the change; connections accepted before it keep what they had.
+    pub fn set_ssl(&self, config: SslConfig) -> Result<(), Box<dyn Error + Send + Sync + 'static>> {
+        let context = Arc::new(ssl_context(config)?);
+        let mut slot = self
+            .ssl
+            .write()
+            .map_err(|_| "the TLS context lock is poisoned")?;
+        *slot = Some(context);
+        Ok(())
     }
 
     /// Returns an iterator for all the incoming requests.
@@ -491,6 +503,19 @@ impl Server {
     /// This method allows graceful shutdown of server.
     pub fn unblock(&self) {
         self.messages.unblock();
+    }
+}
+
+/// Builds the TLS context of `config`.
+fn ssl_context(config: SslConfig) -> Result<SslContext, Box<dyn Error + Send + Sync + 'static>> {
+    #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+    {
+        SslContext::from_pem(config.certificate, Zeroizing::new(config.private_key))
+    }
+    #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
+    {
+        let _ = config;
+        Err("Building a server with SSL requires enabling the `ssl` feature in tiny-http".into())
     }
 }
 
