@@ -14,7 +14,11 @@
 # stack exhaustion, timeouts and memory blow-ups are what we look for; `address` works on
 # nightly), FUZZ_TIMEOUT (seconds per input, default 20), FUZZ_RSS_MB (default 2048),
 # FUZZ_RUNS (stop a target once it has run this many inputs, within SECONDS: a campaign that
-# only has to show 10^6 executions within 900 s can stop there and leave the CPU to others).
+# only has to show 10^6 executions within 900 s can stop there and leave the CPU to others),
+# FUZZ_JOBS (default 1: fuzzer processes per target, libFuzzer's `-jobs=N -workers=N`; each
+# runs the whole SECONDS on the shared corpus, picking up the others' new inputs; a target's
+# executions are the sum of its workers', FUZZ_RUNS is split among them; logs
+# target/fuzz-logs/<target>/fuzz-<i>.log).
 #
 # A target may be built with options of its own (`target_opts` below), into a build directory
 # of its own ($CARGO_TARGET_DIR/fuzz-<options>), so the others keep theirs.
@@ -121,19 +125,43 @@ for t in "${run[@]}"; do
     echo "fuzz: $t for ${secs}s" >&2
     opts=$(target_opts "$t")
     tdir=$(target_dir "$t")
+    jobs=${FUZZ_JOBS:-1}
     set +e
     t0=$SECONDS
-    # shellcheck disable=SC2086 # the options are words
-    CARGO_TARGET_DIR=$tdir cargo ${toolchain:+"$toolchain"} fuzz run "${flags[@]}" $opts "$t" "${dirs[@]}" -- \
-        -max_total_time="$secs" ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"} -print_final_stats=1 -artifact_prefix="$artifacts/" \
-        -timeout="${FUZZ_TIMEOUT:-20}" -rss_limit_mb="${FUZZ_RSS_MB:-2048}" >"$log" 2>&1
-    rc=$?
+    if [ "$jobs" -le 1 ]; then
+        # shellcheck disable=SC2086 # the options are words
+        CARGO_TARGET_DIR=$tdir cargo ${toolchain:+"$toolchain"} fuzz run "${flags[@]}" $opts "$t" "${dirs[@]}" -- \
+            -max_total_time="$secs" ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"} -print_final_stats=1 -artifact_prefix="$artifacts/" \
+            -timeout="${FUZZ_TIMEOUT:-20}" -rss_limit_mb="${FUZZ_RSS_MB:-2048}" >"$log" 2>&1
+        rc=$?
+        logs=("$log")
+    else
+        # Workers write fuzz-<i>.log in the current directory.
+        wdir="$ROOT/target/fuzz-logs/$t"
+        rm -rf "$wdir" && mkdir -p "$wdir"
+        # shellcheck disable=SC2086 # the options are words
+        (cd "$wdir" && CARGO_TARGET_DIR=$tdir cargo ${toolchain:+"$toolchain"} fuzz run --fuzz-dir "$FUZZ_DIR" "${flags[@]}" $opts "$t" "${dirs[@]}" -- \
+            -jobs="$jobs" -workers="$jobs" \
+            -max_total_time="$secs" ${FUZZ_RUNS:+-runs="$((FUZZ_RUNS / jobs + 1))"} -print_final_stats=1 -artifact_prefix="$artifacts/" \
+            -timeout="${FUZZ_TIMEOUT:-20}" -rss_limit_mb="${FUZZ_RSS_MB:-2048}") >"$log" 2>&1
+        rc=$?
+        logs=("$wdir"/fuzz-*.log)
+        # A worker that crashed fails the target even if the parent said nothing.
+        if [ $rc -eq 0 ] && grep -lqE "ERROR: libFuzzer|panicked at|Test unit written to" "${logs[@]}" 2>/dev/null; then
+            rc=1
+        fi
+        cat "${logs[@]}" >>"$log" 2>/dev/null
+    fi
     took=$((SECONDS - t0))
     set -e
-    execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$' || true)
-    if [ -z "$execs" ]; then
-        execs=$(grep -oE '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1 | grep -oE '[0-9]+' || true)
-    fi
+    execs=
+    for l in "${logs[@]}"; do
+        n=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$l" | tail -1 | grep -oE '[0-9]+$' || true)
+        if [ -z "$n" ]; then
+            n=$(grep -oE '^#[0-9]+[[:space:]]+DONE' "$l" | tail -1 | grep -oE '[0-9]+' || true)
+        fi
+        [ -n "$n" ] && execs=$((${execs:-0} + n))
+    done
     execs=${execs:-?}
     if [ $rc -ne 0 ]; then
         failed=$((failed + 1))
@@ -148,7 +176,7 @@ for t in "${run[@]}"; do
             echo "      cp $repro core/fuzz/corpus/$t/" >&2
         fi
     else
-        summary+=("$(printf '%-20s %12s execs in %4d s  ok' "$t" "$execs" "$took")")
+        summary+=("$(printf '%-20s %12s execs in %4d s  ok%s' "$t" "$execs" "$took" "$([ "$jobs" -gt 1 ] && echo " ($jobs workers)")")")
     fi
 done
 

@@ -10,6 +10,9 @@
 //! * `bench-load latency ACTIVE STANDBY TOKEN SECONDS`: one client per node, interleaved
 //!   (PUT active, PUT standby, GET active, GET standby, ...), each GET checked against the
 //!   value just written: per kind (`wa`, `ws`, `ra`, `rs`) the ops, p50, p99 and errors.
+//! * `bench-load read-latency ADDR TOKEN SECONDS`: one client writes one key, then reads it
+//!   back for `SECONDS` (each answer checked): `{"ops", "p50", "p99", "errors", "first_error"}`
+//!   (for profiling one path on its own).
 
 use cairn_tests::keepalive::KeepAlive;
 use cairn_tests::loadgen::{self, MakeOp, Op};
@@ -22,7 +25,8 @@ const VALUE: &str = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx
 fn usage() -> ! {
     eprintln!(
         "usage: bench-load kv-put ADDR TOKEN CLIENTS SECONDS\n       \
-         bench-load latency ACTIVE STANDBY TOKEN SECONDS"
+         bench-load latency ACTIVE STANDBY TOKEN SECONDS\n       \
+         bench-load read-latency ADDR TOKEN SECONDS"
     );
     std::process::exit(2)
 }
@@ -44,6 +48,9 @@ fn main() {
         ),
         Some("latency") if args.len() == 5 => {
             latency(&args[1], &args[2], &args[3], arg::<f64>(&args, 4))
+        }
+        Some("read-latency") if args.len() == 4 => {
+            read_latency(&args[1], &args[2], arg::<f64>(&args, 3))
         }
         _ => usage(),
     };
@@ -179,4 +186,33 @@ fn latency(active: &str, standby: &str, token: &str, secs: f64) -> Value {
     }
     let [wa, ws, ra, rs] = kinds;
     json!({ "wa": wa.summary(), "ws": ws.summary(), "ra": ra.summary(), "rs": rs.summary() })
+}
+
+fn read_latency(addr: &str, token: &str, secs: f64) -> Value {
+    let mut c = KeepAlive::new(addr, Duration::from_secs(10));
+    let headers = [
+        ("X-Vault-Token", token),
+        ("Content-Type", "application/json"),
+    ];
+    let body = json!({ "value": VALUE }).to_string().into_bytes();
+    let path = "/v1/kv/read-latency";
+    let mut kind = Kind::default();
+    if let Err(e) = c.call("PUT", path, &headers, &body) {
+        kind.record(Instant::now(), Err(e));
+        return kind.summary();
+    }
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    while Instant::now() < end {
+        let t0 = Instant::now();
+        let r = c.call("GET", path, &headers, b"").and_then(|r| {
+            let v: Value =
+                serde_json::from_slice(&r.body).map_err(|e| format!("GET {path}: {e}"))?;
+            match (r.status, v["data"]["value"].as_str()) {
+                (200, Some(VALUE)) => Ok(()),
+                (s, _) => Err(format!("GET {path}: {s} {v}")),
+            }
+        });
+        kind.record(t0, r);
+    }
+    kind.summary()
 }
