@@ -95,6 +95,21 @@ pub trait Storage {
             .take(limit)
             .collect())
     }
+    /// [`Storage::scan_after`] handing each row to `visit` as it is read instead of
+    /// collecting copies (a bulk scan's rows are hashed once and dropped); returns how many
+    /// rows it visited. Engines that can lend rows override it.
+    fn visit_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        visit: &mut dyn FnMut(&str, &[u8]),
+    ) -> Result<usize, StorageError> {
+        let rows = self.scan_after(after, limit)?;
+        for (k, v) in &rows {
+            visit(k, v);
+        }
+        Ok(rows.len())
+    }
     /// How many keys are stored.
     fn count(&self) -> Result<u64, StorageError> {
         Ok(self.scan("")?.len() as u64)

@@ -743,6 +743,36 @@ impl Storage for SqliteStorage {
         Ok(out)
     }
 
+    fn visit_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        visit: &mut dyn FnMut(&str, &[u8]),
+    ) -> Result<usize, StorageError> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT key, value FROM kv WHERE key > ?1 ORDER BY key LIMIT ?2")
+            .map_err(err)?;
+        let from: &[u8] = after.map(|a| a.as_bytes()).unwrap_or(&[]);
+        let mut rows = st.query(params![from, limit as i64]).map_err(err)?;
+        let mut n = 0;
+        // Each row is borrowed from SQLite's cursor until the next step: no copy of the key
+        // or the value (a key that is not UTF-8, which the core never writes, is converted
+        // as `scan_after` converts it).
+        while let Some(row) = rows.next().map_err(err)? {
+            let bytes = |i: usize| -> Result<&[u8], StorageError> {
+                row.get_ref(i)
+                    .map_err(err)?
+                    .as_bytes()
+                    .map_err(|e| StorageError::Io(e.to_string()))
+            };
+            let (k, v) = (bytes(0)?, bytes(1)?);
+            visit(&String::from_utf8_lossy(k), v);
+            n += 1;
+        }
+        Ok(n)
+    }
+
     fn count(&self) -> Result<u64, StorageError> {
         let mut st = self
             .conn

@@ -165,6 +165,17 @@ impl Storage for ShellStorage {
             ShellStorage::Postgres(p) => p.scan_after(after, limit),
         }
     }
+    fn visit_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        visit: &mut dyn FnMut(&str, &[u8]),
+    ) -> Result<usize, StorageError> {
+        match self {
+            ShellStorage::Sqlite(s) => s.visit_after(after, limit, visit),
+            ShellStorage::Postgres(p) => p.visit_after(after, limit, visit),
+        }
+    }
     fn count(&self) -> Result<u64, StorageError> {
         match self {
             ShellStorage::Sqlite(s) => s.count(),

@@ -89,13 +89,22 @@ pub fn leaf(key: &str, value: &[u8]) -> Hash {
     crypto::sha256_parts(&[&(key.len() as u64).to_be_bytes(), key.as_bytes(), value])
 }
 
+/// The two big-endian 128-bit halves of a hash (high, low).
+fn halves(h: &Hash) -> (u128, u128) {
+    let (mut hi, mut lo) = ([0u8; 16], [0u8; 16]);
+    hi.copy_from_slice(&h[..16]);
+    lo.copy_from_slice(&h[16..]);
+    (u128::from_be_bytes(hi), u128::from_be_bytes(lo))
+}
+
+/// `a += b` mod 2^256, both read as big-endian numbers (two 128-bit words: a bulk rebuild
+/// adds one leaf per key).
 fn add(a: &mut Hash, b: &Hash) {
-    let mut carry = 0u16;
-    for i in (0..32).rev() {
-        let s = a[i] as u16 + b[i] as u16 + carry;
-        a[i] = s as u8;
-        carry = s >> 8;
-    }
+    let ((ah, al), (bh, bl)) = (halves(a), halves(b));
+    let (lo, carry) = al.overflowing_add(bl);
+    let hi = ah.wrapping_add(bh).wrapping_add(carry as u128);
+    a[..16].copy_from_slice(&hi.to_be_bytes());
+    a[16..].copy_from_slice(&lo.to_be_bytes());
 }
 
 fn sub(a: &mut Hash, b: &Hash) {
@@ -482,21 +491,18 @@ impl Trees {
         &mut self,
         rows: impl IntoIterator<Item = (TreeKind, &'a str, &'a [u8])>,
     ) {
-        let mut run: Option<(TreeKind, class::SubtreeRef<'a>)> = None;
-        let mut sub: Option<&mut Subtree> = None;
+        let mut bulk = self.bulk();
         for (tree, key, value) in rows {
-            let id = (tree, class::subtree_ref(key));
-            if run != Some(id) {
-                run = Some(id);
-                sub = Some(
-                    self.subtrees
-                        .entry((tree, class::subtree(key)))
-                        .or_default(),
-                );
-            }
-            if let Some(s) = sub.as_deref_mut() {
-                s.add_leaf(key, value);
-            }
+            bulk.add(tree, key, value);
+        }
+    }
+
+    /// A [`BulkAdd`] over `self`: [`Trees::add_bulk_sorted`] one row at a time, for rows
+    /// that are only lent (a storage cursor's).
+    pub fn bulk(&mut self) -> BulkAdd<'_> {
+        BulkAdd {
+            trees: self,
+            run: None,
         }
     }
 
@@ -544,6 +550,72 @@ impl Trees {
     /// The root of one tree restricted to the subtrees `include` accepts.
     pub fn root(&self, tree: TreeKind, include: &dyn Fn(&str) -> bool) -> Hash {
         combine_roots(&self.roots(tree, include))
+    }
+}
+
+/// Adds rows in key order to trees under bulk rebuild ([`Trees::add_bulk`]'s rule, hashes
+/// recomputed by [`Trees::finish`]); the rows need to live only for their call. The subtree
+/// of the current run of keys is held out of the map while the run lasts and put back when
+/// the next run starts or the adder is dropped.
+pub struct BulkAdd<'t> {
+    trees: &'t mut Trees,
+    run: Option<Run>,
+}
+
+/// The subtree a run of keys falls into, taken out of [`Trees::subtrees`].
+struct Run {
+    tree: TreeKind,
+    /// `(auth, uuid)` of a mount's subtree, `None` for the system subtree.
+    mount: Option<(bool, String)>,
+    id: SubtreeId,
+    subtree: Subtree,
+}
+
+impl Run {
+    fn holds(&self, tree: TreeKind, r: class::SubtreeRef<'_>) -> bool {
+        self.tree == tree
+            && match (r, &self.mount) {
+                (class::SubtreeRef::System, None) => true,
+                (class::SubtreeRef::Mount { auth, uuid }, Some((a, u))) => auth == *a && uuid == u,
+                _ => false,
+            }
+    }
+}
+
+impl BulkAdd<'_> {
+    /// Adds one stored key to the subtree of `tree` it belongs to.
+    pub fn add(&mut self, tree: TreeKind, key: &str, value: &[u8]) {
+        let r = class::subtree_ref(key);
+        if !self.run.as_ref().is_some_and(|run| run.holds(tree, r)) {
+            self.put_back();
+            let id = (tree, class::subtree(key));
+            let subtree = self.trees.subtrees.remove(&id).unwrap_or_default();
+            let mount = match r {
+                class::SubtreeRef::Mount { auth, uuid } => Some((auth, uuid.to_string())),
+                class::SubtreeRef::System => None,
+            };
+            self.run = Some(Run {
+                tree,
+                mount,
+                id,
+                subtree,
+            });
+        }
+        if let Some(run) = self.run.as_mut() {
+            run.subtree.add_leaf(key, value);
+        }
+    }
+
+    fn put_back(&mut self) {
+        if let Some(run) = self.run.take() {
+            self.trees.subtrees.insert(run.id, run.subtree);
+        }
+    }
+}
+
+impl Drop for BulkAdd<'_> {
+    fn drop(&mut self) {
+        self.put_back();
     }
 }
 
@@ -755,6 +827,48 @@ mod tests {
             runs.finish();
             per_key == runs
         }
+    }
+
+    /// The byte-wise sum the persisted sums were defined with.
+    fn add_bytewise(a: &mut Hash, b: &Hash) {
+        let mut carry = 0u16;
+        for i in (0..32).rev() {
+            let s = a[i] as u16 + b[i] as u16 + carry;
+            a[i] = s as u8;
+            carry = s >> 8;
+        }
+    }
+
+    quickcheck! {
+        /// The word-wise sum equals the byte-wise one (carries across the halves and out of
+        /// the top included), and `sub` undoes it.
+        fn add_equals_bytewise(a: Vec<u8>, b: Vec<u8>, fill: u8) -> bool {
+            let mut x = [fill; 32];
+            let mut y = [!fill; 32];
+            for (i, v) in a.iter().take(32).enumerate() { x[i] = *v; }
+            for (i, v) in b.iter().take(32).enumerate() { y[31 - i] = *v; }
+            let (mut words, mut bytes) = (x, x);
+            add(&mut words, &y);
+            add_bytewise(&mut bytes, &y);
+            let mut back = words;
+            sub(&mut back, &y);
+            words == bytes && back == x
+        }
+    }
+
+    #[test]
+    fn add_carries_across_words() {
+        let mut a = [0xff; 32];
+        let mut one = ZERO;
+        one[31] = 1;
+        add(&mut a, &one);
+        assert_eq!(a, ZERO);
+        let mut b = ZERO;
+        b[16..].copy_from_slice(&[0xff; 16]);
+        add(&mut b, &one);
+        let mut want = ZERO;
+        want[15] = 1;
+        assert_eq!(b, want);
     }
 
     #[test]

@@ -325,24 +325,17 @@ fn run_chunk(env: &mut Env) -> ApiResult<Option<Reply>> {
     if job.cursor.is_none() && job.done == 0 {
         job.total = env.storage.count()?;
     }
-    let batch = env.storage.scan_after(job.cursor.as_deref(), chunk)?;
     let uuids = &env.st.repl.local_uuids;
-    let job = env
-        .st
-        .repl
-        .jobs
-        .job
-        .as_mut()
-        .ok_or(ApiError::Internal("the background scan disappeared".into()))?;
-    let n = batch.len();
-    add_rows(&mut job.fresh, &batch, uuids);
+    let (n, last) = add_chunk(
+        &*env.storage,
+        job.cursor.as_deref(),
+        chunk,
+        &mut job.fresh,
+        uuids,
+    )?;
     job.done += n as u64;
-    if let Some((last, _)) = batch.last() {
-        job.cursor = Some(if last.starts_with(class::NODE_LOCAL) {
-            NODE_LOCAL_END.to_string()
-        } else {
-            last.clone()
-        });
+    if last.is_some() {
+        job.cursor = last;
     }
     if n < chunk {
         job.fresh.finish();
@@ -355,15 +348,38 @@ fn run_chunk(env: &mut Env) -> ApiResult<Option<Reply>> {
     Ok(None)
 }
 
-/// Adds a scanned chunk (in key order) to trees being rebuilt; node-local keys are in none.
-fn add_rows(trees: &mut Trees, rows: &[(String, Vec<u8>)], local_uuids: &BTreeSet<String>) {
-    trees.add_bulk_sorted(
-        rows.iter()
-            .filter_map(|(k, v)| match class::classify(k, local_uuids) {
-                Class::NodeLocal => None,
-                c => Some((tree_of(c), k.as_str(), v.as_slice())),
-            }),
-    );
+/// Reads up to `limit` keys after `after` into trees being rebuilt (node-local keys are in
+/// none), each row hashed as storage lends it; returns how many keys it read and the cursor
+/// after them (`None` when it read none).
+fn add_chunk(
+    storage: &dyn crate::storage::Storage,
+    after: Option<&str>,
+    limit: usize,
+    trees: &mut Trees,
+    local_uuids: &BTreeSet<String>,
+) -> Result<(usize, Option<String>), crate::storage::StorageError> {
+    let mut bulk = trees.bulk();
+    let mut last = String::new();
+    let n = storage.visit_after(after, limit, &mut |k, v| {
+        let c = class::classify(k, local_uuids);
+        if c != Class::NodeLocal {
+            bulk.add(tree_of(c), k, v);
+        }
+        last.clear();
+        last.push_str(k);
+    })?;
+    drop(bulk);
+    if n == 0 {
+        return Ok((0, None));
+    }
+    Ok((
+        n,
+        Some(if last.starts_with(class::NODE_LOCAL) {
+            NODE_LOCAL_END.to_string()
+        } else {
+            last
+        }),
+    ))
 }
 
 fn tree_of(c: Class) -> TreeKind {
@@ -819,18 +835,11 @@ pub(crate) fn rebuild(
     let mut trees = Trees::default();
     let mut cursor: Option<String> = None;
     loop {
-        let batch = storage.scan_after(cursor.as_deref(), CHUNK)?;
-        add_rows(&mut trees, &batch, local_uuids);
-        match batch.last() {
-            Some((last, _)) if batch.len() == CHUNK => {
-                cursor = Some(if last.starts_with(class::NODE_LOCAL) {
-                    NODE_LOCAL_END.to_string()
-                } else {
-                    last.clone()
-                });
-            }
-            _ => break,
+        let (n, last) = add_chunk(storage, cursor.as_deref(), CHUNK, &mut trees, local_uuids)?;
+        if n < CHUNK {
+            break;
         }
+        cursor = last;
     }
     trees.finish();
     Ok(trees)
