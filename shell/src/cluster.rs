@@ -598,6 +598,80 @@ pub fn node_settings(
 
 #[cfg(test)]
 mod tests {
+    use std::io::{BufRead, BufReader, Write};
+
+    /// A CA and a certificate for 127.0.0.1 signed by it (PEM: CA, then cert and key).
+    fn ca_and_cert() -> (String, String, String) {
+        let ca_key = rcgen::KeyPair::generate().expect("key");
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca.clone().self_signed(&ca_key).expect("ca");
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .expect("params")
+            .signed_by(&key, &issuer)
+            .expect("cert");
+        (ca_cert.pem(), cert.pem(), key.serialize_pem())
+    }
+
+    /// One GET on a plain keep-alive connection: the status line.
+    fn get_plain(conn: &mut BufReader<std::net::TcpStream>) -> std::io::Result<String> {
+        conn.get_mut()
+            .write_all(b"GET /x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n")?;
+        let mut status = String::new();
+        conn.read_line(&mut status)?;
+        let mut line = String::new();
+        while conn.read_line(&mut line)? > 2 {
+            line.clear();
+        }
+        let mut body = [0u8; 2];
+        std::io::Read::read_exact(conn, &mut body)?;
+        Ok(status)
+    }
+
+    /// The switch to TLS keeps the socket: a connection made before it is served to its
+    /// end in plain HTTP, one made after it gets TLS, and nothing in between is refused.
+    #[test]
+    fn the_listener_switches_to_tls_in_place() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server =
+            std::sync::Arc::new(tiny_http::Server::from_listener(listener, None).expect("server"));
+        let srv = server.clone();
+        std::thread::spawn(move || {
+            while let Ok(rq) = srv.recv() {
+                let _ = rq.respond(tiny_http::Response::from_string("ok"));
+            }
+        });
+        let mut before = BufReader::new(std::net::TcpStream::connect(addr).expect("connect"));
+        assert!(get_plain(&mut before).expect("plain").contains("200"));
+
+        let (ca, cert, key) = ca_and_cert();
+        server
+            .set_ssl(tiny_http::SslConfig {
+                certificate: cert.into_bytes(),
+                private_key: key.into_bytes(),
+            })
+            .expect("set_ssl");
+
+        assert!(
+            get_plain(&mut before)
+                .expect("same connection")
+                .contains("200"),
+            "a connection from before the switch is still served"
+        );
+        let agent = super::pinned_agent(&ca).expect("agent");
+        let mut r = agent.get(&format!("https://{addr}/x")).call().expect("TLS");
+        assert_eq!(r.status().as_u16(), 200);
+        assert_eq!(r.body_mut().read_to_string().expect("body"), "ok");
+        let mut after = BufReader::new(std::net::TcpStream::connect(addr).expect("connect"));
+        assert!(
+            get_plain(&mut after).is_err(),
+            "a plain request after the switch gets no answer"
+        );
+    }
+
     #[test]
     fn every_replication_key_the_configuration_accepts_is_applied() {
         let cfg = crate::config::parse(
