@@ -15,10 +15,11 @@
 # nightly), FUZZ_TIMEOUT (seconds per input, default 20), FUZZ_RSS_MB (default 2048),
 # FUZZ_RUNS (stop a target once it has run this many inputs, within SECONDS: a campaign that
 # only has to show 10^6 executions within 900 s can stop there and leave the CPU to others),
-# FUZZ_JOBS (default 1: fuzzer processes per target, libFuzzer's `-jobs=N -workers=N`; each
-# runs the whole SECONDS on the shared corpus, picking up the others' new inputs; a target's
+# FUZZ_JOBS (fuzzer processes per target, libFuzzer's `-jobs=N -workers=N`; each runs the
+# whole SECONDS on the shared corpus, picking up the others' new inputs; a target's
 # executions are the sum of its workers', FUZZ_RUNS is split among them; logs
-# target/fuzz-logs/<target>/fuzz-<i>.log).
+# target/fuzz-logs/<target>/fuzz-<i>.log). Default: 1, and the machine's CPUs (at most 4) for
+# the targets `target_jobs` names.
 #
 # A target may be built with options of its own (`target_opts` below), into a build directory
 # of its own ($CARGO_TARGET_DIR/fuzz-<options>), so the others keep theirs.
@@ -43,6 +44,19 @@ target_opts() {
     case $1 in
         namespace_isolation) echo --no-trace-compares ;;
         *) ;;
+    esac
+}
+
+# Workers of one target when FUZZ_JOBS is unset.
+#
+# namespace_isolation: every CPU (at most 4). Each of its inputs sets up three tenants and
+# probes what lies outside one after every request that changed something, so one process
+# does ~800 inputs per CPU second, short of 10^6 in 900 s; the targets run one at a time, so
+# the other CPUs would sit idle.
+target_jobs() {
+    case $1 in
+        namespace_isolation) n=$(nproc 2>/dev/null || echo 1); echo $((n > 4 ? 4 : n)) ;;
+        *) echo 1 ;;
     esac
 }
 
@@ -125,7 +139,7 @@ for t in "${run[@]}"; do
     echo "fuzz: $t for ${secs}s" >&2
     opts=$(target_opts "$t")
     tdir=$(target_dir "$t")
-    jobs=${FUZZ_JOBS:-1}
+    jobs=${FUZZ_JOBS:-$(target_jobs "$t")}
     set +e
     t0=$SECONDS
     if [ "$jobs" -le 1 ]; then
