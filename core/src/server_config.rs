@@ -225,6 +225,7 @@ const REPLICATION_KEYS: &[&str] = &[
     "pull_gap_ms",
     "batch_entries",
     "scan_pace_ms",
+    "scan_chunk",
 ];
 
 /// The message for an unknown `key` in `place`, whose keys are `known`: the closest known

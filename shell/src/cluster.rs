@@ -13,7 +13,8 @@
 //!
 //! TLS: a node serves its cluster listener in plain HTTP until it becomes a primary; the core
 //! then hands over a certificate issued by the cluster CA (`Output::ClusterTls`) and the
-//! listener accepts TLS from then on, without closing its socket. Secondaries pin the cluster CA from their activation
+//! listener accepts TLS from then on, without closing its socket; a request still arriving
+//! over plain TCP on a connection from before the switch is refused. Secondaries pin the cluster CA from their activation
 //! credential (no system roots), and prove themselves with their secret on every request.
 
 use crate::runtime::{Core, Msg};
@@ -21,7 +22,7 @@ use cairn_core::replication::{HttpCall, HttpReply, PeerAnswer, PeerMsg, PeerRepl
 use cairn_core::Input;
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -48,6 +49,9 @@ struct Listener {
     addr: String,
     server: Arc<Server>,
     cert: Mutex<Option<Vec<u8>>>,
+    /// Set once the listener serves TLS: from then on a request that arrives over plain TCP
+    /// (on a connection accepted before the switch) is refused ([`admits`]).
+    tls_on: AtomicBool,
 }
 
 static LISTENER: OnceLock<Arc<Listener>> = OnceLock::new();
@@ -79,6 +83,7 @@ pub fn serve(
         addr: local.to_string(),
         server: Arc::new(server),
         cert: Mutex::new(None),
+        tls_on: AtomicBool::new(false),
     });
     let _ = LISTENER.set(l.clone());
     for i in 0..threads.max(1) {
@@ -118,6 +123,7 @@ pub fn use_tls(t: cairn_core::replication::tls::ClusterTls) {
     }) {
         Ok(()) => {
             *cert = Some(pem);
+            l.tls_on.store(true, Ordering::SeqCst);
             log::info!("cluster listener on {} now serves TLS", l.addr);
         }
         Err(e) => log::error!(
@@ -176,11 +182,37 @@ fn forward_inline(core: Core) -> tiny_http::Inline {
     })
 }
 
+/// Whether a request that came over TLS (`secure`) or plain TCP may be served when the
+/// listener does (`tls_on`) or does not serve TLS yet: plain requests only until it does.
+fn admits(secure: bool, tls_on: bool) -> bool {
+    secure || !tls_on
+}
+
+/// Refuses `rq` (and answers it) when it came over plain TCP after the switch to TLS.
+fn refused_plain(rq: tiny_http::Request) -> Option<tiny_http::Request> {
+    let tls_on = LISTENER
+        .get()
+        .is_some_and(|l| l.tls_on.load(Ordering::SeqCst));
+    if admits(rq.secure(), tls_on) {
+        return Some(rq);
+    }
+    reply(
+        rq,
+        400,
+        br#"{"errors":["the cluster listener serves TLS only now: connect again with TLS (nothing was applied)"]}"#
+            .to_vec(),
+    );
+    None
+}
+
 fn is_forward(rq: &tiny_http::Request) -> bool {
     rq.url() == crate::ha::FORWARD_PATH && rq.method() == &tiny_http::Method::Post
 }
 
-fn answer_forward(mut rq: tiny_http::Request, core: &Core) {
+fn answer_forward(rq: tiny_http::Request, core: &Core) {
+    let Some(mut rq) = refused_plain(rq) else {
+        return;
+    };
     let mut body = Vec::new();
     if let Err(e) = rq.as_reader().take(MAX_BODY).read_to_end(&mut body) {
         log::debug!("cannot read a forwarded request: {e}");
@@ -190,10 +222,13 @@ fn answer_forward(mut rq: tiny_http::Request, core: &Core) {
     reply(rq, status, out)
 }
 
-fn handle(mut rq: tiny_http::Request, core: &Core) {
+fn handle(rq: tiny_http::Request, core: &Core) {
     if is_forward(&rq) {
         return answer_forward(rq, core);
     }
+    let Some(mut rq) = refused_plain(rq) else {
+        return;
+    };
     if rq.url() != PATH || rq.method() != &tiny_http::Method::Post {
         return reply(
             rq,
@@ -504,6 +539,7 @@ pub fn http_call(call: HttpCall, tx: Sender<Msg>) {
 ///   pull_gap_ms     = 5          # a caught-up secondary's least wait between pulls
 ///   batch_entries   = 512        # most WAL entries per pull answer
 ///   scan_pace_ms    = 1          # least time between two steps of a reindex
+///   scan_chunk      = 1024       # keys read per step of a reindex or Merkle check
 /// }
 /// license_path        = "/etc/cairn/license.json"
 /// license_trusted_key = "<base64 Ed25519 public key of the issuer>"
@@ -560,6 +596,7 @@ pub fn node_settings(
                 "batch_entries" => rc.batch_entries = n.min(u32::MAX as u64) as u32,
                 "scan_pace_ms" => rc.scan_pace_ms = n,
                 "pull_gap_ms" => rc.pull_gap_ms = n,
+                "scan_chunk" => rc.scan_chunk = n.min(1 << 20) as usize,
                 other => return Err(format!("replication: unknown key {other:?}")),
             }
         }
@@ -630,6 +667,14 @@ mod tests {
         Ok(status)
     }
 
+    #[test]
+    fn plain_requests_are_served_only_until_the_listener_serves_tls() {
+        assert!(super::admits(false, false));
+        assert!(super::admits(true, false));
+        assert!(super::admits(true, true));
+        assert!(!super::admits(false, true));
+    }
+
     /// The switch to TLS keeps the socket: a connection made before it is served to its
     /// end in plain HTTP, one made after it gets TLS, and nothing in between is refused.
     #[test]
@@ -677,7 +722,8 @@ mod tests {
         let cfg = crate::config::parse(
             "storage \"sqlite\" { path = \"/x\" }\nlistener \"tcp\" {\n address = \"127.0.0.1:1\"\n \
              tls_disable = true\n}\nreplication {\n wal_max_entries = 7\n wal_max_bytes = 8\n \
-             pull_wait_ms = 9\n pull_gap_ms = 10\n batch_entries = 11\n scan_pace_ms = 12\n}\n",
+             pull_wait_ms = 9\n pull_gap_ms = 10\n batch_entries = 11\n scan_pace_ms = 12\n \
+             scan_chunk = 13\n}\n",
         )
         .unwrap_or_else(|e| panic!("{e}"));
         let (rc, _) = super::node_settings(&cfg, "http", true, 0).unwrap_or_else(|e| panic!("{e}"));
@@ -688,9 +734,10 @@ mod tests {
                 rc.pull_wait_ms,
                 rc.pull_gap_ms,
                 rc.batch_entries,
-                rc.scan_pace_ms
+                rc.scan_pace_ms,
+                rc.scan_chunk
             ),
-            (7, 8, 9, 10, 11, 12)
+            (7, 8, 9, 10, 11, 12, 13)
         );
     }
 }

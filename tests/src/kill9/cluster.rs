@@ -38,11 +38,13 @@ impl Member {
     /// A server in a directory of its own; `licensed` ones get the replication tuning.
     pub fn new(name: &'static str, licensed: bool) -> Member {
         let dir = tmpdir(&format!("fault-{name}"));
+        // Reindexes and Merkle checks in small, spaced steps: a few thousand keys would
+        // otherwise be rebuilt in a few milliseconds, too short for a kill to land in them.
         let extra = if licensed {
             let lic = dir.join("license.json");
             std::fs::write(&lic, LICENSE).expect("write license");
             format!(
-                "license_path = \"{}\"\nlicense_trusted_key = \"{ISSUER_KEY}\"\nreplication {{\n wal_max_entries = {WAL_ENTRIES}\n pull_wait_ms = 500\n}}\n",
+                "license_path = \"{}\"\nlicense_trusted_key = \"{ISSUER_KEY}\"\nreplication {{\n wal_max_entries = {WAL_ENTRIES}\n pull_wait_ms = 500\n scan_chunk = 64\n scan_pace_ms = 1\n}}\n",
                 lic.display()
             )
         } else {
