@@ -140,6 +140,7 @@ for t in "${run[@]}"; do
     opts=$(target_opts "$t")
     tdir=$(target_dir "$t")
     jobs=${FUZZ_JOBS:-$(target_jobs "$t")}
+    [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: FUZZ_JOBS must be a positive number, not '$jobs'" >&2; exit 2; }
     set +e
     t0=$SECONDS
     if [ "$jobs" -le 1 ]; then

@@ -273,6 +273,9 @@ pub(crate) fn agent() -> &'static ureq::Agent {
 fn peer_config(connect: Duration) -> ureq::config::ConfigBuilder<ureq::typestate::AgentScope> {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
+        // Peers never redirect; following one would connect again after the request may
+        // have been sent, and a failure there would look like one made while connecting.
+        .max_redirects(0)
         .max_idle_connections(IDLE_CONNECTIONS)
         .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_PEER)
         .timeout_global(Some(PEER_TIMEOUT))

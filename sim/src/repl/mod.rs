@@ -241,6 +241,11 @@ pub struct ReplWorld {
     /// absent from the map: unknown (a write whose answer was lost).
     model: BTreeMap<(bool, u64), Option<u64>>,
     uncertain: BTreeSet<(bool, u64)>,
+    /// Keys with a forwarded write left unanswered (its secondary crashed or the call broke
+    /// after sending): the forward may still be in flight and land on the primary after a
+    /// later acknowledged write of the same key, so an acknowledgement no longer settles them
+    /// (they stay in `uncertain`).
+    lost_forwards: BTreeSet<(bool, u64)>,
     primary_tokens: Vec<String>,
     readback: Vec<(bool, u64)>,
     phase: Phase,
@@ -394,6 +399,7 @@ impl ReplWorld {
             next_key: 0,
             model: BTreeMap::new(),
             uncertain: BTreeSet::new(),
+            lost_forwards: BTreeSet::new(),
             primary_tokens: Vec::new(),
             readback: Vec::new(),
             phase: Phase::Chaos,

@@ -86,6 +86,7 @@ impl ReplWorld {
                     self.bump("forwarded-write");
                 } else {
                     self.log(&format!("op: write forwarded by n{h} not acknowledged"));
+                    self.lost_forwards.insert((other, n % 1_000_000));
                 }
                 self.on_put(&a, n, other)?
             }
@@ -255,12 +256,20 @@ impl ReplWorld {
         self.failover_allowed.remove(&k);
         if ok {
             self.model.insert(k, Some(n));
-            self.uncertain.remove(&k);
+            self.settle(k);
         } else {
             self.model.remove(&k);
             self.uncertain.insert(k);
         }
         Ok(())
+    }
+
+    /// An acknowledged write of `k` makes its state known again, unless a forwarded write
+    /// of it may still land (`lost_forwards`).
+    pub(super) fn settle(&mut self, k: (bool, u64)) {
+        if !self.lost_forwards.contains(&k) {
+            self.uncertain.remove(&k);
+        }
     }
 
     /// The answer to `Op::Delete`.
@@ -273,7 +282,7 @@ impl ReplWorld {
         self.failover_allowed.remove(&k);
         if ok {
             self.model.insert(k, None);
-            self.uncertain.remove(&k);
+            self.settle(k);
         } else {
             self.model.remove(&k);
             self.uncertain.insert(k);

@@ -321,7 +321,7 @@ impl ReplWorld {
                 let v = self.snap.model.get(&k).copied().flatten();
                 hist.push((restored_at, v));
                 self.model.insert(k, v);
-                self.uncertain.remove(&k);
+                self.settle(k);
             }
         }
         self.last_put = None;

@@ -353,7 +353,7 @@ impl Server {
                             }
                         };
                         // Cairn patch: the context as it is now (see `Server::set_ssl`).
-                        let ssl = inside_ssl.read().ok().and_then(|g| g.clone());
+                        let ssl = inside_ssl.read().unwrap_or_else(|p| p.into_inner()).clone();
                         let (read_closable, write_closable) = match ssl {
                             None => RefinedTcpStream::new(sock),
                             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
@@ -443,10 +443,7 @@ impl Server {
     /// refused or reset by the change; connections accepted before it keep what they had.
     pub fn set_ssl(&self, config: SslConfig) -> Result<(), Box<dyn Error + Send + Sync + 'static>> {
         let context = Arc::new(ssl_context(config)?);
-        let mut slot = self
-            .ssl
-            .write()
-            .map_err(|_| "the TLS context lock is poisoned")?;
+        let mut slot = self.ssl.write().unwrap_or_else(|p| p.into_inner());
         *slot = Some(context);
         Ok(())
     }
