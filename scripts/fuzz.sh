@@ -141,25 +141,24 @@ for t in "${run[@]}"; do
     tdir=$(target_dir "$t")
     jobs=${FUZZ_JOBS:-$(target_jobs "$t")}
     [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: FUZZ_JOBS must be a positive number, not '$jobs'" >&2; exit 2; }
-    set +e
-    t0=$SECONDS
+    # One worker runs in the fuzz directory and logs to $log; several (libFuzzer's
+    # -jobs/-workers) write fuzz-<i>.log in the directory they start in, one per target.
     if [ "$jobs" -le 1 ]; then
-        # shellcheck disable=SC2086 # the options are words
-        CARGO_TARGET_DIR=$tdir cargo ${toolchain:+"$toolchain"} fuzz run "${flags[@]}" $opts "$t" "${dirs[@]}" -- \
-            -max_total_time="$secs" ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"} -print_final_stats=1 -artifact_prefix="$artifacts/" \
-            -timeout="${FUZZ_TIMEOUT:-20}" -rss_limit_mb="${FUZZ_RSS_MB:-2048}" >"$log" 2>&1
-        rc=$?
-        logs=("$log")
+        wdir="$FUZZ_DIR" workers=() runs=${FUZZ_RUNS:-}
     else
-        # Workers write fuzz-<i>.log in the current directory.
         wdir="$ROOT/target/fuzz-logs/$t"
         rm -rf "$wdir" && mkdir -p "$wdir"
-        # shellcheck disable=SC2086 # the options are words
-        (cd "$wdir" && CARGO_TARGET_DIR=$tdir cargo ${toolchain:+"$toolchain"} fuzz run --fuzz-dir "$FUZZ_DIR" "${flags[@]}" $opts "$t" "${dirs[@]}" -- \
-            -jobs="$jobs" -workers="$jobs" \
-            -max_total_time="$secs" ${FUZZ_RUNS:+-runs="$((FUZZ_RUNS / jobs + 1))"} -print_final_stats=1 -artifact_prefix="$artifacts/" \
-            -timeout="${FUZZ_TIMEOUT:-20}" -rss_limit_mb="${FUZZ_RSS_MB:-2048}") >"$log" 2>&1
-        rc=$?
+        workers=(-jobs="$jobs" -workers="$jobs") runs=${FUZZ_RUNS:+$((FUZZ_RUNS / jobs + 1))}
+    fi
+    set +e
+    t0=$SECONDS
+    # shellcheck disable=SC2086 # the options are words
+    (cd "$wdir" && CARGO_TARGET_DIR=$tdir cargo ${toolchain:+"$toolchain"} fuzz run --fuzz-dir "$FUZZ_DIR" "${flags[@]}" $opts "$t" "${dirs[@]}" -- \
+        "${workers[@]}" -max_total_time="$secs" ${runs:+-runs="$runs"} -print_final_stats=1 -artifact_prefix="$artifacts/" \
+        -timeout="${FUZZ_TIMEOUT:-20}" -rss_limit_mb="${FUZZ_RSS_MB:-2048}") >"$log" 2>&1
+    rc=$?
+    logs=("$log")
+    if [ "$jobs" -gt 1 ]; then
         logs=("$wdir"/fuzz-*.log)
         # A worker that crashed fails the target even if the parent said nothing.
         if [ $rc -eq 0 ] && grep -lqE "ERROR: libFuzzer|panicked at|Test unit written to" "${logs[@]}" 2>/dev/null; then

@@ -22,7 +22,7 @@ use cairn_core::replication::{HttpCall, HttpReply, PeerAnswer, PeerMsg, PeerRepl
 use cairn_core::Input;
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -48,10 +48,9 @@ const MAX_BODY: u64 = 256 << 20;
 struct Listener {
     addr: String,
     server: Arc<Server>,
+    /// The certificate it serves, once it serves TLS: from then on a request that arrives
+    /// over plain TCP (on a connection accepted before the switch) is refused ([`admits`]).
     cert: Mutex<Option<Vec<u8>>>,
-    /// Set once the listener serves TLS: from then on a request that arrives over plain TCP
-    /// (on a connection accepted before the switch) is refused ([`admits`]).
-    tls_on: AtomicBool,
 }
 
 static LISTENER: OnceLock<Arc<Listener>> = OnceLock::new();
@@ -83,7 +82,6 @@ pub fn serve(
         addr: local.to_string(),
         server: Arc::new(server),
         cert: Mutex::new(None),
-        tls_on: AtomicBool::new(false),
     });
     let _ = LISTENER.set(l.clone());
     for i in 0..threads.max(1) {
@@ -123,7 +121,6 @@ pub fn use_tls(t: cairn_core::replication::tls::ClusterTls) {
     }) {
         Ok(()) => {
             *cert = Some(pem);
-            l.tls_on.store(true, Ordering::SeqCst);
             log::info!("cluster listener on {} now serves TLS", l.addr);
         }
         Err(e) => log::error!(
@@ -192,7 +189,7 @@ fn admits(secure: bool, tls_on: bool) -> bool {
 fn refused_plain(rq: tiny_http::Request) -> Option<tiny_http::Request> {
     let tls_on = LISTENER
         .get()
-        .is_some_and(|l| l.tls_on.load(Ordering::SeqCst));
+        .is_some_and(|l| l.cert.lock().map_or(true, |c| c.is_some()));
     if admits(rq.secure(), tls_on) {
         return Some(rq);
     }

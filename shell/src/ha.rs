@@ -353,15 +353,13 @@ fn post_forward(f: &cairn_core::node::Forward) -> Result<Response, String> {
 /// Whether the call failed before its request could have left: while connecting.
 fn not_sent(e: &ureq::Error) -> bool {
     use ureq::Error;
-    if crate::connecting::while_connecting(e) {
-        return true;
-    }
-    match e {
-        Error::Timeout(t) => matches!(t, ureq::Timeout::Connect | ureq::Timeout::Resolve),
-        Error::ConnectionFailed | Error::HostNotFound => true,
-        Error::Io(io) => io.kind() == std::io::ErrorKind::ConnectionRefused,
-        _ => false,
-    }
+    // Refused connects, failed TLS handshakes and the like are marked by the agents'
+    // connector; resolving a name and the connect time limit come before it.
+    crate::connecting::while_connecting(e)
+        || matches!(
+            e,
+            Error::HostNotFound | Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve)
+        )
 }
 
 #[cfg(test)]

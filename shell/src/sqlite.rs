@@ -725,21 +725,10 @@ impl Storage for SqliteStorage {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT key, value FROM kv WHERE key > ?1 ORDER BY key LIMIT ?2")
-            .map_err(err)?;
-        let from: &[u8] = after.map(|a| a.as_bytes()).unwrap_or(&[]);
-        let rows = st
-            .query_map(params![from, limit as i64], |r| {
-                Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?))
-            })
-            .map_err(err)?;
         let mut out = Vec::with_capacity(limit.min(4096));
-        for row in rows {
-            let (k, v) = row.map_err(err)?;
-            out.push((crate::storage::key_string(k), v));
-        }
+        self.visit_after(after, limit, &mut |k, v| {
+            out.push((k.to_string(), v.to_vec()))
+        })?;
         Ok(out)
     }
 
@@ -758,7 +747,7 @@ impl Storage for SqliteStorage {
         let mut n = 0;
         // Each row is borrowed from SQLite's cursor until the next step: no copy of the key
         // or the value (a key that is not UTF-8, which the core never writes, is converted
-        // as `scan_after` converts it).
+        // lossily, as `storage::key_string` converts the keys of the other reads).
         while let Some(row) = rows.next().map_err(err)? {
             let bytes = |i: usize| -> Result<&[u8], StorageError> {
                 row.get_ref(i)

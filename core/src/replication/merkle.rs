@@ -107,17 +107,13 @@ fn add(a: &mut Hash, b: &Hash) {
     a[16..].copy_from_slice(&lo.to_be_bytes());
 }
 
+/// `a -= b` mod 2^256 (the inverse of [`add`], in the same two words).
 fn sub(a: &mut Hash, b: &Hash) {
-    let mut borrow = 0i16;
-    for i in (0..32).rev() {
-        let mut d = a[i] as i16 - b[i] as i16 - borrow;
-        borrow = 0;
-        if d < 0 {
-            d += 256;
-            borrow = 1;
-        }
-        a[i] = d as u8;
-    }
+    let ((ah, al), (bh, bl)) = (halves(a), halves(b));
+    let (lo, borrow) = al.overflowing_sub(bl);
+    let hi = ah.wrapping_sub(bh).wrapping_sub(borrow as u128);
+    a[..16].copy_from_slice(&hi.to_be_bytes());
+    a[16..].copy_from_slice(&lo.to_be_bytes());
 }
 
 /// One subtree: subpage sums, page hashes and root.

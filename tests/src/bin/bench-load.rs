@@ -154,14 +154,7 @@ fn latency(active: &str, standby: &str, token: &str, secs: f64) -> Value {
             )),
         }
     };
-    let get = |c: &mut KeepAlive, path: &str| -> Result<(), String> {
-        let r = c.call("GET", path, &headers, b"")?;
-        let v: Value = serde_json::from_slice(&r.body).map_err(|e| format!("GET {path}: {e}"))?;
-        match (r.status, v["data"]["value"].as_str()) {
-            (200, Some(VALUE)) => Ok(()),
-            (s, _) => Err(format!("GET {path}: {s} {v}")),
-        }
-    };
+    let get = |c: &mut KeepAlive, path: &str| get_value(c, &headers, path);
     // Warm up: one write and one read on each connection.
     for (i, c) in conns.iter_mut().enumerate() {
         let path = format!("/v1/kv/l/{i}/warm");
@@ -204,15 +197,18 @@ fn read_latency(addr: &str, token: &str, secs: f64) -> Value {
     let end = Instant::now() + Duration::from_secs_f64(secs);
     while Instant::now() < end {
         let t0 = Instant::now();
-        let r = c.call("GET", path, &headers, b"").and_then(|r| {
-            let v: Value =
-                serde_json::from_slice(&r.body).map_err(|e| format!("GET {path}: {e}"))?;
-            match (r.status, v["data"]["value"].as_str()) {
-                (200, Some(VALUE)) => Ok(()),
-                (s, _) => Err(format!("GET {path}: {s} {v}")),
-            }
-        });
+        let r = get_value(&mut c, &headers, path);
         kind.record(t0, r);
     }
     kind.summary()
+}
+
+/// GET `path` and check that it holds [`VALUE`].
+fn get_value(c: &mut KeepAlive, headers: &[(&str, &str)], path: &str) -> Result<(), String> {
+    let r = c.call("GET", path, headers, b"")?;
+    let v: Value = serde_json::from_slice(&r.body).map_err(|e| format!("GET {path}: {e}"))?;
+    match (r.status, v["data"]["value"].as_str()) {
+        (200, Some(VALUE)) => Ok(()),
+        (s, _) => Err(format!("GET {path}: {s} {v}")),
+    }
 }

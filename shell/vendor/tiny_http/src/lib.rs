@@ -39,7 +39,7 @@
 //! `server.recv()` on all of them. Like this:
 //!
 //! ```no_run
-//! # use std::sync::{Arc, RwLock};
+//! # use std::sync::Arc;
 //! # use std::thread;
 //! # let server = tiny_http::Server::http("0.0.0.0:0").unwrap();
 //! let server = Arc::new(server);
