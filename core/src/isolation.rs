@@ -354,6 +354,7 @@ impl World {
         child_ns
             || self.inside.iter().any(|p| k.starts_with(p.as_str()))
             || k.starts_with(wal::ENTRY)
+            || k.starts_with(wal::KEYS)
             || k == wal::META
             || k.starts_with(merkle::PREFIX)
     }

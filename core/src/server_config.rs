@@ -221,6 +221,7 @@ const POSTGRES_KEYS: &[&str] = &["connection_url", "ha_enabled", "table", "ha_ta
 const REPLICATION_KEYS: &[&str] = &[
     "wal_max_entries",
     "wal_max_bytes",
+    "wal_max_key_entries",
     "pull_wait_ms",
     "pull_gap_ms",
     "batch_entries",

@@ -535,6 +535,8 @@ pub fn http_call(call: HttpCall, tx: Sender<Msg>) {
 /// replication {
 ///   wal_max_entries = 100000     # log shipper length
 ///   wal_max_bytes   = 268435456  # log shipper size
+///   wal_max_key_entries = 1000000 # keys of dropped entries kept (0: none; a secondary
+///                                 # behind them all goes through Merkle diff and sync)
 ///   pull_wait_ms    = 2000       # long-poll hold time
 ///   pull_gap_ms     = 5          # a caught-up secondary's least wait between pulls
 ///   batch_entries   = 512        # most WAL entries per pull answer
@@ -585,6 +587,12 @@ pub fn node_settings(
         };
         let obj = block.as_object().ok_or("replication: expected a block")?;
         for (k, val) in obj {
+            if k == "wal_max_key_entries" {
+                rc.wal.max_key_entries = val
+                    .as_u64()
+                    .ok_or_else(|| format!("replication.{k}: expected a number (0: keep none)"))?;
+                continue;
+            }
             let n = val
                 .as_u64()
                 .filter(|n| *n > 0)
@@ -723,7 +731,7 @@ mod tests {
             "storage \"sqlite\" { path = \"/x\" }\nlistener \"tcp\" {\n address = \"127.0.0.1:1\"\n \
              tls_disable = true\n}\nreplication {\n wal_max_entries = 7\n wal_max_bytes = 8\n \
              pull_wait_ms = 9\n pull_gap_ms = 10\n batch_entries = 11\n scan_pace_ms = 12\n \
-             scan_chunk = 13\n}\n",
+             scan_chunk = 13\n wal_max_key_entries = 0\n}\n",
         )
         .unwrap_or_else(|e| panic!("{e}"));
         let (rc, _) = super::node_settings(&cfg, "http", true, 0).unwrap_or_else(|e| panic!("{e}"));
@@ -735,9 +743,10 @@ mod tests {
                 rc.pull_gap_ms,
                 rc.batch_entries,
                 rc.scan_pace_ms,
-                rc.scan_chunk
+                rc.scan_chunk,
+                rc.wal.max_key_entries
             ),
-            (7, 8, 9, 10, 11, 12, 13)
+            (7, 8, 9, 10, 11, 12, 13, 0)
         );
     }
 }

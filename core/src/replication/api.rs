@@ -198,7 +198,11 @@ fn wal_activity(ctx: &mut Ctx, st: &mut ReplIo<'_>) -> ApiResult<()> {
     }
     let mut m = meta;
     if want {
-        for k in ctx.keys(wal::ENTRY)? {
+        for k in ctx
+            .keys(wal::ENTRY)?
+            .into_iter()
+            .chain(ctx.keys(wal::KEYS)?)
+        {
             ctx.delete(&k);
         }
         m = wal::Meta {
@@ -206,6 +210,7 @@ fn wal_activity(ctx: &mut Ctx, st: &mut ReplIo<'_>) -> ApiResult<()> {
             last: meta.last + 1,
             bytes: 0,
             active: true,
+            kept: 0,
         };
     } else {
         m.active = false;
@@ -782,8 +787,7 @@ fn promote(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode) -> Api
     // The safety check `force` skips: a secondary that has not finished its Merkle sync
     // holds an incomplete copy, and promoting it would lose what it has not fetched yet.
     let rt = st.repl.mode(mode);
-    let syncing =
-        rt.role.needs_sync || matches!(rt.sec.phase, Phase::MerkleDiff | Phase::MerkleSync);
+    let syncing = st.repl.syncing(mode);
     if syncing && !force {
         return Err(ApiError::bad(format!(
             "this {} secondary has not finished synchronising with its primary (state {}, {} of {} keys fetched): promoting it now may lose data; wait until its state is stream-wals, or promote with force=true",

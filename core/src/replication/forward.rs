@@ -224,6 +224,7 @@ fn answer_name(a: &PeerAnswer) -> &'static str {
         PeerAnswer::Pong { .. } => "pong",
         PeerAnswer::Entries { .. } => "entries",
         PeerAnswer::Gone { .. } => "gone",
+        PeerAnswer::Changes { .. } => "changes",
         PeerAnswer::Roots { .. } => "roots",
         PeerAnswer::Pages { .. } => "pages",
         PeerAnswer::Subpages { .. } => "subpages",

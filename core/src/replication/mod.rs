@@ -187,6 +187,9 @@ pub enum Phase {
     Connecting,
     MerkleDiff,
     MerkleSync,
+    /// Fetching the current values of the keys written after our position
+    /// ([`msg::PeerAnswer::Changes`]).
+    CatchUp,
     StreamWals,
 }
 
@@ -197,6 +200,7 @@ impl Phase {
             Phase::Connecting => "connecting",
             Phase::MerkleDiff => "merkle-diff",
             Phase::MerkleSync => "merkle-sync",
+            Phase::CatchUp => "catch-up",
             Phase::StreamWals => "stream-wals",
         }
     }
@@ -233,6 +237,11 @@ pub(crate) struct SecRt {
     /// The trees changed under a diff or sync in progress (a reindex finished meanwhile):
     /// what it compared is stale, so when it completes another one starts.
     pub rediff: bool,
+    /// A catch-up by changed keys in progress: our copy holds values as new as the
+    /// primary's WAL index here, and is one of the primary's states once `last_remote_wal`
+    /// reaches it (`needs_sync` stays set on disk until then). Not kept across a restart:
+    /// a node that restarts meanwhile runs a Merkle diff.
+    pub catch_up: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -484,7 +493,11 @@ impl Replication {
     pub fn syncing(&self, m: Mode) -> bool {
         let rt = self.mode(m);
         rt.role.role == Role::Secondary
-            && (rt.role.needs_sync || matches!(rt.sec.phase, Phase::MerkleDiff | Phase::MerkleSync))
+            && (rt.role.needs_sync
+                || matches!(
+                    rt.sec.phase,
+                    Phase::MerkleDiff | Phase::MerkleSync | Phase::CatchUp
+                ))
     }
 
     /// Merkle diffs this node started as a secondary in mode `m` since it started

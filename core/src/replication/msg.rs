@@ -10,10 +10,12 @@
 //!   unwrapping its activation token at the primary's API address).
 //!
 //! On the wire ([`PeerMsg::into_wire`], [`PeerAnswer::into_wire`]) a message is its JSON
-//! text, followed, when it carries a bulk payload ([`Holdings`], [`SyncBatch`]), by a zero
+//! text, followed, when it carries a bulk payload ([`Holdings`], [`SyncBatch`],
+//! [`ChangeBatch`]), by a zero
 //! byte and the payload's compact binary form (see [`Packed`]). Plain JSON is a valid frame
 //! too: there a bulk payload is the base64 of its binary form.
 
+use super::class::Class;
 use super::merkle::{self, Hash, TreeKind};
 use super::wal::WalEntry;
 use super::Mode;
@@ -132,6 +134,17 @@ pub enum PeerAnswer {
     /// ahead of this primary): run Merkle diff.
     Gone {
         info: PrimaryInfo,
+    },
+    /// The full entries after the requested index are gone, but their keys are kept: the
+    /// current value (or absence) of every key the entries after the requested index up to
+    /// and including `upto` wrote (filtered for the secondary), read when the primary's WAL
+    /// ended at `at`. The secondary holds a copy that is not a state of the primary's until
+    /// it has applied the entries up to `at` (values newer than its position).
+    Changes {
+        info: PrimaryInfo,
+        upto: u64,
+        at: u64,
+        batch: ChangeBatch,
     },
     Roots {
         info: PrimaryInfo,
@@ -319,6 +332,21 @@ pub struct SyncBatch {
     pub values: Vec<(String, Vec<u8>)>,
 }
 
+/// The keys a [`PeerAnswer::Changes`] brings, in key order, each with its class and its
+/// stored bytes (`None`: deleted).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ChangeBatch {
+    pub changes: Vec<(String, Class, Option<Vec<u8>>)>,
+}
+
+fn class_tag(c: Class) -> u8 {
+    match c {
+        Class::Replicated => 0,
+        Class::ClusterLocal => 1,
+        Class::NodeLocal => 2,
+    }
+}
+
 /// A bulk payload's compact binary form: lengths and counts are LEB128 varints.
 ///
 /// * [`Holdings`]: a bitmap of the `PAGES * SUBPAGES` buckets (bit `b % 8` of byte `b / 8`),
@@ -326,6 +354,9 @@ pub struct SyncBatch {
 /// * [`SyncBatch`]: the number of stale positions and the positions; the number of values,
 ///   then each value as its key front-coded against the previous key (length of the shared
 ///   prefix, length and bytes of the rest) and the length and bytes of the stored value.
+/// * [`ChangeBatch`]: the number of changes, then each as its key front-coded as above, a
+///   tag byte (the class: 0 replicated, 1 cluster-local, 2 node-local; plus 0x80 when a
+///   value follows) and, with 0x80, the length and bytes of the stored value.
 pub trait Packed: Sized + Default + PartialEq {
     fn pack(&self, out: &mut Vec<u8>);
     fn unpack(r: &mut Reader<'_>) -> Result<Self, WireError>;
@@ -440,12 +471,9 @@ impl Packed for SyncBatch {
         put_varint(out, self.values.len() as u64);
         let mut prev: &[u8] = &[];
         for (k, v) in &self.values {
-            let k = k.as_bytes();
-            let shared = prev.iter().zip(k).take_while(|(a, b)| a == b).count();
-            put_varint(out, shared as u64);
-            put_bytes(out, &k[shared..]);
+            put_key(out, prev, k.as_bytes());
             put_bytes(out, v);
-            prev = k;
+            prev = k.as_bytes();
         }
     }
     fn unpack(r: &mut Reader<'_>) -> Result<Self, WireError> {
@@ -461,14 +489,7 @@ impl Packed for SyncBatch {
         let mut values = Vec::with_capacity(n);
         let mut prev: Vec<u8> = Vec::new();
         for _ in 0..n {
-            let shared = usize::try_from(r.varint()?).unwrap_or(usize::MAX);
-            if shared > prev.len() {
-                return Err(WireError::Malformed(
-                    "shared key prefix longer than the last key",
-                ));
-            }
-            let mut k = prev[..shared].to_vec();
-            k.extend_from_slice(r.bytes()?);
+            let k = read_key(r, &prev)?;
             let v = r.bytes()?.to_vec();
             let key = String::from_utf8(k.clone())
                 .map_err(|_| WireError::Malformed("key is not UTF-8"))?;
@@ -476,6 +497,68 @@ impl Packed for SyncBatch {
             prev = k;
         }
         Ok(SyncBatch { stale, values })
+    }
+}
+
+/// Front-codes `k` against `prev` (see [`Packed`]).
+fn put_key(out: &mut Vec<u8>, prev: &[u8], k: &[u8]) {
+    let shared = prev.iter().zip(k).take_while(|(a, b)| a == b).count();
+    put_varint(out, shared as u64);
+    put_bytes(out, &k[shared..]);
+}
+
+/// Reads a key front-coded against `prev` (see [`Packed`]).
+fn read_key(r: &mut Reader<'_>, prev: &[u8]) -> Result<Vec<u8>, WireError> {
+    let shared = usize::try_from(r.varint()?).unwrap_or(usize::MAX);
+    if shared > prev.len() {
+        return Err(WireError::Malformed(
+            "shared key prefix longer than the last key",
+        ));
+    }
+    let mut k = prev[..shared].to_vec();
+    k.extend_from_slice(r.bytes()?);
+    Ok(k)
+}
+
+impl Packed for ChangeBatch {
+    fn pack(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.changes.len() as u64);
+        let mut prev: &[u8] = &[];
+        for (k, class, v) in &self.changes {
+            put_key(out, prev, k.as_bytes());
+            let tag = class_tag(*class) | if v.is_some() { 0x80 } else { 0 };
+            out.push(tag);
+            if let Some(v) = v {
+                put_bytes(out, v);
+            }
+            prev = k.as_bytes();
+        }
+    }
+    fn unpack(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        // Each change takes at least three bytes (shared length, key rest, tag).
+        let n = r.count(3)?;
+        let mut changes = Vec::with_capacity(n);
+        let mut prev: Vec<u8> = Vec::new();
+        for _ in 0..n {
+            let k = read_key(r, &prev)?;
+            let tag = r.take(1)?[0];
+            let class = match tag & 0x7f {
+                0 => Class::Replicated,
+                1 => Class::ClusterLocal,
+                2 => Class::NodeLocal,
+                _ => return Err(WireError::Malformed("unknown class tag")),
+            };
+            let v = if tag & 0x80 != 0 {
+                Some(r.bytes()?.to_vec())
+            } else {
+                None
+            };
+            let key = String::from_utf8(k.clone())
+                .map_err(|_| WireError::Malformed("key is not UTF-8"))?;
+            changes.push((key, class, v));
+            prev = k;
+        }
+        Ok(ChangeBatch { changes })
     }
 }
 
@@ -506,6 +589,7 @@ macro_rules! packed_serde {
 }
 packed_serde!(Holdings);
 packed_serde!(SyncBatch);
+packed_serde!(ChangeBatch);
 
 /// A message's bulk payload moved to and from a frame's binary attachment.
 trait Bulk {
@@ -576,6 +660,7 @@ impl PeerAnswer {
     fn bulk(&mut self) -> Option<&mut dyn Bulk> {
         match self {
             PeerAnswer::Synced { batch, .. } => Some(batch),
+            PeerAnswer::Changes { batch, .. } => Some(batch),
             _ => None,
         }
     }
@@ -662,6 +747,28 @@ mod tests {
                 && PeerAnswer::from_wire(&a_json).as_ref() == Ok(&a)
         }
 
+        fn change_batch_round_trip(changes: Vec<(String, u8, Option<Vec<u8>>)>, at: u64) -> bool {
+            let mut changes: Vec<(String, Class, Option<Vec<u8>>)> = changes
+                .into_iter()
+                .map(|(k, c, v)| {
+                    let c = [Class::Replicated, Class::ClusterLocal, Class::NodeLocal][c as usize % 3];
+                    (k, c, v)
+                })
+                .collect();
+            changes.sort();
+            let b = ChangeBatch { changes };
+            let a = PeerAnswer::Changes {
+                info: PrimaryInfo::default(),
+                upto: at / 2,
+                at,
+                batch: b.clone(),
+            };
+            let a_json = serde_json::to_vec(&a).unwrap();
+            ChangeBatch::from_packed(&b.to_packed()).as_ref() == Ok(&b)
+                && PeerAnswer::from_wire(&a.clone().into_wire().unwrap()).as_ref() == Ok(&a)
+                && PeerAnswer::from_wire(&a_json).as_ref() == Ok(&a)
+        }
+
         /// Arbitrary payloads decode to an error or to something that re-encodes to itself.
         fn garbage_never_panics(b: Vec<u8>) -> TestResult {
             if let Ok(x) = SyncBatch::from_packed(&b) {
@@ -669,6 +776,9 @@ mod tests {
             }
             if let Ok(x) = Holdings::from_packed(&b) {
                 assert_eq!(Holdings::from_packed(&x.to_packed()), Ok(x));
+            }
+            if let Ok(x) = ChangeBatch::from_packed(&b) {
+                assert_eq!(ChangeBatch::from_packed(&x.to_packed()), Ok(x));
             }
             let mut frame = br#"{"op":"synced","batch":"","more":true}"#.to_vec();
             frame.push(0);

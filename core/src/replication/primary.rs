@@ -1,13 +1,15 @@
 //! The primary's side of the cluster channel: authenticates secondaries, answers pulls with
-//! (filtered) WAL batches or holds them until there is one (long poll), and answers the
-//! Merkle diff/sync questions from its trees and storage.
+//! (filtered) WAL batches or holds them until there is one (long poll), with the current
+//! values of the keys written after the secondary's position when only the keys of those
+//! entries are still kept (`changes`), and answers the Merkle diff/sync questions from its
+//! trees and storage.
 
 use super::class::{self, Class};
 use super::filter::{self, MountMap};
 use super::merkle::{self, TreeKind};
 use super::msg::{
-    self, Hashes, Holdings, PeerAnswer, PeerBody, PeerMsg, PeerRequest, PeerResponse, PrimaryInfo,
-    SyncBatch,
+    self, ChangeBatch, Hashes, Holdings, PeerAnswer, PeerBody, PeerMsg, PeerRequest, PeerResponse,
+    PrimaryInfo, SyncBatch,
 };
 use super::state::{Role, SecondaryRecord};
 use super::subtree_scan::SubtreeScan;
@@ -206,7 +208,9 @@ fn answer(env: &mut Env, id: u64, msg: PeerMsg) -> ApiResult<Option<PeerAnswer>>
             wait_ms,
         } => {
             let w = env.st.repl.wal;
-            if after > w.last || !w.has_after(after) {
+            if w.keys_after(after) && !w.has_after(after) {
+                changes(env, &view, after)?
+            } else if after > w.last || !w.has_after(after) {
                 PeerAnswer::Gone {
                     info: info(env, mode, &view),
                 }
@@ -437,6 +441,48 @@ fn batch(env: &mut Env, view: &View, after: u64, max: u32) -> ApiResult<PeerAnsw
         info: info(env, view.mode, view),
         entries,
         last,
+    })
+}
+
+/// Most key-only entries one [`PeerAnswer::Changes`] covers (a few milliseconds of reads
+/// on the core thread).
+const CHANGES_MAX_KEYS: usize = 4_096;
+/// A [`PeerAnswer::Changes`] stops adding keys past this many key and value bytes.
+const CHANGES_MAX_BYTES: usize = 4 << 20;
+
+/// Answers a pull from a secondary whose next entries are kept as key-only entries: the
+/// current stored value (or absence) of each key they name, once per key, filtered for the
+/// secondary, and the last index covered. The secondary's copy then holds values newer than
+/// its position until it has applied the entries up to this answer's `at`.
+fn changes(env: &mut Env, view: &View, after: u64) -> ApiResult<PeerAnswer> {
+    let w = env.st.repl.wal;
+    let keys = wal::read_keys(&*env.storage, &w, after, CHANGES_MAX_KEYS)?;
+    if keys.first().map(|k| k.index) != Some(after + 1) {
+        return Ok(PeerAnswer::Gone {
+            info: info(env, view.mode, view),
+        });
+    }
+    let mut picked: BTreeMap<String, (Class, Option<Vec<u8>>)> = BTreeMap::new();
+    let mut upto = after;
+    let mut bytes = 0usize;
+    for k in keys {
+        if bytes >= CHANGES_MAX_BYTES {
+            break;
+        }
+        upto = k.index;
+        if !view.key_ok(&k.key, k.class) || picked.contains_key(&k.key) {
+            continue;
+        }
+        let v = env.storage.get(&k.key)?;
+        bytes += k.key.len() + v.as_ref().map_or(0, Vec::len);
+        picked.insert(k.key, (k.class, v));
+    }
+    let changes = picked.into_iter().map(|(k, (c, v))| (k, c, v)).collect();
+    Ok(PeerAnswer::Changes {
+        info: info(env, view.mode, view),
+        upto,
+        at: w.last,
+        batch: ChangeBatch { changes },
     })
 }
 

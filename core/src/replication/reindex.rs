@@ -718,6 +718,8 @@ fn finish_reindex(env: &mut Env, flags: Flags, diff_lines: Vec<String>) -> ApiRe
                 let rt = env.st.repl.mode_mut(m);
                 rt.role.needs_sync = true;
                 rt.sec.rediff = matches!(rt.sec.phase, Phase::MerkleDiff | Phase::MerkleSync);
+                // A catch-up by changed keys cannot show what the check found: diff instead.
+                rt.sec.catch_up = None;
                 resync.push(env.role_write(m)?);
             }
         }

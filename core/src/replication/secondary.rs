@@ -7,6 +7,11 @@
 //!   update-primary or a filter change): compare subtree roots, then page hashes; a
 //!   differing page that holds many of our keys is narrowed down to its differing subpages
 //!   (subpage sums), a smaller one is taken whole.
+//! * `catch-up`: when the primary kept only the keys of the entries we need, it answers a
+//!   pull with the current values of those keys (deletions included), a batch at a time;
+//!   we apply them and pull on from the last index covered. Our copy then holds values
+//!   newer than our position, so `needs_sync` stays set until we have streamed up to the
+//!   index the last batch was read at; a restart meanwhile runs a Merkle diff.
 //! * `merkle-sync`: per subtree, send the short leaf hashes of our keys in the differing
 //!   buckets; the primary answers with the values we lack or hold differently and which of
 //!   our keys it does not hold (deleted here), in batches (continuing after the last key
@@ -20,8 +25,8 @@
 use super::class::{self, Class};
 use super::merkle::{self, TreeKind};
 use super::msg::{
-    self, Hashes, Holdings, PeerAnswer, PeerAuth, PeerBody, PeerMsg, PeerSend, SubtreeRef,
-    SyncBatch,
+    self, ChangeBatch, Hashes, Holdings, PeerAnswer, PeerAuth, PeerBody, PeerMsg, PeerSend,
+    PrimaryInfo, SubtreeRef, SyncBatch,
 };
 use super::primary::{kinds, relative, subtree_keys};
 use super::state::{Bundle, Creds, Role, RoleState};
@@ -120,6 +125,7 @@ fn start_diff(env: &mut Env, mode: Mode) {
     let rt = env.st.repl.mode_mut(mode);
     rt.sec.phase = Phase::MerkleDiff;
     rt.sec.rediff = false;
+    rt.sec.catch_up = None;
     rt.sec.asked.clear();
     rt.sec.sent.clear();
     rt.sec.resume_sync = false;
@@ -148,12 +154,12 @@ pub(crate) fn kick(env: &mut Env, mode: Mode) {
                 start_diff(env, mode);
             }
         }
-        _ if rt.role.needs_sync => start_diff(env, mode),
+        _ if rt.role.needs_sync && rt.sec.catch_up.is_none() => start_diff(env, mode),
         Phase::Idle | Phase::Connecting => {
             rt.sec.phase = Phase::Connecting;
             pull(env, mode)
         }
-        Phase::StreamWals => pull(env, mode),
+        Phase::StreamWals | Phase::CatchUp => pull(env, mode),
     }
 }
 
@@ -240,6 +246,7 @@ fn learn_addrs(env: &mut Env, mode: Mode, a: &PeerAnswer) -> ApiResult<()> {
         PeerAnswer::Pong { info }
         | PeerAnswer::Entries { info, .. }
         | PeerAnswer::Gone { info }
+        | PeerAnswer::Changes { info, .. }
         | PeerAnswer::Roots { info, .. } => info,
         _ => return Ok(()),
     };
@@ -306,8 +313,20 @@ fn advance(env: &mut Env, mode: Mode, a: PeerAnswer) -> ApiResult<()> {
                 return Ok(());
             }
             if rt.role.needs_sync {
-                start_diff(env, mode);
-                return Ok(());
+                let Some(target) = rt.sec.catch_up else {
+                    start_diff(env, mode);
+                    return Ok(());
+                };
+                // Streaming after a catch-up: the copy is complete again at `target`.
+                let first_entries = rt.sec.phase == Phase::CatchUp;
+                if last >= target {
+                    rt.role.needs_sync = false;
+                    rt.sec.catch_up = None;
+                }
+                if first_entries && mode == Mode::Dr {
+                    let base = rt.role.last_remote_wal;
+                    restart_dr_wal(env, base)?;
+                }
             }
             let full = entries.len() >= env.cfg().batch_entries as usize;
             apply_entries(env, mode, entries, last)?;
@@ -334,6 +353,12 @@ fn advance(env: &mut Env, mode: Mode, a: PeerAnswer) -> ApiResult<()> {
             }
             start_diff(env, mode);
         }
+        PeerAnswer::Changes {
+            info,
+            upto,
+            at,
+            batch,
+        } => on_changes(env, mode, info, (upto, at), batch)?,
         PeerAnswer::Roots { info, index, roots } => on_roots(env, mode, info, index, roots)?,
         PeerAnswer::Pages { pages } => on_pages(env, mode, pages)?,
         PeerAnswer::Subpages { subpages } => on_subpages(env, mode, subpages)?,
@@ -371,6 +396,80 @@ fn apply_entries(env: &mut Env, mode: Mode, entries: Vec<WalEntry>, last: u64) -
         Origin::Replication
     };
     commit_changes(env, changes, origin)
+}
+
+/// The current values of the keys written after our position up to `upto`, read when the
+/// primary's WAL ended at `at` ([`PeerAnswer::Changes`]): applied with the new position in
+/// one write set; `needs_sync` is set until the stream reaches `at`.
+fn on_changes(
+    env: &mut Env,
+    mode: Mode,
+    info: PrimaryInfo,
+    (upto, at): (u64, u64),
+    batch: ChangeBatch,
+) -> ApiResult<()> {
+    let rt = env.st.repl.mode_mut(mode);
+    let filter_changed = mode == Mode::Performance && rt.role.filter != info.filter;
+    rt.sec.info = info.clone();
+    if filter_changed || (rt.role.needs_sync && rt.sec.catch_up.is_none()) {
+        // Keys the new filter lets in changed nowhere near our position; or something else
+        // (a Merkle check that found a difference) asked for a diff.
+        if filter_changed {
+            rt.role.filter = info.filter;
+            rt.role.needs_sync = true;
+            let w = env.role_write(mode)?;
+            commit_changes(env, vec![w], Origin::Replication)?;
+        }
+        start_diff(env, mode);
+        return Ok(());
+    }
+    let from = rt.role.last_remote_wal;
+    if upto <= from || at < upto {
+        return Err(ApiError::bad(format!(
+            "catch-up: the primary's answer covers entries up to {upto} (read at {at}), not past our position {from}"
+        )));
+    }
+    let uuids = env.st.repl.local_uuids.clone();
+    let n = batch.changes.len() as u64;
+    let mut changes: Vec<Change> = Vec::with_capacity(batch.changes.len() + 1);
+    for (key, class, value) in batch.changes {
+        let here = class::classify(&key, &uuids);
+        let allowed = class != Class::NodeLocal
+            && here != Class::NodeLocal
+            && (mode == Mode::Dr || class == Class::Replicated);
+        if !allowed {
+            return Err(ApiError::bad(format!(
+                "catch-up: {key:?} ({class:?}) is not replicated to this {} secondary",
+                mode.name()
+            )));
+        }
+        changes.push(Change {
+            key,
+            value,
+            class: Some(class),
+            index: None,
+            end: false,
+            fresh: false,
+        });
+    }
+    let rt = env.st.repl.mode_mut(mode);
+    if rt.sec.phase != Phase::CatchUp {
+        log::info!(
+            "{} replication: catching up from WAL index {from} by changed keys (the primary no longer holds those entries, only their keys)",
+            mode.name()
+        );
+        rt.sec.sync_done = 0;
+    }
+    rt.sec.phase = Phase::CatchUp;
+    rt.sec.catch_up = Some(rt.sec.catch_up.unwrap_or(0).max(at));
+    rt.sec.sync_done += n;
+    rt.sec.sync_total = rt.sec.sync_done;
+    rt.role.last_remote_wal = upto;
+    rt.role.needs_sync = true;
+    changes.push(env.role_write(mode)?);
+    commit_changes(env, changes, Origin::Replication)?;
+    pull(env, mode);
+    Ok(())
 }
 
 fn my_roots(env: &Env, mode: Mode) -> BTreeMap<SubtreeRef, String> {
@@ -685,16 +784,22 @@ fn finish_sync(env: &mut Env, mode: Mode) -> ApiResult<()> {
     let w = env.role_write(mode)?;
     commit_changes(env, vec![w], Origin::Replication)?;
     if mode == Mode::Dr {
-        // Our WAL copy restarts at the primary's index of this sync.
-        let mut writes = Vec::new();
-        let mut m = wal::reset(&*env.storage, env.st.repl.wal, base, &mut writes);
-        m.active = true;
-        writes.retain(|(k, _)| k != wal::META);
-        writes.push((wal::META.to_string(), serde_json::to_vec(&m).ok()));
-        env.storage.apply(&writes)?;
-        env.st.repl.wal = m;
+        restart_dr_wal(env, base)?;
     }
     pull(env, mode);
+    Ok(())
+}
+
+/// A DR secondary's WAL copy restarts at the primary's index `base` (after a sync or a
+/// catch-up, which wrote no entries under the primary's indices).
+fn restart_dr_wal(env: &mut Env, base: u64) -> ApiResult<()> {
+    let mut writes = Vec::new();
+    let mut m = wal::reset(&*env.storage, env.st.repl.wal, base, &mut writes);
+    m.active = true;
+    writes.retain(|(k, _)| k != wal::META);
+    writes.push((wal::META.to_string(), serde_json::to_vec(&m).ok()));
+    env.storage.apply(&writes)?;
+    env.st.repl.wal = m;
     Ok(())
 }
 

@@ -22,13 +22,15 @@ struct Net {
     down: BTreeSet<usize>,
     /// Each node's unseal key (one share).
     keys: Vec<String>,
+    /// Key-only WAL entries the nodes keep (`wal::Limits::max_key_entries`).
+    key_entries: u64,
     /// Peer requests delivered, by `op`.
     ops: BTreeMap<String, usize>,
     /// Frame bytes of peer requests and answers delivered.
     wire_bytes: usize,
 }
 
-fn cfg(i: usize) -> NodeConfig {
+fn cfg(i: usize, key_entries: u64) -> NodeConfig {
     NodeConfig {
         node_id: format!("n{i}"),
         replication: ReplicationConfig {
@@ -37,6 +39,9 @@ fn cfg(i: usize) -> NodeConfig {
             wal: wal::Limits {
                 max_entries: 20,
                 max_bytes: 1 << 20,
+                // Most tests here are about Merkle diff and sync; `catch_up.rs` turns the
+                // key-only entries on.
+                max_key_entries: key_entries,
             },
             pull_wait_ms: 500,
             fetch_batch: 3,
@@ -55,11 +60,20 @@ impl Net {
 
     /// One node per entry of `versions` (an empty entry: this build's version).
     fn with_versions(versions: &[&str]) -> (Net, Vec<String>) {
+        Net::build(versions, 0)
+    }
+
+    /// `n` nodes keeping `key_entries` key-only WAL entries.
+    fn with_key_entries(n: usize, key_entries: u64) -> (Net, Vec<String>) {
+        Net::build(&vec![""; n], key_entries)
+    }
+
+    fn build(versions: &[&str], key_entries: u64) -> (Net, Vec<String>) {
         let mut nodes = Vec::new();
         let mut roots = Vec::new();
         let mut keys = Vec::new();
         for (i, v) in versions.iter().enumerate() {
-            let mut c = cfg(i);
+            let mut c = cfg(i, key_entries);
             if !v.is_empty() {
                 c.version = v.to_string();
             }
@@ -97,6 +111,7 @@ impl Net {
                 keys,
                 ops: BTreeMap::new(),
                 wire_bytes: 0,
+                key_entries,
             },
             roots,
         )
@@ -105,11 +120,11 @@ impl Net {
     /// Restarts node `i` on its storage running `version`, and unseals it with the key share
     /// of node `key_of` (a secondary's are its primary's).
     fn restart_as(&mut self, i: usize, version: &str, key_of: usize) {
-        let mut c = cfg(i);
+        let mut c = cfg(i, self.key_entries);
         c.version = version.to_string();
         let old = std::mem::replace(
             &mut self.nodes[i],
-            Node::new(MemStorage::new(), [0; 32], cfg(i)),
+            Node::new(MemStorage::new(), [0; 32], cfg(i, self.key_entries)),
         );
         self.nodes[i] = Node::new(old.into_storage(), [i as u8 + 101; 32], c);
         // Connections to the old process break: its callers see a reset.
@@ -141,16 +156,25 @@ impl Net {
 
     /// Delivers everything until nothing moves (held long polls stay held).
     fn settle(&mut self) {
+        self.settle_until(|_| false);
+    }
+
+    /// Delivers until nothing moves or, checked after each delivery, `stop` holds (then
+    /// true; what was not delivered yet stays with its node).
+    fn settle_until(&mut self, stop: impl Fn(&Net) -> bool) -> bool {
         for _ in 0..10_000 {
             let mut moved = false;
             for i in 0..self.nodes.len() {
                 while let Some(o) = self.nodes[i].poll_output() {
                     moved = true;
                     self.route(i, o);
+                    if stop(self) {
+                        return true;
+                    }
                 }
             }
             if !moved {
-                return;
+                return false;
             }
         }
         panic!("network did not settle");
@@ -795,3 +819,5 @@ mod restore;
 mod bounded;
 
 mod sync;
+
+mod catch_up;

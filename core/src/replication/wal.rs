@@ -6,11 +6,16 @@
 //! the primary's indices, so that after promotion it continues the same sequence.
 //!
 //! Retention is bounded by entry count and bytes ([`Limits`]); the oldest entries are
-//! dropped first. A secondary that needs an entry older than the first retained one has to
-//! go through Merkle diff and sync.
+//! dropped first. A dropped entry leaves its key behind (a key-only entry: class and key, no
+//! value), up to `max_key_entries` of them, the oldest dropped first: they cover indices
+//! `first - kept ..= first - 1` without a gap. A secondary that needs entries older than the
+//! first retained one but still covered by key-only entries catches up by fetching the
+//! current values of those keys (`primary::changes`): what changed, not the whole copy.
+//! One that needs older ones still has to go through Merkle diff and sync.
 //!
-//! Layout (node-local): `node/wal/meta` (JSON [`Meta`]) and `node/wal/e/<index, 20 digits>`
-//! (JSON entry).
+//! Layout (node-local): `node/wal/meta` (JSON [`Meta`]), `node/wal/e/<index, 20 digits>`
+//! (JSON entry) and `node/wal/k/<index, 20 digits>` (key-only entry: a class byte, then
+//! the key).
 
 use super::class::Class;
 use crate::storage::{Storage, StorageError, Write};
@@ -19,12 +24,16 @@ use std::collections::BTreeMap;
 
 pub const META: &str = "node/wal/meta";
 pub const ENTRY: &str = "node/wal/e/";
+pub const KEYS: &str = "node/wal/k/";
 
 /// Retention bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     pub max_entries: u64,
     pub max_bytes: u64,
+    /// Most key-only entries kept behind the full ones (0: none; a secondary behind the
+    /// full entries then always goes through Merkle diff and sync).
+    pub max_key_entries: u64,
 }
 
 impl Default for Limits {
@@ -32,6 +41,7 @@ impl Default for Limits {
         Limits {
             max_entries: 100_000,
             max_bytes: 256 << 20,
+            max_key_entries: 1_000_000,
         }
     }
 }
@@ -67,6 +77,9 @@ pub struct Meta {
     /// Whether the WAL is being written (the node is a primary or a DR secondary).
     #[serde(default)]
     pub active: bool,
+    /// Key-only entries kept right before `first` (indices `first - kept ..= first - 1`).
+    #[serde(default)]
+    pub kept: u64,
 }
 
 impl Default for Meta {
@@ -76,6 +89,7 @@ impl Default for Meta {
             last: 0,
             bytes: 0,
             active: false,
+            kept: 0,
         }
     }
 }
@@ -88,10 +102,103 @@ impl Meta {
     pub fn has_after(&self, after: u64) -> bool {
         after >= self.last || after + 1 >= self.first
     }
+    /// Whether the entries after `after` are retained, the older of them as key-only
+    /// entries at least (and `after` is not past the end).
+    pub fn keys_after(&self, after: u64) -> bool {
+        after <= self.last && after + 1 >= self.first.saturating_sub(self.kept)
+    }
 }
 
 pub fn entry_key(index: u64) -> String {
     format!("{ENTRY}{index:020}")
+}
+
+pub fn key_entry_key(index: u64) -> String {
+    format!("{KEYS}{index:020}")
+}
+
+/// A key-only entry: the key of a dropped entry and its class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyEntry {
+    pub index: u64,
+    pub class: Class,
+    pub key: String,
+}
+
+fn class_byte(c: Class) -> u8 {
+    match c {
+        Class::Replicated => 0,
+        Class::ClusterLocal => 1,
+        Class::NodeLocal => 2,
+    }
+}
+
+fn encode_key_entry(e: &WalEntry) -> Vec<u8> {
+    let mut b = Vec::with_capacity(e.key.len() + 1);
+    b.push(class_byte(e.class));
+    b.extend_from_slice(e.key.as_bytes());
+    b
+}
+
+fn decode_key_entry(index: u64, b: &[u8]) -> Option<KeyEntry> {
+    let (c, key) = b.split_first()?;
+    let class = match c {
+        0 => Class::Replicated,
+        1 => Class::ClusterLocal,
+        2 => Class::NodeLocal,
+        _ => return None,
+    };
+    Some(KeyEntry {
+        index,
+        class,
+        key: String::from_utf8(key.to_vec()).ok()?,
+    })
+}
+
+/// Up to `n` key-only entries after `after`, in index order; stops at the first index not
+/// kept as a key-only entry (from `first` on, the full entries are there to read).
+pub fn read_keys(
+    s: &dyn Storage,
+    meta: &Meta,
+    after: u64,
+    n: usize,
+) -> Result<Vec<KeyEntry>, StorageError> {
+    let start = (after + 1).max(meta.first.saturating_sub(meta.kept));
+    let end = meta.first; // exclusive
+    let n = n.min(end.saturating_sub(start) as usize);
+    let mut out = Vec::with_capacity(n);
+    if n == 0 {
+        return Ok(out);
+    }
+    let from = key_entry_key(start - 1);
+    let mut next = start;
+    let mut broken = false;
+    s.visit_after(Some(&from), n, &mut |k, v| {
+        if broken {
+            return;
+        }
+        let parsed = k
+            .strip_prefix(KEYS)
+            .and_then(|i| i.parse::<u64>().ok())
+            .filter(|i| *i == next)
+            .and_then(|i| decode_key_entry(i, v));
+        match parsed {
+            Some(e) => {
+                out.push(e);
+                next += 1;
+            }
+            None => broken = true,
+        }
+    })?;
+    Ok(out)
+}
+
+/// Deletes every key-only entry (they must cover a range without a gap up to `first`).
+fn drop_keys(m: &mut Meta, writes: &mut Vec<Write>) {
+    for i in m.first.saturating_sub(m.kept)..m.first {
+        writes.push((key_entry_key(i), None));
+    }
+    m.kept = 0;
 }
 
 pub fn load_meta(s: &dyn Storage) -> Result<Meta, StorageError> {
@@ -115,25 +222,45 @@ pub fn append(
     writes: &mut Vec<Write>,
 ) -> Result<Meta, StorageError> {
     let mut m = meta;
-    let mut fresh: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut fresh: BTreeMap<u64, &WalEntry> = BTreeMap::new();
     for e in entries {
         if m.first > m.last {
+            if e.index != m.first {
+                // A gap: the key-only entries no longer reach the first full one.
+                drop_keys(&mut m, writes);
+            }
             m.first = e.index;
         }
         m.last = e.index;
         let b = serde_json::to_vec(e).unwrap_or_default();
         m.bytes += e.size();
-        fresh.insert(e.index, e.size());
+        fresh.insert(e.index, e);
         writes.push((entry_key(e.index), Some(b)));
     }
     while m.first <= m.last && (m.count() > limits.max_entries || m.bytes > limits.max_bytes) {
-        let size = match fresh.get(&m.first) {
-            Some(sz) => *sz,
-            None => read(s, m.first)?.map_or(0, |e| e.size()),
+        let stored;
+        let dropped = match fresh.get(&m.first) {
+            Some(e) => Some(*e),
+            None => {
+                stored = read(s, m.first)?;
+                stored.as_ref()
+            }
         };
         writes.push((entry_key(m.first), None));
-        m.bytes = m.bytes.saturating_sub(size);
+        m.bytes = m.bytes.saturating_sub(dropped.map_or(0, WalEntry::size));
+        match dropped {
+            Some(e) if limits.max_key_entries > 0 => {
+                writes.push((key_entry_key(m.first), Some(encode_key_entry(e))));
+                m.kept += 1;
+            }
+            // Missing (or none are kept): the key-only entries cannot go on without a gap.
+            _ => drop_keys(&mut m, writes),
+        }
         m.first += 1;
+    }
+    while m.kept > limits.max_key_entries {
+        writes.push((key_entry_key(m.first - m.kept), None));
+        m.kept -= 1;
     }
     if m.first > m.last {
         m.bytes = 0;
@@ -142,18 +269,22 @@ pub fn append(
     Ok(m)
 }
 
-/// Empties the log and restarts it after `last` (the next entry gets `last + 1`).
+/// Empties the log (key-only entries too) and restarts it after `last` (the next entry
+/// gets `last + 1`).
 pub fn reset(s: &dyn Storage, meta: Meta, last: u64, writes: &mut Vec<Write>) -> Meta {
     if let Ok(all) = s.scan(ENTRY) {
         for (k, _) in all {
             writes.push((k, None));
         }
     }
+    let mut old = meta;
+    drop_keys(&mut old, writes);
     let m = Meta {
         first: last + 1,
         last,
         bytes: 0,
         active: meta.active,
+        kept: 0,
     };
     writes.push((META.to_string(), serde_json::to_vec(&m).ok()));
     m
@@ -202,6 +333,7 @@ mod tests {
         let lim = Limits {
             max_entries: 3,
             max_bytes: 10_000,
+            max_key_entries: 0,
         };
         let mut m = Meta::default();
         for i in 1..=5 {
@@ -216,6 +348,7 @@ mod tests {
         let lim = Limits {
             max_entries: 100,
             max_bytes: e(1).size() * 2,
+            max_key_entries: 0,
         };
         let mut w = Vec::new();
         m = append(&s, m, &[e(6), e(7), e(8)], lim, &mut w).unwrap();
@@ -227,5 +360,75 @@ mod tests {
         s.apply(&w).unwrap();
         assert_eq!((r.first, r.last, r.count()), (21, 20, 0));
         assert!(s.scan(ENTRY).unwrap().is_empty());
+    }
+
+    #[test]
+    fn dropped_entries_leave_their_keys_behind() {
+        let mut s = MemStorage::new();
+        let lim = Limits {
+            max_entries: 3,
+            max_bytes: 1 << 20,
+            max_key_entries: 4,
+        };
+        let mut m = Meta::default();
+        for i in 1..=9 {
+            let mut w = Vec::new();
+            m = append(&s, m, &[e(i)], lim, &mut w).unwrap();
+            s.apply(&w).unwrap();
+        }
+        // Full entries 7..=9, key-only entries 3..=6.
+        assert_eq!((m.first, m.last, m.kept), (7, 9, 4));
+        assert!(!m.has_after(5) && m.keys_after(2) && m.keys_after(5) && !m.keys_after(1));
+        assert!(!m.keys_after(10));
+        let ks = read_keys(&s, &m, 2, 100).unwrap();
+        let idx: Vec<u64> = ks.iter().map(|k| k.index).collect();
+        assert_eq!(idx, vec![3, 4, 5, 6]);
+        assert_eq!(ks[1].key, "k4");
+        assert_eq!(ks[1].class, Class::Replicated);
+        assert_eq!(read_keys(&s, &m, 4, 1).unwrap()[0].index, 5);
+        assert!(read_keys(&s, &m, 6, 10).unwrap().is_empty());
+        assert_eq!(s.scan(KEYS).unwrap().len(), 4);
+        // A smaller limit trims the oldest key-only entries.
+        let lim2 = Limits {
+            max_key_entries: 2,
+            ..lim
+        };
+        let mut w = Vec::new();
+        m = append(&s, m, &[e(10)], lim2, &mut w).unwrap();
+        s.apply(&w).unwrap();
+        assert_eq!((m.first, m.kept), (8, 2));
+        assert_eq!(s.scan(KEYS).unwrap().len(), 2);
+        assert_eq!(read_keys(&s, &m, 0, 10).unwrap()[0].index, 6);
+        // A reset drops them all.
+        let mut w = Vec::new();
+        let r = reset(&s, m, 20, &mut w);
+        s.apply(&w).unwrap();
+        assert_eq!(r.kept, 0);
+        assert!(s.scan(KEYS).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_gap_drops_the_key_only_entries() {
+        let mut s = MemStorage::new();
+        let lim = Limits {
+            max_entries: 1,
+            max_bytes: 1 << 20,
+            max_key_entries: 10,
+        };
+        let mut m = Meta::default();
+        for i in 1..=4 {
+            let mut w = Vec::new();
+            m = append(&s, m, &[e(i)], lim, &mut w).unwrap();
+            s.apply(&w).unwrap();
+        }
+        assert_eq!((m.first, m.kept), (4, 3));
+        // The full entry 4 goes missing behind the log's back: its key cannot be kept.
+        s.apply(&[(entry_key(4), None)]).unwrap();
+        let mut w = Vec::new();
+        m = append(&s, m, &[e(5)], lim, &mut w).unwrap();
+        s.apply(&w).unwrap();
+        assert_eq!((m.first, m.kept), (5, 0));
+        assert!(s.scan(KEYS).unwrap().is_empty());
+        assert!(!m.keys_after(3) && m.keys_after(4));
     }
 }

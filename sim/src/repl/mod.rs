@@ -524,6 +524,7 @@ impl ReplWorld {
                 wal: cairn_core::replication::wal::Limits {
                     max_entries: self.params.wal_max_entries,
                     max_bytes: 64 << 20,
+                    max_key_entries: self.params.wal_max_key_entries,
                 },
                 pull_wait_ms: self.params.pull_wait_ms,
                 pull_gap_ms: self.params.pull_gap_ms,

@@ -19,6 +19,9 @@ pub struct Params {
     pub commit_window_ms: u64,
     pub tick_ms: u64,
     pub wal_max_entries: u64,
+    /// Key-only entries kept behind the full ones (0: a secondary behind the WAL always
+    /// goes through Merkle diff and sync; otherwise it may catch up by changed keys).
+    pub wal_max_key_entries: u64,
     pub pull_wait_ms: u64,
     /// A caught-up secondary's least wait before its next pull (0: at once).
     pub pull_gap_ms: u64,
@@ -97,6 +100,11 @@ impl Params {
             pull_gap_ms: *r.pick(&[0, 0, 5, 50]).unwrap_or(&0),
             // Not drawn.
             snapshot_permille: 40,
+            // Drawn from a stream of its own, so that the draws above (and the seeds in
+            // `sim/regressions`) stay what they were before it existed.
+            wal_max_key_entries: *SimRng::derive(seed, "repl-key-entries")
+                .pick(&[0, 20, 100_000])
+                .unwrap_or(&0),
         }
     }
 
@@ -113,7 +121,7 @@ impl Params {
             .collect();
         format!(
             "topology=[{}] peer-delay={}ms peer-loss={}‰ peer-fifo={} commit-window={}ms tick={}ms \
-             wal-max={} pull-wait={}ms pull-gap={}ms fetch-batch={} sync-window={} batch-entries={} crash-every~{}ms downtime~{}ms \
+             wal-max={} wal-keys={} pull-wait={}ms pull-gap={}ms fetch-batch={} sync-window={} batch-entries={} crash-every~{}ms downtime~{}ms \
              partition-every~{}ms partition-len~{}ms think={}ms revoke={}‰ corrupt-every~{}ms scans={}‰ snapshots={}‰",
             kinds.join(","),
             self.peer_link.delay_mean,
@@ -122,6 +130,7 @@ impl Params {
             self.commit_window_ms,
             self.tick_ms,
             self.wal_max_entries,
+            self.wal_max_key_entries,
             self.pull_wait_ms,
             self.pull_gap_ms,
             self.fetch_batch,

@@ -40,11 +40,13 @@ impl Member {
         let dir = tmpdir(&format!("fault-{name}"));
         // Reindexes and Merkle checks in small, spaced steps: a few thousand keys would
         // otherwise be rebuilt in a few milliseconds, too short for a kill to land in them.
+        // No key-only WAL entries: a secondary kept away past the WAL comes back by Merkle
+        // diff and sync (the moment this campaign kills in), not by catch-up.
         let extra = if licensed {
             let lic = dir.join("license.json");
             std::fs::write(&lic, LICENSE).expect("write license");
             format!(
-                "license_path = \"{}\"\nlicense_trusted_key = \"{ISSUER_KEY}\"\nreplication {{\n wal_max_entries = {WAL_ENTRIES}\n pull_wait_ms = 500\n scan_chunk = 64\n scan_pace_ms = 1\n}}\n",
+                "license_path = \"{}\"\nlicense_trusted_key = \"{ISSUER_KEY}\"\nreplication {{\n wal_max_entries = {WAL_ENTRIES}\n wal_max_key_entries = 0\n pull_wait_ms = 500\n scan_chunk = 64\n scan_pace_ms = 1\n}}\n",
                 lic.display()
             )
         } else {

@@ -155,6 +155,7 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
         last: old.last + 1,
         bytes: 0,
         active: false,
+        kept: 0,
     };
     writes.push((wal::META.to_string(), serde_json::to_vec(&meta).ok()));
     env.storage.apply(&writes)?;

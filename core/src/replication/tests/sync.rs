@@ -58,7 +58,7 @@ fn secondary_restarted_without_marker() -> (Net, String) {
     storage
         .apply(&[(merkle::MARKER.to_string(), None)])
         .unwrap();
-    net.nodes[1] = Node::new(storage, [9; 32], cfg(1));
+    net.nodes[1] = Node::new(storage, [9; 32], cfg(1, 0));
     (net, r0)
 }
 
