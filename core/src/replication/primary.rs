@@ -496,6 +496,9 @@ fn answer_waiter(env: &mut Env, w: &Waiter) -> ApiResult<PeerAnswer> {
     };
     let view = View::new(&env.ctx(), w.mode, &rec)?;
     let wal = env.st.repl.wal;
+    if !wal.has_after(w.after) && wal.keys_after(w.after) {
+        return changes(env, &view, w.after);
+    }
     if !wal.has_after(w.after) {
         return Ok(PeerAnswer::Gone {
             info: info(env, w.mode, &view),

@@ -176,6 +176,13 @@ impl ReplWorld {
             self.stats.peer_errors += 1;
             self.log(&format!("n{to} <- peer error call={call}: {e}"));
         }
+        // Coverage: how secondaries behind the WAL came back.
+        match &result {
+            Ok(PeerAnswer::Changes { .. }) => self.bump("repl:catch-up-batches"),
+            Ok(PeerAnswer::Roots { .. }) => self.bump("repl:merkle-diffs"),
+            Ok(PeerAnswer::Gone { .. }) => self.bump("repl:wal-gone"),
+            _ => {}
+        }
         let now = self.now;
         self.hosts[to].host.handle(
             now,
