@@ -45,8 +45,9 @@ case "$what" in
     # write throughput and replication lag p50/p99 vs performance secondaries attached.
     growth-secondaries) exec "$REL"/bench-growth-secondaries "$@" ;;
     # `growth-resync [CHANGED=1k,10k,100k] [TOTALS=10k,30k,100k] [BASE=100k] [FIXED=10k] [CLIENTS=16]`:
-    # Merkle resync bytes and time vs changed keys (BASE stored) and vs keys stored (FIXED
-    # changed; "" skips a curve); stored keys are bulk-loaded encrypted, then reindexed.
+    # resync bytes and time vs changed keys (BASE stored) and vs keys stored (FIXED changed;
+    # "" skips a curve); stored keys are bulk-loaded encrypted, then reindexed. By catch-up
+    # (key-only WAL entries), or by Merkle diff and sync with RESYNC=merkle.
     growth-resync) exec "$REL"/bench-growth-resync "$@" ;;
     # `growth-keys [KEYS=100k,1M] [READS=1000]`: reindex time vs a raw scan + hash, unseal-to-
     # serving time and RSS vs keys stored (bulk-loaded encrypted into SQLite).

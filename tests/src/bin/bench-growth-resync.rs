@@ -1,12 +1,15 @@
 //! `bench-growth-resync [CHANGED=1k,10k,100k] [TOTALS=10k,30k,100k] [BASE=100k] [FIXED=10k]
-//! [CLIENTS=16]`: Merkle resync of a performance secondary that was away while keys changed,
+//! [CLIENTS=16]`: resync (catch-up, or Merkle diff and sync) of a performance secondary that was away while keys changed,
 //! real `cairn` processes (SQLite, release build) on loopback. Run through
 //! `scripts/bench.sh growth-resync`; writes `growth-resync-changed.csv`/`.svg` (vs changed
 //! keys, BASE keys stored) and `growth-resync-total.csv`/`.svg` (vs keys stored, FIXED
 //! changed keys). An empty list (`""`) skips a curve.
 //!
-//! Each point: a primary and a secondary with `wal_max_entries = 100` (so the changes are
-//! far past the WAL retention and only a Merkle diff can bring the secondary back). The
+//! Each point: a primary and a secondary with `wal_max_entries = 100`, so the changes are
+//! far past the WAL's full entries: the secondary comes back by catch-up (the current values
+//! of the keys the dropped entries wrote, which the primary keeps as key-only entries), or,
+//! with `RESYNC=merkle` in the environment (`wal_max_key_entries = 0`), by Merkle diff and
+//! sync. The
 //! primary's stored keys are loaded in bulk into its SQLite file, encrypted with its barrier
 //! key (`cairn_tests::bulk`), and taken into its trees by a reindex; the secondary is then
 //! activated and its initial sync timed. The secondary is killed (-9), the changed keys are
@@ -30,7 +33,30 @@ use cairn_tests::replbench::{
 use serde_json::json;
 use std::time::Instant;
 
-const TUNING: &str = "replication {\n wal_max_entries = 100\n pull_wait_ms = 500\n}\n";
+/// Whether the secondary comes back by Merkle diff and sync (`RESYNC=merkle`) rather than
+/// by catch-up.
+fn by_merkle() -> bool {
+    std::env::var("RESYNC").as_deref() == Ok("merkle")
+}
+
+/// The nodes' replication settings (see the module doc for `RESYNC`).
+fn tuning() -> String {
+    let keys = if by_merkle() {
+        "\n wal_max_key_entries = 0"
+    } else {
+        ""
+    };
+    format!("replication {{\n wal_max_entries = 100{keys}\n pull_wait_ms = 500\n}}\n")
+}
+
+/// How the resync runs, for titles and file names.
+fn how() -> (&'static str, &'static str) {
+    if by_merkle() {
+        ("Merkle resync", "-merkle")
+    } else {
+        ("Catch-up", "")
+    }
+}
 
 /// One point: what the initial sync and the resync measured.
 struct Point {
@@ -48,7 +74,7 @@ fn point(total: u64, changed: u64, clients: usize) -> Point {
         short(total),
         short(changed)
     );
-    let (mut p, _) = licensed_with("growth-resync-p", &[], TUNING);
+    let (mut p, _) = licensed_with("growth-resync-p", &[], &tuning());
     assert_eq!(
         p.post("sys/mounts/secret", json!({"type": "kv"})).status,
         204
@@ -59,7 +85,7 @@ fn point(total: u64, changed: u64, clients: usize) -> Point {
     p.restart();
     p.unseal();
     bulk::reindex(&p);
-    let (mut s, _) = licensed_with("growth-resync-s", &[p.port], TUNING);
+    let (mut s, _) = licensed_with("growth-resync-s", &[p.port], &tuning());
     eprintln!("{} stored: initial sync", short(total));
     let (s0, r0) = cluster_bytes(&p);
     let t = Instant::now();
@@ -178,7 +204,7 @@ fn main() {
         ])
     };
     if !changed.is_empty() {
-        let mut t = table("growth-resync-changed");
+        let mut t = table(&format!("growth-resync-changed{}", how().1));
         let points: Vec<Point> = changed
             .iter()
             .map(|&c| {
@@ -188,19 +214,20 @@ fn main() {
             })
             .collect();
         println!(
-            "Merkle resync vs changed keys, {} keys stored:\n",
+            "{} vs changed keys, {} keys stored:\n",
+            how().0,
             short(base)
         );
         plot(
             &t,
             "changed_keys",
-            &format!("Merkle resync vs changed keys ({} stored)", short(base)),
+            &format!("{} vs changed keys ({} stored)", how().0, short(base)),
             "changed keys",
         );
         verdict(&points);
     }
     if !totals.is_empty() {
-        let mut t = table("growth-resync-total");
+        let mut t = table(&format!("growth-resync-total{}", how().1));
         let points: Vec<Point> = totals
             .iter()
             .map(|&n| {
@@ -209,11 +236,11 @@ fn main() {
                 p
             })
             .collect();
-        println!("Merkle resync vs keys stored, {} changed:\n", short(fixed));
+        println!("{} vs keys stored, {} changed:\n", how().0, short(fixed));
         plot(
             &t,
             "total_keys",
-            &format!("Merkle resync vs keys stored ({} changed)", short(fixed)),
+            &format!("{} vs keys stored ({} changed)", how().0, short(fixed)),
             "keys stored",
         );
         verdict(&points);
