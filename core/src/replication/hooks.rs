@@ -119,13 +119,18 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
                 // Trees rebuilt from the stored data at start (after a stop with Merkle
                 // records not yet written) hold whatever changed on disk behind the node's
                 // back, which only the primary's roots can show: compare with them (diff and
-                // sync) before streaming, and until that is done the copy is not known to be
-                // complete — recorded durably, so a promote meanwhile needs `force` and a
-                // restart resumes the comparison.
+                // sync), and until that is done the copy is not known to be complete —
+                // recorded durably, so a promote meanwhile needs `force` and a restart
+                // resumes the comparison. The same holds for a sync or catch-up that a stop
+                // interrupted. The comparison comes after catching up with the primary
+                // (streaming, or by changed keys), where the roots differ only by what the
+                // primary wrote meanwhile: a diff right away would exchange the leaves of
+                // every bucket written while this node was down.
                 if rebuilt && !rt.role.needs_sync {
                     rt.role.needs_sync = true;
                     resync.push(m);
                 }
+                rt.sec.verify = rt.role.needs_sync;
             }
         }
         r.roles_loaded = true;

@@ -238,10 +238,14 @@ pub(crate) struct SecRt {
     /// what it compared is stale, so when it completes another one starts.
     pub rediff: bool,
     /// A catch-up by changed keys in progress: our copy holds values as new as the
-    /// primary's WAL index here, and is one of the primary's states once `last_remote_wal`
-    /// reaches it (`needs_sync` stays set on disk until then). Not kept across a restart:
-    /// a node that restarts meanwhile runs a Merkle diff.
+    /// primary's WAL index here; once `last_remote_wal` is past it, the comparison that
+    /// `verify` asks for follows. Not kept across a restart (which sets `verify` again).
     pub catch_up: Option<u64>,
+    /// Catch up with the primary first (stream, or by changed keys), then run a Merkle
+    /// diff (which clears this and, when it is done, `needs_sync`) before the copy counts
+    /// as complete. Set by a catch-up, and at load with `needs_sync` set (trees rebuilt at
+    /// start, or a sync or catch-up that a stop interrupted).
+    pub verify: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -498,6 +502,12 @@ impl Replication {
                     rt.sec.phase,
                     Phase::MerkleDiff | Phase::MerkleSync | Phase::CatchUp
                 ))
+    }
+
+    /// Whether this secondary started with its copy not known to be complete and owes a
+    /// Merkle diff once it has caught up with its primary (`SecRt::verify`).
+    pub fn verifying(&self, m: Mode) -> bool {
+        self.mode(m).sec.verify
     }
 
     /// Merkle diffs this node started as a secondary in mode `m` since it started

@@ -23,7 +23,7 @@ use super::class::{self, Class};
 use super::merkle::{self, Record, TreeKind, Trees};
 use super::state::Role;
 use super::wal::{self, WalEntry};
-use super::{Env, Mode, Phase};
+use super::{Env, Mode};
 use crate::api::{body_object, ApiError, ApiResult, Fields, Reply, Request, RequestId};
 use crate::ctx::Ctx;
 use crate::storage::Write;
@@ -717,7 +717,11 @@ fn finish_reindex(env: &mut Env, flags: Flags, diff_lines: Vec<String>) -> ApiRe
             if env.st.repl.role(m) == Role::Secondary {
                 let rt = env.st.repl.mode_mut(m);
                 rt.role.needs_sync = true;
-                rt.sec.rediff = matches!(rt.sec.phase, Phase::MerkleDiff | Phase::MerkleSync);
+                // A diff or sync in progress compared the old trees: it ends in another diff.
+                // Also one waiting to resume after a failed round (its phase is `idle` then),
+                // whose end would otherwise clear `needs_sync`; with none in progress, the
+                // next step starts the diff and clears this.
+                rt.sec.rediff = true;
                 // A catch-up by changed keys cannot show what the check found: diff instead.
                 rt.sec.catch_up = None;
                 resync.push(env.role_write(m)?);

@@ -10,8 +10,15 @@
 //! * `catch-up`: when the primary kept only the keys of the entries we need, it answers a
 //!   pull with the current values of those keys (deletions included), a batch at a time;
 //!   we apply them and pull on from the last index covered. Our copy then holds values
-//!   newer than our position, so `needs_sync` stays set until we have streamed up to the
-//!   index the last batch was read at; a restart meanwhile runs a Merkle diff.
+//!   newer than our position, so `needs_sync` stays set (the status says `catch-up`) until
+//!   we have streamed past the index the last batch was read at and then compared our
+//!   roots with the primary's (a Merkle diff that, caught up, finds nothing or only the
+//!   latest writes): the catch-up trusts that the primary's history after our position is
+//!   the one we came from.
+//! * After a restart with `needs_sync` set (trees rebuilt from the data, or a sync or
+//!   catch-up interrupted): catch up first (stream, or by changed keys), then, with nothing
+//!   more to fetch, run a Merkle diff, whose roots then differ only by what the primary wrote
+//!   meanwhile.
 //! * `merkle-sync`: per subtree, send the short leaf hashes of our keys in the differing
 //!   buckets; the primary answers with the values we lack or hold differently and which of
 //!   our keys it does not hold (deleted here), in batches (continuing after the last key
@@ -126,6 +133,7 @@ fn start_diff(env: &mut Env, mode: Mode) {
     rt.sec.phase = Phase::MerkleDiff;
     rt.sec.rediff = false;
     rt.sec.catch_up = None;
+    rt.sec.verify = false;
     rt.sec.asked.clear();
     rt.sec.sent.clear();
     rt.sec.resume_sync = false;
@@ -154,7 +162,7 @@ pub(crate) fn kick(env: &mut Env, mode: Mode) {
                 start_diff(env, mode);
             }
         }
-        _ if rt.role.needs_sync && rt.sec.catch_up.is_none() => start_diff(env, mode),
+        _ if rt.role.needs_sync && !rt.sec.verify => start_diff(env, mode),
         Phase::Idle | Phase::Connecting => {
             rt.sec.phase = Phase::Connecting;
             pull(env, mode)
@@ -312,21 +320,24 @@ fn advance(env: &mut Env, mode: Mode, a: PeerAnswer) -> ApiResult<()> {
                 start_diff(env, mode);
                 return Ok(());
             }
+            let mut compare = false;
             if rt.role.needs_sync {
-                let Some(target) = rt.sec.catch_up else {
+                if !rt.sec.verify {
                     start_diff(env, mode);
                     return Ok(());
-                };
-                // Streaming after a catch-up: the copy is complete again at `target`.
-                let first_entries = rt.sec.phase == Phase::CatchUp;
-                if last >= target {
-                    rt.role.needs_sync = false;
+                }
+                // Streaming after a catch-up, or after a restart that owes a comparison:
+                // past the catch-up's target and with nothing more to fetch, compare with
+                // the primary's roots.
+                if rt.sec.catch_up.is_none_or(|t| last >= t) {
                     rt.sec.catch_up = None;
+                    compare = last >= rt.sec.info.last_wal;
                 }
-                if first_entries && mode == Mode::Dr {
-                    let base = rt.role.last_remote_wal;
-                    restart_dr_wal(env, base)?;
-                }
+            }
+            if compare {
+                apply_entries(env, mode, entries, last)?;
+                start_diff(env, mode);
+                return Ok(());
             }
             let full = entries.len() >= env.cfg().batch_entries as usize;
             apply_entries(env, mode, entries, last)?;
@@ -411,7 +422,7 @@ fn on_changes(
     let rt = env.st.repl.mode_mut(mode);
     let filter_changed = mode == Mode::Performance && rt.role.filter != info.filter;
     rt.sec.info = info.clone();
-    if filter_changed || (rt.role.needs_sync && rt.sec.catch_up.is_none()) {
+    if filter_changed || (rt.role.needs_sync && !rt.sec.verify) {
         // Keys the new filter lets in changed nowhere near our position; or something else
         // (a Merkle check that found a difference) asked for a diff.
         if filter_changed {
@@ -434,9 +445,10 @@ fn on_changes(
     let mut changes: Vec<Change> = Vec::with_capacity(batch.changes.len() + 1);
     for (key, class, value) in batch.changes {
         let here = class::classify(&key, &uuids);
-        let allowed = class != Class::NodeLocal
-            && here != Class::NodeLocal
-            && (mode == Mode::Dr || class == Class::Replicated);
+        let allowed = match mode {
+            Mode::Dr => class != Class::NodeLocal && here != Class::NodeLocal,
+            Mode::Performance => class == Class::Replicated && here == Class::Replicated,
+        };
         if !allowed {
             return Err(ApiError::bad(format!(
                 "catch-up: {key:?} ({class:?}) is not replicated to this {} secondary",
@@ -462,12 +474,24 @@ fn on_changes(
     }
     rt.sec.phase = Phase::CatchUp;
     rt.sec.catch_up = Some(rt.sec.catch_up.unwrap_or(0).max(at));
+    // Once caught up, the copy is compared with the primary's roots before it counts as
+    // complete: the catch-up trusts that the primary's history after our position is the
+    // one our position came from, which a primary replaced meanwhile (a DR promotion
+    // behind the same address) would break.
+    rt.sec.verify = true;
     rt.sec.sync_done += n;
     rt.sec.sync_total = rt.sec.sync_done;
     rt.role.last_remote_wal = upto;
     rt.role.needs_sync = true;
     changes.push(env.role_write(mode)?);
-    commit_changes(env, changes, Origin::Replication)?;
+    if mode == Mode::Dr {
+        // No WAL entries of our own for these values (the primary's indices are not ours to
+        // fill), and our WAL copy restarts after `upto`, where the stream goes on.
+        commit_changes(env, changes, Origin::DrStream)?;
+        restart_dr_wal(env, upto)?;
+    } else {
+        commit_changes(env, changes, Origin::Replication)?;
+    }
     pull(env, mode);
     Ok(())
 }
@@ -810,6 +834,10 @@ pub(crate) fn state_name(rt: &super::ModeRt) -> &'static str {
     }
     if rt.sec.version_refused {
         return "version-mismatch";
+    }
+    // Streaming the entries a catch-up still needs, or before the comparison a restart owes.
+    if rt.sec.phase == Phase::StreamWals && (rt.sec.verify || rt.sec.catch_up.is_some()) {
+        return Phase::CatchUp.name();
     }
     rt.sec.phase.name()
 }

@@ -26,6 +26,19 @@ fn is_gone(input: &Input) -> bool {
     )
 }
 
+/// Whether `input` brings a secondary the current values of keys its primary kept only the
+/// keys of (a catch-up: the copy is incomplete until it streams past them, and a node that
+/// takes over meanwhile owes a Merkle diff).
+fn is_catch_up(input: &Input) -> bool {
+    matches!(
+        input,
+        Input::PeerReply(PeerReply {
+            result: Ok(PeerAnswer::Changes { .. }),
+            ..
+        })
+    )
+}
+
 impl HaWorld {
     /// The node's loop: a due tick first, then the queued inputs, as one batch.
     pub(super) fn run_node(&mut self, i: usize) -> Checked<()> {
@@ -59,6 +72,7 @@ impl HaWorld {
         }
         let inputs: Vec<Input> = h.inbox.drain(..).collect();
         let gone = inputs.iter().filter(|i| is_gone(i)).count() as u64;
+        let catch_up = inputs.iter().any(is_catch_up);
         for input in inputs {
             n.handle(now, input);
         }
@@ -67,11 +81,17 @@ impl HaWorld {
         let diffs = self.clusters[h.cluster]
             .mode
             .map(|m| n.replication().merkle_diffs(m));
+        // A node that loaded rebuilt trees catches up first and owes the diff after that.
+        let owe = catch_up
+            || (unmarked
+                && self.clusters[h.cluster]
+                    .mode
+                    .is_some_and(|m| n.replication().verifying(m)));
         while let Some(o) = h.host.poll_output() {
             h.host.hold(o);
         }
         if let Some(d) = diffs {
-            self.on_diffs(i, d, gone, unmarked)?;
+            self.on_diffs(i, d, (gone, owe), unmarked)?;
         }
         let h = &mut self.nodes[i];
         let Some(batch) = h.host.schedule_commit() else {
@@ -100,8 +120,15 @@ impl HaWorld {
     /// began `unmarked` (no Merkle marker stored: loading the state rebuilds the trees). Once
     /// the cluster finished its first sync, a new diff is allowed only for one of these two
     /// reasons, or while a diff started for one of them is still owed (the need is stored:
-    /// a node taking over resumes it).
-    fn on_diffs(&mut self, i: usize, diffs: u64, gone: u64, unmarked: bool) -> Checked<()> {
+    /// a node taking over resumes it). `owe`: the batch made a diff owed without starting
+    /// it (a catch-up batch, or rebuilt trees that are compared after catching up).
+    fn on_diffs(
+        &mut self,
+        i: usize,
+        diffs: u64,
+        (gone, owe): (u64, bool),
+        unmarked: bool,
+    ) -> Checked<()> {
         let c = self.nodes[i].cluster;
         let started = diffs.saturating_sub(self.nodes[i].diffs_seen);
         self.nodes[i].diffs_seen = diffs;
@@ -110,6 +137,7 @@ impl HaWorld {
             return Ok(());
         }
         cl.gone += gone;
+        cl.owed |= owe;
         if started == 0 {
             return Ok(());
         }
