@@ -453,14 +453,31 @@ const CHANGES_MAX_BYTES: usize = 4 << 20;
 /// Answers a pull from a secondary whose next entries are kept as key-only entries: the
 /// current stored value (or absence) of each key they name, once per key, filtered for the
 /// secondary, and the last index covered. The secondary's copy then holds values newer than
-/// its position until it has applied the entries up to this answer's `at`.
+/// its position until it has applied the entries up to this answer's `at`. A round that
+/// reaches the full entries goes on through them the same way (the secondary's copy is not
+/// a state of ours until it is past `at` anyway; this sends each key once, in the compact
+/// form, where streaming would send every entry of it).
 fn changes(env: &mut Env, view: &View, after: u64) -> ApiResult<PeerAnswer> {
     let w = env.st.repl.wal;
-    let keys = wal::read_keys(&*env.storage, &w, after, CHANGES_MAX_KEYS)?;
+    let mut keys = wal::read_keys(&*env.storage, &w, after, CHANGES_MAX_KEYS)?;
     if keys.first().map(|k| k.index) != Some(after + 1) {
         return Ok(PeerAnswer::Gone {
             info: info(env, view.mode, view),
         });
+    }
+    let mut next = keys.last().map_or(after, |k| k.index) + 1;
+    if next == w.first {
+        while next <= w.last && keys.len() < CHANGES_MAX_KEYS {
+            let Some(e) = wal::read(&*env.storage, next)? else {
+                break;
+            };
+            keys.push(wal::KeyEntry {
+                index: next,
+                class: e.class,
+                key: e.key,
+            });
+            next += 1;
+        }
     }
     let mut picked: BTreeMap<String, (Class, Option<Vec<u8>>)> = BTreeMap::new();
     let mut upto = after;
