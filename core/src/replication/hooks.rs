@@ -206,13 +206,25 @@ pub(crate) fn sync_wal_activity(env: &mut Env) -> ApiResult<()> {
     if meta.active == want {
         return Ok(());
     }
-    let mut w = Vec::new();
-    let mut m = if want {
-        wal::reset(&*env.storage, meta, meta.last + 1, &mut w)
-    } else {
-        meta
+    if want {
+        return restart_wal(env, meta.last + 1, true);
+    }
+    let m = wal::Meta {
+        active: false,
+        ..meta
     };
-    m.active = want;
+    env.storage
+        .apply(&[(wal::META.to_string(), serde_json::to_vec(&m).ok())])?;
+    env.st.repl.wal = m;
+    Ok(())
+}
+
+/// Empties the WAL (key-only entries too) and restarts it after `last`, written or not
+/// (`active`).
+pub(crate) fn restart_wal(env: &mut Env, last: u64, active: bool) -> ApiResult<()> {
+    let mut w = Vec::new();
+    let mut m = wal::reset(&*env.storage, env.st.repl.wal, last, &mut w);
+    m.active = active;
     w.retain(|(k, _)| k != wal::META);
     w.push((wal::META.to_string(), serde_json::to_vec(&m).ok()));
     env.storage.apply(&w)?;

@@ -309,17 +309,11 @@ fn advance(env: &mut Env, mode: Mode, a: PeerAnswer) -> ApiResult<()> {
             entries,
             last,
         } => {
-            let rt = env.st.repl.mode_mut(mode);
-            let filter_changed = mode == Mode::Performance && rt.role.filter != info.filter;
-            rt.sec.info = info.clone();
-            if filter_changed {
-                rt.role.filter = info.filter;
-                rt.role.needs_sync = true;
-                let w = env.role_write(mode)?;
-                commit_changes(env, vec![w], Origin::Replication)?;
+            if adopt_filter(env, mode, info)? {
                 start_diff(env, mode);
                 return Ok(());
             }
+            let rt = env.st.repl.mode_mut(mode);
             let mut compare = false;
             if rt.role.needs_sync {
                 if !rt.sec.verify {
@@ -409,6 +403,23 @@ fn apply_entries(env: &mut Env, mode: Mode, entries: Vec<WalEntry>, last: u64) -
     commit_changes(env, changes, origin)
 }
 
+/// Takes the primary's `info`; a performance secondary whose path filter it changes adopts
+/// the new one and records durably that it needs a Merkle sync (true).
+fn adopt_filter(env: &mut Env, mode: Mode, info: PrimaryInfo) -> ApiResult<bool> {
+    let rt = env.st.repl.mode_mut(mode);
+    let changed = mode == Mode::Performance && rt.role.filter != info.filter;
+    if changed {
+        rt.role.filter = info.filter.clone();
+        rt.role.needs_sync = true;
+    }
+    rt.sec.info = info;
+    if changed {
+        let w = env.role_write(mode)?;
+        commit_changes(env, vec![w], Origin::Replication)?;
+    }
+    Ok(changed)
+}
+
 /// The current values of the keys written after our position up to `upto`, read when the
 /// primary's WAL ended at `at` ([`PeerAnswer::Changes`]): applied with the new position in
 /// one write set; `needs_sync` is set until the stream reaches `at`.
@@ -419,18 +430,11 @@ fn on_changes(
     (upto, at): (u64, u64),
     batch: ChangeBatch,
 ) -> ApiResult<()> {
+    // Keys a new filter lets in changed nowhere near our position; or something else (a
+    // Merkle check that found a difference) asked for a diff.
+    let filter_changed = adopt_filter(env, mode, info)?;
     let rt = env.st.repl.mode_mut(mode);
-    let filter_changed = mode == Mode::Performance && rt.role.filter != info.filter;
-    rt.sec.info = info.clone();
     if filter_changed || (rt.role.needs_sync && !rt.sec.verify) {
-        // Keys the new filter lets in changed nowhere near our position; or something else
-        // (a Merkle check that found a difference) asked for a diff.
-        if filter_changed {
-            rt.role.filter = info.filter;
-            rt.role.needs_sync = true;
-            let w = env.role_write(mode)?;
-            commit_changes(env, vec![w], Origin::Replication)?;
-        }
         start_diff(env, mode);
         return Ok(());
     }
@@ -817,14 +821,7 @@ fn finish_sync(env: &mut Env, mode: Mode) -> ApiResult<()> {
 /// A DR secondary's WAL copy restarts at the primary's index `base` (after a sync or a
 /// catch-up, which wrote no entries under the primary's indices).
 fn restart_dr_wal(env: &mut Env, base: u64) -> ApiResult<()> {
-    let mut writes = Vec::new();
-    let mut m = wal::reset(&*env.storage, env.st.repl.wal, base, &mut writes);
-    m.active = true;
-    writes.retain(|(k, _)| k != wal::META);
-    writes.push((wal::META.to_string(), serde_json::to_vec(&m).ok()));
-    env.storage.apply(&writes)?;
-    env.st.repl.wal = m;
-    Ok(())
+    super::hooks::restart_wal(env, base, true)
 }
 
 /// The runtime state name of a secondary (status `state`).

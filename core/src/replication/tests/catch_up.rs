@@ -17,6 +17,41 @@ fn put_many(net: &mut Net, root: &str, name: &str, n: usize, v: u32) {
     }
 }
 
+/// A primary (node 0, 10 keys) and a secondary of `mode` (node 1, activated as `perf1` or
+/// `dr1`) that was away while 60 more keys were written (past the 20 full WAL entries,
+/// within the 10,000 key-only ones), just back on the network; and the primary's token.
+fn away_past_the_wal(mode: Mode) -> (Net, String) {
+    let (mut net, roots) = Net::with_key_entries(2, 10_000);
+    let r0 = roots[0].clone();
+    put_many(&mut net, &r0, "old", 10, 1);
+    let id = if mode == Mode::Dr { "dr1" } else { "perf1" };
+    net.enable_primary(0, &r0, mode.name());
+    net.activate(0, &r0, 1, &roots[1], mode.name(), id);
+    net.run_for(3_000);
+    net.down.insert(1);
+    put_many(&mut net, &r0, "new", 60, 2);
+    net.run_for(6_000);
+    net.down.clear();
+    (net, r0)
+}
+
+/// Ticks and delivers until node 1 has applied its first catch-up batch in `mode` (its copy
+/// then holds values newer than its position), and stops there.
+fn first_catch_up_batch(net: &mut Net, mode: Mode) {
+    for _ in 0..200 {
+        net.now += 50;
+        for i in 0..net.nodes.len() {
+            if net.nodes[i].poll_timeout() <= net.now {
+                net.nodes[i].handle(net.now, Input::Tick);
+            }
+        }
+        if net.settle_until(|n| n.nodes[1].replication().syncing(mode)) {
+            return;
+        }
+    }
+    panic!("the {} secondary never started catching up", mode.name());
+}
+
 #[test]
 fn secondaries_behind_the_wal_catch_up_by_changed_keys_then_compare_roots() {
     let (mut net, roots) = Net::with_key_entries(3, 10_000);
@@ -146,32 +181,9 @@ fn a_secondary_behind_the_key_only_entries_too_runs_a_merkle_diff() {
 /// primary idle, finds nothing to fetch.
 #[test]
 fn a_secondary_restarted_during_a_catch_up_catches_up_and_then_runs_a_merkle_diff() {
-    let (mut net, roots) = Net::with_key_entries(2, 10_000);
-    let r0 = roots[0].clone();
-    put_many(&mut net, &r0, "old", 10, 1);
-    net.enable_primary(0, &r0, "performance");
-    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
-    net.run_for(3_000);
-    net.down.insert(1);
-    put_many(&mut net, &r0, "new", 60, 2);
-    net.run_for(6_000);
-    net.down.clear();
-    // Deliver until the secondary has applied its first catch-up batch (its copy then holds
-    // values newer than its position), and restart it there.
-    let mut seen = false;
-    for _ in 0..200 {
-        net.now += 50;
-        for i in 0..net.nodes.len() {
-            if net.nodes[i].poll_timeout() <= net.now {
-                net.nodes[i].handle(net.now, Input::Tick);
-            }
-        }
-        if net.settle_until(|n| n.nodes[1].replication().syncing(Mode::Performance)) {
-            seen = true;
-            break;
-        }
-    }
-    assert!(seen, "the secondary never started catching up");
+    let (mut net, _) = away_past_the_wal(Mode::Performance);
+    // Restart it where its copy holds values newer than its position.
+    first_catch_up_batch(&mut net, Mode::Performance);
     net.ops.clear();
     net.restart_as(1, "", 0);
     net.run_for(8_000);
@@ -196,30 +208,8 @@ fn a_secondary_restarted_during_a_catch_up_catches_up_and_then_runs_a_merkle_dif
 /// a pull after a catch-up batch fails and the stream resumes through `connecting`.
 #[test]
 fn a_dr_secondarys_wal_copy_stays_the_primarys_across_an_interrupted_catch_up() {
-    let (mut net, roots) = Net::with_key_entries(2, 10_000);
-    let r0 = roots[0].clone();
-    put_many(&mut net, &r0, "old", 10, 1);
-    net.enable_primary(0, &r0, "dr");
-    net.activate(0, &r0, 1, &roots[1], "dr", "dr1");
-    net.run_for(3_000);
-    net.down.insert(1);
-    put_many(&mut net, &r0, "new", 60, 2);
-    net.run_for(6_000);
-    net.down.clear();
-    let mut seen = false;
-    for _ in 0..200 {
-        net.now += 50;
-        for i in 0..net.nodes.len() {
-            if net.nodes[i].poll_timeout() <= net.now {
-                net.nodes[i].handle(net.now, Input::Tick);
-            }
-        }
-        if net.settle_until(|n| n.nodes[1].replication().syncing(Mode::Dr)) {
-            seen = true;
-            break;
-        }
-    }
-    assert!(seen, "the DR secondary never started catching up");
+    let (mut net, r0) = away_past_the_wal(Mode::Dr);
+    first_catch_up_batch(&mut net, Mode::Dr);
     // The next pull fails: the primary is unreachable for a moment.
     net.down.insert(0);
     net.settle();
