@@ -367,6 +367,50 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
 mod tests {
     use super::*;
 
+    /// Clients that connect at once are all served while all of them stay connected: no new
+    /// connection waits for a connection thread behind kept-alive ones (the vendored
+    /// tiny_http's thread pool once queued it until another client left).
+    #[test]
+    fn clients_connecting_at_once_are_all_served_while_they_stay_connected() {
+        use std::io::Write;
+        let listener = bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let inline: tiny_http::Inline = Arc::new(|rq: tiny_http::Request| {
+            let _ = rq.respond(tiny_http::Response::from_string("served"));
+            None
+        });
+        let _server = Server::from_listener_with_inline(
+            listener,
+            None,
+            None,
+            tiny_http::ConnectionLimits::default(),
+            Some(inline),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        for round in 0..5 {
+            let mut clients: Vec<std::net::TcpStream> = (0..24)
+                .map(|_| std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}")))
+                .collect();
+            for (i, c) in clients.iter_mut().enumerate() {
+                c.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                c.write_all(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let mut got = Vec::new();
+                let mut buf = [0u8; 256];
+                while !String::from_utf8_lossy(&got).ends_with("served") {
+                    match c.read(&mut buf) {
+                        Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                        other => panic!(
+                            "round {round}: client {i} of 24 was not served while the others \
+                             stayed connected: {other:?}"
+                        ),
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn an_inline_handler_answers_on_the_connection_thread_and_hands_back_the_rest() {
         use std::io::Write;

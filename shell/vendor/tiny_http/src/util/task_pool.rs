@@ -66,10 +66,16 @@ impl TaskPool {
 
     /// Executes a function in a thread.
     /// If no thread is available, spawns a new one.
+    ///
+    /// Cairn patch: a waiting thread is counted as available for one queued task only.
+    /// Upstream queued a task whenever any thread was waiting, so two tasks spawned before
+    /// the one waiting thread woke were both queued: the second then waited until some
+    /// thread finished its task, and a task here serves a kept-alive connection, so a new
+    /// client's first request could go unread for as long as other clients stayed connected.
     pub fn spawn(&self, code: Box<dyn FnMut() + Send>) {
         let mut queue = self.sharing.todo.lock().unwrap();
 
-        if self.sharing.waiting_tasks.load(Ordering::Acquire) == 0 {
+        if self.sharing.waiting_tasks.load(Ordering::Acquire) <= queue.len() {
             self.add_thread(Some(code));
         } else {
             queue.push_back(code);
