@@ -43,6 +43,10 @@ sim_phase() {
     "$sim" --seeds "${SIM_SEEDS:-300}"
     "$sim" --tier turmoil --seeds "${SIM_TURMOIL_SEEDS:-20}"
     "$sim" --tier ha --seeds "${SIM_HA_SEEDS:-100}"
+    # HA regression: a deposed secondary-cluster node reloads with its trees rebuilt, catches
+    # up, and only then runs the Merkle diff it owes (the checker once took that for a diff
+    # without cause: resume-without-resync).
+    "$sim" --tier ha --seed 13213385729989710605
     # The scale profile: 1 primary, 12 performance and 3 DR secondaries per seed.
     "$sim" --profile scale --steps 20000 --seeds "${SIM_SCALE_SEEDS:-5}"
     "$sim" --tier ha --profile scale --steps 20000 --seeds "${SIM_HA_SCALE_SEEDS:-4}"

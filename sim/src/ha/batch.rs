@@ -81,12 +81,13 @@ impl HaWorld {
         let diffs = self.clusters[h.cluster]
             .mode
             .map(|m| n.replication().merkle_diffs(m));
-        // A node that loaded rebuilt trees catches up first and owes the diff after that.
+        // A node that loaded its state with a sync owed (its trees rebuilt, or a sync or
+        // catch-up interrupted; also on a reload after a batch that did not commit) catches
+        // up first and runs the diff after that, in a later batch.
         let owe = catch_up
-            || (unmarked
-                && self.clusters[h.cluster]
-                    .mode
-                    .is_some_and(|m| n.replication().verifying(m)));
+            || self.clusters[h.cluster]
+                .mode
+                .is_some_and(|m| n.replication().verifying(m));
         while let Some(o) = h.host.poll_output() {
             h.host.hold(o);
         }
