@@ -367,19 +367,11 @@ fn handle(mut rq: tiny_http::Request, core: &Core, opts: &ApiOptions) {
 mod tests {
     use super::*;
 
-    /// Clients that connect at once are all served while all of them stay connected: no new
-    /// connection waits for a connection thread behind kept-alive ones (the vendored
-    /// tiny_http's thread pool once queued it until another client left).
-    #[test]
-    fn clients_connecting_at_once_are_all_served_while_they_stay_connected() {
-        use std::io::Write;
+    /// A plain listener on a free loopback port with `inline` as its inline handler.
+    fn inline_server(inline: tiny_http::Inline) -> (Server, std::net::SocketAddr) {
         let listener = bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        let inline: tiny_http::Inline = Arc::new(|rq: tiny_http::Request| {
-            let _ = rq.respond(tiny_http::Response::from_string("served"));
-            None
-        });
-        let _server = Server::from_listener_with_inline(
+        let server = Server::from_listener_with_inline(
             listener,
             None,
             None,
@@ -387,6 +379,19 @@ mod tests {
             Some(inline),
         )
         .unwrap_or_else(|e| panic!("{e}"));
+        (server, addr)
+    }
+
+    /// Clients that connect at once are all served while all of them stay connected: no new
+    /// connection waits for a connection thread behind kept-alive ones (the vendored
+    /// tiny_http's thread pool once queued it until another client left).
+    #[test]
+    fn clients_connecting_at_once_are_all_served_while_they_stay_connected() {
+        use std::io::Write;
+        let (_server, addr) = inline_server(Arc::new(|rq: tiny_http::Request| {
+            let _ = rq.respond(tiny_http::Response::from_string("served"));
+            None
+        }));
         for round in 0..5 {
             let mut clients: Vec<std::net::TcpStream> = (0..24)
                 .map(|_| std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}")))
@@ -414,23 +419,13 @@ mod tests {
     #[test]
     fn an_inline_handler_answers_on_the_connection_thread_and_hands_back_the_rest() {
         use std::io::Write;
-        let listener = bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
-        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        let inline: tiny_http::Inline = Arc::new(|rq: tiny_http::Request| {
+        let (server, addr) = inline_server(Arc::new(|rq: tiny_http::Request| {
             if rq.url() != "/inline" {
                 return Some(rq);
             }
             let _ = rq.respond(tiny_http::Response::from_string("answered inline"));
             None
-        });
-        let server = Server::from_listener_with_inline(
-            listener,
-            None,
-            None,
-            tiny_http::ConnectionLimits::default(),
-            Some(inline),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        }));
         let mut c = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
         c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
             .unwrap_or_else(|e| panic!("{e}"));
