@@ -23,6 +23,9 @@
 //! says what each attached secondary costs the primary itself, whatever the secondaries'
 //! own work takes from the shared cores.
 //!
+//! `BENCH_PRIMARY_REPLICATION="..."` is the primary's `replication { ... }` block (e.g.
+//! `wal_max_entries = 1000` to have its WAL trimmed from the start, with or without
+//! `wal_max_key_entries = 0`).
 //! `BENCH_PULL_GAP_MS=N` sets the secondaries' `replication { pull_gap_ms = N }` (the least
 //! time a caught-up secondary waits before it pulls again); unset, the server's default.
 //! `BENCH_SECONDARY_NICE=N` starts every secondary at niceness N (`renice`), so that on a
@@ -54,7 +57,17 @@ fn main() {
     let rate: f64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(500.0);
     const EVERY: u64 = 25;
 
-    let p = licensed("growth-sec-p", &[]);
+    let p = match std::env::var("BENCH_PRIMARY_REPLICATION") {
+        Ok(block) => {
+            licensed_with(
+                "growth-sec-p",
+                &[],
+                &format!("replication {{\n{block}\n}}\n"),
+            )
+            .0
+        }
+        Err(_) => licensed("growth-sec-p", &[]),
+    };
     let tuning = match std::env::var("BENCH_PULL_GAP_MS") {
         Ok(n) => format!("replication {{\n pull_gap_ms = {n}\n}}\n"),
         Err(_) => String::new(),
