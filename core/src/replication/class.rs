@@ -25,6 +25,27 @@ pub enum Class {
     NodeLocal,
 }
 
+impl Class {
+    /// The class as one byte in the compact forms (key-only WAL entries, catch-up
+    /// batches): 0 replicated, 1 cluster-local, 2 node-local.
+    pub fn tag(self) -> u8 {
+        match self {
+            Class::Replicated => 0,
+            Class::ClusterLocal => 1,
+            Class::NodeLocal => 2,
+        }
+    }
+    /// The class of a [`Class::tag`] byte.
+    pub fn from_tag(b: u8) -> Option<Class> {
+        match b {
+            0 => Some(Class::Replicated),
+            1 => Some(Class::ClusterLocal),
+            2 => Some(Class::NodeLocal),
+            _ => None,
+        }
+    }
+}
+
 /// The mount UUID a data key belongs to (`logical/<uuid>/…`, `auth/<uuid>/…`).
 pub fn mount_uuid(key: &str) -> Option<&str> {
     let rest = key

@@ -339,14 +339,6 @@ pub struct ChangeBatch {
     pub changes: Vec<(String, Class, Option<Vec<u8>>)>,
 }
 
-fn class_tag(c: Class) -> u8 {
-    match c {
-        Class::Replicated => 0,
-        Class::ClusterLocal => 1,
-        Class::NodeLocal => 2,
-    }
-}
-
 /// A bulk payload's compact binary form: lengths and counts are LEB128 varints.
 ///
 /// * [`Holdings`]: a bitmap of the `PAGES * SUBPAGES` buckets (bit `b % 8` of byte `b / 8`),
@@ -526,7 +518,7 @@ impl Packed for ChangeBatch {
         let mut prev: &[u8] = &[];
         for (k, class, v) in &self.changes {
             put_key(out, prev, k.as_bytes());
-            let tag = class_tag(*class) | if v.is_some() { 0x80 } else { 0 };
+            let tag = class.tag() | if v.is_some() { 0x80 } else { 0 };
             out.push(tag);
             if let Some(v) = v {
                 put_bytes(out, v);
@@ -542,12 +534,8 @@ impl Packed for ChangeBatch {
         for _ in 0..n {
             let k = read_key(r, &prev)?;
             let tag = r.take(1)?[0];
-            let class = match tag & 0x7f {
-                0 => Class::Replicated,
-                1 => Class::ClusterLocal,
-                2 => Class::NodeLocal,
-                _ => return Err(WireError::Malformed("unknown class tag")),
-            };
+            let class =
+                Class::from_tag(tag & 0x7f).ok_or(WireError::Malformed("unknown class tag"))?;
             let v = if tag & 0x80 != 0 {
                 Some(r.bytes()?.to_vec())
             } else {

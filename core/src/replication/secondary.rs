@@ -492,7 +492,7 @@ fn on_changes(
         // No WAL entries of our own for these values (the primary's indices are not ours to
         // fill), and our WAL copy restarts after `upto`, where the stream goes on.
         commit_changes(env, changes, Origin::DrStream)?;
-        restart_dr_wal(env, upto)?;
+        super::hooks::restart_wal(env, upto, true)?;
     } else {
         commit_changes(env, changes, Origin::Replication)?;
     }
@@ -812,16 +812,11 @@ fn finish_sync(env: &mut Env, mode: Mode) -> ApiResult<()> {
     let w = env.role_write(mode)?;
     commit_changes(env, vec![w], Origin::Replication)?;
     if mode == Mode::Dr {
-        restart_dr_wal(env, base)?;
+        // Our WAL copy restarts at the primary's index of this sync.
+        super::hooks::restart_wal(env, base, true)?;
     }
     pull(env, mode);
     Ok(())
-}
-
-/// A DR secondary's WAL copy restarts at the primary's index `base` (after a sync or a
-/// catch-up, which wrote no entries under the primary's indices).
-fn restart_dr_wal(env: &mut Env, base: u64) -> ApiResult<()> {
-    super::hooks::restart_wal(env, base, true)
 }
 
 /// The runtime state name of a secondary (status `state`).
@@ -832,8 +827,9 @@ pub(crate) fn state_name(rt: &super::ModeRt) -> &'static str {
     if rt.sec.version_refused {
         return "version-mismatch";
     }
-    // Streaming the entries a catch-up still needs, or before the comparison a restart owes.
-    if rt.sec.phase == Phase::StreamWals && (rt.sec.verify || rt.sec.catch_up.is_some()) {
+    // Streaming the entries a catch-up still needs, or before the comparison it owes (a
+    // catch-up in progress always owes one).
+    if rt.sec.phase == Phase::StreamWals && rt.sec.verify {
         return Phase::CatchUp.name();
     }
     rt.sec.phase.name()

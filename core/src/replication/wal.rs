@@ -125,32 +125,18 @@ pub struct KeyEntry {
     pub key: String,
 }
 
-fn class_byte(c: Class) -> u8 {
-    match c {
-        Class::Replicated => 0,
-        Class::ClusterLocal => 1,
-        Class::NodeLocal => 2,
-    }
-}
-
 fn encode_key_entry(e: &WalEntry) -> Vec<u8> {
     let mut b = Vec::with_capacity(e.key.len() + 1);
-    b.push(class_byte(e.class));
+    b.push(e.class.tag());
     b.extend_from_slice(e.key.as_bytes());
     b
 }
 
 fn decode_key_entry(index: u64, b: &[u8]) -> Option<KeyEntry> {
     let (c, key) = b.split_first()?;
-    let class = match c {
-        0 => Class::Replicated,
-        1 => Class::ClusterLocal,
-        2 => Class::NodeLocal,
-        _ => return None,
-    };
     Some(KeyEntry {
         index,
-        class,
+        class: Class::from_tag(*c)?,
         key: String::from_utf8(key.to_vec()).ok()?,
     })
 }

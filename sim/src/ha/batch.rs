@@ -26,19 +26,6 @@ fn is_gone(input: &Input) -> bool {
     )
 }
 
-/// Whether `input` brings a secondary the current values of keys its primary kept only the
-/// keys of (a catch-up: the copy is incomplete until it streams past them, and a node that
-/// takes over meanwhile owes a Merkle diff).
-fn is_catch_up(input: &Input) -> bool {
-    matches!(
-        input,
-        Input::PeerReply(PeerReply {
-            result: Ok(PeerAnswer::Changes { .. }),
-            ..
-        })
-    )
-}
-
 impl HaWorld {
     /// The node's loop: a due tick first, then the queued inputs, as one batch.
     pub(super) fn run_node(&mut self, i: usize) -> Checked<()> {
@@ -72,7 +59,6 @@ impl HaWorld {
         }
         let inputs: Vec<Input> = h.inbox.drain(..).collect();
         let gone = inputs.iter().filter(|i| is_gone(i)).count() as u64;
-        let catch_up = inputs.iter().any(is_catch_up);
         for input in inputs {
             n.handle(now, input);
         }
@@ -81,13 +67,12 @@ impl HaWorld {
         let diffs = self.clusters[h.cluster]
             .mode
             .map(|m| n.replication().merkle_diffs(m));
-        // A node that loaded its state with a sync owed (its trees rebuilt, or a sync or
-        // catch-up interrupted; also on a reload after a batch that did not commit) catches
-        // up first and runs the diff after that, in a later batch.
-        let owe = catch_up
-            || self.clusters[h.cluster]
-                .mode
-                .is_some_and(|m| n.replication().verifying(m));
+        // A catch-up, and a node that loaded its state with a sync owed (its trees rebuilt,
+        // or a sync or catch-up interrupted; also on a reload after a batch that did not
+        // commit), end in a Merkle diff in a later batch, once caught up.
+        let owe = self.clusters[h.cluster]
+            .mode
+            .is_some_and(|m| n.replication().verifying(m));
         while let Some(o) = h.host.poll_output() {
             h.host.hold(o);
         }
