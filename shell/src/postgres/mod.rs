@@ -9,8 +9,9 @@
 //! A batch's write sets are kept in memory ([`PgStorage::begin`], then [`Storage::apply`]
 //! for each input): reads in the batch see them laid over what is committed, since only this
 //! connection writes while the node is the active one. [`PgStorage::commit`] writes the
-//! batch's last value of each key in one database transaction with few round trips (one
-//! upsert of `unnest`ed arrays, one delete of an array). Without pipelining `COMMIT` returns
+//! batch's last value of each key in one statement, hence one round trip and one implicit
+//! transaction (the fence, an upsert of `unnest`ed arrays and a delete of an array, as
+//! common table expressions). Without pipelining `COMMIT` returns
 //! once PostgreSQL made it durable; the runtime pipelines ([`PgStorage::pipeline`], see
 //! [`flush`]): `COMMIT` returns before the WAL flush and a barrier on another connection makes
 //! the batch durable before its answers leave. A failed commit (or [`PgStorage::rollback`])
@@ -30,8 +31,8 @@
 //! ## Fencing
 //!
 //! `commit(Some(epoch))` locks the lease row (`SELECT epoch ... FOR SHARE`) in the batch's own
-//! transaction and rolls the batch back with [`StorageError::Fenced`] if the lease is at
-//! another epoch. Taking the lease ([`PgLease::try_acquire`]) bumps the epoch with an
+//! statement, before any row is written, and writes nothing (reporting
+//! [`StorageError::Fenced`]) if the lease is at another epoch. Taking the lease ([`PgLease::try_acquire`]) bumps the epoch with an
 //! `UPDATE` of that row, which waits for every transaction holding the share lock: a commit
 //! that saw its epoch current finishes before a new holder's epoch exists, and one that
 //! starts after sees the new epoch and writes nothing. Times in the lease table are the
@@ -320,6 +321,9 @@ struct Conn {
     upsert: Statement,
     delete: Statement,
     fence: Statement,
+    /// A batch's whole commit in one statement (one round trip): the fence, the upsert and
+    /// the delete (see [`Conn::open`]).
+    write: Statement,
     /// The server this session is on ([`flush::server_identity`]).
     server: String,
 }
@@ -369,6 +373,26 @@ impl Conn {
         ))?;
         let delete = prep(&format!("DELETE FROM {t} WHERE key = ANY($1::bytea[])"))?;
         let fence = prep(&format!("SELECT epoch FROM {ha} WHERE id = 1 FOR SHARE"))?;
+        // One implicit transaction. `lease` share-locks the lease row's newest version
+        // before any row is written (the writes' `EXISTS (ok)` is evaluated first, and `ok`
+        // reads `lease`), so a new holder's epoch `UPDATE` waits for this commit; a
+        // statement that finds another epoch ($3 NULL: no fence) writes nothing and reports
+        // it. The rows: the locked epoch (NULL without a fence) and whether it wrote.
+        let write = prep(&format!(
+            "WITH lease AS MATERIALIZED (
+                 SELECT epoch FROM {ha} WHERE id = 1 AND $3::bigint IS NOT NULL FOR SHARE),
+             ok AS MATERIALIZED (
+                 SELECT 1 WHERE $3::bigint IS NULL
+                     OR EXISTS (SELECT 1 FROM lease WHERE epoch = $3::bigint)),
+             up AS (
+                 INSERT INTO {t} (key, value)
+                 SELECT k, v FROM unnest($1::bytea[], $2::bytea[]) AS u(k, v)
+                 WHERE EXISTS (SELECT 1 FROM ok)
+                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value),
+             del AS (
+                 DELETE FROM {t} WHERE key = ANY($4::bytea[]) AND EXISTS (SELECT 1 FROM ok))
+             SELECT (SELECT epoch FROM lease), EXISTS (SELECT 1 FROM ok)"
+        ))?;
         Ok(Conn {
             client,
             get,
@@ -379,6 +403,7 @@ impl Conn {
             upsert,
             delete,
             fence,
+            write,
             server,
         })
     }
@@ -608,22 +633,23 @@ impl PgStorage {
                 lost = true;
                 return Ok(());
             }
-            let mut tx = c.client.transaction()?;
-            if initialize {
-                tx.query_opt(&lock_sql, &[])?;
-                let seal_key: &[u8] = cairn_core::seal::SEAL_CONFIG_KEY.as_bytes();
-                if tx.query_opt(&seal_sql, &[&seal_key])?.is_some() {
-                    initialized = true;
+            if !initialize {
+                let held = fence.map(|e| e as i64);
+                let row = c.client.query_one(&c.write, &[&put_k, &put_v, &held, &del])?;
+                if !row.get::<_, bool>(1) {
+                    let current: Option<i64> = row.get(0);
+                    fenced = Some(current.unwrap_or(0).max(0) as u64);
                     return Ok(());
                 }
+                took = Some(c.server.clone());
+                return Ok(());
             }
-            if let Some(held) = fence {
-                let current: Option<i64> = tx.query_opt(&c.fence, &[])?.map(|r| r.get(0));
-                let current = current.unwrap_or(0).max(0) as u64;
-                if current != held {
-                    fenced = Some(current);
-                    return Ok(());
-                }
+            let mut tx = c.client.transaction()?;
+            tx.query_opt(&lock_sql, &[])?;
+            let seal_key: &[u8] = cairn_core::seal::SEAL_CONFIG_KEY.as_bytes();
+            if tx.query_opt(&seal_sql, &[&seal_key])?.is_some() {
+                initialized = true;
+                return Ok(());
             }
             if !put_k.is_empty() {
                 tx.execute(&c.upsert, &[&put_k, &put_v])?;

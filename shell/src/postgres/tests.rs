@@ -361,10 +361,11 @@ fn postgres_lease_fences_the_old_holder() {
     assert!(held_b.epoch > held_a.epoch);
     assert!(!a.renew(&mut held_a, ttl).unwrap(), "A's renewal must fail");
     assert!(!a.release(&held_a).unwrap(), "A has nothing to release");
-    // A's fenced commit is refused whole and writes nothing.
+    // A's fenced commit is refused whole and writes nothing (nor deletes anything).
     st_a.begin().unwrap();
-    st_a.apply(&[put("k", "stale"), put("k2", "stale")])
+    st_a.apply(&[put("k", "stale"), put("k2", "stale"), ("k".to_string(), None)])
         .unwrap();
+    st_a.apply(&[put("k", "stale")]).unwrap();
     let e = st_a.commit(Some(held_a.epoch)).unwrap_err();
     assert_eq!(
         e,
@@ -491,6 +492,70 @@ fn postgres_takeover_waits_for_a_fenced_commit_in_flight() {
         .unwrap()
         .expect("B takes the lease after the commit");
     assert!(held_b.epoch > held.epoch);
+}
+
+/// The storage's own commit statement, held up on a row lock after its fence: a take-over
+/// waits for it (the lease row is share-locked before any row is written), the write lands
+/// under the old epoch, and the old holder's next commit is refused.
+#[test]
+fn a_takeover_waits_for_the_storage_commit_in_flight() {
+    let s = settings(&fresh_db("inflight"));
+    let mut st = PgStorage::open(&s).expect("open");
+    let mut a = PgLease::connect(&s).unwrap();
+    let held = a
+        .try_acquire("a", "x", "y", Duration::from_millis(100))
+        .unwrap()
+        .expect("lease");
+    st.begin().unwrap();
+    st.apply(&[put("k", "before")]).unwrap();
+    assert!(st.commit(Some(held.epoch)).unwrap());
+    std::thread::sleep(Duration::from_millis(200));
+    // Another session holds the row `k`: the storage's upsert will wait for it.
+    let mut blocker = s.connect().unwrap();
+    let mut btx = blocker.transaction().unwrap();
+    btx.query_one("SELECT value FROM cairn_kv WHERE key = '\\x6b'::bytea FOR UPDATE", &[])
+        .unwrap();
+    let (commit_tx, commit_rx) = std::sync::mpsc::channel();
+    let writer = std::thread::spawn(move || {
+        st.begin().unwrap();
+        st.apply(&[put("k", "in-flight"), ("gone".to_string(), None)])
+            .unwrap();
+        let r = st.commit(Some(held.epoch));
+        let _ = commit_tx.send(());
+        (st, r)
+    });
+    assert!(
+        commit_rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the commit did not wait for the row lock"
+    );
+    let s2 = s.clone();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let taker = std::thread::spawn(move || {
+        let mut b = PgLease::connect(&s2).unwrap();
+        let r = b.try_acquire("b", "x", "y", Duration::from_secs(5)).unwrap();
+        let _ = done_tx.send(());
+        r
+    });
+    assert!(
+        done_rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "the take-over did not wait for the commit in flight"
+    );
+    btx.commit().unwrap();
+    let (mut st, r) = writer.join().unwrap();
+    assert_eq!(r, Ok(true), "the commit in flight holds the lease's epoch");
+    let held_b = taker.join().unwrap().expect("B takes the lease after it");
+    assert!(held_b.epoch > held.epoch);
+    assert_eq!(st.get("k").unwrap(), Some(b"in-flight".to_vec()));
+    st.begin().unwrap();
+    st.apply(&[put("k", "stale")]).unwrap();
+    assert_eq!(
+        st.commit(Some(held.epoch)),
+        Err(StorageError::Fenced {
+            held: Some(held.epoch),
+            current: held_b.epoch
+        })
+    );
+    assert_eq!(st.get("k").unwrap(), Some(b"in-flight".to_vec()));
 }
 
 #[test]
