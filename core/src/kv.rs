@@ -58,6 +58,12 @@ pub fn handle(ctx: &mut Ctx, req: &Request, mount: &MountEntry, rest: &str) -> A
     }
 }
 
+/// The stored key a write at `rest` replaces (see [`crate::router::prefetch_keys`]).
+pub fn prefetch_key(mount: &MountEntry, rest: &str) -> Option<String> {
+    (!rest.is_empty() && !rest.ends_with('/'))
+        .then(|| format!("{}{rest}", mount.data_prefix(false)))
+}
+
 /// Whether a KV key exists (decides create vs update capability).
 pub fn exists(ctx: &Ctx, mount: &MountEntry, rest: &str) -> ApiResult<bool> {
     Ok(ctx

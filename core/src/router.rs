@@ -304,6 +304,35 @@ pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
     dispatch(ctx, st, req, target, caller.as_ref())
 }
 
+/// The stored keys a request will read and then write, where the path alone tells them (a
+/// KV write: the key's value, or a version 2 key's metadata; the commit reads the value it
+/// replaces for the Merkle sums). A hint for a driver whose reads are round trips, so that
+/// it can fetch a batch's keys at once: nothing depends on it, and a path that does not
+/// resolve gives none.
+pub fn prefetch_keys(ctx: &mut Ctx, req: &Request) -> Vec<String> {
+    if !matches!(
+        req.method,
+        Method::Put | Method::Post | Method::Patch | Method::Delete
+    ) {
+        return Vec::new();
+    }
+    let Ok(path) = routes::canonical(&req.path) else {
+        return Vec::new();
+    };
+    let Ok((ns, rel)) = crate::namespace::resolve(ctx, req.namespace.as_deref(), &path) else {
+        return Vec::new();
+    };
+    match resolve(ctx, &ns, &rel) {
+        Ok(Target::Mount { mount, rest, .. }) if mount.kind == "kv" => match mount.kv_version() {
+            2 => kv2::prefetch_key(&mount, &rest),
+            _ => kv::prefetch_key(&mount, &rest),
+        }
+        .into_iter()
+        .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Authenticates and authorizes by the declared route without running its handler: the
 /// caller, if the route has one (a performance secondary forwarding the request to its
 /// primary instead of serving it).

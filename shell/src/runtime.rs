@@ -219,6 +219,7 @@ fn run(
         if let Err(e) = node.storage_mut().begin() {
             log::error!("cannot open a storage transaction: {e}");
         }
+        prefetch(&mut node, &batch);
         let mut ids_in_batch = Vec::new();
         let mut held: Vec<Output> = Vec::new();
         let mut audit_lines: Vec<(String, String)> = Vec::new();
@@ -636,6 +637,27 @@ fn failed_deliveries(out: Vec<Delivery>, e: &ApiError) -> Vec<Delivery> {
             other => other,
         })
         .collect()
+}
+
+/// On PostgreSQL, reads the keys the batch's requests will read and write
+/// ([`Node::prefetch_keys`]) in one round trip before the node handles them: each would
+/// otherwise be a round trip of its own on the core thread (a KV write reads the value it
+/// replaces).
+fn prefetch(node: &mut Node<ShellStorage>, batch: &[Msg]) {
+    if node.storage_mut().postgres().is_none() {
+        return;
+    }
+    let keys: Vec<String> = batch
+        .iter()
+        .filter_map(|m| match m {
+            Msg::Request(req, _) => Some(req),
+            _ => None,
+        })
+        .flat_map(|req| node.prefetch_keys(req))
+        .collect();
+    if let Some(pg) = node.storage_mut().postgres() {
+        pg.prefetch(&keys);
+    }
 }
 
 /// The sync thread of the pipelined group commit: takes each committed batch's deliveries,

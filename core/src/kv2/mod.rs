@@ -118,6 +118,17 @@ pub fn exists(ctx: &Ctx, mount: &MountEntry, rest: &str) -> ApiResult<bool> {
     }
 }
 
+/// The stored key a write at `rest` reads first (see [`crate::router::prefetch_keys`]): the
+/// metadata of a `data/` or `metadata/` path's key.
+pub fn prefetch_key(mount: &MountEntry, rest: &str) -> Option<String> {
+    let prefix = mount.data_prefix(false);
+    let kv = Kv2 { prefix: &prefix };
+    match target(rest) {
+        Target::Data(key) | Target::Metadata(key) if !key.is_empty() => Some(kv.meta_key(key)),
+        _ => None,
+    }
+}
+
 /// Upgrades a KV version 1 mount's keys in place: each becomes version 1 of itself (in
 /// the caller's write set, with the mount's new options).
 pub fn upgrade(ctx: &mut Ctx, mount: &MountEntry) -> ApiResult<()> {

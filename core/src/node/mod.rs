@@ -363,6 +363,18 @@ impl<S: Storage> Node<S> {
             .fold(tick, Millis::min)
     }
 
+    /// The stored keys `req` will read and then write, when its path tells them
+    /// ([`router::prefetch_keys`]): a driver whose storage reads are round trips fetches a
+    /// batch's keys at once before handing its inputs in. A hint; none while sealed or a
+    /// standby (which forwards).
+    pub fn prefetch_keys(&mut self, req: &Request) -> Vec<String> {
+        if self.barrier.sealed() || self.st.ha.is_standby() {
+            return Vec::new();
+        }
+        let mut ctx = node_ctx!(self);
+        router::prefetch_keys(&mut ctx, req)
+    }
+
     /// The condition under which the driver may commit the batch it is running: an
     /// active HA node commits only while the lease is still at its epoch (checked by the
     /// store in the commit's own transaction); a standby must not write at all.

@@ -432,3 +432,58 @@ fn create_and_update_capabilities_follow_whether_the_key_exists() {
         }
     }
 }
+
+/// The prefetch hint of a KV write names the stored key the write reads and then writes
+/// (version 1: the value; version 2: the key's metadata); reads, other paths and a sealed
+/// node give none.
+#[test]
+fn a_kv_writes_prefetch_hint_names_the_key_it_stores() {
+    let (mut n, root) = dev();
+    let mut id = 100;
+    let mut req = |m: Method, path: &str, body: Value| {
+        id += 1;
+        let r = Request::new(id, m, path).with_token(&root);
+        if body.is_null() {
+            r
+        } else {
+            r.with_json(body)
+        }
+    };
+    let mounts = [
+        ("sys/mounts/k1", json!({"type": "kv"})),
+        (
+            "sys/mounts/k2",
+            json!({"type": "kv", "options": {"version": "2"}}),
+        ),
+    ];
+    for (path, body) in mounts {
+        assert_eq!(
+            call(&mut n, 2_000, req(Method::Post, path, body)).status,
+            204
+        );
+    }
+    for (path, body) in [
+        ("k1/a/b", json!({"v": 1})),
+        ("k1/c", json!({"v": 1})),
+        ("k2/data/d", json!({"data": {"v": 1}})),
+    ] {
+        let r = req(Method::Put, path, body);
+        let keys = n.prefetch_keys(&r);
+        assert_eq!(keys.len(), 1, "{path}: {keys:?}");
+        assert!(!n.storage.map.contains_key(&keys[0]), "{path}");
+        assert!(call(&mut n, 2_000, r).status < 300, "{path}");
+        assert!(n.storage.map.contains_key(&keys[0]), "{path}: {keys:?}");
+    }
+    for r in [
+        req(Method::Get, "k1/a/b", Value::Null),
+        req(Method::Put, "k2/config", json!({"max_versions": 3})),
+        req(Method::Put, "sys/policies/acl/p", json!({"policy": ""})),
+        req(Method::Put, "nomount/x", json!({"v": 1})),
+    ] {
+        assert_eq!(n.prefetch_keys(&r), Vec::<String>::new(), "{}", r.path);
+    }
+    let put = req(Method::Put, "k1/a/b", json!({"v": 2}));
+    assert_eq!(n.prefetch_keys(&put).len(), 1);
+    n.barrier.seal();
+    assert_eq!(n.prefetch_keys(&put), Vec::<String>::new());
+}

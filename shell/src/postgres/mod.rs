@@ -314,6 +314,7 @@ fn ensure_schema(client: &mut Client, s: &PgSettings) -> Result<(), String> {
 struct Conn {
     client: Client,
     get: Statement,
+    get_many: Statement,
     scan: Statement,
     scan_after: Statement,
     count: Statement,
@@ -357,6 +358,9 @@ impl Conn {
             })
         };
         let get = prep(&format!("SELECT value FROM {t} WHERE key = $1"))?;
+        let get_many = prep(&format!(
+            "SELECT key, value FROM {t} WHERE key = ANY($1::bytea[])"
+        ))?;
         let scan = prep(&format!(
             "SELECT key, value FROM {t} WHERE key >= $1 AND key < $2 ORDER BY key"
         ))?;
@@ -396,6 +400,7 @@ impl Conn {
         Ok(Conn {
             client,
             get,
+            get_many,
             scan,
             scan_after,
             count,
@@ -512,6 +517,41 @@ impl PgStorage {
     /// writer: another node's writes would not be seen through it.
     pub fn set_read_cache(&mut self, on: bool) {
         *self.cache.get_mut() = on.then(crate::sqlite::ReadCache::default);
+    }
+
+    /// Reads `keys` into the read cache in one round trip (when it is on): the values, and
+    /// the absence of those not stored. The batch's later reads of them are then answered
+    /// from memory. Keys the open batch wrote or the cache holds are skipped; a failed read
+    /// is left to the reads themselves to report.
+    pub fn prefetch(&self, keys: &[String]) {
+        let wanted: Vec<&[u8]> = {
+            let cache = self.cache.borrow();
+            let Some(cache) = cache.as_ref() else {
+                return;
+            };
+            keys.iter()
+                .filter(|k| !self.pending.contains_key(*k) && cache.get(k).is_none())
+                .map(|k| k.as_bytes())
+                .collect()
+        };
+        if wanted.is_empty() {
+            return;
+        }
+        let rows = match self.with_conn(|c| c.client.query(&c.get_many, &[&wanted])) {
+            Ok(rows) => rows_to_pairs(rows),
+            Err(e) => {
+                log::debug!("prefetch of {} keys failed: {e}", wanted.len());
+                return;
+            }
+        };
+        let found: BTreeMap<String, Vec<u8>> = rows.into_iter().collect();
+        if let Some(cache) = self.cache.borrow_mut().as_mut() {
+            for k in wanted {
+                let key = crate::storage::key_string(k.to_vec());
+                let v = found.get(&key).cloned();
+                cache.fill(&key, &v);
+            }
+        }
     }
 
     /// Runs `f` on the connection, reconnecting first if it broke.
@@ -635,7 +675,9 @@ impl PgStorage {
             }
             if !initialize {
                 let held = fence.map(|e| e as i64);
-                let row = c.client.query_one(&c.write, &[&put_k, &put_v, &held, &del])?;
+                let row = c
+                    .client
+                    .query_one(&c.write, &[&put_k, &put_v, &held, &del])?;
                 if !row.get::<_, bool>(1) {
                     let current: Option<i64> = row.get(0);
                     fenced = Some(current.unwrap_or(0).max(0) as u64);

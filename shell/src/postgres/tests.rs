@@ -363,8 +363,12 @@ fn postgres_lease_fences_the_old_holder() {
     assert!(!a.release(&held_a).unwrap(), "A has nothing to release");
     // A's fenced commit is refused whole and writes nothing (nor deletes anything).
     st_a.begin().unwrap();
-    st_a.apply(&[put("k", "stale"), put("k2", "stale"), ("k".to_string(), None)])
-        .unwrap();
+    st_a.apply(&[
+        put("k", "stale"),
+        put("k2", "stale"),
+        ("k".to_string(), None),
+    ])
+    .unwrap();
     st_a.apply(&[put("k", "stale")]).unwrap();
     let e = st_a.commit(Some(held_a.epoch)).unwrap_err();
     assert_eq!(
@@ -513,8 +517,11 @@ fn a_takeover_waits_for_the_storage_commit_in_flight() {
     // Another session holds the row `k`: the storage's upsert will wait for it.
     let mut blocker = s.connect().unwrap();
     let mut btx = blocker.transaction().unwrap();
-    btx.query_one("SELECT value FROM cairn_kv WHERE key = '\\x6b'::bytea FOR UPDATE", &[])
-        .unwrap();
+    btx.query_one(
+        "SELECT value FROM cairn_kv WHERE key = '\\x6b'::bytea FOR UPDATE",
+        &[],
+    )
+    .unwrap();
     let (commit_tx, commit_rx) = std::sync::mpsc::channel();
     let writer = std::thread::spawn(move || {
         st.begin().unwrap();
@@ -532,7 +539,9 @@ fn a_takeover_waits_for_the_storage_commit_in_flight() {
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let taker = std::thread::spawn(move || {
         let mut b = PgLease::connect(&s2).unwrap();
-        let r = b.try_acquire("b", "x", "y", Duration::from_secs(5)).unwrap();
+        let r = b
+            .try_acquire("b", "x", "y", Duration::from_secs(5))
+            .unwrap();
         let _ = done_tx.send(());
         r
     });
@@ -556,6 +565,44 @@ fn a_takeover_waits_for_the_storage_commit_in_flight() {
         })
     );
     assert_eq!(st.get("k").unwrap(), Some(b"in-flight".to_vec()));
+}
+
+/// A prefetch reads the keys into the read cache in one query, the absent ones as absent:
+/// the later reads are answered from it (a change made behind the cache's back shows that).
+/// Without the cache (a standby, or several writers) it reads nothing.
+#[test]
+fn a_prefetch_fills_the_read_cache_with_values_and_absences() {
+    let s = settings(&fresh_db("prefetch"));
+    let mut st = PgStorage::open(&s).expect("open");
+    commit_one(&mut st, "a", "1").unwrap();
+    let mut other = s.connect().unwrap();
+    let behind = |c: &mut postgres::Client, k: &str, v: &str| {
+        c.execute(
+            "INSERT INTO cairn_kv (key, value) VALUES ($1, $2) \
+             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            &[&k.as_bytes(), &v.as_bytes()],
+        )
+        .unwrap();
+    };
+    // Off: nothing is cached, reads see the database.
+    st.prefetch(&["a".to_string(), "b".to_string()]);
+    behind(&mut other, "a", "2");
+    assert_eq!(st.get("a").unwrap(), Some(b"2".to_vec()));
+    // On: the value of `a` and the absence of `b` are held from the prefetch.
+    st.set_read_cache(true);
+    st.prefetch(&["a".to_string(), "b".to_string()]);
+    behind(&mut other, "a", "3");
+    behind(&mut other, "b", "3");
+    assert_eq!(st.get("a").unwrap(), Some(b"2".to_vec()));
+    assert_eq!(st.get("b").unwrap(), None);
+    // The open batch's own writes win over anything prefetched.
+    st.begin().unwrap();
+    st.apply(&[put("c", "mine")]).unwrap();
+    behind(&mut other, "c", "theirs");
+    st.prefetch(&["c".to_string()]);
+    assert_eq!(st.get("c").unwrap(), Some(b"mine".to_vec()));
+    assert!(st.commit(None).unwrap());
+    assert_eq!(st.get("c").unwrap(), Some(b"mine".to_vec()));
 }
 
 #[test]
