@@ -77,6 +77,11 @@ impl std::error::Error for StorageError {}
 pub trait Storage {
     /// Reads one key.
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError>;
+    /// Reads several keys, answers in the order asked. Engines whose reads are round trips
+    /// override it to read them at once.
+    fn get_many(&self, keys: &[&str]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
     /// Every key that starts with `prefix`, in key order, with its value.
     fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError>;
     /// Applies a write set atomically (in the shell: inside the open batch transaction).

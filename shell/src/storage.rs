@@ -143,6 +143,12 @@ impl Storage for ShellStorage {
             ShellStorage::Postgres(p) => p.get(key),
         }
     }
+    fn get_many(&self, keys: &[&str]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        match self {
+            ShellStorage::Sqlite(s) => s.get_many(keys),
+            ShellStorage::Postgres(p) => p.get_many(keys),
+        }
+    }
     fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
         match self {
             ShellStorage::Sqlite(s) => s.scan(prefix),

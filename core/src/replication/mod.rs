@@ -608,6 +608,17 @@ impl Replication {
         // A reindex or check in progress keeps its fresh trees exact for the keys it has read.
         let mut js = self.jobs.job.as_ref().map(|_| merkle::Staged::default());
         let mut overlay: BTreeMap<&str, Option<Vec<u8>>> = BTreeMap::new();
+        // The previous values, read at once (one round trip on a remote database).
+        let mut wanted: Vec<&str> = changes
+            .iter()
+            .zip(&classes)
+            .filter(|(_, class)| **class != Class::NodeLocal)
+            .map(|(c, _)| c.key.as_str())
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut previous: BTreeMap<&str, Option<Vec<u8>>> =
+            wanted.iter().copied().zip(s.get_many(&wanted)?).collect();
         let mut entries: Vec<WalEntry> = Vec::new();
         let wal_on = self.wal.active;
         let mut next = self.wal.last + 1;
@@ -622,7 +633,7 @@ impl Replication {
                 // trees need it, and a wrong claim (a key drawn at random that exists) is
                 // refused in every build rather than corrupting the trees silently.
                 None => {
-                    let v = s.get(&c.key)?;
+                    let v = previous.remove(c.key.as_str()).flatten();
                     if c.fresh && v.is_some() {
                         return Err(ApiError::Internal(format!(
                             "a key written as new already exists: {:?}",

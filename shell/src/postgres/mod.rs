@@ -524,33 +524,12 @@ impl PgStorage {
     /// from memory. Keys the open batch wrote or the cache holds are skipped; a failed read
     /// is left to the reads themselves to report.
     pub fn prefetch(&self, keys: &[String]) {
-        let wanted: Vec<&[u8]> = {
-            let cache = self.cache.borrow();
-            let Some(cache) = cache.as_ref() else {
-                return;
-            };
-            keys.iter()
-                .filter(|k| !self.pending.contains_key(*k) && cache.get(k).is_none())
-                .map(|k| k.as_bytes())
-                .collect()
-        };
-        if wanted.is_empty() {
+        if self.cache.borrow().is_none() || keys.is_empty() {
             return;
         }
-        let rows = match self.with_conn(|c| c.client.query(&c.get_many, &[&wanted])) {
-            Ok(rows) => rows_to_pairs(rows),
-            Err(e) => {
-                log::debug!("prefetch of {} keys failed: {e}", wanted.len());
-                return;
-            }
-        };
-        let found: BTreeMap<String, Vec<u8>> = rows.into_iter().collect();
-        if let Some(cache) = self.cache.borrow_mut().as_mut() {
-            for k in wanted {
-                let key = crate::storage::key_string(k.to_vec());
-                let v = found.get(&key).cloned();
-                cache.fill(&key, &v);
-            }
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        if let Err(e) = self.get_many(&keys) {
+            log::debug!("prefetch of {} keys failed: {e}", keys.len());
         }
     }
 
@@ -794,6 +773,44 @@ impl Storage for PgStorage {
             cache.fill(key, &v);
         }
         Ok(v)
+    }
+
+    fn get_many(&self, keys: &[&str]) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+        // The open batch's writes, then the cache; the rest in one query.
+        let mut out: Vec<Option<Option<Vec<u8>>>> = keys
+            .iter()
+            .map(|k| {
+                self.pending
+                    .get(*k)
+                    .cloned()
+                    .or_else(|| self.cache.borrow().as_ref().and_then(|c| c.get(k)))
+            })
+            .collect();
+        let missing: Vec<&[u8]> = keys
+            .iter()
+            .zip(&out)
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.as_bytes())
+            .collect();
+        if missing.is_empty() {
+            return Ok(out.into_iter().map(Option::flatten).collect());
+        }
+        let found: BTreeMap<String, Vec<u8>> = self
+            .with_conn(|c| c.client.query(&c.get_many, &[&missing]))
+            .map(rows_to_pairs)?
+            .into_iter()
+            .collect();
+        let mut cache = self.cache.borrow_mut();
+        for (k, v) in keys.iter().zip(out.iter_mut()) {
+            if v.is_none() {
+                let read = found.get(*k).cloned();
+                if let Some(cache) = cache.as_mut() {
+                    cache.fill(k, &read);
+                }
+                *v = Some(read);
+            }
+        }
+        Ok(out.into_iter().map(Option::flatten).collect())
     }
 
     fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {

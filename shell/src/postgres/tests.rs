@@ -282,6 +282,13 @@ fn batch_reads_match_memory_storage(cached: bool) {
             }
         }
         assert_eq!(st.scan("p/1").unwrap(), expect.scan("p/1").unwrap());
+        // Several keys at once (some cached, some written in the batch, some absent, one
+        // asked twice) read as one by one.
+        let many: Vec<String> = (0..12).map(|_| format!("p/{:02}", next(62))).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).chain(["p/00"]).collect();
+        let one_by_one: Vec<Option<Vec<u8>>> =
+            many.iter().map(|k| expect.get(k).unwrap()).collect();
+        assert_eq!(st.get_many(&many).unwrap(), one_by_one, "round {round}");
         assert_eq!(
             st.count().unwrap(),
             expect.count().unwrap(),
