@@ -458,6 +458,26 @@ fn postgres_lease_fences_the_old_holder() {
 }
 
 /// A commit that checked its epoch holds the lease row until it ends: a take-over waits.
+/// Node `b` tries to take the lease on a thread of its own, and is still waiting 500 ms
+/// later (a commit in flight holds the lease row); the thread answers once it has it.
+fn takeover_waiting(s: &PgSettings) -> std::thread::JoinHandle<Option<Held>> {
+    let s2 = s.clone();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        let mut b = PgLease::connect(&s2).unwrap();
+        let r = b
+            .try_acquire("b", "x", "y", Duration::from_secs(5))
+            .unwrap();
+        let _ = done_tx.send(());
+        r
+    });
+    assert!(
+        done_rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "the take-over did not wait for the commit in flight"
+    );
+    t
+}
+
 #[test]
 fn postgres_takeover_waits_for_a_fenced_commit_in_flight() {
     let s = settings(&fresh_db("linear"));
@@ -478,20 +498,7 @@ fn postgres_takeover_waits_for_a_fenced_commit_in_flight() {
         )
         .unwrap();
     assert_eq!(row.get::<_, i64>(0) as u64, held.epoch);
-    let s2 = s.clone();
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    let t = std::thread::spawn(move || {
-        let mut b = PgLease::connect(&s2).unwrap();
-        let r = b
-            .try_acquire("b", "x", "y", Duration::from_secs(5))
-            .unwrap();
-        let _ = done_tx.send(());
-        r
-    });
-    assert!(
-        done_rx.recv_timeout(Duration::from_millis(500)).is_err(),
-        "the take-over did not wait for the commit in flight"
-    );
+    let t = takeover_waiting(&s);
     tx.execute(
         "INSERT INTO cairn_kv (key, value) VALUES ('\\x6b'::bytea, '\\x31'::bytea)",
         &[],
@@ -542,20 +549,7 @@ fn a_takeover_waits_for_the_storage_commit_in_flight() {
         commit_rx.recv_timeout(Duration::from_millis(300)).is_err(),
         "the commit did not wait for the row lock"
     );
-    let s2 = s.clone();
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    let taker = std::thread::spawn(move || {
-        let mut b = PgLease::connect(&s2).unwrap();
-        let r = b
-            .try_acquire("b", "x", "y", Duration::from_secs(5))
-            .unwrap();
-        let _ = done_tx.send(());
-        r
-    });
-    assert!(
-        done_rx.recv_timeout(Duration::from_millis(500)).is_err(),
-        "the take-over did not wait for the commit in flight"
-    );
+    let taker = takeover_waiting(&s);
     btx.commit().unwrap();
     let (mut st, r) = writer.join().unwrap();
     assert_eq!(r, Ok(true), "the commit in flight holds the lease's epoch");
