@@ -11,13 +11,13 @@
 //! connection writes while the node is the active one. [`PgStorage::commit`] writes the
 //! batch's last value of each key in one statement, hence one round trip and one implicit
 //! transaction (the fence, an upsert of `unnest`ed arrays and a delete of an array, as
-//! common table expressions). Without pipelining `COMMIT` returns
-//! once PostgreSQL made it durable; the runtime pipelines ([`PgStorage::pipeline`], see
-//! [`flush`]): `COMMIT` returns before the WAL flush and a barrier on another connection makes
-//! the batch durable before its answers leave. A failed commit (or [`PgStorage::rollback`])
-//! drops the batch whole; the runtime then answers its inputs with the error and the node
-//! reloads what it derived from it. (A connection that breaks after `COMMIT` was sent leaves
-//! the outcome unknown, as with any database client: the inputs are answered with the error,
+//! common table expressions; `MATERIALIZED` needs PostgreSQL 12 or newer). Without
+//! pipelining the statement returns once PostgreSQL made its commit durable; the runtime
+//! pipelines ([`PgStorage::pipeline`], see [`flush`]): it returns before the WAL flush and a
+//! barrier on another connection makes the batch durable before its answers leave. A failed
+//! commit (or [`PgStorage::rollback`]) drops the batch whole; the runtime then answers its
+//! inputs with the error and the node reloads what it derived from it. (A connection that
+//! breaks after the statement was sent leaves the outcome unknown, as with any database client: the inputs are answered with the error,
 //! and what the node reloads is whatever the database kept. The next use reconnects.)
 //!
 //! ## Read cache
