@@ -308,7 +308,7 @@ pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
 /// KV write: the key's value, or a version 2 key's metadata; the commit reads the value it
 /// replaces for the Merkle sums). A hint for a driver whose reads are round trips, so that
 /// it can fetch a batch's keys at once: nothing depends on it; a path that does not
-/// resolve, and a request without a live token, give none.
+/// resolve, and a request without a stored token, give none.
 pub fn prefetch_keys(ctx: &mut Ctx, req: &Request) -> Vec<String> {
     if !matches!(
         req.method,
@@ -316,11 +316,11 @@ pub fn prefetch_keys(ctx: &mut Ctx, req: &Request) -> Vec<String> {
     ) {
         return Vec::new();
     }
-    // Only for a caller with a live token: no one else makes the node read (and cache)
+    // Only for a caller with a stored token: no one else makes the node read (and cache)
     // keys of their choosing.
     let live = match (&req.on_behalf, req.token.as_deref()) {
         (Some(_), _) => true,
-        (None, Some(t)) if !t.is_empty() => matches!(token::lookup(ctx, t), Ok(Some(_))),
+        (None, Some(t)) => matches!(token::stored(ctx, t), Ok(true)),
         _ => false,
     };
     if !live {

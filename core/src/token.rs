@@ -335,6 +335,16 @@ pub fn lookup(ctx: &mut Ctx, token: &str) -> ApiResult<Option<(String, TokenEntr
     Ok(lookup_hash(ctx, &h)?.map(|e| (h, e)))
 }
 
+/// Whether a token with this secret id is stored (expired or not): a cheap check that
+/// neither decrypts nor parses its entry.
+pub fn stored(ctx: &mut Ctx, token: &str) -> ApiResult<bool> {
+    if token.is_empty() || token.len() > 512 {
+        return Ok(false);
+    }
+    let h = hash(ctx, token)?;
+    Ok(ctx.txn.get(&format!("{ID}{h}"))?.is_some())
+}
+
 pub fn lookup_hash(ctx: &Ctx, h: &str) -> ApiResult<Option<TokenEntry>> {
     let e: Option<TokenEntry> = ctx.get_json(&format!("{ID}{h}"))?;
     Ok(e.filter(|e| e.expire_time.is_none_or(|x| x > ctx.now)))

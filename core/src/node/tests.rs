@@ -484,7 +484,7 @@ fn a_kv_writes_prefetch_hint_names_the_key_it_stores() {
     }
     let put = req(Method::Put, "k1/a/b", json!({"v": 2}));
     assert_eq!(n.prefetch_keys(&put).len(), 1);
-    // Only for a live token: nobody else makes the node read keys of their choosing.
+    // Only for a stored token: nobody else makes the node read keys of their choosing.
     for token in [None, Some(""), Some("hvs.not-a-token")] {
         let mut anon = put.clone();
         anon.token = token.map(str::to_string);
