@@ -478,6 +478,40 @@ fn takeover_waiting(s: &PgSettings) -> std::thread::JoinHandle<Option<Held>> {
     t
 }
 
+/// Commits `k` = `value` and a delete of `gone` under `epoch` on a thread of its own, and
+/// checks that the commit is still waiting 300 ms later (on a row lock another session
+/// holds); the thread answers with the storage and the commit's result.
+fn commit_waiting(
+    mut st: PgStorage,
+    value: &'static str,
+    epoch: u64,
+) -> std::thread::JoinHandle<(PgStorage, Result<bool, StorageError>)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let writer = std::thread::spawn(move || {
+        st.begin().unwrap();
+        st.apply(&[put("k", value), ("gone".to_string(), None)])
+            .unwrap();
+        let r = st.commit(Some(epoch));
+        let _ = tx.send(());
+        (st, r)
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the commit did not wait for the row lock"
+    );
+    writer
+}
+
+/// A fresh database, a storage on it, and the lease taken by node `a` for `ttl` (its
+/// session kept open: a holder's ended session frees the lease).
+fn leased_storage(name: &str, ttl: Duration) -> (PgSettings, PgStorage, Held, PgLease) {
+    let s = settings(&fresh_db(name));
+    let st = PgStorage::open(&s).expect("open");
+    let mut a = PgLease::connect(&s).unwrap();
+    let held = a.try_acquire("a", "x", "y", ttl).unwrap().expect("lease");
+    (s, st, held, a)
+}
+
 #[test]
 fn postgres_takeover_waits_for_a_fenced_commit_in_flight() {
     let s = settings(&fresh_db("linear"));
@@ -517,13 +551,7 @@ fn postgres_takeover_waits_for_a_fenced_commit_in_flight() {
 /// under the old epoch, and the old holder's next commit is refused.
 #[test]
 fn a_takeover_waits_for_the_storage_commit_in_flight() {
-    let s = settings(&fresh_db("inflight"));
-    let mut st = PgStorage::open(&s).expect("open");
-    let mut a = PgLease::connect(&s).unwrap();
-    let held = a
-        .try_acquire("a", "x", "y", Duration::from_millis(100))
-        .unwrap()
-        .expect("lease");
+    let (s, mut st, held, _a) = leased_storage("inflight", Duration::from_millis(100));
     st.begin().unwrap();
     st.apply(&[put("k", "before")]).unwrap();
     assert!(st.commit(Some(held.epoch)).unwrap());
@@ -536,19 +564,7 @@ fn a_takeover_waits_for_the_storage_commit_in_flight() {
         &[],
     )
     .unwrap();
-    let (commit_tx, commit_rx) = std::sync::mpsc::channel();
-    let writer = std::thread::spawn(move || {
-        st.begin().unwrap();
-        st.apply(&[put("k", "in-flight"), ("gone".to_string(), None)])
-            .unwrap();
-        let r = st.commit(Some(held.epoch));
-        let _ = commit_tx.send(());
-        (st, r)
-    });
-    assert!(
-        commit_rx.recv_timeout(Duration::from_millis(300)).is_err(),
-        "the commit did not wait for the row lock"
-    );
+    let writer = commit_waiting(st, "in-flight", held.epoch);
     let taker = takeover_waiting(&s);
     btx.commit().unwrap();
     let (mut st, r) = writer.join().unwrap();
@@ -838,14 +854,8 @@ fn a_reconnect_with_unconfirmed_commits_refuses_the_next_commit() {
 /// put). With the cache on, the fenced keys are forgotten, not taken.
 #[test]
 fn a_fenced_commit_deletes_nothing() {
-    let s = settings(&fresh_db("fencedel"));
-    let mut st = PgStorage::open(&s).expect("open");
+    let (s, mut st, held, _a) = leased_storage("fencedel", Duration::from_millis(100));
     st.set_read_cache(true);
-    let mut a = PgLease::connect(&s).unwrap();
-    let held = a
-        .try_acquire("a", "x", "y", Duration::from_millis(100))
-        .unwrap()
-        .expect("lease");
     st.begin().unwrap();
     st.apply(&[put("k", "1"), put("j", "1")]).unwrap();
     assert!(st.commit(Some(held.epoch)).unwrap());
@@ -887,13 +897,7 @@ fn a_fenced_commit_deletes_nothing() {
 /// new epoch, not the one in its snapshot.
 #[test]
 fn a_commit_waiting_on_a_takeover_reports_the_new_epoch() {
-    let s = settings(&fresh_db("epq"));
-    let mut st = PgStorage::open(&s).expect("open");
-    let mut a = PgLease::connect(&s).unwrap();
-    let held = a
-        .try_acquire("a", "x", "y", Duration::from_secs(30))
-        .unwrap()
-        .expect("lease");
+    let (s, st, held, _a) = leased_storage("epq", Duration::from_secs(30));
     let mut taker = s.connect().unwrap();
     let mut ttx = taker.transaction().unwrap();
     let new: i64 = ttx
@@ -904,19 +908,7 @@ fn a_commit_waiting_on_a_takeover_reports_the_new_epoch() {
         )
         .unwrap()
         .get(0);
-    let (tx, rx) = std::sync::mpsc::channel();
-    let writer = std::thread::spawn(move || {
-        st.begin().unwrap();
-        st.apply(&[put("k", "stale"), ("gone".to_string(), None)])
-            .unwrap();
-        let r = st.commit(Some(held.epoch));
-        let _ = tx.send(());
-        (st, r)
-    });
-    assert!(
-        rx.recv_timeout(Duration::from_millis(300)).is_err(),
-        "the commit did not wait for the take-over's row lock"
-    );
+    let writer = commit_waiting(st, "stale", held.epoch);
     ttx.commit().unwrap();
     let (st, r) = writer.join().unwrap();
     assert_eq!(
