@@ -329,16 +329,15 @@ pub fn prefetch_keys(ctx: &mut Ctx, req: &Request) -> Vec<String> {
     let Ok(path) = routes::canonical(&req.path) else {
         return Vec::new();
     };
-    let Ok((ns, rel)) = crate::namespace::resolve(ctx, req.namespace.as_deref(), &path) else {
-        return Vec::new();
-    };
-    match resolve(ctx, &ns, &rel) {
-        Ok(Target::Mount { mount, rest, .. }) if mount.kind == "kv" => match mount.kv_version() {
-            2 => kv2::prefetch_key(&mount, &rest),
-            _ => kv::prefetch_key(&mount, &rest),
+    match target_in(ctx, req.namespace.as_deref(), &path) {
+        Ok((_, _, Target::Mount { mount, rest, .. })) if mount.kind == "kv" => {
+            match mount.kv_version() {
+                2 => kv2::prefetch_key(&mount, &rest),
+                _ => kv::prefetch_key(&mount, &rest),
+            }
+            .into_iter()
+            .collect()
         }
-        .into_iter()
-        .collect(),
         _ => Vec::new(),
     }
 }
@@ -358,7 +357,7 @@ pub fn authorize_only(
 fn locate(ctx: &mut Ctx, req: &Request) -> ApiResult<(Option<Request>, String, Target)> {
     // The namespace (header and/or leading path segments) and the path inside it; handlers
     // see the request rewritten to that path, with `namespace` = the namespace's full path.
-    let (ns, rel) = crate::namespace::resolve(ctx, req.namespace.as_deref(), &req.path)?;
+    let (ns, rel, target) = target_in(ctx, req.namespace.as_deref(), &req.path)?;
     let routed = if ns.is_empty() && rel == req.path && req.namespace.is_none() {
         None
     } else {
@@ -367,8 +366,15 @@ fn locate(ctx: &mut Ctx, req: &Request) -> ApiResult<(Option<Request>, String, T
         r.namespace = (!ns.is_empty()).then(|| ns.clone());
         Some(r)
     };
-    let target = resolve(ctx, &ns, &routed.as_ref().unwrap_or(req).path)?;
     Ok((routed, ns, target))
+}
+
+/// The namespace of a canonical `path` (with the namespace header), the path inside it, and
+/// what that path resolves to.
+fn target_in(ctx: &Ctx, header: Option<&str>, path: &str) -> ApiResult<(String, String, Target)> {
+    let (ns, rel) = crate::namespace::resolve(ctx, header, path)?;
+    let target = resolve(ctx, &ns, &rel)?;
+    Ok((ns, rel, target))
 }
 
 /// The request relative to its namespace (when it differs), its target and its authorized

@@ -319,8 +319,6 @@ struct Conn {
     scan_after: Statement,
     count: Statement,
     count_in: Statement,
-    upsert: Statement,
-    delete: Statement,
     fence: Statement,
     /// A batch's whole commit in one statement (one round trip): the fence, the upsert and
     /// the delete (see [`Conn::open`]).
@@ -371,11 +369,6 @@ impl Conn {
         let count_in = prep(&format!(
             "SELECT count(*) FROM {t} WHERE key = ANY($1::bytea[])"
         ))?;
-        let upsert = prep(&format!(
-            "INSERT INTO {t} (key, value) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
-             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
-        ))?;
-        let delete = prep(&format!("DELETE FROM {t} WHERE key = ANY($1::bytea[])"))?;
         let fence = prep(&format!("SELECT epoch FROM {ha} WHERE id = 1 FOR SHARE"))?;
         // One implicit transaction. `lease` share-locks the lease row's newest version
         // before any row is written (the writes' `EXISTS (ok)` is evaluated first, and `ok`
@@ -405,8 +398,6 @@ impl Conn {
             scan_after,
             count,
             count_in,
-            upsert,
-            delete,
             fence,
             write,
             server,
@@ -639,46 +630,36 @@ impl PgStorage {
         let gen = ledger.as_ref().map_or(0, |l| l.gen());
         let mut took: Option<String> = None;
         let mut lost = false;
-        let (lock_sql, seal_sql) = (
-            format!(
-                "SELECT epoch FROM {} WHERE id = 1 FOR UPDATE",
-                self.settings.ha_table
-            ),
-            format!("SELECT 1 FROM {} WHERE key = $1", self.settings.table),
-        );
         let res = self.with_conn(|c| {
             // After a reconnect (which marks it) or a failed barrier: refused, see `flush`.
             if ledger.as_ref().is_some_and(|l| l.is_lost()) {
                 lost = true;
                 return Ok(());
             }
-            if !initialize {
-                let held = fence.map(|e| e as i64);
-                let row = c
-                    .client
-                    .query_one(&c.write, &[&put_k, &put_v, &held, &del])?;
-                if !row.get::<_, bool>(1) {
-                    let current: Option<i64> = row.get(0);
-                    fenced = Some(current.unwrap_or(0).max(0) as u64);
+            let held = fence.map(|e| e as i64);
+            let row = if initialize {
+                // Only if no other node initialised it first (under the lease row's lock).
+                let mut tx = c.client.transaction()?;
+                let (ha, t) = (&self.settings.ha_table, &self.settings.table);
+                tx.query_opt(&format!("SELECT 1 FROM {ha} WHERE id = 1 FOR UPDATE"), &[])?;
+                let seal_key: &[u8] = cairn_core::seal::SEAL_CONFIG_KEY.as_bytes();
+                let seal_sql = format!("SELECT 1 FROM {t} WHERE key = $1");
+                if tx.query_opt(&seal_sql, &[&seal_key])?.is_some() {
+                    initialized = true;
                     return Ok(());
                 }
-                took = Some(c.server.clone());
+                let row = tx.query_one(&c.write, &[&put_k, &put_v, &held, &del])?;
+                tx.commit()?;
+                row
+            } else {
+                c.client
+                    .query_one(&c.write, &[&put_k, &put_v, &held, &del])?
+            };
+            if !row.get::<_, bool>(1) {
+                let current: Option<i64> = row.get(0);
+                fenced = Some(current.unwrap_or(0).max(0) as u64);
                 return Ok(());
             }
-            let mut tx = c.client.transaction()?;
-            tx.query_opt(&lock_sql, &[])?;
-            let seal_key: &[u8] = cairn_core::seal::SEAL_CONFIG_KEY.as_bytes();
-            if tx.query_opt(&seal_sql, &[&seal_key])?.is_some() {
-                initialized = true;
-                return Ok(());
-            }
-            if !put_k.is_empty() {
-                tx.execute(&c.upsert, &[&put_k, &put_v])?;
-            }
-            if !del.is_empty() {
-                tx.execute(&c.delete, &[&del])?;
-            }
-            tx.commit()?;
             took = Some(c.server.clone());
             Ok(())
         });
