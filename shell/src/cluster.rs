@@ -538,7 +538,8 @@ pub fn http_call(call: HttpCall, tx: Sender<Msg>) {
 ///   wal_max_key_entries = 1000000 # keys of dropped entries kept (0: none; a secondary
 ///                                 # behind them all goes through Merkle diff and sync)
 ///   pull_wait_ms    = 2000       # long-poll hold time
-///   pull_gap_ms     = 5          # a caught-up secondary's least wait between pulls
+///   pull_gap_ms     = 10         # least time between two WAL pulls of a secondary while
+///                                # writes come faster than that (0: none)
 ///   batch_entries   = 512        # most WAL entries per pull answer
 ///   scan_pace_ms    = 1          # least time between two steps of a reindex
 ///   scan_chunk      = 1024       # keys read per step of a reindex or Merkle check
@@ -578,6 +579,12 @@ pub fn node_settings(
         // 1,024 keys a step (about half a millisecond of hashing): each round also costs a
         // transaction, a tick and a re-seek of the scan, which 512 paid twice as often.
         scan_chunk: 1024,
+        // Under a steady write load a secondary pulls at most 100 times a second, each pull
+        // carrying up to 10 ms of the primary's commits, instead of once per commit: with 8
+        // secondaries this halved what each write cost the primary and the secondaries
+        // (BENCHMARKS.md, "Write throughput and replication lag vs performance
+        // secondaries"). A quiet primary's writes still leave at once.
+        pull_gap_ms: 10,
         ..Default::default()
     };
     if let Some(v) = cfg.extra.get("replication") {
@@ -593,6 +600,12 @@ pub fn node_settings(
                     .ok_or_else(|| format!("replication.{k}: expected a number (0: keep none)"))?;
                 continue;
             }
+            if k == "pull_gap_ms" {
+                rc.pull_gap_ms = val.as_u64().ok_or_else(|| {
+                    format!("replication.{k}: expected a number of milliseconds (0: none)")
+                })?;
+                continue;
+            }
             let n = val
                 .as_u64()
                 .filter(|n| *n > 0)
@@ -603,7 +616,6 @@ pub fn node_settings(
                 "pull_wait_ms" => rc.pull_wait_ms = n,
                 "batch_entries" => rc.batch_entries = n.min(u32::MAX as u64) as u32,
                 "scan_pace_ms" => rc.scan_pace_ms = n,
-                "pull_gap_ms" => rc.pull_gap_ms = n,
                 "scan_chunk" => rc.scan_chunk = n.min(1 << 20) as usize,
                 other => return Err(format!("replication: unknown key {other:?}")),
             }
@@ -730,7 +742,7 @@ mod tests {
         let cfg = crate::config::parse(
             "storage \"sqlite\" { path = \"/x\" }\nlistener \"tcp\" {\n address = \"127.0.0.1:1\"\n \
              tls_disable = true\n}\nreplication {\n wal_max_entries = 7\n wal_max_bytes = 8\n \
-             pull_wait_ms = 9\n pull_gap_ms = 10\n batch_entries = 11\n scan_pace_ms = 12\n \
+             pull_wait_ms = 9\n pull_gap_ms = 0\n batch_entries = 11\n scan_pace_ms = 12\n \
              scan_chunk = 13\n wal_max_key_entries = 0\n}\n",
         )
         .unwrap_or_else(|e| panic!("{e}"));
@@ -746,7 +758,25 @@ mod tests {
                 rc.scan_chunk,
                 rc.wal.max_key_entries
             ),
-            (7, 8, 9, 10, 11, 12, 13, 0)
+            (7, 8, 9, 0, 11, 12, 13, 0)
         );
+        // Unset, a secondary's pulls keep a gap; a gap is not a positive-only number.
+        let plain = crate::config::parse(
+            "storage \"sqlite\" { path = \"/x\" }\nlistener \"tcp\" {\n address = \"127.0.0.1:1\"\n \
+             tls_disable = true\n}\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let (rc, _) =
+            super::node_settings(&plain, "http", true, 0).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(rc.pull_gap_ms, 10);
+        let bad = crate::config::parse(
+            "storage \"sqlite\" { path = \"/x\" }\nlistener \"tcp\" {\n address = \"127.0.0.1:1\"\n \
+             tls_disable = true\n}\nreplication {\n pull_gap_ms = \"soon\"\n}\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let err = super::node_settings(&bad, "http", true, 0)
+            .err()
+            .unwrap_or_default();
+        assert!(err.contains("replication.pull_gap_ms"), "{err}");
     }
 }

@@ -457,7 +457,13 @@ mod tests {
         assert_eq!(a.trace_hash, b.trace_hash);
         // The replication operator of the fast tier drives it: seed 1 (1,000 chaos events)
         // runs a failover drill, LDAP logins and a clock jump, and converges.
-        for inv in ["convergence", "failover", "login", "turmoil:peer-msgs"] {
+        for inv in [
+            "convergence",
+            "failover",
+            "login",
+            "turmoil:peer-msgs",
+            "wal-tail",
+        ] {
             assert!(a.checks.get(inv).copied().unwrap_or(0) > 0, "{inv}");
         }
         assert!(a.stats.clock_jumps > 0);

@@ -92,6 +92,7 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
             r.rebuilt = false;
         }
         r.wal = wal::load_meta(&*env.storage)?;
+        r.tail.clear();
         r.loaded = true;
     }
     if !env.barrier.sealed() && !env.st.repl.roles_loaded {
@@ -216,6 +217,7 @@ pub(crate) fn sync_wal_activity(env: &mut Env) -> ApiResult<()> {
     env.storage
         .apply(&[(wal::META.to_string(), serde_json::to_vec(&m).ok())])?;
     env.st.repl.wal = m;
+    env.st.repl.tail.clear();
     Ok(())
 }
 
@@ -229,6 +231,7 @@ pub(crate) fn restart_wal(env: &mut Env, last: u64, active: bool) -> ApiResult<(
     w.push((wal::META.to_string(), serde_json::to_vec(&m).ok()));
     env.storage.apply(&w)?;
     env.st.repl.wal = m;
+    env.st.repl.tail.clear();
     Ok(())
 }
 

@@ -97,12 +97,15 @@ pub struct ReplicationConfig {
     pub pull_wait_ms: u64,
     /// Most WAL entries per batch.
     pub batch_entries: u32,
-    /// Least time a streaming secondary waits after a batch that was not full before it
-    /// pulls again (0: at once). Each pull costs both sides a round trip, a commit and a
-    /// Merkle update whatever it carries; a primary that commits many small batches a second
-    /// to several secondaries spends its CPU, and theirs, on pulls. A gap of a few
-    /// milliseconds bounds a secondary's pulls to a few hundred a second, each carrying what
-    /// the primary committed meanwhile, for at most that much more lag.
+    /// Least time between the starts of two WAL pulls of a streaming secondary, unless the
+    /// last answer was a full batch (0: no least time). Each pull costs both sides a round
+    /// trip, a commit and a Merkle update whatever it carries; a primary that commits many
+    /// small batches a second to several secondaries spends its CPU, and theirs, on pulls.
+    /// A gap of a few milliseconds bounds a secondary's pulls to a few hundred a second,
+    /// each carrying what the primary committed meanwhile, for at most that much more lag,
+    /// and only when writes come faster than one a gap: a pull the primary held until a
+    /// write came (a quiet primary) is older than the gap when it is answered, and the next
+    /// one leaves at once.
     pub pull_gap_ms: Millis,
     /// Most keys per Merkle sync fetch.
     pub fetch_batch: usize,
@@ -212,6 +215,8 @@ pub(crate) struct SecRt {
     pub phase: Phase,
     pub inflight: Option<u64>,
     pub next_at: Option<Millis>,
+    /// When the last WAL pull was sent (the pull gap counts from it).
+    pub pulled_at: Option<Millis>,
     pub last_heartbeat: Option<Millis>,
     pub last_error: String,
     /// The primary refused this secondary's version (its own is in `info.version`).
@@ -309,6 +314,9 @@ pub struct Replication {
     roles_loaded: bool,
     pub trees: Trees,
     pub wal: wal::Meta,
+    /// The newest WAL entries, for pulls (cleared with every change of `wal` other than an
+    /// append).
+    pub(crate) tail: wal::Tail,
     local_uuids: BTreeSet<String>,
     pub(crate) perf: ModeRt,
     pub(crate) dr: ModeRt,
@@ -443,6 +451,7 @@ impl Replication {
         self.deferred.clear();
         self.deferred_since = None;
         self.marker_absent = false;
+        self.tail.clear();
         self.loaded = false;
         self.roles_loaded = false;
         self.jobs.epoch += 1;
@@ -476,6 +485,9 @@ impl Replication {
             Ok(_) => {}
             Err(e) => return Some(format!("the WAL position could not be read: {e}")),
         }
+        if let Some(d) = self.tail.drift(s, usize::MAX) {
+            return Some(d);
+        }
         if matches!(s.get(merkle::MARKER), Ok(Some(v)) if v == merkle::VERSION) {
             let stored = match s.scan(merkle::PREFIX) {
                 Ok(r) => r,
@@ -490,6 +502,12 @@ impl Replication {
             }
         }
         None
+    }
+
+    /// Where the WAL entries this node keeps in memory for pulls differ from the stored ones
+    /// (`None`: they agree), among the oldest and newest `ends` of them. For checkers.
+    pub fn tail_drift(&self, s: &dyn Storage, ends: usize) -> Option<String> {
+        self.tail.drift(s, ends)
     }
 
     /// Whether this node's copy in mode `m` is incomplete: it is a secondary that has not
@@ -725,6 +743,7 @@ impl Replication {
             job: js,
             merkle: ms,
             wal: wal_meta,
+            entries,
             uuids: new_uuids,
         })
     }
@@ -747,6 +766,7 @@ impl Replication {
             Some(m) => {
                 let grew = m.last > self.wal.last;
                 self.wal = m;
+                self.tail.extend(st.entries, &m);
                 grew
             }
             None => false,
@@ -761,6 +781,8 @@ struct Staged {
     job: Option<merkle::Staged>,
     merkle: merkle::Staged,
     wal: Option<wal::Meta>,
+    /// The entries appended to the WAL (for its in-memory tail).
+    entries: Vec<WalEntry>,
     uuids: Option<BTreeSet<String>>,
 }
 

@@ -417,7 +417,11 @@ fn batch(env: &mut Env, view: &View, after: u64, max: u32) -> ApiResult<PeerAnsw
     let mut i = after + 1;
     let mut taken = 0u64;
     while i <= w.last {
-        let Some(e) = wal::read(&*env.storage, i)? else {
+        let kept = env.st.repl.tail.get(i).cloned();
+        let Some(e) = (match kept {
+            Some(e) => Some(e),
+            None => wal::read(&*env.storage, i)?,
+        }) else {
             break;
         };
         taken += 1;

@@ -114,6 +114,7 @@ fn pull(env: &mut Env, mode: Mode) {
     let after = env.st.repl.mode(mode).role.last_remote_wal;
     let max = env.cfg().batch_entries;
     let wait = env.cfg().pull_wait_ms;
+    env.st.repl.mode_mut(mode).sec.pulled_at = Some(env.now);
     send(
         env,
         mode,
@@ -339,9 +340,11 @@ fn advance(env: &mut Env, mode: Mode, a: PeerAnswer) -> ApiResult<()> {
             let now = env.now;
             let rt = env.st.repl.mode_mut(mode);
             rt.sec.phase = Phase::StreamWals;
-            if gap > 0 && !full {
-                // Caught up (or nearly): the next pull after the gap, through `kick`.
-                rt.sec.next_at = Some(now + gap);
+            let due = rt.sec.pulled_at.map_or(now, |t| t + gap);
+            if !full && due > now {
+                // Writes come faster than one a gap: the next pull when the gap since this
+                // one's start is over, through `kick`.
+                rt.sec.next_at = Some(due);
             } else {
                 pull(env, mode);
             }

@@ -821,3 +821,5 @@ mod bounded;
 mod sync;
 
 mod catch_up;
+
+mod pull_gap;

@@ -20,7 +20,7 @@
 use super::class::Class;
 use crate::storage::{Storage, StorageError, Write};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 pub const META: &str = "node/wal/meta";
 pub const ENTRY: &str = "node/wal/e/";
@@ -106,6 +106,95 @@ impl Meta {
     /// entries at least (and `after` is not past the end).
     pub fn keys_after(&self, after: u64) -> bool {
         after <= self.last && after + 1 >= self.first.saturating_sub(self.kept)
+    }
+}
+
+/// The newest entries of the log, kept in memory as they are appended, so that the pulls
+/// of secondaries that keep up read nothing back from storage (each pull used to read and
+/// parse every entry it sends, once per secondary). It holds a contiguous run of indices
+/// ending at the last entry appended, at most [`Tail::MAX_ENTRIES`] entries and
+/// [`Tail::MAX_BYTES`] bytes, and never an entry the stored log no longer has. Whoever
+/// changes the log other than by appending (a reset, a reload, a rolled-back batch) clears
+/// it; the checkers compare it with storage ([`Tail::drift`]).
+#[derive(Debug, Clone, Default)]
+pub struct Tail {
+    entries: VecDeque<WalEntry>,
+    bytes: u64,
+}
+
+impl Tail {
+    pub const MAX_ENTRIES: usize = 8_192;
+    pub const MAX_BYTES: u64 = 16 << 20;
+
+    /// The entry at `index`, if it is kept here.
+    pub fn get(&self, index: u64) -> Option<&WalEntry> {
+        let first = self.entries.front()?.index;
+        let at = usize::try_from(index.checked_sub(first)?).ok()?;
+        self.entries.get(at)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
+    /// Adds entries just appended to the log whose retained range is now `meta` (entries
+    /// before `meta.first` were trimmed from it). Entries that do not continue the kept run
+    /// start a new one.
+    pub fn extend(&mut self, appended: Vec<WalEntry>, meta: &Meta) {
+        for e in appended {
+            if self.entries.back().is_some_and(|b| b.index + 1 != e.index) {
+                self.clear();
+            }
+            self.bytes += e.size();
+            self.entries.push_back(e);
+        }
+        while let Some(front) = self.entries.front() {
+            let over = self.entries.len() > Self::MAX_ENTRIES || self.bytes > Self::MAX_BYTES;
+            if !over && front.index >= meta.first && front.index <= meta.last {
+                break;
+            }
+            self.bytes = self.bytes.saturating_sub(front.size());
+            self.entries.pop_front();
+        }
+    }
+
+    /// The first kept entry that differs from the stored log (for checkers), among the
+    /// oldest and the newest `ends` of them (all of them when `ends` covers the run).
+    pub fn drift(&self, s: &dyn Storage, ends: usize) -> Option<String> {
+        let n = self.entries.len();
+        let picked = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i < ends || *i + ends >= n)
+            .map(|(_, e)| e);
+        for e in picked {
+            match read(s, e.index) {
+                Ok(Some(stored)) if &stored == e => {}
+                Ok(stored) => {
+                    return Some(format!(
+                        "the WAL entry {} kept in memory is {e:?}, the stored one {stored:?}",
+                        e.index
+                    ))
+                }
+                Err(err) => {
+                    return Some(format!(
+                        "the WAL entry {} could not be read: {err}",
+                        e.index
+                    ))
+                }
+            }
+        }
+        None
     }
 }
 
@@ -311,6 +400,96 @@ mod tests {
             hash: String::new(),
             end: true,
         }
+    }
+
+    quickcheck::quickcheck! {
+        /// Whatever is appended (batches of any size, gaps that restart the log, trimming
+        /// by count and by bytes), the tail holds a contiguous run ending at the log's last
+        /// entry, every entry of it as stored, none the log no longer has.
+        fn the_tail_is_the_newest_stored_entries(steps: Vec<(u8, u8, bool)>) -> bool {
+            let mut s = MemStorage::new();
+            let lim = Limits {
+                max_entries: 6,
+                max_bytes: e(1).size() * 5,
+                max_key_entries: 2,
+            };
+            let mut m = Meta::default();
+            let mut tail = Tail::default();
+            let mut next = 1u64;
+            for (n, skip, gap) in steps.into_iter().take(40) {
+                if gap {
+                    next += 1 + u64::from(skip % 3);
+                    let mut w = Vec::new();
+                    m = reset(&s, m, next - 1, &mut w);
+                    s.apply(&w).unwrap();
+                    tail.clear();
+                }
+                let batch: Vec<WalEntry> = (0..u64::from(n % 4)).map(|k| e(next + k)).collect();
+                next += batch.len() as u64;
+                if batch.is_empty() {
+                    continue;
+                }
+                let mut w = Vec::new();
+                m = append(&s, m, &batch, lim, &mut w).unwrap();
+                s.apply(&w).unwrap();
+                tail.extend(batch, &m);
+                if tail.drift(&s, usize::MAX).is_some() {
+                    return false;
+                }
+                let first = tail.entries.front().map(|e| e.index);
+                let last = tail.entries.back().map(|e| e.index);
+                if last != Some(m.last) || first.is_some_and(|f| f < m.first) {
+                    return false;
+                }
+                if (m.first..=m.last).any(|i| tail.get(i).is_some_and(|t| t.index != i)) {
+                    return false;
+                }
+            }
+            true
+        }
+    }
+
+    #[test]
+    fn the_tail_keeps_its_bounds() {
+        let mut tail = Tail::default();
+        let m = Meta {
+            first: 1,
+            last: Tail::MAX_ENTRIES as u64 + 10,
+            ..Meta::default()
+        };
+        tail.extend((1..=m.last).map(e).collect(), &m);
+        assert_eq!(tail.len(), Tail::MAX_ENTRIES);
+        assert!(tail.get(10).is_none() && tail.get(11).is_some() && tail.get(m.last + 1).is_none());
+        let big = WalEntry {
+            value: Some(vec![0; (Tail::MAX_BYTES / 2) as usize]),
+            ..e(m.last + 1)
+        };
+        let m2 = Meta {
+            last: m.last + 3,
+            ..m
+        };
+        tail.extend(
+            vec![
+                big.clone(),
+                WalEntry {
+                    index: m.last + 2,
+                    ..big.clone()
+                },
+                e(m.last + 3),
+            ],
+            &m2,
+        );
+        assert!(tail.bytes <= Tail::MAX_BYTES && tail.get(m.last + 3).is_some());
+        assert!(tail.get(m.last + 1).is_none());
+        // A run that does not continue the kept one replaces it.
+        tail.extend(
+            vec![e(m.last + 10)],
+            &Meta {
+                last: m.last + 10,
+                ..m
+            },
+        );
+        assert_eq!(tail.len(), 1);
     }
 
     #[test]

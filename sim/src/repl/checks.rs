@@ -1,5 +1,5 @@
-//! Replication checkers on committed state: `wal-continues`, `filters` and `revocation` on
-//! each commit, and `convergence` in the final phase.
+//! Replication checkers on committed state: `wal-continues`, `wal-tail`, `filters` and
+//! `revocation` on each commit, and `convergence` in the final phase.
 
 use super::*;
 
@@ -10,9 +10,16 @@ impl ReplWorld {
         if self.hosts[h].needs_unseal {
             return Ok(());
         }
-        let Some(last) = self.hosts[h].host.node().map(|n| n.replication().wal.last) else {
+        let Some(node) = self.hosts[h].host.node() else {
             return Ok(());
         };
+        let last = node.replication().wal.last;
+        // The entries kept in memory for pulls are the stored ones (the oldest and newest
+        // few at each commit: the whole run would make the check quadratic).
+        if let Some(d) = node.replication().tail_drift(node.storage(), 16) {
+            return fail("wal-tail", format!("n{h}: {d}"));
+        }
+        self.bump("wal-tail");
         if h == self.primary && last > 0 {
             self.bump("wal-continues");
             if last < self.wal_floor {

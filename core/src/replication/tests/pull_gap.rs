@@ -1,0 +1,110 @@
+//! The pull gap of a streaming secondary: a least time between the starts of two pulls while
+//! writes come faster than that, and no wait at all for a write to a quiet primary.
+use super::*;
+
+/// How far performance secondary 1 has applied its primary's WAL.
+fn applied(net: &Net) -> u64 {
+    net.nodes[1]
+        .replication()
+        .mode(Mode::Performance)
+        .role
+        .last_remote_wal
+}
+
+fn pulls(net: &Net) -> usize {
+    net.ops.get("pull").copied().unwrap_or(0)
+}
+
+#[test]
+fn a_pull_gap_batches_a_burst_and_costs_a_quiet_primary_nothing() {
+    let (mut net, roots) = Net::new(2);
+    let r0 = roots[0].clone();
+    net.nodes[1]
+        .state_mut_for_tests()
+        .config
+        .replication
+        .pull_gap_ms = 200;
+    net.enable_primary(0, &r0, "performance");
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.run_for(2_000);
+    assert_eq!(
+        applied(&net),
+        net.nodes[0].replication().wal.last,
+        "in sync"
+    );
+
+    // Quiet: the secondary's pull waits on the primary (held, then answered empty after
+    // `pull_wait_ms`, longer than the gap), so a write reaches it at once.
+    net.run_for(1_000);
+    // (until the held pull is older than the gap: one answered within it is paced)
+    let held_since = |net: &Net| {
+        net.nodes[1]
+            .replication()
+            .mode(Mode::Performance)
+            .sec
+            .pulled_at
+            .unwrap_or(net.now)
+    };
+    while net.now - held_since(&net) <= 200 {
+        net.run_for(50);
+    }
+    net.ok(0, &r0, Method::Put, "secret/quiet", json!({"v": 1}));
+    net.settle();
+    assert_eq!(
+        applied(&net),
+        net.nodes[0].replication().wal.last,
+        "a write to a quiet primary is applied with no gap"
+    );
+
+    // A burst at the same instant: the pull that carried its first write was answered
+    // within the gap, so the next one waits for the gap, and the rest of the burst travels
+    // in one pull.
+    let before = pulls(&net);
+    let first_done = net.nodes[0].replication().wal.last;
+    for i in 0..10 {
+        net.ok(
+            0,
+            &r0,
+            Method::Put,
+            &format!("secret/burst{i}"),
+            json!({"v": i}),
+        );
+        net.settle();
+        if i == 0 {
+            // The pull that carried the quiet write had waited longer than the gap: the
+            // next one left at once and carries this one.
+            assert_eq!(applied(&net), net.nodes[0].replication().wal.last);
+        }
+    }
+    let last = net.nodes[0].replication().wal.last;
+    assert!(last > first_done + 9);
+    assert!(
+        applied(&net) < last,
+        "within the gap the secondary has not pulled the rest yet"
+    );
+    assert!(pulls(&net) - before <= 2, "{} pulls", pulls(&net) - before);
+    net.run_for(250);
+    assert_eq!(applied(&net), last, "after the gap it has everything");
+    assert!(pulls(&net) - before <= 4, "{} pulls", pulls(&net) - before);
+
+    // Without a gap, every write of a burst goes out in a pull of its own.
+    net.nodes[1]
+        .state_mut_for_tests()
+        .config
+        .replication
+        .pull_gap_ms = 0;
+    net.run_for(1_000);
+    let before = pulls(&net);
+    for i in 0..10 {
+        net.ok(
+            0,
+            &r0,
+            Method::Put,
+            &format!("secret/nogap{i}"),
+            json!({"v": i}),
+        );
+        net.settle();
+        assert_eq!(applied(&net), net.nodes[0].replication().wal.last);
+    }
+    assert!(pulls(&net) - before >= 10);
+}
