@@ -580,10 +580,10 @@ pub fn node_settings(
         // transaction, a tick and a re-seek of the scan, which 512 paid twice as often.
         scan_chunk: 1024,
         // Under a steady write load a secondary pulls at most 100 times a second, each pull
-        // carrying up to 10 ms of the primary's commits, instead of once per commit: with 8
-        // secondaries this halved what each write cost the primary and the secondaries
-        // (BENCHMARKS.md, "Write throughput and replication lag vs performance
-        // secondaries"). A quiet primary's writes still leave at once.
+        // carrying up to 10 ms of the primary's commits, instead of once per commit (each
+        // pull costs both sides a commit whatever it carries). A quiet primary's writes still
+        // leave at once. BENCHMARKS.md, "Write throughput and replication lag vs performance
+        // secondaries", has the trade: lag for CPU per write.
         pull_gap_ms: 10,
         ..Default::default()
     };
