@@ -11,6 +11,12 @@ fn applied(net: &Net) -> u64 {
         .last_remote_wal
 }
 
+/// A KV write on the primary (0), delivered as far as the network takes it at this instant.
+fn write(net: &mut Net, token: &str, path: &str) {
+    net.ok(0, token, Method::Put, path, json!({"v": 1}));
+    net.settle();
+}
+
 fn pulls(net: &Net) -> usize {
     net.ops.get("pull").copied().unwrap_or(0)
 }
@@ -62,14 +68,7 @@ fn a_pull_gap_batches_a_burst_and_costs_a_quiet_primary_nothing() {
     let before = pulls(&net);
     let first_done = net.nodes[0].replication().wal.last;
     for i in 0..10 {
-        net.ok(
-            0,
-            &r0,
-            Method::Put,
-            &format!("secret/burst{i}"),
-            json!({"v": i}),
-        );
-        net.settle();
+        write(&mut net, &r0, &format!("secret/burst{i}"));
         if i == 0 {
             // The pull that carried the quiet write had waited longer than the gap: the
             // next one left at once and carries this one.
@@ -96,14 +95,7 @@ fn a_pull_gap_batches_a_burst_and_costs_a_quiet_primary_nothing() {
     net.run_for(1_000);
     let before = pulls(&net);
     for i in 0..10 {
-        net.ok(
-            0,
-            &r0,
-            Method::Put,
-            &format!("secret/nogap{i}"),
-            json!({"v": i}),
-        );
-        net.settle();
+        write(&mut net, &r0, &format!("secret/nogap{i}"));
         assert_eq!(applied(&net), net.nodes[0].replication().wal.last);
     }
     assert!(pulls(&net) - before >= 10);
