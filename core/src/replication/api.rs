@@ -217,7 +217,7 @@ fn wal_activity(ctx: &mut Ctx, st: &mut ReplIo<'_>) -> ApiResult<()> {
     }
     ctx.txn
         .put(wal::META, serde_json::to_vec(&m).unwrap_or_default());
-    st.repl.wal = m;
+    st.repl.set_wal(m);
     Ok(())
 }
 

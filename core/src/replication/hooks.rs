@@ -91,8 +91,7 @@ pub fn ensure_loaded(env: &mut Env) -> ApiResult<()> {
             // rebuild's diff must not be asked for again at every reload).
             r.rebuilt = false;
         }
-        r.wal = wal::load_meta(&*env.storage)?;
-        r.tail.clear();
+        r.set_wal(wal::load_meta(&*env.storage)?);
         r.loaded = true;
     }
     if !env.barrier.sealed() && !env.st.repl.roles_loaded {
@@ -216,8 +215,7 @@ pub(crate) fn sync_wal_activity(env: &mut Env) -> ApiResult<()> {
     };
     env.storage
         .apply(&[(wal::META.to_string(), serde_json::to_vec(&m).ok())])?;
-    env.st.repl.wal = m;
-    env.st.repl.tail.clear();
+    env.st.repl.set_wal(m);
     Ok(())
 }
 
@@ -230,8 +228,7 @@ pub(crate) fn restart_wal(env: &mut Env, last: u64, active: bool) -> ApiResult<(
     w.retain(|(k, _)| k != wal::META);
     w.push((wal::META.to_string(), serde_json::to_vec(&m).ok()));
     env.storage.apply(&w)?;
-    env.st.repl.wal = m;
-    env.st.repl.tail.clear();
+    env.st.repl.set_wal(m);
     Ok(())
 }
 

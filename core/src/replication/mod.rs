@@ -504,6 +504,13 @@ impl Replication {
         None
     }
 
+    /// Takes a WAL position that did not come from appending (a load, a reset, a wipe, the
+    /// log switched on or off): the entries kept in memory for pulls are dropped with it.
+    pub(crate) fn set_wal(&mut self, m: wal::Meta) {
+        self.wal = m;
+        self.tail.clear();
+    }
+
     /// Where the WAL entries this node keeps in memory for pulls differ from the stored ones
     /// (`None`: they agree), among the oldest and newest `ends` of them. For checkers.
     pub fn tail_drift(&self, s: &dyn Storage, ends: usize) -> Option<String> {

@@ -417,19 +417,28 @@ fn batch(env: &mut Env, view: &View, after: u64, max: u32) -> ApiResult<PeerAnsw
     let mut i = after + 1;
     let mut taken = 0u64;
     while i <= w.last {
-        let kept = env.st.repl.tail.get(i).cloned();
-        let Some(e) = (match kept {
-            Some(e) => Some(e),
-            None => wal::read(&*env.storage, i)?,
-        }) else {
-            break;
+        // Entries kept in memory, never one before the retained range.
+        let kept = env.st.repl.tail.get(i).filter(|_| i >= w.first);
+        let end = match kept {
+            Some(e) => {
+                if view.key_ok(&e.key, e.class) {
+                    entries.push(e.clone());
+                }
+                e.end
+            }
+            None => {
+                let Some(e) = wal::read(&*env.storage, i)? else {
+                    break;
+                };
+                let end = e.end;
+                if view.key_ok(&e.key, e.class) {
+                    entries.push(e);
+                }
+                end
+            }
         };
         taken += 1;
         last = i;
-        let end = e.end;
-        if view.key_ok(&e.key, e.class) {
-            entries.push(e);
-        }
         i += 1;
         if taken >= max && end {
             break;

@@ -168,7 +168,7 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
     // The wipe removed every stored record: nothing deferred is left to write.
     r.deferred.clear();
     r.local_uuids.clear();
-    r.wal = meta;
+    r.set_wal(meta);
     // The seal configuration and keyring written above are replicated data: record them in
     // the fresh replicated tree (and persist its pages) so the Merkle diff sees them as held.
     if !b.seal_config.is_empty() {

@@ -100,3 +100,30 @@ fn a_pull_gap_batches_a_burst_and_costs_a_quiet_primary_nothing() {
     }
     assert!(pulls(&net) - before >= 10);
 }
+
+/// A perf primary with a log that is switched off and joins another primary as its
+/// secondary: the join wipes its storage, and the entries it kept in memory for pulls go too.
+#[test]
+fn a_primary_that_joins_as_a_secondary_keeps_no_entries_of_its_old_log() {
+    let (mut net, roots) = Net::new(2);
+    let (r0, r1) = (roots[0].clone(), roots[1].clone());
+    net.enable_primary(0, &r0, "performance");
+    for i in 0..5 {
+        write(&mut net, &r0, &format!("secret/old{i}"));
+    }
+    let tail = |net: &Net| net.nodes[0].replication().tail.len();
+    assert!(tail(&net) >= 5, "the primary keeps its newest entries");
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/disable",
+        json!({}),
+    );
+    net.enable_primary(1, &r1, "performance");
+    net.activate(1, &r1, 0, &r0, "performance", "perf0");
+    net.run_for(2_000);
+    let n0 = &net.nodes[0];
+    assert_eq!(n0.replication().tail_drift(n0.storage(), usize::MAX), None);
+    assert_eq!(tail(&net), 0);
+}
