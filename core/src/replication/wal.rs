@@ -113,9 +113,10 @@ impl Meta {
 /// of secondaries that keep up read nothing back from storage (each pull used to read and
 /// parse every entry it sends, once per secondary). It holds a contiguous run of indices
 /// ending at the last entry appended, at most [`Tail::MAX_ENTRIES`] entries and
-/// [`Tail::MAX_BYTES`] bytes, and never an entry the stored log no longer has. Whoever
-/// changes the log other than by appending (a reset, a reload, a rolled-back batch) clears
-/// it; the checkers compare it with storage ([`Tail::drift`]).
+/// [`Tail::MAX_BYTES`] bytes, and never an entry the stored log no longer has. A log
+/// position that does not come from an append (a reset, a reload, a wipe, the log switched
+/// on or off: `Replication::set_wal`) or a rolled-back batch clears it; the checkers
+/// compare it with storage ([`Tail::drift`]).
 #[derive(Debug, Clone, Default)]
 pub struct Tail {
     entries: VecDeque<WalEntry>,
