@@ -82,10 +82,12 @@ impl Snap {
 
 impl ReplWorld {
     fn primary_kv(&self) -> Vec<(String, Vec<u8>)> {
+        // Its storage, also when it is down: a restore's answer can still be on the way when
+        // the primary crashes right after committing it (then its parked storage holds it).
         self.hosts[self.primary]
             .host
-            .node()
-            .and_then(|n| n.storage().scan("logical/").ok())
+            .storage()
+            .and_then(|s| s.scan("logical/").ok())
             .unwrap_or_default()
     }
 
