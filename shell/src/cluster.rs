@@ -737,16 +737,29 @@ mod tests {
         );
     }
 
+    /// The replication settings of a server configuration with this `replication` block
+    /// (none when empty).
+    fn settings(block: &str) -> Result<cairn_core::replication::ReplicationConfig, String> {
+        let replication = if block.is_empty() {
+            String::new()
+        } else {
+            format!("replication {{\n{block}}}\n")
+        };
+        let cfg = crate::config::parse(&format!(
+            "storage \"sqlite\" {{ path = \"/x\" }}\nlistener \"tcp\" {{\n address = \
+             \"127.0.0.1:1\"\n tls_disable = true\n}}\n{replication}"
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        super::node_settings(&cfg, "http", true, 0).map(|(rc, _)| rc)
+    }
+
     #[test]
     fn every_replication_key_the_configuration_accepts_is_applied() {
-        let cfg = crate::config::parse(
-            "storage \"sqlite\" { path = \"/x\" }\nlistener \"tcp\" {\n address = \"127.0.0.1:1\"\n \
-             tls_disable = true\n}\nreplication {\n wal_max_entries = 7\n wal_max_bytes = 8\n \
-             pull_wait_ms = 9\n pull_gap_ms = 0\n batch_entries = 11\n scan_pace_ms = 12\n \
-             scan_chunk = 13\n wal_max_key_entries = 0\n}\n",
+        let rc = settings(
+            " wal_max_entries = 7\n wal_max_bytes = 8\n pull_wait_ms = 9\n pull_gap_ms = 0\n \
+             batch_entries = 11\n scan_pace_ms = 12\n scan_chunk = 13\n wal_max_key_entries = 0\n",
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let (rc, _) = super::node_settings(&cfg, "http", true, 0).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             (
                 rc.wal.max_entries,
@@ -761,20 +774,9 @@ mod tests {
             (7, 8, 9, 0, 11, 12, 13, 0)
         );
         // Unset, a secondary's pulls keep a gap; a gap is not a positive-only number.
-        let plain = crate::config::parse(
-            "storage \"sqlite\" { path = \"/x\" }\nlistener \"tcp\" {\n address = \"127.0.0.1:1\"\n \
-             tls_disable = true\n}\n",
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        let (rc, _) =
-            super::node_settings(&plain, "http", true, 0).unwrap_or_else(|e| panic!("{e}"));
+        let rc = settings("").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(rc.pull_gap_ms, 10);
-        let bad = crate::config::parse(
-            "storage \"sqlite\" { path = \"/x\" }\nlistener \"tcp\" {\n address = \"127.0.0.1:1\"\n \
-             tls_disable = true\n}\nreplication {\n pull_gap_ms = \"soon\"\n}\n",
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        let err = super::node_settings(&bad, "http", true, 0)
+        let err = settings(" pull_gap_ms = \"soon\"\n")
             .err()
             .unwrap_or_default();
         assert!(err.contains("replication.pull_gap_ms"), "{err}");

@@ -19,6 +19,7 @@ use crate::api::ApiResult;
 use crate::ctx::Ctx;
 use crate::node::Output;
 use crate::storage::Storage;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Storage prefix of a mode's secondary records (cluster-local).
@@ -417,26 +418,19 @@ fn batch(env: &mut Env, view: &View, after: u64, max: u32) -> ApiResult<PeerAnsw
     let mut i = after + 1;
     let mut taken = 0u64;
     while i <= w.last {
-        // Entries kept in memory, never one before the retained range.
-        let kept = env.st.repl.tail.get(i).filter(|_| i >= w.first);
-        let end = match kept {
-            Some(e) => {
-                if view.key_ok(&e.key, e.class) {
-                    entries.push(e.clone());
-                }
-                e.end
-            }
-            None => {
-                let Some(e) = wal::read(&*env.storage, i)? else {
-                    break;
-                };
-                let end = e.end;
-                if view.key_ok(&e.key, e.class) {
-                    entries.push(e);
-                }
-                end
-            }
+        // From the entries kept in memory (never one before the retained range), else from
+        // storage.
+        let e = match env.st.repl.tail.get(i).filter(|_| i >= w.first) {
+            Some(e) => Cow::Borrowed(e),
+            None => match wal::read(&*env.storage, i)? {
+                Some(e) => Cow::Owned(e),
+                None => break,
+            },
         };
+        let end = e.end;
+        if view.key_ok(&e.key, e.class) {
+            entries.push(e.into_owned());
+        }
         taken += 1;
         last = i;
         i += 1;

@@ -334,11 +334,11 @@ fn advance(env: &mut Env, mode: Mode, a: PeerAnswer) -> ApiResult<()> {
                 start_diff(env, mode);
                 return Ok(());
             }
-            // Full: the primary stopped at its batch size (counted before its path filter,
-            // so a filtered secondary that is catching up does not wait between batches).
+            // Full: the primary stopped at its batch size, counted in the indices it covered
+            // (before its path filter, so a filtered secondary that is catching up does not
+            // wait between batches).
             let before = env.st.repl.mode(mode).role.last_remote_wal;
-            let batch = u64::from(env.cfg().batch_entries);
-            let full = entries.len() as u64 >= batch || last.saturating_sub(before) >= batch;
+            let full = last.saturating_sub(before) >= u64::from(env.cfg().batch_entries);
             apply_entries(env, mode, entries, last)?;
             let gap = env.cfg().pull_gap_ms;
             let now = env.now;
