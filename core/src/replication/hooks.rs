@@ -319,9 +319,17 @@ pub fn on_peer_request(env: &mut Env, req: PeerRequest) {
     primary::on_request(env, req);
 }
 
-/// Input: the answer to a [`PeerSend`].
+/// Input: the answer to a [`PeerSend`]. An answer to a call of a replication state the node
+/// has since let go of (it stepped down to standby, which loads no replication state, or was
+/// sealed) is dropped: acting on it would run a secondary's stream from stale memory, a
+/// Merkle diff included, on a node that no longer replicates. Nobody waits for it: stepping
+/// down answered the node's pending requests.
 pub fn on_peer_reply(env: &mut Env, rep: PeerReply) -> Option<(RequestId, ApiResult)> {
-    match env.st.repl.calls.remove(&rep.call_id) {
+    let call = env.st.repl.calls.remove(&rep.call_id);
+    if !env.st.repl.roles_loaded {
+        return None;
+    }
+    match call {
         Some(Call::Peer { mode }) => {
             secondary::on_reply(env, mode, rep.call_id, rep.result);
             None

@@ -790,13 +790,18 @@ mod tests {
     /// 6406058999705312320 did the same when a DR node took its cluster's lease over.
     /// In 14399065301633516318 a node cut from its store had 68 batches rolled back; each
     /// reload rebuilt its trees and started a diff, which the restarted diff counter hid
-    /// until one looked unexplained.
+    /// until one looked unexplained. In 18170167027443549904 the performance secondary's
+    /// new active node was paused right after it took the lease and came back deposed: it
+    /// stepped down at its first tick, then acted on the primary's answer to a pull it had
+    /// sent as the active node and started a Merkle diff from its stale memory (a standby
+    /// now drops answers to calls of a replication state it let go of).
     #[test]
     fn ha_regression_seeds_pass() {
         for seed in [
             438654814318247752,
             6406058999705312320,
             14399065301633516318,
+            18170167027443549904,
         ] {
             let mut cfg = RunConfig::new(seed);
             cfg.tier = crate::Tier::Ha;
