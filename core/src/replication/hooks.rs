@@ -319,6 +319,22 @@ pub fn on_peer_request(env: &mut Env, req: PeerRequest) {
     primary::on_request(env, req);
 }
 
+/// The answer to the request waiting for `call`, when the node let go of the replication
+/// state that made it: not applied (a node that stepped down has answered its requests
+/// already; this reaches one whose state could not be loaded).
+fn let_go(call: Call) -> Option<(RequestId, ApiResult)> {
+    let request = match call {
+        Call::Ping { request, .. } | Call::Unwrap { request, .. } => request,
+        _ => return None,
+    };
+    let e = ApiError::Unavailable(
+        "this node let go of its replication state (it stepped down, was sealed or could not \
+         load it) before the answer came; nothing was applied, retry"
+            .into(),
+    );
+    Some((request, Err(e)))
+}
+
 /// Input: the answer to a [`PeerSend`]. An answer to a call of a replication state the node
 /// has since let go of (it stepped down to standby, which loads no replication state, or was
 /// sealed) is dropped: acting on it would run a secondary's stream from stale memory, a
@@ -327,7 +343,7 @@ pub fn on_peer_request(env: &mut Env, req: PeerRequest) {
 pub fn on_peer_reply(env: &mut Env, rep: PeerReply) -> Option<(RequestId, ApiResult)> {
     let call = env.st.repl.calls.remove(&rep.call_id);
     if !env.st.repl.roles_loaded {
-        return None;
+        return call.and_then(let_go);
     }
     match call {
         Some(Call::Peer { mode }) => {
@@ -344,9 +360,14 @@ pub fn on_peer_reply(env: &mut Env, rep: PeerReply) -> Option<(RequestId, ApiRes
     }
 }
 
-/// Input: the result of an [`HttpCall`]; may finish a pending request.
+/// Input: the result of an [`HttpCall`]; may finish a pending request. Dropped, as a peer's
+/// answer is, when the node let go of the replication state that made the call.
 pub fn on_http_reply(env: &mut Env, rep: HttpReply) -> Option<(RequestId, ApiResult)> {
-    match env.st.repl.calls.remove(&rep.call_id) {
+    let call = env.st.repl.calls.remove(&rep.call_id);
+    if !env.st.repl.roles_loaded {
+        return call.and_then(let_go);
+    }
+    match call {
         Some(Call::Unwrap {
             request,
             mode,
