@@ -181,8 +181,30 @@ impl HaWorld {
         self.at(d, Ev::Deliver(c.from, c.boot, input));
     }
 
-    /// A peer call still unanswered after [`PEER_TIMEOUT_MS`]: the caller gives up.
-    pub(super) fn peer_timeout(&mut self, j: usize, id: u64) {
+    /// A peer call still unanswered after [`PEER_TIMEOUT_MS`]: the caller gives up. A node
+    /// holds a call (a pull waiting for entries) only while it is active: one that is now a
+    /// running standby (not paused, its store reachable) has stepped down without answering
+    /// it, which leaves its secondary waiting out the timeout (`held-call-after-step-down`).
+    pub(super) fn peer_timeout(&mut self, j: usize, id: u64) -> Checked<()> {
+        if !self.nodes[j].peer_in.contains_key(&id) {
+            return Ok(());
+        }
+        let now = self.now;
+        let h = &self.nodes[j];
+        let running = h.paused_until <= now && h.store_cut_until <= now;
+        if let Some(n) = h.host.node() {
+            if running && !n.is_sealed() && n.ha().is_standby() {
+                return fail(
+                    "held-call-after-step-down",
+                    format!(
+                        "node {j} is a standby and still holds peer call {id} after {} ms: it \
+                         stepped down without answering it",
+                        PEER_TIMEOUT_MS
+                    ),
+                );
+            }
+        }
+        *self.checks.entry("held-call-after-step-down").or_default() += 1;
         if let Some(c) = self.nodes[j].peer_in.remove(&id) {
             let input = Input::PeerReply(PeerReply {
                 call_id: c.call,
@@ -190,6 +212,7 @@ impl HaWorld {
             });
             self.at(0, Ev::Deliver(c.from, c.boot, input));
         }
+        Ok(())
     }
 
     /// An outbound HTTP call (the activation token's unwrap at the primary's API address).
