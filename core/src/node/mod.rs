@@ -639,6 +639,11 @@ impl<S: Storage> Node<S> {
             self.st.forward_ca = None;
             self.st.keyring_seen = None;
             self.st.unseal_progress.clear();
+            self.st.repl.refuse_waiters(
+                &mut self.st.outputs,
+                "sealed",
+                "the primary was sealed while it held the pull",
+            );
             self.st.repl.on_seal();
             if let Some(op) = self.st.ha.release(self.now) {
                 self.st.outputs.push_back(Output::Lease(op));

@@ -249,21 +249,12 @@ impl<S: Storage> Node<S> {
                     self.finish(id, Err(e));
                 }
                 // Pulls held for new entries are answered now, as a standby answers any
-                // replication call: their secondaries go on to the cluster's next address at
-                // once instead of waiting out their read timeout.
-                for w in std::mem::take(&mut self.st.repl.waiters) {
-                    self.st.outputs.push_back(Output::PeerResponse(
-                        crate::replication::PeerResponse {
-                            id: w.id,
-                            msg: crate::replication::PeerAnswer::Error {
-                                code: crate::replication::STANDBY_CODE.into(),
-                                message: format!(
-                                    "this node stepped down while it held the pull ({reason})"
-                                ),
-                            },
-                        },
-                    ));
-                }
+                // replication call.
+                self.st.repl.refuse_waiters(
+                    &mut self.st.outputs,
+                    crate::replication::STANDBY_CODE,
+                    &format!("this node stepped down while it held the pull ({reason})"),
+                );
                 self.st.logins = Default::default();
                 self.st.repl.forget_uncommitted();
                 self.st.outputs.push_back(Output::HaRole(None));

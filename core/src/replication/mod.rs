@@ -428,6 +428,17 @@ impl Replication {
         }
     }
 
+    /// Answers every held pull with error `code` ([`primary::refuse_all_waiters`]): the node
+    /// stops serving replication (sealed, or stepped down).
+    pub(crate) fn refuse_waiters(
+        &mut self,
+        outputs: &mut std::collections::VecDeque<crate::node::Output>,
+        code: &str,
+        message: &str,
+    ) {
+        primary::refuse_all_waiters(outputs, &mut self.waiters, code, message);
+    }
+
     /// Forgets unsealed state when the node seals (roles are reloaded on unseal).
     pub fn on_seal(&mut self) {
         self.roles_loaded = false;

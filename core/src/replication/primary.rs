@@ -567,6 +567,23 @@ pub(crate) fn expire_waiters(env: &mut Env) {
     }
 }
 
+/// Answers every held pull with error `code`: the node stops serving replication (it was
+/// sealed, or stepped down from active), so its secondaries go on at once instead of
+/// waiting out their read timeout.
+pub(crate) fn refuse_all_waiters(
+    outputs: &mut std::collections::VecDeque<Output>,
+    waiters: &mut Vec<Waiter>,
+    code: &str,
+    message: &str,
+) {
+    for w in std::mem::take(waiters) {
+        outputs.push_back(Output::PeerResponse(PeerResponse {
+            id: w.id,
+            msg: error(code, message),
+        }));
+    }
+}
+
 /// Refuses held pulls of one secondary (revoked) or of a whole mode (demoted, disabled).
 pub(crate) fn drop_waiters(
     outputs: &mut std::collections::VecDeque<Output>,

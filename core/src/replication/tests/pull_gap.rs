@@ -1,5 +1,6 @@
 //! The pull gap of a streaming secondary: a least time between the starts of two pulls while
-//! writes come faster than that, and no wait at all for a write to a quiet primary.
+//! writes come faster than that, and no wait at all for a write to a quiet primary; a pull
+//! the primary holds is answered at once when the primary stops serving (sealed).
 use super::*;
 
 /// How far performance secondary 1 has applied its primary's WAL.
@@ -126,4 +127,32 @@ fn a_primary_that_joins_as_a_secondary_keeps_no_entries_of_its_old_log() {
     let n0 = &net.nodes[0];
     assert_eq!(n0.replication().tail_drift(n0.storage(), usize::MAX), None);
     assert_eq!(tail(&net), 0);
+}
+
+/// A primary sealed while it holds a secondary's pull answers the pull at once (an error),
+/// so the secondary does not wait out its read timeout to learn it.
+#[test]
+fn a_primary_sealed_while_it_holds_a_pull_answers_it_at_once() {
+    let (mut net, roots) = Net::new(2);
+    let r0 = roots[0].clone();
+    net.enable_primary(0, &r0, "performance");
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.run_for(2_000);
+    let held = |net: &Net| net.peer_calls.keys().filter(|(j, _)| *j == 0).count();
+    assert_eq!(held(&net), 1, "the secondary's pull is held by the primary");
+
+    let r = net.call(0, &r0, Method::Put, "sys/seal", json!({}));
+    assert!(r.status < 300, "seal: {r:?}");
+    net.settle();
+    assert_eq!(
+        held(&net),
+        0,
+        "the held pull is answered when the primary seals"
+    );
+    let last_error = &net.nodes[1]
+        .replication()
+        .mode(Mode::Performance)
+        .sec
+        .last_error;
+    assert!(last_error.contains("sealed"), "{last_error}");
 }
