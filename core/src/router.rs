@@ -192,7 +192,8 @@ fn authorize(
                 );
                 return Err(ApiError::PermissionDenied);
             }
-            policies.extend(s.policies);
+            // Never `root` from identity (refused on write; one stored before is ignored).
+            policies.extend(s.policies.into_iter().filter(|p| p != "root"));
         }
     }
     let acl = sys::acl_for_in(ctx, tns, &policies)?;

@@ -20,6 +20,9 @@ pub struct StoredPolicy {
     pub policy: String,
 }
 
+/// The policy of response-wrapping tokens (built in, never stored).
+const RESPONSE_WRAPPING_NAME: &str = "response-wrapping";
+
 const RESPONSE_WRAPPING: &str = r#"
 path "sys/wrapping/unwrap" { capabilities = ["update"] }
 path "sys/wrapping/lookup" { capabilities = ["update"] }
@@ -41,12 +44,15 @@ pub fn load_policy(ctx: &Ctx, name: &str) -> ApiResult<Option<Policy>> {
 
 /// [`load_policy`] in namespace `ns`.
 pub fn load_policy_in(ctx: &Ctx, ns: &str, name: &str) -> ApiResult<Option<Policy>> {
+    // Built in and never stored (a copy stored before writes of it were refused is ignored).
+    if name == RESPONSE_WRAPPING_NAME {
+        return Ok(Policy::parse_cached(RESPONSE_WRAPPING).ok());
+    }
     if let Some(sp) = ctx.get_json::<StoredPolicy>(&policy_key(ns, name))? {
         return Ok(Policy::parse_cached(&sp.policy).ok());
     }
     Ok(match name {
         "default" => Policy::parse_cached(policy::DEFAULT_POLICY).ok(),
-        "response-wrapping" => Policy::parse_cached(RESPONSE_WRAPPING).ok(),
         _ => None,
     })
 }
@@ -126,8 +132,10 @@ pub fn policies(ctx: &mut Ctx, req: &Request, name: &str, legacy: bool) -> ApiRe
             }
         }
         (Method::Put | Method::Post, n) => {
-            if n == "root" {
-                return Err(ApiError::bad("cannot update \"root\" policy"));
+            // `response-wrapping` is every wrapping token's policy: a stored one would
+            // give each of them its rules (the reference refuses it too).
+            if n == "root" || n == RESPONSE_WRAPPING_NAME {
+                return Err(ApiError::bad(format!("cannot update {n:?} policy")));
             }
             if !policy::valid_name(n) {
                 return Err(ApiError::bad(format!("name: invalid policy name {n:?}")));
@@ -155,7 +163,7 @@ pub fn policies(ctx: &mut Ctx, req: &Request, name: &str, legacy: bool) -> ApiRe
             Ok(Reply::Empty)
         }
         (Method::Delete, n) => {
-            if n == "root" || n == "default" {
+            if n == "root" || n == "default" || n == RESPONSE_WRAPPING_NAME {
                 return Err(ApiError::bad(format!("cannot delete {n:?} policy")));
             }
             ctx.delete(&policy_key(&ns, n));
@@ -245,4 +253,82 @@ pub fn key_status(ctx: &Ctx, req: &Request) -> ApiResult {
         "install_time": crate::time::rfc3339(installed),
         "encryptions": ctx.barrier.encryptions(),
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::{Method, Request, Response};
+    use crate::node::Node;
+    use crate::storage::MemStorage;
+    use serde_json::{json, Value};
+
+    fn call(n: &mut Node<MemStorage>, id: u64, tok: &str, m: Method, path: &str) -> Response {
+        call_with(n, id, tok, m, path, json!({}), None)
+    }
+
+    fn call_with(
+        n: &mut Node<MemStorage>,
+        id: u64,
+        tok: &str,
+        m: Method,
+        path: &str,
+        body: Value,
+        wrap: Option<&str>,
+    ) -> Response {
+        let mut req = Request::new(id, m, path).with_token(tok).with_json(body);
+        req.wrap_ttl = wrap.map(str::to_string);
+        crate::node::tests::call(n, 2_000, req)
+    }
+
+    /// `response-wrapping` is the policy of every wrapping token: it can be neither written
+    /// nor deleted (the reference's rule), in any spelling or through the legacy path, so
+    /// whoever may write policies cannot hand every wrapping token new rights. Before, a
+    /// stored one was every wrapping token's policy.
+    #[test]
+    fn the_response_wrapping_policy_is_neither_written_nor_deleted() {
+        let mut n = Node::dev_in_memory([4; 32], "root");
+        let all = r#"path "*" { capabilities = ["read", "list"] }"#;
+        let mut id = 0;
+        for path in [
+            "sys/policies/acl/response-wrapping",
+            "sys/policies/acl/Response-Wrapping",
+            "sys/policy/response-wrapping",
+        ] {
+            id += 1;
+            let r = call_with(
+                &mut n,
+                id,
+                "root",
+                Method::Put,
+                path,
+                json!({ "policy": all, "rules": all }),
+                None,
+            );
+            assert_eq!(r.status, 400, "{path}: {:?}", r.body);
+            assert_eq!(
+                r.body.unwrap()["errors"][0],
+                "cannot update \"response-wrapping\" policy"
+            );
+            id += 1;
+            let r = call(&mut n, id, "root", Method::Delete, path);
+            assert_eq!(r.status, 400, "{path}: {:?}", r.body);
+        }
+        // A wrapping token can still only unwrap: it reads nothing.
+        let r = call_with(
+            &mut n,
+            100,
+            "root",
+            Method::Post,
+            "sys/wrapping/wrap",
+            json!({ "k": "v" }),
+            Some("5m"),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        let w = r.body.unwrap()["wrap_info"]["token"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let r = call(&mut n, 101, &w, Method::Get, "sys/policies/acl");
+        assert_eq!(r.status, 403, "{:?}", r.body);
+    }
 }

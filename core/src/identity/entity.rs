@@ -194,6 +194,7 @@ pub fn view(ctx: &Ctx, e: &Entity) -> ApiResult<Value> {
 fn apply(e: &mut Entity, body: &Map<String, Value>) -> ApiResult<()> {
     let f = Fields(body);
     if let Some(p) = f.list("policies")? {
+        super::check_policies(&p)?;
         let mut p = p;
         p.sort();
         p.dedup();
@@ -446,8 +447,15 @@ pub fn alias_create(ctx: &mut Ctx, req: &Request) -> ApiResult {
         return Err(ApiError::MethodNotAllowed);
     }
     let body = body_object(&req.body)?;
+    // Only an alias of the request's namespace is named by id: another namespace's is as
+    // if it did not exist (as on `entity-alias/id/<id>`).
+    let ns_id = request_ns(ctx, req)?;
     let existing = match Fields(&body).str("id")?.filter(|i| !i.is_empty()) {
-        Some(id) => Some(load_alias(ctx, &id)?.ok_or_else(|| ApiError::bad("invalid alias ID"))?),
+        Some(id) => Some(
+            load_alias(ctx, &id)?
+                .filter(|a| a.namespace_id == ns_id)
+                .ok_or_else(|| ApiError::bad("invalid alias ID"))?,
+        ),
         None => None,
     };
     alias_upsert(ctx, req, existing)

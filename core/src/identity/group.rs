@@ -234,6 +234,7 @@ fn upsert(
         g.name = n;
     }
     if let Some(p) = f.list("policies")? {
+        super::check_policies(&p)?;
         let mut p = p;
         p.sort();
         p.dedup();
@@ -521,10 +522,15 @@ pub fn alias_create(ctx: &mut Ctx, req: &Request) -> ApiResult {
         return Err(ApiError::MethodNotAllowed);
     }
     let body = body_object(&req.body)?;
+    // Only an alias of the request's namespace is named by id: another namespace's is as
+    // if it did not exist (as on `group-alias/id/<id>`).
+    let ns_id = request_ns(ctx, req)?;
     let existing = match Fields(&body).str("id")?.filter(|i| !i.is_empty()) {
-        Some(id) => {
-            Some(load_alias(ctx, &id)?.ok_or_else(|| ApiError::bad("invalid group alias ID"))?)
-        }
+        Some(id) => Some(
+            load_alias(ctx, &id)?
+                .filter(|a| a.namespace_id == ns_id)
+                .ok_or_else(|| ApiError::bad("invalid group alias ID"))?,
+        ),
         None => None,
     };
     alias_upsert(ctx, req, existing)

@@ -177,6 +177,19 @@ pub fn mount_fields(ctx: &Ctx, accessor: &str) -> ApiResult<(String, String)> {
         .unwrap_or_default())
 }
 
+/// The `policies` of an entity or group: never `root` (in any spelling), as in the
+/// reference. The router adds an entity's policies to its tokens' at every request, so a
+/// `root` there would make every token of the entity a root token.
+pub fn check_policies(policies: &[String]) -> ApiResult<()> {
+    if policies
+        .iter()
+        .any(|p| p.trim().eq_ignore_ascii_case("root"))
+    {
+        return Err(ApiError::bad("policies cannot contain root"));
+    }
+    Ok(())
+}
+
 /// A name from the body or path: non-empty, bounded, one path segment.
 pub fn check_name(name: &str) -> ApiResult<()> {
     if name.len() > MAX_NAME_LEN {

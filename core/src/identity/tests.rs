@@ -592,3 +592,145 @@ fn a_perf_secondary_login_writes_the_local_base_and_reads_both() {
         .unwrap()
         .contains(&format!("{LOCAL}member/{}/g1", first.entity_id)));
 }
+
+/// An alias of another namespace is not named by id through `identity/entity-alias` or
+/// `identity/group-alias` (as through `.../id/<id>`): before, a namespace's administrator
+/// who knew the id of an alias of the root namespace rewrote it (its name and mount), so
+/// the root namespace's entity or group answered to a login of the namespace's own mount.
+#[test]
+fn an_alias_of_another_namespace_is_not_updated_by_id() {
+    let (mut w, root_acc) = world();
+    ok(w.admin(Method::Post, "sys/namespaces/ns1", json!({})));
+    ok(w.admin(Method::Post, "ns1/sys/auth/ldap", json!({"type": "ldap"})));
+    let ns_acc = data(&w.admin(Method::Get, "ns1/sys/auth", json!({})))["ldap/"]["accessor"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let e = ok(w.admin(Method::Post, "identity/entity", json!({"name": "victim"})))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ea = ok(w.admin(
+        Method::Post,
+        "identity/entity-alias",
+        json!({"name": "victim", "mount_accessor": root_acc, "canonical_id": e}),
+    ))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let g = ok(w.admin(
+        Method::Post,
+        "identity/group",
+        json!({"name": "rg", "type": "external"}),
+    ))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ga = ok(w.admin(
+        Method::Post,
+        "identity/group-alias",
+        json!({"name": "admins", "mount_accessor": root_acc, "canonical_id": g}),
+    ))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The namespace's administrator: every capability, in ns1 only.
+    ok(w.admin(
+        Method::Put,
+        "ns1/sys/policies/acl/nsadmin",
+        json!({"policy": r#"path "*" { capabilities = ["create", "read", "update", "delete", "list", "sudo"] }"#}),
+    ));
+    let r = w.admin(
+        Method::Post,
+        "ns1/auth/token/create",
+        json!({"policies": ["nsadmin"]}),
+    );
+    let t = r.body.as_ref().unwrap()["auth"]["client_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (path, id, want) in [
+        ("identity/entity-alias", &ea, "invalid alias ID"),
+        ("identity/group-alias", &ga, "invalid group alias ID"),
+    ] {
+        // The token acts in ns1: the path names the namespace.
+        let r = w.call(
+            Method::Post,
+            &format!("ns1/{path}"),
+            json!({"id": id, "name": "mallory", "mount_accessor": ns_acc}),
+            Some(&t),
+        );
+        assert_eq!(r.status, 400, "{path}: {:?}", r.body);
+        assert_eq!(
+            r.body.as_ref().unwrap()["errors"][0],
+            want,
+            "{path}: {:?}",
+            r.body
+        );
+    }
+    let a = ok(w.admin(
+        Method::Get,
+        &format!("identity/entity-alias/id/{ea}"),
+        json!({}),
+    ));
+    assert_eq!(
+        (a["name"].as_str(), a["mount_accessor"].as_str()),
+        (Some("victim"), Some(root_acc.as_str()))
+    );
+    let a = ok(w.admin(
+        Method::Get,
+        &format!("identity/group-alias/id/{ga}"),
+        json!({}),
+    ));
+    assert_eq!(
+        (a["name"].as_str(), a["mount_accessor"].as_str()),
+        (Some("admins"), Some(root_acc.as_str()))
+    );
+}
+
+/// An entity or group never holds the `root` policy (in any spelling): the router adds
+/// their policies to their tokens' at every request, and before, an entity given `root`
+/// by anyone allowed to write `identity/` made every token of it a root token (as the
+/// reference, `policies cannot contain root`).
+#[test]
+fn entities_and_groups_never_hold_the_root_policy() {
+    let (mut w, _) = world();
+    for (path, body) in [
+        (
+            "identity/entity",
+            json!({"name": "e1", "policies": ["p1", "root"]}),
+        ),
+        (
+            "identity/entity",
+            json!({"name": "e1", "policies": "p1,ROOT"}),
+        ),
+        ("identity/entity/name/e2", json!({"policies": [" root"]})),
+        (
+            "identity/group",
+            json!({"name": "g1", "policies": ["root"]}),
+        ),
+        ("identity/group/name/g2", json!({"policies": ["Root"]})),
+    ] {
+        let r = w.admin(Method::Post, path, body.clone());
+        assert_eq!(r.status, 400, "{path} {body}: {:?}", r.body);
+        assert_eq!(
+            r.body.as_ref().unwrap()["errors"][0],
+            "policies cannot contain root",
+            "{path} {body}"
+        );
+    }
+    // Nothing was created, and other policies are taken.
+    let r = w.admin(Method::Get, "identity/entity/name/e1", json!({}));
+    assert_eq!(r.status, 404, "{:?}", r.body);
+    let e = ok(w.admin(
+        Method::Post,
+        "identity/entity",
+        json!({"name": "e1", "policies": ["p1", "rooted"]}),
+    ));
+    let e = ok(w.admin(
+        Method::Get,
+        &format!("identity/entity/id/{}", e["id"].as_str().unwrap()),
+        json!({}),
+    ));
+    assert_eq!(strings(&e["policies"]), ["p1", "rooted"]);
+}

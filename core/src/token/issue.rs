@@ -110,6 +110,16 @@ pub(super) fn create_endpoint(
     ns: &str,
 ) -> ApiResult {
     let f = Fields(body);
+    // As the reference: a batch token creates no tokens, and a limited-use token none
+    // either (a child, or an orphan through a role, would escape its use count).
+    if caller.entry.is_batch() {
+        return Err(ApiError::bad("batch tokens cannot create more tokens"));
+    }
+    if caller.entry.num_uses > 0 {
+        return Err(ApiError::bad(
+            "restricted use token cannot generate child tokens",
+        ));
+    }
     let role: Option<Role> = match op.strip_prefix("create/") {
         Some(n) => Some(role::load(ctx, ns, n)?),
         None => None,

@@ -848,3 +848,49 @@ fn child_tokens_inherit_the_parents_entity_and_orphans_do_not() {
         }
     }
 }
+
+/// A limited-use token creates no tokens (a child, or an orphan through a role, would
+/// escape its use count), nor does a batch token: the reference's rules and messages.
+/// Before, both created a service token with no use limit.
+#[test]
+fn limited_use_and_batch_tokens_create_no_tokens() {
+    let mut t = T::new();
+    let root = t.root.clone();
+    let pol = r#"path "auth/token/*" { capabilities = ["create", "update", "read"] }"#;
+    let r = t.call(
+        &root,
+        Method::Put,
+        "sys/policies/acl/maker",
+        json!({ "policy": pol }),
+    );
+    assert_eq!(r.status, 204, "{:?}", r.body);
+    let r = t.call(
+        &root,
+        Method::Post,
+        "auth/token/roles/orphans",
+        json!({ "allowed_policies": ["maker"], "orphan": true }),
+    );
+    assert!(r.status < 300, "{:?}", r.body);
+    let limited = client_token(&t.create(&root, json!({ "policies": ["maker"], "num_uses": 5 })));
+    let batch = client_token(&t.create(
+        &root,
+        json!({ "policies": ["maker"], "type": "batch", "ttl": "1h" }),
+    ));
+    for (tok, want) in [
+        (
+            &limited,
+            "restricted use token cannot generate child tokens",
+        ),
+        (&batch, "batch tokens cannot create more tokens"),
+    ] {
+        for path in ["auth/token/create", "auth/token/create/orphans"] {
+            let r = t.call(tok, Method::Post, path, json!({ "policies": ["maker"] }));
+            assert_eq!(r.status, 400, "{path}: {:?}", r.body);
+            assert_eq!(error(&r), want, "{path}");
+        }
+    }
+    // An unlimited service token of the same policy still may.
+    let plain = client_token(&t.create(&root, json!({ "policies": ["maker"] })));
+    let r = t.create(&plain, json!({ "policies": ["maker"] }));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+}
