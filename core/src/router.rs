@@ -395,6 +395,17 @@ fn admit(
              mounts, namespaces)"
         )));
     }
+    // ... and only on mounts whose data that secondary holds: never a `local` mount of the
+    // primary or one its paths filter leaves out (read through a forward, they would reach
+    // a cluster that must not hold them).
+    if let (Some(on), Target::Mount { mount, .. }) = (&req.on_behalf, &target) {
+        crate::replication::forward::check_replicated_to(
+            ctx,
+            on,
+            mount,
+            path.starts_with("auth/"),
+        )?;
+    }
     if target.scope() == Scope::Root && !ns.is_empty() {
         return Err(ApiError::bad(format!(
             "{path} acts on the whole cluster and is served only in the root namespace \

@@ -838,6 +838,14 @@ impl<S: Storage> Node<S> {
         if let Err(e) = replication::index_state::check(&self.st.repl, index.as_ref()) {
             // Not caught up: 412, unless the client asked to be sent on to the primary.
             return match req.forward_inconsistent && req.on_behalf.is_none() {
+                // The primary's answer could not be wrapped here: never hand out in the
+                // clear what the client asked to have wrapped.
+                true if wrap.is_some() => Err(ApiError::bad(
+                    "this performance secondary would send the request to its primary, and a \
+                     forwarded answer cannot be response-wrapped here: send it without \
+                     X-Vault-Wrap-TTL, or without X-Vault-Inconsistent to wait for this \
+                     secondary to catch up",
+                )),
                 true => self.forward_inconsistent(req, e),
                 false => Err(e),
             };

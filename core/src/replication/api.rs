@@ -461,6 +461,7 @@ fn primary_disable(ctx: &mut Ctx, st: &mut ReplIo<'_>, mode: Mode) -> ApiResult 
     stop_serving(st, mode, "replication was disabled on the primary");
     for rec in load_records(ctx, mode)? {
         ctx.delete(&record_key(mode, &rec.id));
+        revoke_activation_token(ctx, &rec)?;
     }
     {
         let rt = st.repl.mode_mut(mode);
@@ -594,11 +595,7 @@ fn revoke(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode) -> ApiR
         return Err(ApiError::bad(format!("id: no secondary with id {id:?}")));
     };
     ctx.delete(&record_key(mode, &id));
-    if !rec.wrap_accessor.is_empty() {
-        if let Some(h) = crate::token::hash_by_accessor(ctx, &rec.wrap_accessor)? {
-            crate::token::revoke_tree(ctx, &h)?;
-        }
-    }
+    revoke_activation_token(ctx, &rec)?;
     let ReplIo { outputs, repl, .. } = st;
     primary::drop_waiters(
         outputs,
@@ -609,6 +606,17 @@ fn revoke(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode) -> ApiR
     );
     repl.live.remove(&(mode, id));
     Ok(Reply::Empty)
+}
+
+/// Revokes the wrapping token of `rec`'s activation token, if it was response-wrapped and
+/// is still unused: its credential bundle (the barrier key among it) is handed out no more.
+fn revoke_activation_token(ctx: &mut Ctx, rec: &SecondaryRecord) -> ApiResult<()> {
+    if !rec.wrap_accessor.is_empty() {
+        if let Some(h) = crate::token::hash_by_accessor(ctx, &rec.wrap_accessor)? {
+            crate::token::revoke_tree(ctx, &h)?;
+        }
+    }
+    Ok(())
 }
 
 /// Finds a secondary record by its id or by the cluster id it reports.

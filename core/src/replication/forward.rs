@@ -263,6 +263,40 @@ pub(crate) fn admit(env: &mut Env, r: PeerRequest) -> Result<Request, Box<PeerAn
         .map_err(|e| refuse("bad-request", format!("malformed forwarded request: {e}")))
 }
 
+/// Primary: refuses a request a performance secondary forwarded on `mount` (an auth mount
+/// when `auth`) unless that secondary holds the mount's data: not a `local` mount of this
+/// cluster, and one its paths filter includes. Otherwise a secondary's caller would read
+/// (or write) through the primary what replication keeps away from its cluster.
+pub(crate) fn check_replicated_to(
+    ctx: &crate::ctx::Ctx,
+    on: &OnBehalf,
+    mount: &crate::mounts::MountEntry,
+    auth: bool,
+) -> Result<(), ApiError> {
+    let refuse = || {
+        ApiError::Forbidden(format!(
+            "{} is not replicated to performance secondary {:?} (a local mount of the primary, \
+             or left out by its paths filter): a primary serves a secondary's requests only \
+             on the data replicated to it",
+            mount.path, on.secondary_id
+        ))
+    };
+    if mount.local {
+        return Err(refuse());
+    }
+    let Some(rec) = primary::load_record(ctx, Mode::Performance, &on.secondary_id)? else {
+        return Err(refuse());
+    };
+    if rec.filter.is_some() {
+        let mm = super::filter::mount_map(ctx)?;
+        let prefix = mount.data_prefix(auth);
+        if !super::filter::included(rec.filter.as_ref(), &mm, prefix.trim_end_matches('/')) {
+            return Err(refuse());
+        }
+    }
+    Ok(())
+}
+
 /// Primary: the answer to the secondary for its request's response.
 pub(crate) fn peer_answer(r: Response) -> PeerAnswer {
     let body = match (r.body, r.raw) {

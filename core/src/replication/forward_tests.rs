@@ -219,3 +219,117 @@ fn x_vault_inconsistent_sends_a_lagging_read_to_the_primary_instead_of_412() {
     assert_eq!(net.send(1, req).status, 403);
     assert_eq!(forwards(&net), 1);
 }
+
+/// A secondary's caller reads through a forward only what replication gives its cluster:
+/// a `local` mount of the primary and a mount its paths filter leaves out stay out of reach
+/// (they were readable with `X-Vault-Inconsistent: forward-active-node` and a lagging
+/// `X-Vault-Index`, and writable into the filtered mount by a plain write).
+#[test]
+fn a_forward_never_reaches_a_local_or_filtered_out_mount_of_the_primary() {
+    let (mut net, roots) = Net::new(2);
+    let r0 = roots[0].clone();
+    net.enable_primary(0, &r0, "performance");
+    for (path, local) in [("lsec", true), ("private", false)] {
+        net.ok(
+            0,
+            &r0,
+            Method::Post,
+            &format!("sys/mounts/{path}"),
+            json!({"type": "kv", "local": local}),
+        );
+    }
+    net.ok(0, &r0, Method::Put, "lsec/a", json!({"v": "primary-local"}));
+    net.ok(
+        0,
+        &r0,
+        Method::Put,
+        "private/a",
+        json!({"v": "filtered-out"}),
+    );
+    net.ok(0, &r0, Method::Put, "secret/a", json!({"v": "shared"}));
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/paths-filter/perf1",
+        json!({"mode": "deny", "paths": ["private/"]}),
+    );
+    net.run_for(3_000);
+    let t1 = generate_root(&mut net, 1, 0);
+    // A state of the primary the secondary has not reached: the read goes to the primary.
+    let lagging = index_state::IndexState {
+        perf_cluster_id: net.nodes[0]
+            .replication()
+            .mode(Mode::Performance)
+            .role
+            .cluster_id
+            .clone(),
+        dr_cluster_id: String::new(),
+        index: u64::MAX,
+    }
+    .encode();
+    let get = |net: &mut Net, path: &str| {
+        net.next_id += 1;
+        let mut req = Request::new(net.next_id, Method::Get, path).with_token(&t1);
+        req.index = Some(lagging.clone());
+        req.forward_inconsistent = true;
+        net.send(1, req)
+    };
+    let shared = get(&mut net, "secret/a");
+    assert_eq!(shared.status, 200, "{:?}", shared.body);
+    assert_eq!(forwards(&net), 1);
+    for path in ["lsec/a", "private/a"] {
+        let r = get(&mut net, path);
+        let body = r.body.clone().unwrap_or_default().to_string();
+        assert_eq!(r.status, 403, "{path}: {body}");
+        assert!(
+            !body.contains("primary-local") && !body.contains("filtered-out"),
+            "{path}: {body}"
+        );
+    }
+    // A write into the filtered-out mount is refused by the primary, nothing applied.
+    let wal = net.nodes[0].replication().wal.last;
+    let w = net.call(
+        1,
+        &t1,
+        Method::Put,
+        "private/b",
+        json!({"v": "from-secondary"}),
+    );
+    assert_eq!(w.status, 403, "{:?}", w.body);
+    assert_eq!(net.nodes[0].replication().wal.last, wal);
+    assert_eq!(
+        net.call(0, &r0, Method::Get, "private/b", json!({})).status,
+        404
+    );
+}
+
+/// A client that asks for a response-wrapped answer never gets the secret in the clear: a
+/// lagging read with `X-Vault-Inconsistent: forward-active-node` is not forwarded when it
+/// also carries `X-Vault-Wrap-TTL` (the primary's answer could not be wrapped here), as a
+/// forwarded write is not.
+#[test]
+fn a_lagging_read_asking_for_a_wrapped_answer_is_not_forwarded_unwrapped() {
+    let (mut net, r0, team) = pair();
+    net.down.insert(1);
+    let w = net.call(
+        0,
+        &r0,
+        Method::Put,
+        "secret/team/new",
+        json!({"v": "s3cr3t"}),
+    );
+    let state = w.index.clone().expect("index");
+    net.down.clear();
+    net.next_id += 1;
+    let mut req = Request::new(net.next_id, Method::Get, "secret/team/new").with_token(&team);
+    req.index = Some(state);
+    req.forward_inconsistent = true;
+    req.wrap_ttl = Some("60s".into());
+    let r = net.send(1, req);
+    let body = r.body.clone().unwrap_or_default().to_string();
+    assert!(!body.contains("s3cr3t"), "{body}");
+    assert_eq!(r.status, 400, "{body}");
+    assert_eq!(forwards(&net), 0);
+}

@@ -387,7 +387,7 @@ pub fn gate_request(repl: &Replication, req: &Request) -> ApiResult<()> {
         return Ok(());
     }
     let p = req.path.as_str();
-    let allowed = p.starts_with("sys/replication/")
+    let allowed = dr_secondary_serves(p)
         || matches!(
             p,
             "sys/seal" | "sys/leader" | "sys/license/status" | "sys/health" | "sys/seal-status"
@@ -397,6 +397,22 @@ pub fn gate_request(repl: &Replication, req: &Request) -> ApiResult<()> {
     } else {
         Err(dr_secondary_error())
     }
+}
+
+/// The replication endpoints a DR secondary serves: the status ones, its DR operations
+/// (each with the DR operation token, or refused by role) and `reindex`/`merkle-check`
+/// (which point to their DR variants). Never the performance ones: a client token (its
+/// primary's, replicated) would make it a performance primary or wipe it into a performance
+/// secondary of another cluster, past the DR operation token.
+fn dr_secondary_serves(path: &str) -> bool {
+    let Some(tail) = path.strip_prefix("sys/replication/") else {
+        return false;
+    };
+    tail.starts_with("dr/")
+        || matches!(
+            tail,
+            "status" | "performance/status" | "reindex" | "merkle-check"
+        )
 }
 
 /// The cluster addresses a secondary may reach this primary cluster at: the one this node

@@ -809,6 +809,97 @@ fn identity_data_streams_to_perf_and_dr_secondaries() {
     assert_eq!(r.status, 400);
 }
 
+/// A DR secondary serves no client request, the replication API's performance operations
+/// included: a token of its primary (replicated there) neither makes it a performance
+/// primary (not even in memory, behind an error answer) nor wipes it into a performance
+/// secondary of another cluster; only its DR operation token acts on it.
+#[test]
+fn a_dr_secondary_refuses_performance_replication_operations_with_a_client_token() {
+    let (mut net, roots) = Net::new(3);
+    let r0 = roots[0].clone();
+    net.ok(0, &r0, Method::Put, "secret/a", json!({"v": 1}));
+    net.enable_primary(0, &r0, "dr");
+    net.activate(0, &r0, 2, &roots[2], "dr", "dr1");
+    net.run_for(2_000);
+    let uuid = kv_mount_uuid(&net.nodes[0]);
+    let held = net.data_keys(2, &format!("logical/{uuid}/"));
+    assert!(!held.is_empty());
+    // Another cluster, a performance primary, and an activation token of it.
+    net.enable_primary(1, &roots[1], "performance");
+    let other = net.ok(
+        1,
+        &roots[1],
+        Method::Post,
+        "sys/replication/performance/primary/secondary-token",
+        json!({"id": "victim"}),
+    )["wrap_info"]["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = net.call(
+        2,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/enable",
+        json!({}),
+    );
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(net.status(2, "performance")["mode"], "disabled");
+    let r = net.call(
+        2,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/secondary/enable",
+        json!({"token": other}),
+    );
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    net.run_for(1_000);
+    assert_eq!(net.status(2, "performance")["mode"], "disabled");
+    assert_eq!(net.status(2, "dr")["mode"], "secondary");
+    assert_eq!(net.data_keys(2, &format!("logical/{uuid}/")), held);
+    // Its status stays public.
+    assert_eq!(net.status(2, "dr")["state"], "stream-wals");
+}
+
+/// Disabling replication on a primary ends the activation tokens it issued and nobody used
+/// yet, as revoking their secondaries does: the credential bundle (the barrier key among
+/// it) is not handed out any more.
+#[test]
+fn disabling_a_primary_revokes_its_unused_activation_tokens() {
+    let (mut net, roots) = Net::new(1);
+    let r0 = roots[0].clone();
+    for mode in ["performance", "dr"] {
+        net.enable_primary(0, &r0, mode);
+        let tok = net.ok(
+            0,
+            &r0,
+            Method::Post,
+            &format!("sys/replication/{mode}/primary/secondary-token"),
+            json!({"id": "unused"}),
+        )["wrap_info"]["token"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        net.ok(
+            0,
+            &r0,
+            Method::Post,
+            &format!("sys/replication/{mode}/primary/disable"),
+            json!({}),
+        );
+        let r = net.call(
+            0,
+            "",
+            Method::Post,
+            "sys/wrapping/unwrap",
+            json!({"token": tok}),
+        );
+        let body = r.body.clone().unwrap_or_default().to_string();
+        assert_eq!(r.status, 400, "{mode}: {body}");
+        assert!(!body.contains("barrier_key"), "{mode}: {body}");
+    }
+}
+
 #[path = "forward_tests.rs"]
 mod forwarding;
 
