@@ -19,6 +19,10 @@ struct Migration {
     source_mount: String,
     target_mount: String,
     status: String,
+    /// The namespace the move was made in: its status is read there only (a record written
+    /// before this was kept reads as the root namespace's).
+    #[serde(default)]
+    namespace: String,
 }
 
 /// Which table a path names (`auth/<p>` is an auth method) and the path inside it.
@@ -58,18 +62,26 @@ pub fn handle(ctx: &mut Ctx, req: &Request, tail: &str) -> ApiResult {
                 source_mount: format!("{prefix}{}", &from_full[ns.len()..]),
                 target_mount: format!("{prefix}{}", &moved.path[ns.len()..]),
                 status: "success".into(),
+                namespace: ns.clone(),
             };
             ctx.put_json(&format!("{PREFIX}{id}"), &m)?;
             Ok(Reply::Data(json!({ "migration_id": id })))
         }
         (Method::Get, t) if t.starts_with("status/") => {
             let id = &t["status/".len()..];
+            // A move of another namespace is not found from this one (its mount paths are
+            // that namespace's business).
             let m: Migration = ctx
-                .get_json(&format!("{PREFIX}{id}"))?
+                .get_json::<Migration>(&format!("{PREFIX}{id}"))?
+                .filter(|m| m.namespace == ns)
                 .ok_or_else(|| ApiError::NotFound(String::new()))?;
             Ok(Reply::Data(json!({
                 "migration_id": id,
-                "migration_info": m,
+                "migration_info": {
+                    "source_mount": m.source_mount,
+                    "target_mount": m.target_mount,
+                    "status": m.status,
+                },
             })))
         }
         _ => Err(ApiError::MethodNotAllowed),
@@ -86,6 +98,44 @@ mod tests {
     fn call(n: &mut Node<MemStorage>, id: u64, m: Method, path: &str, body: Value) -> Response {
         let req = Request::new(id, m, path).with_token("root").with_json(body);
         crate::node::tests::call(n, 2_000, req)
+    }
+
+    /// A move's status is read in the namespace it was made in only: from another one the
+    /// id is not found (it named the other namespace's mounts).
+    #[test]
+    fn a_moves_status_is_not_read_from_another_namespace() {
+        let mut n = Node::dev_in_memory([9; 32], "root");
+        let r = call(&mut n, 1, Method::Post, "sys/namespaces/ns1", json!({}));
+        assert!(r.status < 300, "{:?}", r.body);
+        call(
+            &mut n,
+            2,
+            Method::Post,
+            "sys/mounts/hr",
+            json!({"type": "kv"}),
+        );
+        let r = call(
+            &mut n,
+            3,
+            Method::Post,
+            "sys/remount",
+            json!({"from": "hr", "to": "hr-2025"}),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        let id = r.body.unwrap()["data"]["migration_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let status = format!("sys/remount/status/{id}");
+        let mut req = Request::new(4, Method::Get, &status).with_token("root");
+        req.namespace = Some("ns1".into());
+        let r = crate::node::tests::call(&mut n, 2_000, req);
+        assert_eq!(r.status, 404, "{:?}", r.body);
+        let r = call(&mut n, 5, Method::Get, &status, json!(null));
+        assert_eq!(
+            r.body.unwrap()["data"]["migration_info"],
+            json!({"source_mount": "hr/", "target_mount": "hr-2025/", "status": "success"})
+        );
     }
 
     #[test]
