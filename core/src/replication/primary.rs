@@ -592,16 +592,11 @@ pub(crate) fn drop_waiters(
     id: Option<&str>,
     message: &str,
 ) {
-    let (gone, keep): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(waiters)
+    let (mut gone, keep): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(waiters)
         .into_iter()
         .partition(|w| w.mode == mode && id.is_none_or(|i| i == w.secondary_id));
     *waiters = keep;
-    for w in gone {
-        outputs.push_back(Output::PeerResponse(PeerResponse {
-            id: w.id,
-            msg: error("unknown-secondary", message),
-        }));
-    }
+    refuse_all_waiters(outputs, &mut gone, "unknown-secondary", message);
 }
 
 /// Connection status of a secondary as the primary sees it.
