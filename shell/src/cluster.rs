@@ -14,10 +14,14 @@
 //! TLS: a node serves its cluster listener in plain HTTP until it becomes a primary; the core
 //! then hands over a certificate issued by the cluster CA (`Output::ClusterTls`) and the
 //! listener accepts TLS from then on, without closing its socket; a request still arriving
-//! over plain TCP on a connection from before the switch is refused. Secondaries pin the cluster CA from their activation
-//! credential (no system roots), and prove themselves with their secret on every request.
+//! over plain TCP on a connection from before the switch is refused. The TLS is mutual: a
+//! client must present a certificate of the cluster CA (`ClusterTls::ca_pem`). Secondaries
+//! pin the cluster CA from their activation credential (no system roots), present the client
+//! certificate it carries, and prove themselves with their secret on every request; standbys
+//! present the certificate their cluster's nodes derive from the CA they share.
 
 use crate::runtime::{Core, Msg};
+use cairn_core::replication::tls::ClientCert;
 use cairn_core::replication::{HttpCall, HttpReply, PeerAnswer, PeerMsg, PeerReply, PeerSend};
 use cairn_core::Input;
 use std::collections::BTreeMap;
@@ -118,6 +122,7 @@ pub fn use_tls(t: cairn_core::replication::tls::ClusterTls) {
     match l.server.set_ssl(tiny_http::SslConfig {
         certificate: pem.clone(),
         private_key: t.key_pem.into_bytes(),
+        client_ca: Some(t.ca_pem.into_bytes()),
     }) {
         Ok(()) => {
             *cert = Some(pem);
@@ -280,20 +285,29 @@ fn peer_config(connect: Duration) -> ureq::config::ConfigBuilder<ureq::typestate
         .timeout_connect(Some(connect))
 }
 
-/// An agent that trusts only the cluster CA `ca_pem` (one per CA, reused).
-pub(crate) fn pinned_agent(ca_pem: &str) -> Result<ureq::Agent, String> {
-    pinned_agent_with(ca_pem, PEER_CONNECT_TIMEOUT)
+/// An agent that trusts only the cluster CA `ca_pem` and presents `client` (one per CA and
+/// client certificate, reused).
+pub(crate) fn pinned_agent(
+    ca_pem: &str,
+    client: Option<&ClientCert>,
+) -> Result<ureq::Agent, String> {
+    pinned_agent_with(ca_pem, client, PEER_CONNECT_TIMEOUT)
 }
 
 /// As [`pinned_agent`], with its own limit on connecting (TCP and TLS handshake): a standby
 /// forwarding a client's request gives up a connection that hangs sooner, and connects
 /// again (nothing was sent).
-pub(crate) fn pinned_agent_with(ca_pem: &str, connect: Duration) -> Result<ureq::Agent, String> {
-    type Agents = Mutex<BTreeMap<(String, u128), ureq::Agent>>;
+pub(crate) fn pinned_agent_with(
+    ca_pem: &str,
+    client: Option<&ClientCert>,
+    connect: Duration,
+) -> Result<ureq::Agent, String> {
+    type Agents = Mutex<BTreeMap<(String, String, u128), ureq::Agent>>;
     static AGENTS: OnceLock<Agents> = OnceLock::new();
     let map = AGENTS.get_or_init(|| Mutex::new(BTreeMap::new()));
     let mut g = map.lock().map_err(|_| "agent cache poisoned".to_string())?;
-    let key = (ca_pem.to_string(), connect.as_millis());
+    let cert_pem = client.map(|c| c.cert_pem.clone()).unwrap_or_default();
+    let key = (ca_pem.to_string(), cert_pem, connect.as_millis());
     if let Some(a) = g.get(&key) {
         return Ok(a.clone());
     }
@@ -306,16 +320,30 @@ pub(crate) fn pinned_agent_with(ca_pem: &str, connect: Duration) -> Result<ureq:
     if certs.is_empty() {
         return Err("the cluster CA in the credential holds no certificate".into());
     }
+    let client = match client {
+        Some(c) => Some(client_identity(c)?),
+        None => None,
+    };
     let config = peer_config(connect)
         .tls_config(
             ureq::tls::TlsConfig::builder()
                 .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
+                .client_cert(client)
                 .build(),
         )
         .build();
     let a = crate::resolve::agent(config);
     g.insert(key, a.clone());
     Ok(a)
+}
+
+/// `c` in ureq's form.
+fn client_identity(c: &ClientCert) -> Result<ureq::tls::ClientCert, String> {
+    let chain = ureq::tls::Certificate::from_pem(c.cert_pem.as_bytes())
+        .map_err(|e| format!("the cluster client certificate is unreadable: {e}"))?;
+    let key = ureq::tls::PrivateKey::from_pem(c.key_pem.as_bytes())
+        .map_err(|e| format!("the cluster client key is unreadable: {e}"))?;
+    Ok(ureq::tls::ClientCert::new_with_certs(&[chain], key))
 }
 
 fn peer_url(to: &str, tls: bool) -> String {
@@ -328,7 +356,7 @@ fn post_peer(s: &PeerSend) -> Result<PeerAnswer, String> {
     let body = s.msg.clone().into_wire().map_err(|e| e.to_string())?;
     let tls = !s.ca_pem.is_empty();
     let agent = if tls {
-        pinned_agent(&s.ca_pem)?
+        pinned_agent(&s.ca_pem, s.client.as_ref())?
     } else {
         agent().clone()
     };
@@ -657,8 +685,9 @@ pub fn node_settings(
 mod tests {
     use std::io::{BufRead, BufReader, Write};
 
-    /// A CA and a certificate for 127.0.0.1 signed by it (PEM: CA, then cert and key).
-    fn ca_and_cert() -> (String, String, String) {
+    /// A CA, a certificate for 127.0.0.1 signed by it and a client certificate it signed
+    /// (PEM: CA, then cert and key, then the client's).
+    fn ca_and_cert() -> (String, String, String, super::ClientCert) {
         let ca_key = rcgen::KeyPair::generate().expect("key");
         let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
         ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -669,7 +698,19 @@ mod tests {
             .expect("params")
             .signed_by(&key, &issuer)
             .expect("cert");
-        (ca_cert.pem(), cert.pem(), key.serialize_pem())
+        let client_key = rcgen::KeyPair::generate().expect("key");
+        let mut cp = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        cp.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let client = cp.signed_by(&client_key, &issuer).expect("client cert");
+        (
+            ca_cert.pem(),
+            cert.pem(),
+            key.serialize_pem(),
+            super::ClientCert {
+                cert_pem: client.pem(),
+                key_pem: client_key.serialize_pem(),
+            },
+        )
     }
 
     /// One GET on a plain keep-alive connection: the status line.
@@ -712,11 +753,12 @@ mod tests {
         let mut before = BufReader::new(std::net::TcpStream::connect(addr).expect("connect"));
         assert!(get_plain(&mut before).expect("plain").contains("200"));
 
-        let (ca, cert, key) = ca_and_cert();
+        let (ca, cert, key, client) = ca_and_cert();
         server
             .set_ssl(tiny_http::SslConfig {
                 certificate: cert.into_bytes(),
                 private_key: key.into_bytes(),
+                client_ca: Some(ca.clone().into_bytes()),
             })
             .expect("set_ssl");
 
@@ -726,10 +768,25 @@ mod tests {
                 .contains("200"),
             "a connection from before the switch is still served"
         );
-        let agent = super::pinned_agent(&ca).expect("agent");
+        let agent = super::pinned_agent(&ca, Some(&client)).expect("agent");
         let mut r = agent.get(&format!("https://{addr}/x")).call().expect("TLS");
         assert_eq!(r.status().as_u16(), 200);
         assert_eq!(r.body_mut().read_to_string().expect("body"), "ok");
+
+        // Mutual TLS: a client that pins the right CA but presents no certificate, or one
+        // of another CA, fails the handshake and gets no answer.
+        let anonymous =
+            super::pinned_agent_with(&ca, None, std::time::Duration::from_secs(2)).expect("agent");
+        assert!(
+            anonymous.get(&format!("https://{addr}/x")).call().is_err(),
+            "a client without a certificate is refused"
+        );
+        let (_, _, _, stranger) = ca_and_cert();
+        let other = super::pinned_agent(&ca, Some(&stranger)).expect("agent");
+        assert!(
+            other.get(&format!("https://{addr}/x")).call().is_err(),
+            "a client certificate of another CA is refused"
+        );
         let mut after = BufReader::new(std::net::TcpStream::connect(addr).expect("connect"));
         assert!(
             get_plain(&mut after).is_err(),

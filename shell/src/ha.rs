@@ -175,6 +175,8 @@ pub struct Route {
     route: cairn_core::ha::route::ForwardRoute,
     agent: ureq::Agent,
     url: String,
+    /// The next sequence number of the route's sender (`cairn_core::ha::replay`).
+    seq: std::sync::atomic::AtomicU64,
 }
 
 /// Where the core thread puts the route it last got from the node and API workers read
@@ -192,11 +194,13 @@ impl RouteSlot {
     pub fn set(&self, route: Option<cairn_core::ha::route::ForwardRoute>) {
         let next = route.and_then(|r| {
             let ca = r.ca_pem.as_deref()?;
-            match crate::cluster::pinned_agent_with(ca, FORWARD_CONNECT_TIMEOUT) {
+            match crate::cluster::pinned_agent_with(ca, r.client.as_ref(), FORWARD_CONNECT_TIMEOUT)
+            {
                 Ok(agent) => Some(Arc::new(Route {
                     url: format!("https://{}{FORWARD_PATH}", host_of(&r.to)),
                     agent,
                     route: r,
+                    seq: std::sync::atomic::AtomicU64::new(0),
                 })),
                 Err(e) => {
                     log::warn!("requests are forwarded through the core thread: {e}");
@@ -226,7 +230,8 @@ impl RouteSlot {
 /// every failure, so it looks for the active node again. A request that may have left is
 /// never sent again: its client gets a 503.
 pub fn forward_direct(route: &Route, mut req: Request, core: &Core) -> Response {
-    if !cairn_core::ha::route::sign(Some(&route.route), &mut req) {
+    let seq = route.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if !cairn_core::ha::route::sign(Some(&route.route), &route.route.sender, seq, &mut req) {
         return core.request(req);
     }
     let id = req.id;
@@ -320,7 +325,7 @@ fn post_forward(f: &cairn_core::node::Forward) -> Result<Response, String> {
     let host = host_of(&f.to);
     let (agent, url) = match &f.ca_pem {
         Some(ca) => (
-            crate::cluster::pinned_agent_with(ca, FORWARD_CONNECT_TIMEOUT)?,
+            crate::cluster::pinned_agent_with(ca, f.client.as_ref(), FORWARD_CONNECT_TIMEOUT)?,
             format!("https://{host}{FORWARD_PATH}"),
         ),
         None => (

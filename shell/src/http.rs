@@ -55,6 +55,7 @@ pub fn serve(
     let ssl = tls.map(|t| tiny_http::SslConfig {
         certificate: t.cert_pem,
         private_key: t.key_pem,
+        client_ca: None,
     });
     let opts = Arc::new(opts);
     // Requests with ambiguous framing are refused before their body is read (crate::framing).

@@ -225,7 +225,7 @@ pub fn forwarded_request(data: &[u8]) {
         }
         !tampered
     } else {
-        a.node.forward_signature(&req) == req.forwarded
+        a.node.forward_signed(&req)
     };
     let before = a.store.borrow().data.clone();
     let path = req.path.clone();

@@ -56,6 +56,7 @@ impl ActivationFixture {
                 secondary_id: "sec1".into(),
                 secret: "s".into(),
                 ca_pem: String::new(),
+                client: None,
                 barrier_key: hex::encode([4u8; 32]),
                 seal_config: String::new(),
                 keyring: String::new(),

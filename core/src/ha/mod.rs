@@ -13,8 +13,10 @@
 //!   so a paused or cut-off node stops serving before another node can take over;
 //! * on a standby it decides which requests are answered locally ([`served_locally`]) and
 //!   signs the ones it forwards to the active ([`forward_mac`]) with a key derived from the
-//!   barrier key, which only the cluster's unsealed nodes hold.
+//!   barrier key, which only the cluster's unsealed nodes hold, over a stamp the active node
+//!   takes only once ([`replay`]).
 
+pub mod replay;
 pub mod route;
 pub mod store;
 pub mod wire;
@@ -460,15 +462,27 @@ pub(crate) fn forward_message(req: &crate::api::Request) -> Vec<u8> {
     m
 }
 
-/// The signature a standby puts on a request it forwards: HMAC-SHA256 under a key derived
-/// from the barrier key, so only a node unsealed with the cluster's keys can make one.
-pub fn forward_mac(barrier_key: &[u8; 32], req: &crate::api::Request) -> String {
-    route::mac(&route::signing_key(barrier_key), req)
+/// The `forwarded` value a standby puts on a request it forwards with `stamp`: the stamp
+/// and an HMAC-SHA256 of both under a key derived from the barrier key, so only a node
+/// unsealed with the cluster's keys can make one.
+pub fn forward_mac(
+    barrier_key: &[u8; 32],
+    stamp: &replay::Stamp,
+    req: &crate::api::Request,
+) -> String {
+    stamp.render(&route::mac(&route::signing_key(barrier_key), stamp, req))
 }
 
-/// Whether `mac` is the signature of `req` (constant-time).
-pub fn forward_mac_ok(barrier_key: &[u8; 32], req: &crate::api::Request, mac: &str) -> bool {
-    crypto::ct_eq(forward_mac(barrier_key, req).as_bytes(), mac.as_bytes())
+/// The stamp of `forwarded` when it is a signature of `req` with it (constant-time), `None`
+/// when it is not.
+pub fn forward_mac_ok(
+    barrier_key: &[u8; 32],
+    req: &crate::api::Request,
+    forwarded: &str,
+) -> Option<replay::Stamp> {
+    let (stamp, mac) = replay::Stamp::parse(forwarded)?;
+    let want = route::mac(&route::signing_key(barrier_key), &stamp, req);
+    crypto::ct_eq(want.as_bytes(), mac.as_bytes()).then_some(stamp)
 }
 
 #[cfg(test)]
@@ -631,19 +645,24 @@ mod tests {
         let mut r = crate::api::Request::new(1, crate::api::Method::Put, "secret/a");
         r.token = Some("s.abc".into());
         r.body = br#"{"v":1}"#.to_vec();
-        let mac = forward_mac(&key, &r);
-        assert!(forward_mac_ok(&key, &r, &mac));
-        assert!(!forward_mac_ok(&[8u8; 32], &r, &mac));
+        let stamp = replay::Stamp {
+            epoch: 2,
+            sender: "ab".into(),
+            seq: 1,
+        };
+        let mac = forward_mac(&key, &stamp, &r);
+        assert_eq!(forward_mac_ok(&key, &r, &mac), Some(stamp));
+        assert!(forward_mac_ok(&[8u8; 32], &r, &mac).is_none());
         let mut changed = r.clone();
         changed.body = br#"{"v":2}"#.to_vec();
-        assert!(!forward_mac_ok(&key, &changed, &mac));
+        assert!(forward_mac_ok(&key, &changed, &mac).is_none());
         let mut changed = r.clone();
         changed.token = None;
-        assert!(!forward_mac_ok(&key, &changed, &mac));
+        assert!(forward_mac_ok(&key, &changed, &mac).is_none());
         let mut changed = r.clone();
         changed.path = "secret/b".into();
-        assert!(!forward_mac_ok(&key, &changed, &mac));
-        assert!(!forward_mac_ok(&key, &r, ""));
+        assert!(forward_mac_ok(&key, &changed, &mac).is_none());
+        assert!(forward_mac_ok(&key, &r, "").is_none());
     }
 
     #[test]

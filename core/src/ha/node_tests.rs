@@ -292,6 +292,76 @@ fn one_node_is_active_and_a_standby_forwards_what_it_does_not_serve() {
     assert!(forward(&sout).is_none());
 }
 
+/// A forward is taken once: sent again (a replay of a captured forward, or of one
+/// whose answer was lost), it is refused and applies nothing; and only the active node of
+/// the epoch it was stamped for takes it, so a forward captured under one active node is
+/// refused by the next one.
+#[test]
+fn a_forward_is_taken_once_and_only_in_the_epoch_it_was_stamped_for() {
+    let (mut c, root) = unsealed(3);
+    let put = |v: i64| {
+        Request::new(0, Method::Put, "kv/r")
+            .with_token(&root)
+            .with_json(json!({ "v": v }))
+    };
+    let (out, _) = c.request(1, 3_000, put(1));
+    let first = forward(&out).expect("forwarded").clone();
+    let (aout, ok) = c.step(0, 3_010, Input::Request(first.req.clone()));
+    assert!(ok);
+    assert_eq!(response(&aout).map(|r| r.status), Some(204));
+    let (out, _) = c.request(1, 3_020, put(2));
+    let second = forward(&out).expect("forwarded").clone();
+    assert_ne!(
+        first.req.forwarded, second.req.forwarded,
+        "each forward has its own stamp"
+    );
+    let (aout, _) = c.step(0, 3_030, Input::Request(second.req.clone()));
+    assert_eq!(response(&aout).map(|r| r.status), Some(204));
+
+    // The first write, replayed: refused, and the value stays the second write's.
+    let mut replay = first.req.clone();
+    replay.id = 500;
+    let (aout, _) = c.step(0, 3_040, Input::Request(replay));
+    let r = response(&aout).expect("refused").clone();
+    assert_eq!(r.status, 403);
+    assert!(
+        body(&r).to_string().contains("already taken"),
+        "{:?}",
+        body(&r)
+    );
+    let (out, _) = c.request(
+        0,
+        3_050,
+        Request::new(0, Method::Get, "kv/r").with_token(&root),
+    );
+    assert_eq!(body(response(&out).expect("read"))["data"], json!({"v": 2}));
+
+    // A stamp of another epoch: the active node changes (step-down), and the new one
+    // refuses a forward made for the old one as a forward to a node that is not active
+    // (503: nothing applied, the standby looks for the active node again).
+    let (out, ok) = c.request(
+        0,
+        3_100,
+        Request::new(0, Method::Put, "sys/step-down").with_token(&root),
+    );
+    assert!(ok);
+    assert_eq!(response(&out).map(|r| r.status), Some(204));
+    c.tick(1, 3_600);
+    assert!(matches!(c.nodes[1].fence(), Fence::Epoch(_)));
+    let (out, _) = c.request(2, 3_700, put(3));
+    let stale = forward(&out).expect("forwarded").clone();
+    let mut stale_req = stale.req.clone();
+    stale_req.id = 501;
+    let (aout, _) = c.step(1, 3_710, Input::Request(stale_req));
+    assert_eq!(response(&aout).map(|r| r.status), Some(503));
+    let (out, _) = c.request(
+        1,
+        3_720,
+        Request::new(0, Method::Get, "kv/r").with_token(&root),
+    );
+    assert_eq!(body(response(&out).expect("read"))["data"], json!({"v": 2}));
+}
+
 #[test]
 fn a_paused_active_node_commits_nothing_after_another_took_over() {
     let (mut c, root) = unsealed(2);
@@ -611,21 +681,31 @@ fn a_standby_publishes_its_route_only_unsealed_with_a_known_active_node_and_foll
         .with_token(&root)
         .with_json(json!({"v": 1}));
     req.id = 4_000;
-    assert!(route::sign(Some(&r), &mut req));
+    assert!(!r.sender.is_empty(), "the route names the driver's sender");
+    assert!(route::sign(Some(&r), &r.sender, 0, &mut req));
     let (aout, ok) = c.step(0, 3_000, Input::Request(req.clone()));
     assert!(ok);
     assert_eq!(response(&aout).map(|r| r.status), Some(204));
-    // The node's own path signs the same request the same way.
+    // The node's own path signs the same request for the same epoch, under a sender of
+    // its own (its numbers never collide with the driver's).
     let mut unsigned = req.clone();
     unsigned.forwarded = None;
     let (out, _) = c.request(1, 3_010, unsigned);
-    assert_eq!(
-        forward(&out).and_then(|f| f.req.forwarded.clone()),
-        req.forwarded
-    );
+    let own = forward(&out)
+        .and_then(|f| f.req.forwarded.clone())
+        .expect("signed");
+    let (own_stamp, _) = crate::ha::replay::Stamp::parse(&own).expect("a stamp");
+    assert_eq!(own_stamp.epoch, 1);
+    assert_ne!(own_stamp.sender, r.sender);
     // Signed with another key, or sent to a standby: refused as such (nothing applied).
     let mut forged = req.clone();
-    forged.forwarded = Some(route::mac(&route::signing_key(&[9u8; 32]), &req));
+    let stamp = crate::ha::replay::Stamp {
+        epoch: 1,
+        sender: r.sender.clone(),
+        seq: 1,
+    };
+    forged.forwarded =
+        Some(stamp.render(&route::mac(&route::signing_key(&[9u8; 32]), &stamp, &req)));
     let (aout, _) = c.step(0, 3_020, Input::Request(forged));
     assert!(route::is_refusal(response(&aout).expect("refused")));
     let (sout, _) = c.step(2, 3_030, Input::Request(req.clone()));
@@ -636,7 +716,7 @@ fn a_standby_publishes_its_route_only_unsealed_with_a_known_active_node_and_foll
         3_040,
         Input::Request({
             let mut q = Request::new(4_001, Method::Get, "kv/r").with_token("nope");
-            route::sign(Some(&r), &mut q);
+            route::sign(Some(&r), &r.sender, 2, &mut q);
             q
         }),
     );

@@ -7,6 +7,7 @@
 //! forward looks ([`is_refusal`]) lets the driver fall back to the node's path, which
 //! then looks for the active node again.
 
+use super::replay::Stamp;
 use crate::api::{ApiError, Request, Response};
 use crate::crypto;
 
@@ -18,10 +19,15 @@ pub struct ForwardRoute {
     /// The cluster CA (PEM) the active node's cluster listener presents a certificate of.
     /// `None` before the cluster has one: the driver then leaves forwarding to the node.
     pub ca_pem: Option<String>,
+    /// The client certificate the standby presents to the active node's listener.
+    pub client: Option<crate::replication::tls::ClientCert>,
     /// The key forwards are signed with ([`signing_key`] of the barrier key).
     pub signing_key: [u8; 32],
     /// The lease epoch of the active node this route leads to.
     pub epoch: u64,
+    /// The sender id the driver stamps its forwards along this route with (fresh for every
+    /// route published; the driver numbers its forwards from 0: [`super::replay`]).
+    pub sender: String,
 }
 
 impl std::fmt::Debug for ForwardRoute {
@@ -31,6 +37,7 @@ impl std::fmt::Debug for ForwardRoute {
             .field("ca_pem", &self.ca_pem.as_ref().map(|_| "<pem>"))
             .field("signing_key", &"<redacted>")
             .field("epoch", &self.epoch)
+            .field("sender", &self.sender)
             .finish()
     }
 }
@@ -41,12 +48,11 @@ pub fn signing_key(barrier_key: &[u8; 32]) -> [u8; 32] {
     crypto::hmac_sha256(barrier_key, b"cairn ha: forwarded request signing key")
 }
 
-/// The signature of `req` under `signing_key`.
-pub fn mac(signing_key: &[u8; 32], req: &Request) -> String {
-    hex::encode(crypto::hmac_sha256(
-        signing_key,
-        &super::forward_message(req),
-    ))
+/// The signature of `req` with `stamp` under `signing_key`.
+pub fn mac(signing_key: &[u8; 32], stamp: &Stamp, req: &Request) -> String {
+    let mut m = super::forward_message(req);
+    m.extend_from_slice(&stamp.signed_bytes());
+    hex::encode(crypto::hmac_sha256(signing_key, &m))
 }
 
 /// Whether a standby with `route` (its current one; `None` when it forwards nothing now:
@@ -57,12 +63,17 @@ pub fn forwards(route: Option<&ForwardRoute>, req: &Request) -> bool {
     route.is_some() && req.forwarded.is_none() && !super::served_locally(&req.path)
 }
 
-/// Signs `req` for the active node when it is forwarded along `route` ([`forwards`]); false
-/// (and `req` unchanged) when it is not.
-pub fn sign(route: Option<&ForwardRoute>, req: &mut Request) -> bool {
+/// Signs `req` for the active node when it is forwarded along `route` ([`forwards`]), as
+/// forward `seq` of `sender`; false (and `req` unchanged) when it is not.
+pub fn sign(route: Option<&ForwardRoute>, sender: &str, seq: u64, req: &mut Request) -> bool {
     match route {
         Some(r) if forwards(route, req) => {
-            req.forwarded = Some(mac(&r.signing_key, req));
+            let stamp = Stamp {
+                epoch: r.epoch,
+                sender: sender.to_string(),
+                seq,
+            };
+            req.forwarded = Some(stamp.render(&mac(&r.signing_key, &stamp, req)));
             true
         }
         _ => false,
@@ -73,6 +84,15 @@ pub fn sign(route: Option<&ForwardRoute>, req: &mut Request) -> bool {
 pub fn not_active() -> ApiError {
     ApiError::Unavailable(
         "this node is not the active node of its cluster any more; retry the request".into(),
+    )
+}
+
+/// What the active node answers a forward it has already taken (nothing applied again).
+pub fn replayed() -> ApiError {
+    ApiError::Forbidden(
+        "permission denied: this forwarded request was already taken (a replay); nothing was \
+         applied again"
+            .into(),
     )
 }
 
@@ -113,8 +133,10 @@ mod tests {
         ForwardRoute {
             to: "10.0.0.1:8201".into(),
             ca_pem: Some("pem".into()),
+            client: None,
             signing_key: signing_key(&[7u8; 32]),
             epoch: 3,
+            sender: "5e".into(),
         }
     }
 
@@ -123,17 +145,39 @@ mod tests {
         let r = route();
         let mut req = Request::new(1, Method::Put, "secret/a").with_token("s.t");
         req.body = br#"{"v":1}"#.to_vec();
-        assert!(sign(Some(&r), &mut req));
+        assert!(sign(Some(&r), &r.sender, 9, &mut req));
         let mac = req.forwarded.clone().expect("signed");
-        assert!(super::super::forward_mac_ok(&[7u8; 32], &req, &mac));
-        assert!(!super::super::forward_mac_ok(&[8u8; 32], &req, &mac));
+        let stamp = super::super::forward_mac_ok(&[7u8; 32], &req, &mac).expect("valid");
+        assert_eq!(
+            (stamp.epoch, stamp.sender.as_str(), stamp.seq),
+            (3, "5e", 9)
+        );
+        assert!(super::super::forward_mac_ok(&[8u8; 32], &req, &mac).is_none());
+        // The stamp is signed: another number, sender or epoch breaks the signature.
+        let (_, sig) = Stamp::parse(&mac).expect("parses");
+        for other in [
+            Stamp {
+                seq: 10,
+                ..stamp.clone()
+            },
+            Stamp {
+                epoch: 4,
+                ..stamp.clone()
+            },
+            Stamp {
+                sender: "5f".into(),
+                ..stamp.clone()
+            },
+        ] {
+            assert!(super::super::forward_mac_ok(&[7u8; 32], &req, &other.render(sig)).is_none());
+        }
     }
 
     #[test]
     fn without_a_route_nothing_is_forwarded() {
         // Sealed, active, or no active node known: the node publishes no route.
         let mut req = Request::new(1, Method::Get, "secret/a");
-        assert!(!sign(None, &mut req));
+        assert!(!sign(None, "a", 0, &mut req));
         assert!(req.forwarded.is_none());
     }
 
@@ -149,11 +193,11 @@ mod tests {
             "sys/storage/raft/snapshot",
         ] {
             let mut req = Request::new(1, Method::Get, p);
-            assert!(!sign(Some(&r), &mut req), "{p}");
+            assert!(!sign(Some(&r), "a", 0, &mut req), "{p}");
             assert!(req.forwarded.is_none(), "{p}");
         }
         let mut req = Request::new(1, Method::Get, "sys/mounts");
-        assert!(sign(Some(&r), &mut req));
+        assert!(sign(Some(&r), "a", 0, &mut req));
     }
 
     #[test]
@@ -161,7 +205,7 @@ mod tests {
         let r = route();
         let mut req = Request::new(1, Method::Get, "secret/a");
         req.forwarded = Some("theirs".into());
-        assert!(!sign(Some(&r), &mut req));
+        assert!(!sign(Some(&r), "a", 0, &mut req));
         assert_eq!(req.forwarded.as_deref(), Some("theirs"));
     }
 

@@ -153,6 +153,8 @@ pub struct Forward {
     /// The cluster CA (PEM) the active node's cluster listener presents a certificate of:
     /// the connection is TLS pinned to it. `None` before the cluster has a CA.
     pub ca_pem: Option<String>,
+    /// The client certificate the standby presents (mutual TLS).
+    pub client: Option<crate::replication::tls::ClientCert>,
 }
 
 /// Settings fixed at start.
@@ -224,14 +226,21 @@ pub struct NodeState {
     pub ha: crate::ha::Ha,
     /// Requests forwarded to the active node, waiting for its answer.
     pub(crate) forwarded: BTreeMap<RequestId, ()>,
-    /// A standby: the cluster CA it pins when it forwards, as last read from storage (read
-    /// once, not per request: a standby's storage reads go to the database). Dropped when a
-    /// forward fails, the node's role changes or it is sealed, and read again.
-    pub(crate) forward_ca: Option<String>,
+    /// A standby: the cluster CA it pins when it forwards and the client certificate it
+    /// presents, as last read from storage (read once, not per request: a standby's storage
+    /// reads go to the database). Dropped when a forward fails, the node's role changes or it
+    /// is sealed, and read again.
+    pub(crate) forward_ca: Option<(String, Option<crate::replication::tls::ClientCert>)>,
     /// What the forward route last published was derived from, and the route itself
     /// (`Output::ForwardRoute`; see `publish_route`).
     pub(crate) route_basis: Option<standby::RouteBasis>,
     pub(crate) route_sent: Option<crate::ha::route::ForwardRoute>,
+    /// A standby: the sender id and the next sequence number of the forwards the node sends
+    /// itself (the driver's have the route's own sender id: `crate::ha::replay`).
+    pub(crate) forward_sender: String,
+    pub(crate) forward_seq: u64,
+    /// The active node: the forward stamps it has taken (`crate::ha::replay`).
+    pub(crate) forwards_seen: crate::ha::replay::Seen,
     /// The stored keyring this node last found its barrier key reads data under (see
     /// `check_keyring`); forgotten when it seals.
     pub(crate) keyring_seen: Option<Vec<u8>>,
@@ -285,6 +294,9 @@ impl<S: Storage> Node<S> {
                 forward_ca: None,
                 route_basis: None,
                 route_sent: None,
+                forward_sender: String::new(),
+                forward_seq: 0,
+                forwards_seen: Default::default(),
                 keyring_seen: None,
                 peer_forwards: BTreeMap::new(),
                 snapshot_op: None,
@@ -459,17 +471,10 @@ impl<S: Storage> Node<S> {
         }
         match input {
             Input::Request(req) if self.ha_forwards(&req) => self.forward(req),
-            Input::Request(req) if !self.forwarded_ok(&req) => {
-                let e = if self.st.ha.enabled() {
-                    crate::ha::route::bad_signature()
-                } else {
-                    ApiError::bad(
-                        "this node is not part of an HA cluster: it takes no forwarded requests",
-                    )
-                };
-                self.finish(req.id, Err(e));
-            }
-            Input::Request(req) => self.run_request(req),
+            Input::Request(req) => match self.take_forward(&req) {
+                Ok(()) => self.run_request(req),
+                Err(e) => self.finish(req.id, Err(e)),
+            },
             Input::Ldap(reply) => {
                 let identity_local = self.st.repl.is_perf_secondary();
                 let mut ctx = node_ctx!(self);

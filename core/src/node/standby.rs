@@ -34,7 +34,11 @@ impl<S: Storage> Node<S> {
             return self.finish(id, Err(e));
         }
         let route = self.forward_route();
-        if !ha::route::sign(route.as_ref(), &mut req) {
+        if self.st.forward_sender.is_empty() {
+            self.st.forward_sender = hex::encode(crate::crypto::random_key(&mut self.rng));
+        }
+        let seq = self.st.forward_seq;
+        if !ha::route::sign(route.as_ref(), &self.st.forward_sender, seq, &mut req) {
             // Known leader, no route: the store still names this node as the holder.
             let e = ApiError::Unavailable(
                 "this node is a standby and the active node is not known yet (the store still \
@@ -44,11 +48,13 @@ impl<S: Storage> Node<S> {
             return self.finish(id, Err(e));
         }
         let Some(route) = route else { return };
+        self.st.forward_seq += 1;
         self.st.forwarded.insert(id, ());
         self.st.outputs.push_back(Output::Forward(Forward {
             req,
             to: route.to,
             ca_pem: route.ca_pem,
+            client: route.client,
         }));
     }
 
@@ -70,13 +76,23 @@ impl<S: Storage> Node<S> {
             let pem = crate::replication::tls::ca_pem(&mut ctx, false)
                 .ok()
                 .flatten();
-            self.st.forward_ca = pem;
+            let client = crate::replication::tls::node_client(&mut ctx)
+                .ok()
+                .flatten();
+            self.st.forward_ca = pem.map(|p| (p, client));
         }
+        let (ca_pem, client) = match &self.st.forward_ca {
+            Some((ca, client)) => (Some(ca.clone()), client.clone()),
+            None => (None, None),
+        };
         Some(ha::route::ForwardRoute {
             to: leader.cluster_addr,
-            ca_pem: self.st.forward_ca.clone(),
+            ca_pem,
+            client,
             signing_key: ha::route::signing_key(&key),
             epoch: leader.epoch,
+            // Given by `publish_route`, fresh for each route it publishes.
+            sender: String::new(),
         })
     }
 
@@ -100,13 +116,20 @@ impl<S: Storage> Node<S> {
         if self.st.route_basis.as_ref() == Some(&basis) {
             return;
         }
-        let route = self.forward_route();
+        let mut route = self.forward_route();
         // Reading the CA changes the basis: record it as it is after the read.
         self.st.route_basis = Some(RouteBasis {
             ca: self.st.forward_ca.is_some(),
             ..basis
         });
+        if let (Some(r), Some(sent)) = (route.as_mut(), self.st.route_sent.as_ref()) {
+            r.sender.clone_from(&sent.sender);
+        }
         if route != self.st.route_sent {
+            // A new route: the driver numbers its forwards from 0 again, under a new sender.
+            if let Some(r) = route.as_mut() {
+                r.sender = hex::encode(crate::crypto::random_key(&mut self.rng));
+            }
             self.st.route_sent.clone_from(&route);
             self.st.outputs.push_back(Output::ForwardRoute(route));
         }
@@ -179,22 +202,51 @@ impl<S: Storage> Node<S> {
         self.publish_route();
     }
 
-    /// The signature a standby of this cluster puts on `req` when it forwards it (`None`
-    /// while sealed): what the fuzz target `forwarded_request` signs its hostile requests
-    /// with, so that they get past the check to the handlers.
-    pub(crate) fn forward_signature(&self, req: &Request) -> Option<String> {
-        self.st.repl.barrier_key.map(|k| ha::forward_mac(&k, req))
+    /// The signature a standby of this cluster puts on `req` when it forwards it to this
+    /// node, with a fresh stamp of this node's epoch (`None` while sealed): what the fuzz
+    /// target `forwarded_request` signs its hostile requests with, so that they get past
+    /// the check to the handlers.
+    pub(crate) fn forward_signature(&mut self, req: &Request) -> Option<String> {
+        let key = self.st.repl.barrier_key?;
+        self.st.forward_seq += 1;
+        let stamp = ha::replay::Stamp {
+            epoch: self.st.ha.epoch().unwrap_or(0),
+            sender: "f".into(),
+            seq: self.st.forward_seq,
+        };
+        Some(ha::forward_mac(&key, &stamp, req))
+    }
+
+    /// Whether `req` carries a signature of this cluster (whatever its stamp).
+    pub(crate) fn forward_signed(&self, req: &Request) -> bool {
+        match (self.st.repl.barrier_key, &req.forwarded) {
+            (Some(k), Some(f)) => ha::forward_mac_ok(&k, req, f).is_some(),
+            _ => false,
+        }
     }
 
     /// A request that says it was forwarded must carry a valid signature of this cluster
-    /// (and this node must be in an HA cluster); one that does not say so passes.
-    pub(super) fn forwarded_ok(&self, req: &Request) -> bool {
-        let Some(mac) = &req.forwarded else {
-            return true;
+    /// (and this node must be in an HA cluster) over a stamp of this node's epoch that it
+    /// has not taken before; one that does not say so passes.
+    pub(super) fn take_forward(&mut self, req: &Request) -> Result<(), ApiError> {
+        let Some(forwarded) = &req.forwarded else {
+            return Ok(());
         };
-        match self.st.repl.barrier_key {
-            Some(key) if self.st.ha.enabled() => ha::forward_mac_ok(&key, req, mac),
-            _ => false,
+        if !self.st.ha.enabled() {
+            return Err(ApiError::bad(
+                "this node is not part of an HA cluster: it takes no forwarded requests",
+            ));
+        }
+        let stamp = self
+            .st
+            .repl
+            .barrier_key
+            .and_then(|key| ha::forward_mac_ok(&key, req, forwarded))
+            .ok_or_else(ha::route::bad_signature)?;
+        match self.st.forwards_seen.take(self.st.ha.epoch(), &stamp) {
+            ha::replay::Verdict::Fresh => Ok(()),
+            ha::replay::Verdict::OtherEpoch => Err(ha::route::not_active()),
+            ha::replay::Verdict::Replayed => Err(ha::route::replayed()),
         }
     }
 
@@ -203,6 +255,7 @@ impl<S: Storage> Node<S> {
     /// an error and forgets its derived state.
     pub(super) fn ha_changed(&mut self, c: Change) {
         self.st.forward_ca = None;
+        self.st.forwards_seen.clear();
         match c {
             Change::BecameActive { epoch } => {
                 if !self.check_keyring() {

@@ -525,6 +525,7 @@ fn secondary_token(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode
         secondary_id: id.clone(),
         secret: secret.clone(),
         ca_pem: super::tls::ca_pem(ctx, false)?.unwrap_or_default(),
+        client: super::tls::secondary_client(ctx, &id)?,
         barrier_key: hex::encode(key),
         seal_config: String::from_utf8_lossy(
             &ctx.txn

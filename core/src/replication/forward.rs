@@ -137,11 +137,12 @@ impl ForwardedRequest {
 /// Secondary: sends `req` (authorized here for `caller`) to the primary's active node.
 /// `Ok(call id)` once the call is queued; `Err` (503) when there is no primary to ask.
 pub(crate) fn send(env: &mut Env, req: &Request, caller: OnBehalf) -> Result<u64, ApiError> {
-    let (to, auth, ca_pem) = secondary::addressed(env, Mode::Performance).map_err(|why| {
-        ApiError::Unavailable(format!(
-            "this performance secondary cannot forward the request to its primary: {why}"
-        ))
-    })?;
+    let (to, auth, ca_pem, client) =
+        secondary::addressed(env, Mode::Performance).map_err(|why| {
+            ApiError::Unavailable(format!(
+                "this performance secondary cannot forward the request to its primary: {why}"
+            ))
+        })?;
     let id = env.repl().call_id();
     env.st.repl.calls.insert(
         id,
@@ -161,6 +162,7 @@ pub(crate) fn send(env: &mut Env, req: &Request, caller: OnBehalf) -> Result<u64
             },
         },
         ca_pem,
+        client,
     }));
     Ok(id)
 }

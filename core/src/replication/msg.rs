@@ -193,6 +193,8 @@ pub struct PeerSend {
     pub msg: PeerMsg,
     /// PEM of the cluster CA to trust (empty: plain HTTP).
     pub ca_pem: String,
+    /// The client certificate to present (mutual TLS).
+    pub client: Option<super::tls::ClientCert>,
 }
 
 /// Input: the answer to a [`PeerSend`], or why there is none.

@@ -57,10 +57,14 @@ fn tree_class(k: TreeKind) -> Class {
     }
 }
 
+/// Where a secondary's call goes: the address, the credential, the CA and the client certificate.
+pub(super) type Addressed = (String, PeerAuth, String, Option<super::tls::ClientCert>);
+
 /// Who to ask and as whom: the primary address this secondary currently uses (the one its
 /// pulls go to: they move on through the known addresses until one answers as the active
-/// node), its credential, and the CA to pin. `Err` says why there is none.
-pub(super) fn addressed(env: &Env, mode: Mode) -> Result<(String, PeerAuth, String), String> {
+/// node), its credential, the CA to pin and the client certificate to present. `Err` says
+/// why there is none.
+pub(super) fn addressed(env: &Env, mode: Mode) -> Result<Addressed, String> {
     let rt = env.st.repl.mode(mode);
     let Some(creds) = rt.role.creds.as_ref() else {
         return Err("this cluster holds no credential of a primary".into());
@@ -80,12 +84,12 @@ pub(super) fn addressed(env: &Env, mode: Mode) -> Result<(String, PeerAuth, Stri
         cluster_addr: env.cfg().cluster_addr.clone(),
         version: env.st.config.version.clone(),
     };
-    Ok((to, auth, creds.ca_pem.clone()))
+    Ok((to, auth, creds.ca_pem.clone(), creds.client.clone()))
 }
 
 /// Sends `body` to the current primary address.
 fn send(env: &mut Env, mode: Mode, body: PeerBody) {
-    let (to, auth, ca_pem) = match addressed(env, mode) {
+    let (to, auth, ca_pem, client) = match addressed(env, mode) {
         Ok(a) => a,
         Err(why) => {
             let rt = env.st.repl.mode_mut(mode);
@@ -107,6 +111,7 @@ fn send(env: &mut Env, mode: Mode, body: PeerBody) {
         to,
         msg,
         ca_pem,
+        client,
     }));
 }
 

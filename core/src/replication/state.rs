@@ -30,6 +30,9 @@ pub struct Creds {
     pub primary_cluster_addrs: Vec<String>,
     /// PEM of the primary's cluster CA (empty: plain HTTP cluster channel).
     pub ca_pem: String,
+    /// The client certificate this secondary presents on the cluster channel.
+    #[serde(default)]
+    pub client: Option<super::tls::ClientCert>,
 }
 
 /// A path filter (performance mode).
@@ -86,6 +89,9 @@ pub struct Bundle {
     pub secondary_id: String,
     pub secret: String,
     pub ca_pem: String,
+    /// The secondary's client certificate for the cluster channel (mutual TLS).
+    #[serde(default)]
+    pub client: Option<super::tls::ClientCert>,
     /// Hex barrier key, so the activated secondary can read what it receives before it is
     /// next unsealed with the primary's key shares.
     pub barrier_key: String,

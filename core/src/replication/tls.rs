@@ -9,6 +9,13 @@
 //!
 //! The listener's certificate is derived from the CA seed and the host names it serves, and
 //! handed to the shell in [`crate::node::Output::ClusterTls`].
+//!
+//! The channel is mutual TLS: the listener accepts only clients presenting a certificate of
+//! the same CA ([`ClusterTls::ca_pem`]). A secondary's client certificate comes in its
+//! activation credential (a fresh key per credential, [`secondary_client`]); the nodes of an
+//! HA cluster, which share the CA seed, derive theirs from it ([`node_client`]). The
+//! certificate is a second lock, not the only one: a secondary still proves itself with its
+//! secret on every call (which revocation removes), a standby signs every forward.
 
 use crate::api::{ApiError, ApiResult};
 use crate::ctx::Ctx;
@@ -23,11 +30,39 @@ struct StoredCa {
 }
 
 /// Certificate and key (PEM) for the cluster listener.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ClusterTls {
     /// Server certificate followed by the CA certificate.
     pub cert_pem: String,
     pub key_pem: String,
+    /// The cluster CA alone: clients must present a certificate it signed.
+    pub ca_pem: String,
+}
+
+impl std::fmt::Debug for ClusterTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterTls")
+            .field("cert_pem", &"<pem>")
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
+}
+
+/// A client certificate for the cluster channel (certificate and PKCS#8 key, PEM), signed by
+/// the cluster CA of the listener it is presented to.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for ClientCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCert")
+            .field("cert_pem", &"<pem>")
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
 }
 
 /// PKCS#8 v1 document of an Ed25519 key from its seed (RFC 8410).
@@ -94,6 +129,45 @@ pub fn server_tls(ctx: &mut Ctx, hosts: &[String]) -> ApiResult<Option<ClusterTl
     issue(&seed, hosts).map(Some).map_err(ApiError::Internal)
 }
 
+/// A client certificate for secondary `id`, with a fresh key (from the node's RNG): `None`
+/// before the cluster has a CA.
+pub fn secondary_client(ctx: &mut Ctx, id: &str) -> ApiResult<Option<ClientCert>> {
+    let Some(seed) = load_seed(ctx, false)? else {
+        return Ok(None);
+    };
+    let leaf = crate::crypto::random_key(ctx.rng());
+    issue_client(&seed, &leaf, &format!("cairn secondary {id}"))
+        .map(Some)
+        .map_err(ApiError::Internal)
+}
+
+/// The client certificate the nodes of this cluster present to each other (a standby
+/// forwarding to the active node), derived from the CA seed they share: `None` before the
+/// cluster has a CA.
+pub fn node_client(ctx: &mut Ctx) -> ApiResult<Option<ClientCert>> {
+    let Some(seed) = load_seed(ctx, false)? else {
+        return Ok(None);
+    };
+    let leaf = crate::crypto::sha256_parts(&[&seed, b"cluster-node-client"]);
+    issue_client(&seed, &leaf, "cairn cluster node")
+        .map(Some)
+        .map_err(ApiError::Internal)
+}
+
+fn issue_client(seed: &[u8; 32], leaf_seed: &[u8; 32], name: &str) -> Result<ClientCert, String> {
+    let issuer = rcgen::Issuer::new(ca_params()?, key_pair(seed)?);
+    let leaf_key = key_pair(leaf_seed)?;
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+    p.distinguished_name.push(rcgen::DnType::CommonName, name);
+    p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    p.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+    let cert = p.signed_by(&leaf_key, &issuer).map_err(|e| e.to_string())?;
+    Ok(ClientCert {
+        cert_pem: cert.pem(),
+        key_pem: leaf_key.serialize_pem(),
+    })
+}
+
 fn issue(seed: &[u8; 32], hosts: &[String]) -> Result<ClusterTls, String> {
     let ca_key = key_pair(seed)?;
     let ca_cert = ca_params()?
@@ -119,6 +193,7 @@ fn issue(seed: &[u8; 32], hosts: &[String]) -> Result<ClusterTls, String> {
     Ok(ClusterTls {
         cert_pem: format!("{}{}", cert.pem(), ca_cert.pem()),
         key_pem: leaf_key.serialize_pem(),
+        ca_pem: ca_cert.pem(),
     })
 }
 
@@ -236,6 +311,20 @@ mod tests {
         );
         assert!(t.cert_pem.matches("BEGIN CERTIFICATE").count() == 2);
         assert!(t.key_pem.contains("PRIVATE KEY"));
+        assert!(t.cert_pem.ends_with(&t.ca_pem));
+        let c = issue_client(&seed, &[6u8; 32], "cairn secondary s1").unwrap();
+        assert_eq!(
+            c,
+            issue_client(&seed, &[6u8; 32], "cairn secondary s1").unwrap()
+        );
+        assert_ne!(
+            c,
+            issue_client(&seed, &[7u8; 32], "cairn secondary s1").unwrap()
+        );
+        assert!(
+            !format!("{c:?}").contains("PRIVATE"),
+            "the key stays out of logs"
+        );
         assert_eq!(host_of("127.0.0.1:8201"), "127.0.0.1");
         assert_eq!(host_of("https://node.example:8201"), "node.example");
         assert_eq!(host_of("[::1]:8201"), "::1");

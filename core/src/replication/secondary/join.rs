@@ -81,6 +81,7 @@ fn creds_of(b: &Bundle) -> Creds {
         primary_api_addr: b.primary_api_addr.clone(),
         primary_cluster_addrs: b.primary_cluster_addrs.clone(),
         ca_pem: b.ca_pem.clone(),
+        client: b.client.clone(),
     }
 }
 
@@ -354,5 +355,6 @@ pub(crate) fn ping(
         to,
         msg,
         ca_pem: creds.ca_pem,
+        client: creds.client,
     }));
 }

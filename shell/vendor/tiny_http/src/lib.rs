@@ -212,6 +212,9 @@ pub struct SslConfig {
     pub certificate: Vec<u8>,
     /// Contains the ultra-secret private key used to decode communications.
     pub private_key: Vec<u8>,
+    /// Cairn patch: when `Some`, the PEM certificates of the CAs a client must present a
+    /// certificate of (mutual TLS); a client without one fails the handshake.
+    pub client_ca: Option<Vec<u8>>,
 }
 
 impl Server {
@@ -507,7 +510,11 @@ impl Server {
 fn ssl_context(config: SslConfig) -> Result<SslContext, Box<dyn Error + Send + Sync + 'static>> {
     #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
     {
-        SslContext::from_pem(config.certificate, Zeroizing::new(config.private_key))
+        SslContext::from_pem(
+            config.certificate,
+            Zeroizing::new(config.private_key),
+            config.client_ca,
+        )
     }
     #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
     {

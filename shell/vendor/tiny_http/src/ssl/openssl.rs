@@ -68,7 +68,11 @@ impl OpenSslContext {
     pub fn from_pem(
         certificates: Vec<u8>,
         private_key: Zeroizing<Vec<u8>>,
+        client_ca: Option<Vec<u8>>,
     ) -> Result<Self, Box<dyn Error + Send + Sync>> {
+        if client_ca.is_some() {
+            return Err("client certificates are supported with the rustls backend only".into());
+        }
         use openssl::pkey::PKey;
         use openssl::ssl::{self, SslVerifyMode};
         use openssl::x509::X509;

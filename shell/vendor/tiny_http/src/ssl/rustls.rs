@@ -68,6 +68,7 @@ impl RustlsContext {
     pub(crate) fn from_pem(
         certificates: Vec<u8>,
         private_key: Zeroizing<Vec<u8>>,
+        client_ca: Option<Vec<u8>>,
     ) -> Result<Self, Box<dyn Error + Send + Sync>> {
         let certificate_chain: Vec<rustls::Certificate> =
             rustls_pemfile::certs(&mut certificates.as_slice())?
@@ -94,10 +95,24 @@ impl RustlsContext {
             }
         });
 
-        let tls_conf = rustls::ServerConfig::builder()
-            .with_safe_defaults()
-            .with_no_client_auth()
-            .with_single_cert(certificate_chain, private_key)?;
+        let builder = rustls::ServerConfig::builder().with_safe_defaults();
+        // Cairn patch: mutual TLS when the caller names the clients' CA.
+        let builder = match client_ca {
+            Some(pem) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for der in rustls_pemfile::certs(&mut pem.as_slice())? {
+                    roots.add(&rustls::Certificate(der))?;
+                }
+                if roots.is_empty() {
+                    return Err("the client CA holds no certificate".into());
+                }
+                builder.with_client_cert_verifier(
+                    rustls::server::AllowAnyAuthenticatedClient::new(roots),
+                )
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let tls_conf = builder.with_single_cert(certificate_chain, private_key)?;
 
         Ok(Self(Arc::new(tls_conf)))
     }
