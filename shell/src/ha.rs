@@ -226,7 +226,8 @@ impl RouteSlot {
 /// thread on a kept-alive TLS connection, and the active node's answer is the client's.
 /// The node's own path takes the request instead when it is not forwarded, when the
 /// connection failed before the request was sent, or when the receiving node refused it
-/// (not active, or not our cluster's signature: nothing was applied there); it is told of
+/// (not active, not our cluster's signature, or a stamp older than it remembers: nothing was
+/// applied there); it is told of
 /// every failure, so it looks for the active node again. A request that may have left is
 /// never sent again: its client gets a 503.
 pub fn forward_direct(route: &Route, mut req: Request, core: &Core) -> Response {

@@ -362,6 +362,78 @@ fn a_forward_is_taken_once_and_only_in_the_epoch_it_was_stamped_for() {
     assert_eq!(body(response(&out).expect("read"))["data"], json!({"v": 2}));
 }
 
+/// A forward overtaken on its way by more than a window of its sender's later ones (a slow
+/// connect, a large body) was never taken: the active node refuses it as a refusal the
+/// standby's driver answers by sending the request again (503, nothing applied), never as a
+/// replay, whose 403 would reach a client whose request was not applied. A forward that was
+/// taken and falls below the window is refused the same way, and applies nothing either.
+#[test]
+fn a_forward_overtaken_by_a_window_of_later_ones_is_sent_again_not_refused_as_a_replay() {
+    let (mut c, root) = unsealed(3);
+    let r = c.routes[1]
+        .last()
+        .cloned()
+        .flatten()
+        .expect("the standby's route");
+    let signed = |seq: u64, req: Request| {
+        let mut q = req;
+        assert!(route::sign(Some(&r), &r.sender, seq, &mut q));
+        q
+    };
+    let put = |id: u64, v: i64| {
+        let mut q = Request::new(0, Method::Put, "kv/late")
+            .with_token(&root)
+            .with_json(json!({ "v": v }));
+        q.id = id;
+        q
+    };
+    // Forward 0 is held up; forwards 1 to WINDOW + 1 (a write, then reads) reach the
+    // active node first.
+    let late = signed(0, put(9_000, 1));
+    let taken = signed(1, put(9_001, 2));
+    let (aout, ok) = c.step(0, 3_000, Input::Request(taken.clone()));
+    assert!(ok);
+    assert_eq!(response(&aout).map(|r| r.status), Some(204));
+    let mut last = None;
+    for seq in 2..=super::replay::WINDOW + 1 {
+        let mut q = Request::new(0, Method::Get, "sys/mounts").with_token(&root);
+        q.id = 10_000 + seq;
+        let q = signed(seq, q);
+        let (aout, _) = c.step(0, 3_000, Input::Request(q.clone()));
+        assert_eq!(response(&aout).map(|r| r.status), Some(200), "{seq}");
+        last = Some(q);
+    }
+    // One within the window sent again is a replay (403).
+    let (aout, _) = c.step(0, 3_005, Input::Request(last.expect("sent")));
+    assert_eq!(response(&aout).map(|r| r.status), Some(403));
+    let (aout, _) = c.step(0, 3_010, Input::Request(late));
+    let refused = response(&aout).expect("answered").clone();
+    assert!(
+        route::is_refusal(&refused),
+        "the late forward is one its standby sends again: {} {:?}",
+        refused.status,
+        body(&refused)
+    );
+    assert_eq!(refused.status, 503);
+    // The taken forward, sent again now that it is below the window: refused, not applied.
+    let mut again = taken;
+    again.id = 9_002;
+    let (aout, _) = c.step(0, 3_020, Input::Request(again));
+    assert!(route::is_refusal(response(&aout).expect("refused")));
+    let (out, _) = c.request(
+        0,
+        3_030,
+        Request::new(0, Method::Get, "kv/late").with_token(&root),
+    );
+    assert_eq!(body(response(&out).expect("read"))["data"], json!({"v": 2}));
+    // The standby sends the late request again along its own path, stamped afresh: taken.
+    let (out, _) = c.request(1, 3_040, put(0, 3));
+    let resent = forward(&out).expect("forwarded").clone();
+    let (aout, ok) = c.step(0, 3_050, Input::Request(resent.req));
+    assert!(ok);
+    assert_eq!(response(&aout).map(|r| r.status), Some(204));
+}
+
 #[test]
 fn a_paused_active_node_commits_nothing_after_another_took_over() {
     let (mut c, root) = unsealed(2);

@@ -7,7 +7,11 @@
 //! once ([`Seen::take`]): only of its own epoch (a forward captured under an earlier active
 //! node is refused by every later one), and only a sequence number its sender has not used,
 //! within a window of the sender's latest ones (forwards travel on several connections at
-//! once, so they may arrive a little out of order).
+//! once, so they may arrive a little out of order). A number below the window may never have
+//! been taken (a forward held up by a slow connect or a large body while a window of later
+//! ones overtook it): it is refused as [`Verdict::Stale`], which the standby's driver treats as
+//! a refusal (nothing applied: it sends the request again under a new number), never as a
+//! replay, so a client never gets a replay's 403 for a request that was not applied.
 //!
 //! What is remembered is bounded: [`WINDOW`] numbers per sender, [`MAX_SENDERS`] senders
 //! (the least recently heard from is forgotten first; only an unsealed node of the cluster
@@ -93,8 +97,12 @@ pub enum Verdict {
     /// Made for another epoch: this node is not (or no longer) the active node it was
     /// meant for.
     OtherEpoch,
-    /// Seen before, or too old to tell: refused.
+    /// Seen before: refused.
     Replayed,
+    /// Below the sender's window, so too old to tell whether it was taken: refused, and
+    /// nothing applied, but not as a replay (it may be a late forward that was never taken;
+    /// its standby sends it again under a new number).
+    Stale,
 }
 
 /// One sender's window.
@@ -133,10 +141,10 @@ impl Seen {
         let w = self.senders.entry(stamp.sender.clone()).or_default();
         w.used = self.clock;
         let top = w.taken.last().copied();
-        // Below the window: its number may have been taken and forgotten.
+        // Below the window: its number may have been taken and forgotten, or never taken.
         if let Some(top) = top {
             if stamp.seq.saturating_add(WINDOW) <= top {
-                return Verdict::Replayed;
+                return Verdict::Stale;
             }
         }
         if !w.taken.insert(stamp.seq) {
@@ -188,8 +196,14 @@ mod tests {
         assert_eq!(s.take(Some(3), &stamp(3, "ab", 5)), Verdict::Fresh);
         assert_eq!(s.take(Some(3), &stamp(3, "ab", 2)), Verdict::Fresh);
         assert_eq!(s.take(Some(3), &stamp(3, "ab", 5 + WINDOW)), Verdict::Fresh);
-        assert_eq!(s.take(Some(3), &stamp(3, "ab", 4)), Verdict::Replayed);
+        assert_eq!(s.take(Some(3), &stamp(3, "ab", 4)), Verdict::Stale);
+        assert_eq!(
+            s.take(Some(3), &stamp(3, "ab", 3)),
+            Verdict::Stale,
+            "never taken"
+        );
         assert_eq!(s.take(Some(3), &stamp(3, "ab", 6)), Verdict::Fresh);
+        assert_eq!(s.take(Some(3), &stamp(3, "ab", 6)), Verdict::Replayed);
     }
 
     #[test]
@@ -226,8 +240,9 @@ mod tests {
     }
 
     quickcheck! {
-        /// Whatever order a sender's numbers come in, each is taken at most once, and every
-        /// number within the window of the highest one so far is taken the first time.
+        /// Whatever order a sender's numbers come in, each is taken at most once, every
+        /// number within the window of the highest one so far is taken the first time, and
+        /// only a number taken before is called a replay (one below the window is stale).
         fn each_number_is_taken_at_most_once(seqs: Vec<u16>) -> bool {
             let mut s = Seen::default();
             let mut taken = std::collections::BTreeSet::new();
@@ -235,9 +250,15 @@ mod tests {
             for q in seqs {
                 let q = u64::from(q);
                 let v = s.take(Some(1), &stamp(1, "a", q));
-                let expect_fresh = !taken.contains(&q)
-                    && top.is_none_or(|t| q.saturating_add(WINDOW) > t);
-                if (v == Verdict::Fresh) != expect_fresh {
+                let below = top.is_some_and(|t| q.saturating_add(WINDOW) <= t);
+                let expect = if below {
+                    Verdict::Stale
+                } else if taken.contains(&q) {
+                    Verdict::Replayed
+                } else {
+                    Verdict::Fresh
+                };
+                if v != expect {
                     return false;
                 }
                 if v == Verdict::Fresh {

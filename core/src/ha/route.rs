@@ -96,6 +96,16 @@ pub fn replayed() -> ApiError {
     )
 }
 
+/// What the active node answers a forward whose stamp is below its sender's window
+/// ([`super::replay::Verdict::Stale`]): it may never have been taken, so it is a refusal
+/// (nothing applied) that the standby answers by sending the request again, not a replay.
+pub fn stale() -> ApiError {
+    ApiError::Unavailable(
+        "this forwarded request was not taken: its stamp is older than the active node          remembers (nothing was applied); retry the request"
+            .into(),
+    )
+}
+
 /// What the active node answers a forward whose signature is not its cluster's (nothing
 /// applied).
 pub fn bad_signature() -> ApiError {
@@ -105,9 +115,9 @@ pub fn bad_signature() -> ApiError {
 }
 
 /// Whether `resp` is the receiving node's refusal of a forward ([`not_active`],
-/// [`bad_signature`]): nothing of the request was applied there.
+/// [`bad_signature`], [`stale`]): nothing of the request was applied there.
 pub fn is_refusal(resp: &Response) -> bool {
-    [not_active(), bad_signature()].iter().any(|e| {
+    [not_active(), bad_signature(), stale()].iter().any(|e| {
         let r = Response::error(resp.id, e);
         r.status == resp.status && r.body == resp.body && resp.raw.is_none()
     })

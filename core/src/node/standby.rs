@@ -247,6 +247,7 @@ impl<S: Storage> Node<S> {
             ha::replay::Verdict::Fresh => Ok(()),
             ha::replay::Verdict::OtherEpoch => Err(ha::route::not_active()),
             ha::replay::Verdict::Replayed => Err(ha::route::replayed()),
+            ha::replay::Verdict::Stale => Err(ha::route::stale()),
         }
     }
 
