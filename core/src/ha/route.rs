@@ -101,7 +101,8 @@ pub fn replayed() -> ApiError {
 /// (nothing applied) that the standby answers by sending the request again, not a replay.
 pub fn stale() -> ApiError {
     ApiError::Unavailable(
-        "this forwarded request was not taken: its stamp is older than the active node          remembers (nothing was applied); retry the request"
+        "this forwarded request was not taken: its stamp is older than the active node \
+         remembers (nothing was applied); retry the request"
             .into(),
     )
 }
