@@ -241,14 +241,17 @@ fn ldap_io(st: &mut NodeState) -> ldap::LdapIo<'_> {
 }
 
 /// `GET <path>?help=1`: the help of the route `path` reaches, for any valid token (it
-/// describes the route, never data); 404 for a path no table declares.
+/// describes the route, never data) used from where it may be used; 404 for a path no
+/// table declares.
 fn help(ctx: &mut Ctx, req: &Request, target: &Target, path: &str) -> ApiResult {
     let t = req
         .token
         .as_deref()
         .filter(|t| !t.is_empty())
         .ok_or(ApiError::MissingToken)?;
-    token::lookup(ctx, t)?.ok_or(ApiError::PermissionDenied)?;
+    token::lookup(ctx, t)?
+        .filter(|(_, e)| e.usable_from(&req.remote_addr))
+        .ok_or(ApiError::PermissionDenied)?;
     let not_found = || ApiError::NotFound(String::new());
     match target {
         Target::Sys(r) => Ok(crate::help::sys(

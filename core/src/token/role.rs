@@ -821,10 +821,13 @@ mod tests {
         }
         let (_, a, _) = t.create(ROOT, "lim", json!({"policies": ["a"]}));
         let tok = a["client_token"].as_str().expect("token").to_string();
-        let mut from = |addr: &str| {
+        let mut from_to = |addr: &str, help: bool| {
             t.next += 1;
             let id = t.next;
             let mut req = Request::new(id, Method::Get, "auth/token/lookup-self").with_token(&tok);
+            if help {
+                req.query = vec![("help".into(), "1".into())];
+            }
             req.remote_addr = addr.into();
             t.node.handle(10_000, Input::Request(req));
             let mut status = 0;
@@ -837,9 +840,12 @@ mod tests {
             }
             status
         };
-        assert_eq!(from("127.0.0.1:5000"), 403);
-        assert_eq!(from(""), 403);
-        assert_eq!(from("10.9.8.7:5000"), 200);
+        assert_eq!(from_to("127.0.0.1:5000", false), 403);
+        assert_eq!(from_to("", false), 403);
+        assert_eq!(from_to("10.9.8.7:5000", false), 200);
+        // The routes' help too: a bound token is nobody's from elsewhere.
+        assert_eq!(from_to("127.0.0.1:5000", true), 403);
+        assert_eq!(from_to("10.9.8.7:5000", true), 200);
         for bad in [
             json!({"token_num_uses": -1}),
             json!({"token_bound_cidrs": ["10.0.0.0/33"]}),
