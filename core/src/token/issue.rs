@@ -261,8 +261,9 @@ pub(super) fn create_endpoint(
             None => "auth/token/create".into(),
         },
         role: role.as_ref().map(|r| r.name.clone()),
-        // Bound to the role's CIDR blocks, else to the caller's: a child never escapes
-        // its parent's binding (the reference's rule).
+        // Through a role, the role's CIDR blocks (none when it has none); otherwise the
+        // caller's, so a plain child of a bound token is bound alike. The reference's
+        // rule, checked against OpenBao 2.6.2.
         bound_cidrs: match &role {
             Some(r) => r.bound_cidrs.clone(),
             None => caller.entry.bound_cidrs.clone(),

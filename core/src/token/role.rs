@@ -79,7 +79,7 @@ impl Role {
     }
 
     fn view(&self) -> Value {
-        json!({
+        let mut v = json!({
             "name": self.name,
             "allowed_policies": self.allowed_policies,
             "allowed_policies_glob": self.allowed_policies_glob,
@@ -95,9 +95,15 @@ impl Role {
             "path_suffix": self.path_suffix,
             "token_no_default_policy": self.no_default_policy,
             "token_type": self.token_type(),
-            "token_num_uses": self.num_uses,
-            "token_bound_cidrs": self.bound_cidrs,
-        })
+        });
+        // Shown only when set, as the reference shows them.
+        if self.num_uses > 0 {
+            v["token_num_uses"] = json!(self.num_uses);
+        }
+        if !self.bound_cidrs.is_empty() {
+            v["token_bound_cidrs"] = json!(self.bound_cidrs);
+        }
+        v
     }
 
     /// The path of a token created through this role, `auth/token/create/<name>` and the
@@ -808,6 +814,13 @@ mod tests {
         assert_eq!(
             (d["token_num_uses"].clone(), d["token_bound_cidrs"].clone()),
             (json!(2), json!(["10.0.0.0/8"]))
+        );
+        // Unset, neither is shown (the reference's read).
+        assert_eq!(t.role("plain", json!({})).status, 204);
+        let d = t.read("plain");
+        assert!(
+            d.get("token_num_uses").is_none() && d.get("token_bound_cidrs").is_none(),
+            "{d}"
         );
         for (asked, got) in [
             (json!({}), 2),
