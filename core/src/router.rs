@@ -165,6 +165,11 @@ fn authorize(
                 .filter(|t| !t.is_empty())
                 .ok_or(ApiError::MissingToken)?;
             let (h, e) = token::lookup(ctx, t)?.ok_or(ApiError::PermissionDenied)?;
+            // A token bound to CIDR blocks is refused from any other address, as if it did
+            // not exist. (A forwarded request's caller was checked where it came from.)
+            if !e.usable_from(&req.remote_addr) {
+                return Err(ApiError::PermissionDenied);
+            }
             (t.to_string(), h, e)
         }
     };
@@ -202,6 +207,12 @@ fn authorize(
         &ns[tns.len()..],
         routes::acl_path(req.method, &req.path)
     );
+    // A limited-use token spends a use on every request it is checked for, refused by its
+    // policies or not (as the reference counts): a refusal is an answer too, and a
+    // response-wrapping token tried anywhere but `sys/wrapping/*` is used up.
+    if e.num_uses > 0 {
+        st.spend_use = Some(h.clone());
+    }
     let need = needed(ctx, req, target, sudo, acl.capabilities(&acl_path))?;
     // A read of the UI mount list needs only a valid token: the handler shows the mounts
     // the token's policies reach anything under (the reference's CLI asks it before every
@@ -210,9 +221,6 @@ fn authorize(
         req.method == Method::Get && matches!(target, Target::Sys(r) if r.handler == Sys::UiMounts);
     if !filtered && !acl.allows(&acl_path, need) {
         return Err(ApiError::PermissionDenied);
-    }
-    if e.num_uses > 0 {
-        st.spend_use = Some(h.clone());
     }
     let sudo = acl.allows(&acl_path, policy::SUDO);
     Ok(Caller {
@@ -233,14 +241,17 @@ fn ldap_io(st: &mut NodeState) -> ldap::LdapIo<'_> {
 }
 
 /// `GET <path>?help=1`: the help of the route `path` reaches, for any valid token (it
-/// describes the route, never data); 404 for a path no table declares.
+/// describes the route, never data) used from where it may be used; 404 for a path no
+/// table declares.
 fn help(ctx: &mut Ctx, req: &Request, target: &Target, path: &str) -> ApiResult {
     let t = req
         .token
         .as_deref()
         .filter(|t| !t.is_empty())
         .ok_or(ApiError::MissingToken)?;
-    token::lookup(ctx, t)?.ok_or(ApiError::PermissionDenied)?;
+    token::lookup(ctx, t)?
+        .filter(|(_, e)| e.usable_from(&req.remote_addr))
+        .ok_or(ApiError::PermissionDenied)?;
     let not_found = || ApiError::NotFound(String::new());
     match target {
         Target::Sys(r) => Ok(crate::help::sys(

@@ -82,6 +82,10 @@ pub struct TokenEntry {
     /// and its groups' join the token's at request time.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub entity_id: String,
+    /// The client addresses (CIDR blocks) it may be used from; empty: any. An auth
+    /// method's `token_bound_cidrs` or a token role's; a child inherits its parent's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bound_cidrs: Vec<String>,
 }
 
 impl TokenEntry {
@@ -107,6 +111,15 @@ impl TokenEntry {
         } else {
             &self.accessor
         }
+    }
+    /// Whether a request from `remote_addr` may use it: always without bound CIDRs, else
+    /// only from an address inside one of them (an unknown address is inside none).
+    pub fn usable_from(&self, remote_addr: &str) -> bool {
+        self.bound_cidrs.is_empty()
+            || self
+                .bound_cidrs
+                .iter()
+                .any(|c| crate::auth::ldap::config::cidr_contains(c, remote_addr))
     }
     pub fn remaining_ttl(&self, now: Millis) -> u64 {
         match self.expire_time {
@@ -141,6 +154,8 @@ pub struct NewToken {
     pub role: Option<String>,
     /// The identity entity of a login.
     pub entity_id: String,
+    /// CIDR blocks the token may be used from (empty: anywhere).
+    pub bound_cidrs: Vec<String>,
 }
 
 pub fn salt(ctx: &mut Ctx) -> ApiResult<Vec<u8>> {
@@ -278,6 +293,7 @@ pub fn create(ctx: &mut Ctx, req: NewToken) -> ApiResult<(String, TokenEntry)> {
         last_renewal: None,
         role: req.role,
         entity_id: req.entity_id,
+        bound_cidrs: req.bound_cidrs,
     };
     store(ctx, &h, &entry, None, generated)?;
     ctx.put_new(&format!("{ACCESSOR}{accessor}"), h.as_bytes())?;
@@ -404,12 +420,18 @@ pub fn revoke_namespace(ctx: &mut Ctx, ns: &str) -> ApiResult<usize> {
     Ok(n)
 }
 
-/// Revokes one token; its children become orphans.
+/// Revokes one token; its service children become orphans. Its batch children go with
+/// it: a batch token lives no longer than its parent (the reference checks the parent at
+/// every use), so revoking the parent is never a way to orphan one.
 pub fn revoke_orphan(ctx: &mut Ctx, h: &str) -> ApiResult<()> {
     let prefix = format!("{PARENT}{h}/");
     for k in ctx.keys(&prefix)? {
         let child = k[prefix.len()..].to_string();
         if let Some(mut e) = ctx.get_json::<TokenEntry>(&format!("{ID}{child}"))? {
+            if e.is_batch() {
+                revoke_tree(ctx, &child)?;
+                continue;
+            }
             e.parent = None;
             e.orphan = true;
             ctx.put_json(&format!("{ID}{child}"), &e)?;
@@ -554,6 +576,9 @@ pub fn lookup_data(e: &TokenEntry, id: Option<&str>, now: Millis) -> Value {
     }
     if let Some(r) = &e.role {
         d["role"] = json!(r);
+    }
+    if !e.bound_cidrs.is_empty() {
+        d["bound_cidrs"] = json!(e.bound_cidrs);
     }
     if let Some(at) = e.last_renewal {
         d["last_renewal"] = json!(rfc3339(at));

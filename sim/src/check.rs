@@ -13,14 +13,16 @@
 //!   expired, unknown or missing token, got anything but 403.
 //! - `authorized-succeeds`: root, or a valid token whose policy clearly grants the
 //!   operation, got 403.
-//! - `single-use-wrapping` / `wrapping` / `wrapping-ttl`: a wrapping token unwrapped twice,
-//!   a valid one failed or returned other data, an expired one worked.
+//! - `single-use-wrapping` / `wrapping` / `wrapping-ttl`: a wrapping token unwrapped twice
+//!   (or unwrapped after its one use went to a request that presented it as a client
+//!   token), a valid one failed or returned other data, an expired one worked.
 //! - `sealed-503`: a sealed node answered a non-seal endpoint with anything but 503.
 //! - `seal-state` / `unseal-threshold` / `init`: seal status, unseal progress and
 //!   initialisation follow the key-share rules.
 //! - `token-ttl` / `token-policies`: a created token reports what was asked for.
 //! - `token-use-limit`: a token created with `num_uses = N` got past the token check more
-//!   than N times (every such request spends a use, whatever its outcome).
+//!   than N times (every request presenting it while valid spends a use, whatever its
+//!   outcome: a refusal by its policies too).
 //! - `no-internal-errors`: a 500 is always a bug.
 //! - `tenant-isolation`: the tenant's admin token (namespace `t/`, `path "*"` with every
 //!   capability and sudo there) reached outside its namespace: a [`Op::TenantProbe`] was
@@ -234,19 +236,37 @@ impl Checker {
                 format!("the model expects an unsealed node: {what}"),
             );
         }
+        // Whether the request presents a token the node holds as valid (as it was before
+        // this answer: a revoke-self or an unwrap changes the model below).
+        let spends = op_token(op)
+            .filter(|s| !matches!(self.hosts[h].auth(s, at), Auth::Invalid(_)))
+            .map(str::to_string);
         self.check_response(h, op, at, status, body, &what)?;
-        // A request that got past the token check spent one use of a use-limited token,
-        // whatever its outcome.
-        if status != 403 {
-            if let Some(secret) = op_token(op) {
-                if let Some(f) = self.hosts[h].tokens.get_mut(secret) {
-                    if let Some(n) = f.uses_left.as_mut() {
-                        *n = n.saturating_sub(1);
-                    }
-                }
-            }
+        if let Some(secret) = spends {
+            self.spend_use(h, &secret);
         }
         Ok(())
+    }
+
+    /// A request presenting a valid use-limited token spends one use, whatever its outcome:
+    /// a refusal by the token's policies (403) too, as in the reference (a limited token is
+    /// no unlimited oracle of what its policies allow). A response-wrapping token has one
+    /// use: tried as a client token anywhere (its policy allows nothing the operator asks),
+    /// it is spent and unwraps no more. A request with a dead token spends nothing.
+    fn spend_use(&mut self, h: HostId, secret: &str) {
+        let e = &mut self.hosts[h];
+        let Some(f) = e.tokens.get_mut(secret) else {
+            return;
+        };
+        let Some(n) = f.uses_left.as_mut() else {
+            return;
+        };
+        *n = n.saturating_sub(1);
+        if *n == 0 && f.kind == TokenKind::Wrapping {
+            if let Some(w) = e.wraps.get_mut(secret) {
+                w.spent = true;
+            }
+        }
     }
 
     fn check_response(
@@ -803,6 +823,7 @@ fn register_wrap(e: &mut Expected, token: &str, content: Wrapped, expire_at: u64
             content,
             expire_at,
             unwrapped: false,
+            spent: false,
         },
     );
     e.tokens.insert(
@@ -814,7 +835,9 @@ fn register_wrap(e: &mut Expected, token: &str, content: Wrapped, expire_at: u64
             policies: vec!["response-wrapping".into()],
             expire_at: Some(expire_at),
             revoked: false,
-            uses_left: None,
+            // The server gives a wrapping token one use: the unwrap, or a request that
+            // presents it as a client token.
+            uses_left: Some(1),
         },
     );
 }

@@ -180,8 +180,9 @@ pub struct TokenFact {
     /// Simulated ms at which it stops working; `None` never.
     pub expire_at: Option<u64>,
     pub revoked: bool,
-    /// Uses left of a use-limited token (`None`: unlimited). Every request that gets past
-    /// the token check spends one, whatever its outcome.
+    /// Uses left of a use-limited token (`None`: unlimited; a wrapping token has one).
+    /// Every request that presents it while it is valid spends one, whatever its outcome:
+    /// a refusal by its policies (403) included, as in the reference.
     pub uses_left: Option<u64>,
 }
 
@@ -229,6 +230,26 @@ pub struct WrapFact {
     pub content: Wrapped,
     pub expire_at: u64,
     pub unwrapped: bool,
+    /// Its one use went to a request that presented it as a client token (refused, but
+    /// spent all the same): it unwraps no more.
+    pub spent: bool,
+}
+
+impl WrapFact {
+    /// Whether it still unwraps at time `at`.
+    pub fn valid(&self, at: u64) -> bool {
+        !self.unwrapped && !self.spent && at < self.expire_at
+    }
+
+    /// The invariant an unwrap of it breaks when it is no longer valid: used once
+    /// (unwrapped, or spent as a client token) or expired.
+    pub fn dead_invariant(&self) -> &'static str {
+        if self.unwrapped || self.spent {
+            "single-use-wrapping"
+        } else {
+            "wrapping-ttl"
+        }
+    }
 }
 
 /// Expected state of one node.

@@ -827,3 +827,68 @@ fn a_standby_publishes_its_route_only_unsealed_with_a_known_active_node_and_foll
         assert!(last.epoch > 1, "node {i}: {last:?}");
     }
 }
+
+/// A token bound to CIDR blocks is checked on the active node against the address of the
+/// client that reached the standby (carried in the signed forward), never the standby's:
+/// from inside the blocks it works, from outside it is refused; a forward whose address
+/// was changed after the standby signed it is refused whole (the address is signed).
+#[test]
+fn a_forwarded_request_is_checked_against_the_clients_address() {
+    let (mut c, root) = unsealed(2);
+    let (out, _) = c.request(
+        0,
+        3_000,
+        Request::new(0, Method::Post, "auth/token/roles/bound")
+            .with_token(&root)
+            .with_json(json!({"token_bound_cidrs": ["192.0.2.0/24"]})),
+    );
+    assert_eq!(response(&out).map(|r| r.status), Some(204));
+    let (out, _) = c.request(
+        0,
+        3_000,
+        Request::new(0, Method::Post, "auth/token/create/bound")
+            .with_token(&root)
+            .with_json(json!({"policies": ["default"]})),
+    );
+    let created = body(response(&out).expect("created"));
+    let token = created["auth"]["client_token"]
+        .as_str()
+        .expect("token")
+        .to_string();
+    // Through the standby (10.0.0.2) from a client inside and one outside the blocks.
+    let through_standby = |c: &mut Cluster, now: u64, addr: &str| -> Forward {
+        let mut req = Request::new(0, Method::Get, "auth/token/lookup-self").with_token(&token);
+        req.remote_addr = addr.into();
+        let (out, _) = c.request(1, now, req);
+        assert!(
+            response(&out).is_none(),
+            "the standby answers nothing itself"
+        );
+        let f = forward(&out).expect("forwarded").clone();
+        assert_eq!(f.req.remote_addr, addr, "the client's address travels");
+        f
+    };
+    let inside = through_standby(&mut c, 3_100, "192.0.2.7:40000");
+    let (aout, _) = c.step(0, 3_110, Input::Request(inside.req.clone()));
+    let r = response(&aout).expect("answer");
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(body(r)["data"]["bound_cidrs"], json!(["192.0.2.0/24"]));
+
+    let outside = through_standby(&mut c, 3_200, "198.51.100.9:40000");
+    let (aout, _) = c.step(0, 3_210, Input::Request(outside.req.clone()));
+    let r = response(&aout).expect("answer");
+    assert_eq!(r.status, 403, "{:?}", r.body);
+    assert!(
+        !route::is_refusal(r),
+        "refused as the token, not as the forward"
+    );
+
+    // The standby's own address is not the client's: a forward that claims an address
+    // inside the blocks after it was signed is not the standby's forward.
+    let mut moved = outside.req.clone();
+    moved.remote_addr = "192.0.2.7:40000".into();
+    let (aout, _) = c.step(0, 3_300, Input::Request(moved));
+    let r = response(&aout).expect("answer");
+    assert_eq!(r.status, 403);
+    assert!(route::is_refusal(r), "{:?}", r.body);
+}

@@ -859,8 +859,9 @@ impl<S: Storage> Node<S> {
         let routed = router::route(&mut ctx, &mut self.st, &req);
         // Taken at once: an error below must not leave it for a later request to run.
         let snapshot_op = self.st.snapshot_op.take();
-        // A limited-use token spends one use on every authorised request, whether or not
-        // the handler then succeeds; on failure the spend is its own write set.
+        // A limited-use token spends one use on every request its policies were checked
+        // for, whether they allowed it or not and whether or not the handler then
+        // succeeds; on failure the spend is its own write set.
         let spend = self.st.spend_use.take();
         let reply = match routed {
             Ok(reply) => {

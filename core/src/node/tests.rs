@@ -251,6 +251,72 @@ fn failed_request_spends_a_use_of_a_limited_token() {
     );
 }
 
+/// A request the token's policies refuse spends a use too, as the reference counts: a
+/// limited-use token is not an unlimited oracle of what its policies allow, and a
+/// response-wrapping token tried as a client token is used up.
+#[test]
+fn a_refused_request_spends_a_use_of_a_limited_token() {
+    let (mut n, root) = dev();
+    let pol = r#"path "secret/*" { capabilities = ["read"] }"#;
+    call(
+        &mut n,
+        2_000,
+        Request::new(1, Method::Put, "sys/policies/acl/p")
+            .with_token(&root)
+            .with_json(json!({ "policy": pol })),
+    );
+    let r = call(
+        &mut n,
+        2_000,
+        Request::new(2, Method::Post, "auth/token/create")
+            .with_token(&root)
+            .with_json(json!({"policies": ["p"], "num_uses": 2})),
+    );
+    let t = r.body.unwrap()["auth"]["client_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for id in [3, 4] {
+        let r = call(
+            &mut n,
+            2_000,
+            Request::new(id, Method::Put, "sys/policies/acl/q")
+                .with_token(&t)
+                .with_json(json!({ "policy": pol })),
+        );
+        assert_eq!(r.status, 403);
+    }
+    // Both uses are spent: a request its policies allow finds no token.
+    let r = call(
+        &mut n,
+        2_000,
+        Request::new(5, Method::Get, "secret/missing").with_token(&t),
+    );
+    assert_eq!(r.status, 403, "{:?}", r.body);
+
+    let mut req = Request::new(6, Method::Post, "auth/token/create")
+        .with_token(&root)
+        .with_json(json!({"policies": ["p"]}));
+    req.wrap_ttl = Some("5m".into());
+    let r = call(&mut n, 2_000, req);
+    let wt = r.body.unwrap()["wrap_info"]["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = call(
+        &mut n,
+        2_000,
+        Request::new(7, Method::Get, "auth/token/lookup-self").with_token(&wt),
+    );
+    assert_eq!(r.status, 403);
+    let r = call(
+        &mut n,
+        2_000,
+        Request::new(8, Method::Post, "sys/wrapping/unwrap").with_token(&wt),
+    );
+    assert_eq!(r.status, 400, "{:?}", r.body);
+}
+
 #[test]
 fn wrapped_response_unwraps_once() {
     let (mut n, root) = dev();

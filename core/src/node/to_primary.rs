@@ -70,9 +70,18 @@ impl<S: Storage> Node<S> {
             return Err(not_caught_up);
         }
         let mut ctx = node_ctx!(self);
-        let caller = router::authorize_only(&mut ctx, &mut self.st, &req)?;
+        let authorized = router::authorize_only(&mut ctx, &mut self.st, &req);
         drop(ctx);
+        // Taken before any error returns: a refused request spends its use too, and never
+        // leaves it for a later request to spend.
         let spend = self.st.spend_use.take();
+        let caller = match authorized {
+            Ok(caller) => caller,
+            Err(e) => {
+                self.spend(spend.as_deref())?;
+                return Err(e);
+            }
+        };
         let Some(caller) = caller else {
             return Err(not_caught_up);
         };

@@ -135,9 +135,7 @@ pub(super) fn create_endpoint(
         None => (!asked.is_empty()).then_some(asked),
     };
     // A role with allowed policies is the bound; otherwise the caller's own policies are.
-    let role_bounds = role
-        .as_ref()
-        .is_some_and(|r| !r.allowed_policies.is_empty());
+    let role_bounds = role.as_ref().is_some_and(Role::bounds_policies);
     let policies: Vec<String> = match bounded {
         Some(p) => p,
         None => caller
@@ -165,10 +163,13 @@ pub(super) fn create_endpoint(
     };
     let add_default = !no_default
         && !policies.iter().any(|p| p == "root")
-        && !role
-            .as_ref()
-            .is_some_and(|r| r.disallowed_policies.iter().any(|p| p == "default"));
+        && !role.as_ref().is_some_and(Role::disallows_default);
     let policies = normalize_policies(policies, add_default);
+    // A role's disallowed policies bound the token's policies however they came: asked
+    // for, the role's allowed ones, or (none asked, none allowed) the caller's own.
+    if let Some(r) = &role {
+        r.refuse_disallowed(&policies)?;
+    }
     // Only a root token makes another: a role that allows `root` does not lift that (the
     // reference's rule and message).
     if !root && policies.iter().any(|p| p == "root") {
@@ -220,6 +221,12 @@ pub(super) fn create_endpoint(
     if num_uses < 0 {
         return Err(ApiError::bad("num_uses: must be zero or positive"));
     }
+    // A role's use limit: the lesser of it and the request's, as in the reference.
+    let num_uses = match role.as_ref().map_or(0, |r| r.num_uses) {
+        0 => num_uses,
+        r if num_uses == 0 => r,
+        r => r.min(num_uses),
+    };
     let display = f.str("display_name")?.unwrap_or_default();
     let namespace = crate::namespace::of(req);
     for p in &policies {
@@ -250,10 +257,17 @@ pub(super) fn create_endpoint(
             && role.as_ref().is_none_or(|r| r.renewable),
         kind: if batch { "batch".into() } else { String::new() },
         path: match &role {
-            Some(r) => format!("auth/token/create/{}", r.name),
+            Some(r) => r.token_path(),
             None => "auth/token/create".into(),
         },
         role: role.as_ref().map(|r| r.name.clone()),
+        // Through a role, the role's CIDR blocks (none when it has none); otherwise the
+        // caller's, so a plain child of a bound token is bound alike. The reference's
+        // rule, checked against OpenBao 2.6.2.
+        bound_cidrs: match &role {
+            Some(r) => r.bound_cidrs.clone(),
+            None => caller.entry.bound_cidrs.clone(),
+        },
         namespace,
         // A child token acts for its parent's entity (its identity policies follow); an
         // orphan has no parent and no entity, as in the reference.

@@ -3,9 +3,14 @@
 //!
 //! - policies: without any asked for, the role's `allowed_policies` (else the caller's);
 //!   with `allowed_policies` set, those asked for must be among them (or `default`); none
-//!   may be in `disallowed_policies` (a disallowed `default` is dropped, not refused);
+//!   may be in `disallowed_policies`, whether asked for or, with none asked for and no
+//!   `allowed_policies`, inherited from the caller (a disallowed `default` asked for is
+//!   dropped; one the caller's policies carry is refused, as the reference refuses it);
 //! - `orphan`: the role alone decides (no `no_parent`, no sudo needed);
 //! - `renewable: false` makes every token of the role non-renewable;
+//! - `token_num_uses` limits its tokens' uses (the lesser of it and the request's), and
+//!   `token_bound_cidrs` binds them to those client addresses (the role's, never the
+//!   caller's);
 //! - `token_period` / `token_explicit_max_ttl` (the older `period` / `explicit_max_ttl`
 //!   set both the old and the new field, as in the reference): the lesser of the role's
 //!   and the request's, with a warning when both are set;
@@ -35,9 +40,13 @@ pub const TOKEN_TYPES: [&str; 4] = ["service", "batch", "default-service", "defa
 #[serde(default)]
 pub struct Role {
     pub name: String,
-    /// Empty: any policy (of the caller's) may be asked for.
+    /// Empty (and no globs): any policy (of the caller's) may be asked for.
     pub allowed_policies: Vec<String>,
+    /// `allowed_policies_glob`: policies matching one of these may be asked for too.
+    pub allowed_policies_glob: Vec<String>,
     pub disallowed_policies: Vec<String>,
+    /// `disallowed_policies_glob`: no policy matching one of these.
+    pub disallowed_policies_glob: Vec<String>,
     pub orphan: bool,
     pub renewable: bool,
     /// `token_period`, seconds; 0 = not periodic.
@@ -53,6 +62,11 @@ pub struct Role {
     /// One of [`TOKEN_TYPES`]; empty means `default-service` (roles written before the
     /// field existed).
     pub token_type: String,
+    /// `token_num_uses`: the most uses a token of the role gets (the lesser of this and
+    /// the request's `num_uses` when both are set); 0 = unlimited.
+    pub num_uses: i64,
+    /// `token_bound_cidrs`: the CIDR blocks its tokens may be used from (empty: any).
+    pub bound_cidrs: Vec<String>,
 }
 
 impl Role {
@@ -65,12 +79,12 @@ impl Role {
     }
 
     fn view(&self) -> Value {
-        json!({
+        let mut v = json!({
             "name": self.name,
             "allowed_policies": self.allowed_policies,
-            "allowed_policies_glob": [],
+            "allowed_policies_glob": self.allowed_policies_glob,
             "disallowed_policies": self.disallowed_policies,
-            "disallowed_policies_glob": [],
+            "disallowed_policies_glob": self.disallowed_policies_glob,
             "allowed_entity_aliases": null,
             "orphan": self.orphan,
             "renewable": self.renewable,
@@ -81,7 +95,26 @@ impl Role {
             "path_suffix": self.path_suffix,
             "token_no_default_policy": self.no_default_policy,
             "token_type": self.token_type(),
-        })
+        });
+        // Shown only when set, as the reference shows them.
+        if self.num_uses > 0 {
+            v["token_num_uses"] = json!(self.num_uses);
+        }
+        if !self.bound_cidrs.is_empty() {
+            v["token_bound_cidrs"] = json!(self.bound_cidrs);
+        }
+        v
+    }
+
+    /// The path of a token created through this role, `auth/token/create/<name>` and the
+    /// role's `path_suffix` after it (so that `sys/leases/revoke-prefix` on it revokes the
+    /// tokens issued under that suffix, as in the reference).
+    pub fn token_path(&self) -> String {
+        if self.path_suffix.is_empty() {
+            format!("auth/token/create/{}", self.name)
+        } else {
+            format!("auth/token/create/{}/{}", self.name, self.path_suffix)
+        }
     }
 
     /// Whether a token of this role is a batch token, given the type the request named.
@@ -94,11 +127,30 @@ impl Role {
         }
     }
 
+    /// Whether the role bounds the policies asked for (allowed policies or globs), rather
+    /// than the caller's own policies.
+    pub fn bounds_policies(&self) -> bool {
+        !self.allowed_policies.is_empty() || !self.allowed_policies_glob.is_empty()
+    }
+
+    /// Whether the role disallows `default` (by name or by a glob matching it): it is then
+    /// not added to its tokens.
+    pub fn disallows_default(&self) -> bool {
+        self.disallowed("default")
+    }
+
+    fn disallowed(&self, p: &str) -> bool {
+        self.disallowed_policies.iter().any(|d| d == p)
+            || self.disallowed_policies_glob.iter().any(|g| glob(g, p))
+    }
+
     /// The policies of a token of this role: `asked` (or the allowed ones when none were
-    /// asked for, `None` when the role allows any) checked against the role's lists.
+    /// asked for, `None` when the role allows any) checked against the role's lists (a
+    /// glob allows what it matches, but none is added when nothing is asked for, as in the
+    /// reference).
     pub fn policies(&self, asked: Vec<String>) -> ApiResult<Option<Vec<String>>> {
         let mut policies = if asked.is_empty() {
-            if self.allowed_policies.is_empty() {
+            if !self.bounds_policies() {
                 return Ok(None);
             }
             self.allowed_policies.clone()
@@ -106,29 +158,36 @@ impl Role {
             asked
         };
         // A disallowed `default` is left out rather than refused, as in the reference.
-        if self.disallowed_policies.iter().any(|p| p == "default") {
+        if self.disallows_default() {
             policies.retain(|p| p != "default");
         }
-        if !self.allowed_policies.is_empty() {
+        if self.bounds_policies() {
             let allowed = super::normalize_policies(self.allowed_policies.clone(), true);
             let shown = super::normalize_policies(policies.clone(), !self.no_default_policy);
-            if !shown.iter().all(|p| allowed.contains(p)) {
+            let ok = |p: &String| {
+                allowed.contains(p) || self.allowed_policies_glob.iter().any(|g| glob(g, p))
+            };
+            if !shown.iter().all(ok) {
                 return Err(ApiError::bad(format!(
-                    "token policies ({}) must be subset of the role's allowed policies ({}) or glob policies ([])",
+                    "token policies ({}) must be subset of the role's allowed policies ({}) or glob policies ({})",
                     go_list(&shown),
-                    go_list(&allowed)
+                    go_list(&allowed),
+                    go_list(&self.allowed_policies_glob)
                 )));
             }
         }
-        if let Some(p) = policies
-            .iter()
-            .find(|p| self.disallowed_policies.contains(p))
-        {
-            return Err(ApiError::bad(format!(
-                "token policy {p:?} is disallowed by this role"
-            )));
-        }
+        self.refuse_disallowed(&policies)?;
         Ok(Some(policies))
+    }
+
+    /// A 400 naming the first of `policies` that the role disallows.
+    pub fn refuse_disallowed(&self, policies: &[String]) -> ApiResult<()> {
+        match policies.iter().find(|p| self.disallowed(p)) {
+            Some(p) => Err(ApiError::bad(format!(
+                "token policy {p:?} is disallowed by this role"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Applies the role's period and explicit max TTL to what the request asked for: the
@@ -159,6 +218,47 @@ impl Role {
     }
 }
 
+/// Whether a role's path suffix passes the reference's check: some run of it matches
+/// `\w[\w-.]+\w` (a word character, at least one of word characters, `-` and `.`, a word
+/// character), and it names no other segment of the path (`..`, an empty segment, or a
+/// leading or trailing `/`, which the reference's unanchored pattern lets through).
+fn valid_path_suffix(p: &str) -> bool {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let matches = p
+        .split(|c: char| !(word(c) || c == '-' || c == '.'))
+        .any(|run| {
+            let first = run.find(word);
+            let last = run.rfind(word);
+            matches!((first, last), (Some(i), Some(j)) if j >= i + 2)
+        });
+    matches
+        && p.split('/')
+            .all(|seg| !seg.is_empty() && seg != "." && seg != "..")
+}
+
+/// Whether policy name `s` matches `pattern`, whose every `*` stands for any run of
+/// characters (none included) and every other character for itself (the reference's
+/// policy globs).
+fn glob(pattern: &str, s: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = s.strip_prefix(first) else {
+        return false;
+    };
+    let mut parts: Vec<&str> = parts.collect();
+    let Some(last) = parts.pop() else {
+        // No `*`: the whole name.
+        return rest.is_empty();
+    };
+    for mid in parts {
+        match rest.find(mid) {
+            Some(i) => rest = &rest[i + mid.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
 /// A list as the reference's messages print one: `["a" "b"]`.
 fn go_list(v: &[String]) -> String {
     let items: Vec<String> = v.iter().map(|p| format!("{p:?}")).collect();
@@ -182,6 +282,12 @@ fn update(r: &mut Role, f: &Fields) -> ApiResult<()> {
     }
     if let Some(p) = f.list("disallowed_policies")? {
         r.disallowed_policies = super::normalize_policies(p, false);
+    }
+    if let Some(p) = f.list("allowed_policies_glob")? {
+        r.allowed_policies_glob = super::normalize_policies(p, false);
+    }
+    if let Some(p) = f.list("disallowed_policies_glob")? {
+        r.disallowed_policies_glob = super::normalize_policies(p, false);
     }
     if let Some(b) = f.bool("orphan")? {
         r.orphan = b;
@@ -208,7 +314,29 @@ fn update(r: &mut Role, f: &Fields) -> ApiResult<()> {
         r.explicit_max_ttl = d;
     }
     if let Some(p) = f.str("path_suffix")? {
+        if !p.is_empty() && !valid_path_suffix(&p) {
+            return Err(ApiError::bad(
+                "given role path suffix contains invalid characters; must match \\w[\\w-.]+\\w",
+            ));
+        }
         r.path_suffix = p;
+    }
+    if let Some(n) = f.int("token_num_uses")? {
+        if n < 0 {
+            return Err(ApiError::bad("token_num_uses: must be zero or positive"));
+        }
+        r.num_uses = n;
+    }
+    if let Some(v) = f.list("token_bound_cidrs")? {
+        if let Some(c) = v
+            .iter()
+            .find(|c| crate::auth::ldap::config::parse_cidr(c).is_none())
+        {
+            return Err(ApiError::bad(format!(
+                "token_bound_cidrs: {c:?} is not an IP address or CIDR block"
+            )));
+        }
+        r.bound_cidrs = v;
     }
     if let Some(t) = f.str("token_type")? {
         if !TOKEN_TYPES.contains(&t.as_str()) {
@@ -573,6 +701,240 @@ mod tests {
         assert_eq!(a["token_type"], "service");
         let (s, e, _) = t.create(ROOT, "dbat", json!({}));
         assert_eq!((s, e), (400, json!("batch tokens cannot be root tokens")));
+    }
+
+    /// Naming no policies does not get round a role's disallowed ones: without allowed
+    /// policies the token would carry the caller's own, and those are checked too (the
+    /// reference's answer).
+    #[test]
+    fn disallowed_policies_bound_the_policies_a_token_inherits() {
+        let mut t = T::new();
+        let pol = r#"path "auth/token/create/*" { capabilities = ["create", "update"] }"#;
+        let r = t.call(
+            ROOT,
+            Method::Put,
+            "sys/policies/acl/maker",
+            json!({ "policy": pol }),
+        );
+        assert_eq!(r.status, 204, "{:?}", r.body);
+        let token = |t: &mut T, body: Value| {
+            let r = t.call(ROOT, Method::Post, "auth/token/create", body);
+            r.body.unwrap_or_default()["auth"]["client_token"]
+                .as_str()
+                .expect("token")
+                .to_string()
+        };
+        let caller = token(&mut t, json!({"policies": ["maker", "a", "c"]}));
+        assert_eq!(
+            t.role("noc", json!({"disallowed_policies": ["c"]})).status,
+            204
+        );
+        let (s, e, _) = t.create(&caller, "noc", json!({}));
+        assert_eq!(
+            (s, e),
+            (400, json!("token policy \"c\" is disallowed by this role"))
+        );
+        let (s, a, _) = t.create(&caller, "noc", json!({"policies": ["a"]}));
+        assert_eq!((s, a["policies"].clone()), (200, json!(["a", "default"])));
+        // A disallowed `default` is not added; one the caller carries is refused.
+        assert_eq!(
+            t.role("nodef", json!({"disallowed_policies": ["default"]}))
+                .status,
+            204
+        );
+        let (s, a, _) = t.create(&caller, "nodef", json!({"policies": ["a"]}));
+        assert_eq!((s, a["policies"].clone()), (200, json!(["a"])));
+        let (s, e, _) = t.create(&caller, "nodef", json!({}));
+        assert_eq!(
+            (s, e),
+            (
+                400,
+                json!("token policy \"default\" is disallowed by this role")
+            )
+        );
+        let bare = token(
+            &mut t,
+            json!({"policies": ["maker", "a"], "no_default_policy": true}),
+        );
+        let (s, a, _) = t.create(&bare, "nodef", json!({}));
+        assert_eq!((s, a["policies"].clone()), (200, json!(["a", "maker"])));
+    }
+
+    /// A role's path suffix is part of its tokens' path, so that revoking by that prefix
+    /// revokes exactly the tokens issued under it.
+    #[test]
+    fn a_path_suffix_names_the_tokens_revoked_by_its_prefix() {
+        let mut t = T::new();
+        let alive = |t: &mut T, tok: &str| {
+            t.call(tok, Method::Get, "auth/token/lookup-self", json!({}))
+                .status
+        };
+        assert_eq!(t.role("suf", json!({"path_suffix": "ver1"})).status, 204);
+        let (s, a, _) = t.create(ROOT, "suf", json!({"policies": ["a"]}));
+        assert_eq!(s, 200, "{a}");
+        let v1 = a["client_token"].as_str().expect("token").to_string();
+        let r = t.call(&v1, Method::Get, "auth/token/lookup-self", json!({}));
+        assert_eq!(
+            r.body.unwrap_or_default()["data"]["path"],
+            "auth/token/create/suf/ver1"
+        );
+        assert_eq!(t.role("suf", json!({"path_suffix": "ver2"})).status, 204);
+        let (_, a, _) = t.create(ROOT, "suf", json!({"policies": ["a"]}));
+        let v2 = a["client_token"].as_str().expect("token").to_string();
+        let r = t.call(
+            ROOT,
+            Method::Post,
+            "sys/leases/revoke-prefix/auth/token/create/suf/ver1",
+            json!({}),
+        );
+        assert_eq!(r.status, 204, "{:?}", r.body);
+        assert_eq!((alive(&mut t, &v1), alive(&mut t, &v2)), (403, 200));
+        // The reference's pattern, and no suffix that names another path segment.
+        for bad in ["v1", "a b", "../abc", "abc/../x", "abc/", "/abc", "abc//x"] {
+            let r = t.role("suf", json!({ "path_suffix": bad }));
+            assert_eq!(r.status, 400, "{bad}: {:?}", r.body);
+        }
+        assert_eq!(t.read("suf")["path_suffix"], "ver2");
+        for good in ["v-1.2", "team/app_1", ""] {
+            assert_eq!(t.role("suf", json!({ "path_suffix": good })).status, 204);
+        }
+    }
+
+    /// `token_num_uses` and `token_bound_cidrs` reach the role's tokens (they were
+    /// accepted and ignored: unlimited tokens usable from anywhere).
+    #[test]
+    fn a_role_limits_uses_and_binds_addresses() {
+        let mut t = T::new();
+        let r = t.role(
+            "lim",
+            json!({"token_num_uses": 2, "token_bound_cidrs": ["10.0.0.0/8"]}),
+        );
+        assert_eq!(r.status, 204, "{:?}", r.body);
+        let d = t.read("lim");
+        assert_eq!(
+            (d["token_num_uses"].clone(), d["token_bound_cidrs"].clone()),
+            (json!(2), json!(["10.0.0.0/8"]))
+        );
+        // Unset, neither is shown (the reference's read).
+        assert_eq!(t.role("plain", json!({})).status, 204);
+        let d = t.read("plain");
+        assert!(
+            d.get("token_num_uses").is_none() && d.get("token_bound_cidrs").is_none(),
+            "{d}"
+        );
+        for (asked, got) in [
+            (json!({}), 2),
+            (json!({"num_uses": 5}), 2),
+            (json!({"num_uses": 1}), 1),
+        ] {
+            let mut body = asked.clone();
+            body["policies"] = json!(["a"]);
+            let (s, a, _) = t.create(ROOT, "lim", body);
+            assert_eq!((s, a["num_uses"].clone()), (200, json!(got)), "{asked}");
+        }
+        let (_, a, _) = t.create(ROOT, "lim", json!({"policies": ["a"]}));
+        let tok = a["client_token"].as_str().expect("token").to_string();
+        let mut from_to = |addr: &str, help: bool| {
+            t.next += 1;
+            let id = t.next;
+            let mut req = Request::new(id, Method::Get, "auth/token/lookup-self").with_token(&tok);
+            if help {
+                req.query = vec![("help".into(), "1".into())];
+            }
+            req.remote_addr = addr.into();
+            t.node.handle(10_000, Input::Request(req));
+            let mut status = 0;
+            while let Some(o) = t.node.poll_output() {
+                if let Output::Response(r) = o {
+                    if r.id == id {
+                        status = r.status;
+                    }
+                }
+            }
+            status
+        };
+        assert_eq!(from_to("127.0.0.1:5000", false), 403);
+        assert_eq!(from_to("", false), 403);
+        assert_eq!(from_to("10.9.8.7:5000", false), 200);
+        // The routes' help too: a bound token is nobody's from elsewhere.
+        assert_eq!(from_to("127.0.0.1:5000", true), 403);
+        assert_eq!(from_to("10.9.8.7:5000", true), 200);
+        for bad in [
+            json!({"token_num_uses": -1}),
+            json!({"token_bound_cidrs": ["10.0.0.0/33"]}),
+        ] {
+            assert_eq!(t.role("lim", bad.clone()).status, 400, "{bad}");
+        }
+    }
+
+    /// Policy globs bound a role's tokens as the reference's do (they were shown as `[]`
+    /// and ignored: a disallowed glob let its policies through). Answers as OpenBao 2.6
+    /// gives them.
+    #[test]
+    fn policy_globs_allow_and_disallow() {
+        let mut t = T::new();
+        let pol = r#"path "auth/token/create/*" { capabilities = ["create", "update"] }"#;
+        let r = t.call(
+            ROOT,
+            Method::Put,
+            "sys/policies/acl/maker",
+            json!({ "policy": pol }),
+        );
+        assert_eq!(r.status, 204, "{:?}", r.body);
+        let token = |t: &mut T, policies: Value| {
+            let r = t.call(
+                ROOT,
+                Method::Post,
+                "auth/token/create",
+                json!({ "policies": policies }),
+            );
+            r.body.unwrap_or_default()["auth"]["client_token"]
+                .as_str()
+                .expect("token")
+                .to_string()
+        };
+        let maker = token(&mut t, json!(["maker"]));
+        let r = t.role("g1", json!({"allowed_policies_glob": ["user*", "adm*-a"]}));
+        assert_eq!(r.status, 204, "{:?}", r.body);
+        assert_eq!(
+            t.read("g1")["allowed_policies_glob"],
+            json!(["adm*-a", "user*"])
+        );
+        for (asked, want) in [
+            (json!([]), json!(["default"])),
+            (json!(["user"]), json!(["default", "user"])),
+            (json!(["userx"]), json!(["default", "userx"])),
+            (json!(["admin-a"]), json!(["admin-a", "default"])),
+        ] {
+            let (s, a, _) = t.create(&maker, "g1", json!({ "policies": asked }));
+            assert_eq!((s, a["policies"].clone()), (200, want), "{asked}");
+        }
+        for (asked, shown) in [
+            ("admin-b", r#"["admin-b" "default"]"#),
+            ("maker", r#"["default" "maker"]"#),
+        ] {
+            let (s, e, _) = t.create(&maker, "g1", json!({ "policies": [asked] }));
+            assert_eq!(s, 400, "{asked}");
+            assert_eq!(
+                e,
+                json!(format!(
+                    r#"token policies ({shown}) must be subset of the role's allowed policies (["default"]) or glob policies (["adm*-a" "user*"])"#
+                ))
+            );
+        }
+        let r = t.role("g2", json!({"disallowed_policies_glob": ["def*", "adm*"]}));
+        assert_eq!(r.status, 204, "{:?}", r.body);
+        let caller = token(&mut t, json!(["maker", "user", "admin-a"]));
+        let (s, a, _) = t.create(&caller, "g2", json!({"policies": ["user"]}));
+        assert_eq!((s, a["policies"].clone()), (200, json!(["user"])));
+        for body in [json!({}), json!({"policies": ["user", "admin-a"]})] {
+            let (s, e, _) = t.create(&caller, "g2", body.clone());
+            assert_eq!(s, 400, "{body}: {e}");
+            assert!(e.to_string().contains("is disallowed by this role"), "{e}");
+        }
+        assert!(super::glob("a*b*c", "abc") && super::glob("a*b*c", "axxbyyc"));
+        assert!(!super::glob("a*b*c", "acb") && !super::glob("ab", "abc"));
+        assert!(super::glob("*", "") && super::glob("a**", "a") && !super::glob("a*a", "a"));
     }
 
     #[test]

@@ -520,6 +520,31 @@ mod store {
         assert!(lookup(&mut c, &grandchild).unwrap().is_none());
     }
 
+    /// A batch child is not orphaned: it goes with its parent (the reference refuses a
+    /// batch token whose parent is gone), links and index keys included.
+    #[test]
+    fn revoking_an_orphan_takes_its_batch_children_along() {
+        let mut p = parts(9);
+        let mut c = ctx(&mut p);
+        let (parent, _) = create(&mut c, new(&["default"], Some(600))).unwrap();
+        let ph = hash(&mut c, &parent).unwrap();
+        let (service, _) = create(&mut c, child_of(&ph, 600)).unwrap();
+        let batch_req = NewToken {
+            kind: "batch".into(),
+            ..child_of(&ph, 600)
+        };
+        let (batch, _) = create(&mut c, batch_req).unwrap();
+        revoke_orphan(&mut c, &ph).unwrap();
+        assert!(
+            lookup(&mut c, &batch).unwrap().is_none(),
+            "batch child kept"
+        );
+        assert!(lookup(&mut c, &service).unwrap().is_some());
+        assert!(c.keys(PARENT).unwrap().is_empty(), "no parent links left");
+        assert_eq!(c.keys(ACCESSOR).unwrap().len(), 1);
+        assert_eq!(c.keys(EXPIRY).unwrap().len(), 1);
+    }
+
     #[test]
     fn limited_use_tokens_count_down_and_go_after_the_last_use() {
         let mut p = parts(10);

@@ -263,7 +263,7 @@ impl Checker {
         let mut wraps = 0;
         for (secret, w) in &e.wraps {
             wraps += 1;
-            let valid = !w.unwrapped && now < w.expire_at;
+            let valid = w.valid(now);
             let r = call(
                 &mut node,
                 now,
@@ -282,11 +282,7 @@ impl Checker {
                 );
             }
             if !valid && status != 400 {
-                let inv = if w.unwrapped {
-                    "single-use-wrapping"
-                } else {
-                    "wrapping-ttl"
-                };
+                let inv = w.dead_invariant();
                 return fail(
                     inv,
                     format!(

@@ -187,7 +187,7 @@ impl Checker {
         let e = &mut self.hosts[h];
         let fact = e.wraps.get(secret).cloned();
         match fact {
-            Some(f) if !f.unwrapped && at < f.expire_at => {
+            Some(f) if f.valid(at) => {
                 bump(&mut self.counts, "wrapping");
                 if status != 200 {
                     return fail(
@@ -243,16 +243,19 @@ impl Checker {
                 Ok(())
             }
             Some(f) => {
-                let inv = if f.unwrapped {
-                    "single-use-wrapping"
-                } else {
-                    "wrapping-ttl"
-                };
+                let inv = f.dead_invariant();
                 bump(&mut self.counts, inv);
                 if status != 400 {
+                    let why = if f.unwrapped {
+                        "was unwrapped"
+                    } else if f.spent {
+                        "spent its one use as a client token"
+                    } else {
+                        "expired"
+                    };
                     return fail(
                         inv,
-                        format!("token {} must not unwrap again: {what}", f.label),
+                        format!("token {} {why}, must not unwrap: {what}", f.label),
                     );
                 }
                 Ok(())

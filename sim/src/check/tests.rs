@@ -257,6 +257,73 @@ fn use_limited_tokens_spend_uses_on_failed_requests() {
     assert_eq!(e.invariant, "token-use-limit");
 }
 
+/// A request its policies refuse spends a use too (the reference counts it): with two
+/// uses, one refusal and one read leave none.
+#[test]
+fn use_limited_tokens_spend_uses_on_refused_requests() {
+    let mut c = ready();
+    let create = Op::TokenCreate {
+        tok: tok("root", ROOT),
+        policies: vec!["team-a".into()],
+        ttl_s: 100,
+        ttl_as_string: false,
+        num_uses: 2,
+        wrap: None,
+    };
+    let t2 = "cs.t2000000000000000000000";
+    let body = json!({"auth": {"client_token": t2, "lease_duration": 100,
+        "policies": ["default", "team-a"], "num_uses": 2}});
+    see(&mut c, &create, 0, 200, Some(body)).unwrap();
+    see(&mut c, &kv(t2, get("secret/b/k0")), 1_000, 403, None).unwrap();
+    see(&mut c, &kv(t2, get("secret/a/k2")), 1_000, 404, None).unwrap();
+    let e = see(&mut c, &kv(t2, get("secret/a/k2")), 1_000, 404, None).unwrap_err();
+    assert_eq!(e.invariant, "token-use-limit");
+    // A request with a dead token spends nothing (and changes nothing).
+    see(&mut c, &kv(t2, get("secret/b/k0")), 1_000, 403, None).unwrap();
+}
+
+/// A response-wrapping token has one use: presented as a client token (refused), it is
+/// spent and must not unwrap afterwards.
+#[test]
+fn a_wrapping_token_tried_as_a_client_token_is_spent() {
+    let mut c = ready();
+    let put = kv(
+        ROOT,
+        KvOp::Put {
+            key: "secret/a/k1".into(),
+            value: json!({"w": true}),
+        },
+    );
+    see(&mut c, &put, 1_000, 204, None).unwrap();
+    let wrap_get = kv(
+        ROOT,
+        KvOp::Get {
+            key: "secret/a/k1".into(),
+            wrap: Some(("30s".into(), 30)),
+        },
+    );
+    let w = "cs.wrap0000000000000000000";
+    let wrapped = json!({"data": null, "wrap_info": {"token": w}});
+    see(&mut c, &wrap_get, 1_000, 200, Some(wrapped)).unwrap();
+    // Tried as a client token: refused, and its one use is gone.
+    see(&mut c, &kv(w, get("secret/a/k1")), 1_500, 403, None).unwrap();
+    let unwrap = Op::Unwrap {
+        wrap: tok("w1", w),
+        in_body: true,
+    };
+    let e = see(
+        &mut c,
+        &unwrap,
+        2_000,
+        200,
+        Some(json!({"data": {"w": true}})),
+    )
+    .unwrap_err();
+    assert_eq!(e.invariant, "single-use-wrapping");
+    assert!(e.detail.contains("client token"), "{}", e.detail);
+    see(&mut c, &unwrap, 2_000, 400, None).unwrap();
+}
+
 #[test]
 fn tenant_probes_are_refused_and_reveal_nothing() {
     let mut c = ready();

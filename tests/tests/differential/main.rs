@@ -30,7 +30,6 @@ const MOUNTS: &str = "not implemented yet: the cubbyhole/ and identity/ mounts";
 const KV2: &str = "the reference's dev secret/ is KV v2 (options.version 2); Cairn's dev secret/ is KV v1 without options";
 const POLICY: &str = "not implemented yet: OpenBao's policy versioning fields (version, modified, cas_required, identity-template flags)";
 const ORPHAN: &str = "deliberate: create-orphan needs sudo in Cairn (tests/tests/security.rs); the reference only wants the path's capabilities";
-const WRAPUSE: &str = "the reference spends the single use of a wrapping token on a denied lookup-self; Cairn spends uses only on authorised requests";
 const LDAPCFG: &str = "Cairn extension: the lockout settings (user_lockout_*) live in the LDAP config (the reference's in sys/auth tune) and client_tls_cert is shown";
 const DEREF: &str = "spec lists never/finding/searching/always for dereference_aliases: Cairn refuses other values, the reference stores anything";
 const LOGINDATA: &str = "spec: the LDAP login response's data is null (the reference answers {})";
@@ -54,11 +53,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     ("token create-orphan without sudo", "auth", ORPHAN),
     ("token create-orphan without sudo", "wrap_info", ORPHAN),
     ("token create-orphan without sudo", "warnings", ORPHAN),
-    ("wrapping unwrap wrap3", "status", WRAPUSE),
-    ("wrapping unwrap wrap3", "data", WRAPUSE),
-    ("wrapping unwrap wrap3", "auth", WRAPUSE),
-    ("wrapping unwrap wrap3", "wrap_info", WRAPUSE),
-    ("wrapping unwrap wrap3", "warnings", WRAPUSE),
     ("ldap config read", "data", LDAPCFG),
     ("ldap config read after bad", "data", LDAPCFG),
     ("ldap config bad deref", "status", DEREF),

@@ -618,6 +618,7 @@ fn finish_login(
             login_name: Some(login.username.clone()),
             no_default_policy: cfg.token_no_default_policy,
             entity_id: ident.entity_id.clone(),
+            bound_cidrs: cfg.token_bound_cidrs.clone(),
             ..Default::default()
         },
     )?;

@@ -17,6 +17,8 @@ pub(crate) struct World {
     pub(super) now: u64,
     /// Every audit line the node wrote.
     audit: Vec<String>,
+    /// The client address of the requests sent.
+    pub(super) remote_addr: String,
 }
 
 const BASE: &str = "dc=example,dc=org";
@@ -136,6 +138,7 @@ impl World {
             next_id: 100,
             now: 2_000,
             audit: Vec::new(),
+            remote_addr: "127.0.0.1:4000".into(),
         }
     }
 
@@ -150,7 +153,7 @@ impl World {
         self.next_id += 1;
         let id = self.next_id;
         let mut req = Request::new(id, method, path).with_json(body);
-        req.remote_addr = "127.0.0.1:4000".into();
+        req.remote_addr = self.remote_addr.clone();
         if let Some(t) = token {
             req = req.with_token(t);
         }
@@ -713,7 +716,61 @@ fn login_without_config_and_bound_cidrs() {
     w.configure(c);
     assert_eq!(w.login("alice", "alicepw").status, 403);
     w.configure(json!({"token_bound_cidrs": "127.0.0.0/8"}));
-    assert_eq!(w.login("alice", "alicepw").status, 200);
+    let r = w.login("alice", "alicepw");
+    assert_eq!(r.status, 200);
+    let t = r.body.unwrap()["auth"]["client_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The token is bound to those blocks too, as in the reference: usable from inside
+    // them only, and so are the tokens it creates.
+    let me = |w: &mut World| {
+        w.call(Method::Get, "auth/token/lookup-self", json!({}), Some(&t))
+            .status
+    };
+    assert_eq!(me(&mut w), 200);
+    w.remote_addr = "10.1.2.3:4000".into();
+    assert_eq!(me(&mut w), 403);
+    w.remote_addr = "127.0.0.1:4000".into();
+    w.admin(
+        Method::Put,
+        "sys/policies/acl/maker",
+        json!({"policy": "path \"auth/token/create\" { capabilities = [\"update\"] }"}),
+    );
+    w.admin(
+        Method::Post,
+        "auth/ldap/users/alice",
+        json!({"policies": "maker"}),
+    );
+    let r = w.login("alice", "alicepw");
+    let t = r.body.unwrap()["auth"]["client_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = w.call(Method::Post, "auth/token/create", json!({}), Some(&t));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let child = r.body.unwrap()["auth"]["client_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = w.call(
+        Method::Get,
+        "auth/token/lookup-self",
+        json!({}),
+        Some(&child),
+    );
+    assert_eq!(
+        r.body.unwrap()["data"]["bound_cidrs"],
+        json!(["127.0.0.0/8"])
+    );
+    w.remote_addr = "10.1.2.3:4000".into();
+    let r = w.call(
+        Method::Get,
+        "auth/token/lookup-self",
+        json!({}),
+        Some(&child),
+    );
+    assert_eq!(r.status, 403);
 }
 
 #[test]
