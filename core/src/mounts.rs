@@ -415,6 +415,34 @@ fn tune(
     )))
 }
 
+/// The lease TTLs of a new mount's `config` (`default_lease_ttl`, `max_lease_ttl`; 0 is the
+/// system's), checked as a tune checks them. Its other settings are not kept.
+fn config_ttls(config: Option<&Value>) -> ApiResult<(u64, u64)> {
+    let c = match config {
+        None | Some(Value::Null) => return Ok((0, 0)),
+        Some(Value::Object(c)) => c,
+        Some(_) => return Err(ApiError::bad("config: expected an object")),
+    };
+    let f = Fields(c);
+    let ttl = |name: &str| {
+        f.duration(name)
+            .map(Option::unwrap_or_default)
+            .map_err(|e| ApiError::bad(format!("config.{e}")))
+    };
+    let (default_ttl, max_ttl) = (ttl("default_lease_ttl")?, ttl("max_lease_ttl")?);
+    let max = if max_ttl > 0 {
+        max_ttl
+    } else {
+        crate::token::MAX_TTL
+    };
+    if default_ttl > max {
+        return Err(ApiError::bad(
+            "config.default_lease_ttl: cannot be longer than max_lease_ttl",
+        ));
+    }
+    Ok((default_ttl, max_ttl))
+}
+
 /// The mounts of namespace `ns` (and the built-ins), by path relative to `ns`.
 fn table_view(ctx: &Ctx, table: Table, ns: &str) -> ApiResult<Map<String, Value>> {
     let mut out = Map::new();
@@ -534,7 +562,8 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
                 Some(Value::Object(o)) => o.clone(),
                 Some(_) => return Err(ApiError::bad("options: expected an object")),
             };
-            enable_in(
+            let (default_ttl, max_ttl) = config_ttls(body.get("config"))?;
+            let entry = enable_in(
                 ctx,
                 table,
                 &ns,
@@ -544,6 +573,14 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
                 f.bool("local")?.unwrap_or(false),
                 options,
             )?;
+            if (default_ttl, max_ttl) != (0, 0) {
+                // In the enable's write set: the mount is stored with its TTLs or not at all.
+                tune(ctx, table, &entry.path, |e| {
+                    e.default_lease_ttl = default_ttl;
+                    e.max_lease_ttl = max_ttl;
+                    Ok(())
+                })?;
+            }
             Ok(Reply::Empty)
         }
         (Method::Get, p) => {
@@ -772,6 +809,66 @@ mod tests {
         assert_eq!(d["config"]["default_lease_ttl"], 1800);
         assert_eq!(d["options"], json!({}));
         assert_eq!(d["deprecation_status"], "supported");
+    }
+
+    /// A new mount's `config` TTLs are kept (an LDAP mount's bound its logins' tokens), and
+    /// a bad `config` refuses the mount: nothing is enabled.
+    #[test]
+    fn a_new_mounts_config_ttls_are_kept_or_refuse_the_mount() {
+        let mut n = Node::dev_in_memory([5; 32], "root");
+        let cfg = json!({"default_lease_ttl": "1h", "max_lease_ttl": 7200});
+        for (id, (enable, tune)) in [
+            ("sys/mounts/kv9", "sys/mounts/kv9/tune"),
+            ("sys/auth/ldap9", "sys/auth/ldap9/tune"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let kind = if enable.starts_with("sys/auth") {
+                "ldap"
+            } else {
+                "kv"
+            };
+            let id = 10 * id as u64;
+            let r = call(
+                &mut n,
+                id + 1,
+                Method::Post,
+                enable,
+                json!({"type": kind, "config": cfg}),
+            );
+            assert_eq!(r.status, 204, "{:?}", r.body);
+            let d = data(&call(&mut n, id + 2, Method::Get, tune, json!({})));
+            assert_eq!(
+                (d["default_lease_ttl"].clone(), d["max_lease_ttl"].clone()),
+                (json!(3600), json!(7200)),
+                "{enable}"
+            );
+        }
+        for (id, config) in [
+            json!({"default_lease_ttl": "3h", "max_lease_ttl": "1h"}),
+            json!({"default_lease_ttl": "-5s"}),
+            json!({"max_lease_ttl": "zzz"}),
+            json!({"default_lease_ttl": "9999h"}),
+            json!("not an object"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let id = 100 + 2 * id as u64;
+            let r = call(
+                &mut n,
+                id,
+                Method::Post,
+                "sys/mounts/bad",
+                json!({"type": "kv", "config": config}),
+            );
+            assert_eq!(r.status, 400, "{config}: {:?}", r.body);
+            let e = r.body.expect("body")["errors"][0].to_string();
+            assert!(e.contains("config"), "{e}");
+            let m = call(&mut n, id + 1, Method::Get, "sys/mounts", json!({}));
+            assert!(data(&m).get("bad/").is_none(), "{config}");
+        }
     }
 
     #[test]
