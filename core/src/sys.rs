@@ -142,10 +142,13 @@ pub fn policies(ctx: &mut Ctx, req: &Request, name: &str, legacy: bool) -> ApiRe
             }
             let body = body_object(&req.body)?;
             let f = Fields(&body);
-            let text = match f.str("policy")? {
-                Some(t) => t,
-                None => f.req_str("rules")?,
-            };
+            // An empty text is refused, as in the reference: it would store a policy
+            // granting nothing (over an existing one, silently).
+            let text = f
+                .str("policy")?
+                .filter(|t| !t.is_empty())
+                .or(f.str("rules")?.filter(|t| !t.is_empty()))
+                .ok_or_else(|| ApiError::bad("'policy' parameter not supplied or empty"))?;
             let text = decode_maybe_base64(&text);
             if text.len() > MAX_POLICY_BYTES {
                 return Err(ApiError::TooLarge(format!(
@@ -330,5 +333,43 @@ mod tests {
             .to_string();
         let r = call(&mut n, 101, &w, Method::Get, "sys/policies/acl");
         assert_eq!(r.status, 403, "{:?}", r.body);
+    }
+    /// An empty policy text is refused on both paths, as in the reference, and an existing
+    /// policy is left as it was. Before, `{"policy": ""}` stored (or overwrote with) a
+    /// policy granting nothing.
+    #[test]
+    fn an_empty_policy_is_refused_and_replaces_nothing() {
+        let mut n = Node::dev_in_memory([6; 32], "root");
+        let rules = r#"path "secret/*" { capabilities = ["read"] }"#;
+        let r = call_with(
+            &mut n,
+            1,
+            "root",
+            Method::Put,
+            "sys/policies/acl/p",
+            json!({ "policy": rules }),
+            None,
+        );
+        assert_eq!(r.status, 204, "{:?}", r.body);
+        let mut id = 1;
+        for (path, body) in [
+            ("sys/policies/acl/p", json!({ "policy": "" })),
+            ("sys/policies/acl/p", json!({})),
+            ("sys/policy/p", json!({ "rules": "" })),
+            ("sys/policy/p", json!({ "policy": "", "rules": "" })),
+            ("sys/policies/acl/new", json!({ "policy": "" })),
+        ] {
+            id += 1;
+            let r = call_with(&mut n, id, "root", Method::Put, path, body.clone(), None);
+            assert_eq!(r.status, 400, "{path} {body}: {:?}", r.body);
+            assert_eq!(
+                r.body.unwrap()["errors"][0],
+                "'policy' parameter not supplied or empty"
+            );
+        }
+        let r = call(&mut n, 50, "root", Method::Get, "sys/policies/acl/p");
+        assert_eq!(r.body.unwrap()["data"]["policy"], rules);
+        let r = call(&mut n, 51, "root", Method::Get, "sys/policies/acl/new");
+        assert_eq!(r.status, 404, "{:?}", r.body);
     }
 }
