@@ -832,6 +832,12 @@ impl<S: Storage> Node<S> {
         match routes::lookup_sys(&path).map(|r| r.handler) {
             Some(routes::Sys::Init) => return self.init(&req),
             Some(routes::Sys::Unseal) => return self.unseal(&req),
+            // Reads only (`HEAD` is a `GET`), as in the reference: 405 for other methods.
+            Some(routes::Sys::SealStatus | routes::Sys::Health)
+                if req.method != api::Method::Get =>
+            {
+                return Err(ApiError::MethodNotAllowed)
+            }
             Some(routes::Sys::SealStatus) => return self.seal_status(),
             Some(routes::Sys::Health) => return self.health(&req),
             _ => {}

@@ -559,3 +559,34 @@ fn a_kv_writes_prefetch_hint_names_the_key_it_stores() {
     n.barrier.seal();
     assert_eq!(n.prefetch_keys(&put), Vec::<String>::new());
 }
+
+/// `sys/health` and `sys/seal-status` are reads: another method is a 405 in the error
+/// envelope, as in the reference, sealed or not. Before, a `DELETE` or `PUT` answered 200
+/// with the status.
+#[test]
+fn health_and_seal_status_answer_only_reads() {
+    let (mut n, _) = dev();
+    let mut id = 10;
+    for path in ["sys/health", "sys/seal-status"] {
+        for m in [
+            Method::Put,
+            Method::Post,
+            Method::Delete,
+            Method::List,
+            Method::Patch,
+        ] {
+            id += 1;
+            let req = Request::new(id, m, path).with_json(serde_json::json!({}));
+            let r = call(&mut n, 2_000, req);
+            assert_eq!(r.status, 405, "{m:?} {path}: {:?}", r.body);
+            assert_eq!(
+                r.body.expect("body")["errors"][0],
+                "unsupported operation",
+                "{m:?} {path}"
+            );
+        }
+        id += 1;
+        let r = call(&mut n, 2_000, Request::new(id, Method::Get, path));
+        assert_eq!(r.status, 200, "{path}: {:?}", r.body);
+    }
+}
