@@ -792,6 +792,10 @@ fn a_person_at_a_terminal_logs_in_and_reads_replication_status() {
         bin.display()
     ));
     tmux.wait_for("Password (will be hidden):");
+    // The prompt is printed just before the terminal's echo is switched off (rpassword):
+    // a person types after reading it, not within those microseconds. Typing at once raced
+    // the switch on a loaded machine and showed the keys as echoed.
+    std::thread::sleep(std::time::Duration::from_millis(300));
     tmux.type_line("alice-pw");
     let screen = tmux.wait_for("token_policies");
     assert!(
