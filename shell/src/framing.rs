@@ -302,4 +302,163 @@ mod tests {
         rq.as_reader().read_to_string(&mut got).expect("body");
         assert_eq!((rq.url(), got.as_str()), ("/v1/x", "{}"));
     }
+
+    /// A listener with the head check, and a client that sends `head` on a new connection
+    /// and reads until the server closes it.
+    fn head_server() -> (tiny_http::Server, impl Fn(&[u8]) -> String) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let server =
+            tiny_http::Server::from_listener_with_head_check(listener, None, Some(head_check))
+                .expect("server");
+        let addr = server.server_addr().to_ip().expect("ip");
+        let exchange = move |head: &[u8]| {
+            let mut sock = std::net::TcpStream::connect(addr).expect("connect");
+            sock.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            sock.write_all(head).expect("write");
+            let mut got = Vec::new();
+            let _ = sock.read_to_end(&mut got);
+            String::from_utf8_lossy(&got).into_owned()
+        };
+        (server, exchange)
+    }
+
+    /// The request the server hands out next (within 10 s).
+    fn served(server: &tiny_http::Server) -> tiny_http::Request {
+        server
+            .recv_timeout(Duration::from_secs(10))
+            .expect("recv")
+            .expect("a request")
+    }
+
+    /// `got` is one 400 in the error envelope, with `Connection: close` and no-store, whose
+    /// message contains `says`.
+    fn assert_malformed(got: &str, says: &str) {
+        assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
+        assert_eq!(
+            got.matches("HTTP/1.1 ").count(),
+            1,
+            "one answer only: {got}"
+        );
+        assert!(got.contains("Connection: close\r\n"), "{got}");
+        assert!(got.contains("Cache-Control: no-store\r\n"), "{got}");
+        assert!(got.contains("Content-Type: application/json\r\n"), "{got}");
+        let body = got.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let body: serde_json::Value = serde_json::from_str(body).expect("json");
+        let message = body["errors"][0].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{body}");
+    }
+
+    /// The patched tiny_http: a byte outside ASCII in a request's head is never a connection
+    /// dropped without an answer (it was: tiny_http read the head as ASCII only). As the
+    /// reference's Go server: a header value outside ASCII (obs-text: a user agent `café`, a
+    /// Latin-1 token) is accepted (bytes that are not UTF-8 read as U+FFFD, so a token is
+    /// then unknown: 403 in the core), a UTF-8 request target is served as it came; a header
+    /// name outside ASCII or a request line that is not UTF-8 is a malformed head: 400 in
+    /// the error envelope, connection closed.
+    #[test]
+    fn a_head_outside_ascii_is_answered_not_dropped() {
+        let (server, exchange) = head_server();
+        let addr = server.server_addr().to_ip().expect("ip");
+        let mut sock = std::net::TcpStream::connect(addr).expect("connect");
+        sock.write_all(
+            b"GET /v1/sys/health HTTP/1.1\r\nHost: x\r\nUser-Agent: caf\xc3\xa9 \r\n\
+              X-Vault-Token: r\xe9\r\n\r\n",
+        )
+        .expect("write");
+        let rq = served(&server);
+        let value = |name: &'static str| {
+            rq.headers()
+                .iter()
+                .find(|h| h.field.equiv(name))
+                .map(|h| h.value.as_str().to_string())
+        };
+        assert_eq!(value("User-Agent").as_deref(), Some("caf\u{e9}"));
+        assert_eq!(value("X-Vault-Token").as_deref(), Some("r\u{fffd}"));
+        // Answered (dropped) before the next one: tiny_http writes answers in request order,
+        // so the next request's answer would wait for this one's.
+        drop(rq);
+        // A UTF-8 path reaches the server as it was sent.
+        sock.write_all("GET /v1/secret/\u{fc} HTTP/1.1\r\nHost: x\r\n\r\n".as_bytes())
+            .expect("write");
+        assert_eq!(served(&server).url(), "/v1/secret/\u{fc}");
+
+        // A header name outside ASCII.
+        let got = exchange(b"GET /v1/sys/health HTTP/1.1\r\nX-F\xe9o: a\r\n\r\n");
+        assert_malformed(&got, "a header name has a character outside ASCII");
+        // A request line that is not UTF-8, or has a byte outside ASCII in the method.
+        let got = exchange(b"GET /v1/secret/\xff HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_malformed(&got, "the request target is not UTF-8");
+        let got = exchange("G\u{c9}T /v1/x HTTP/1.1\r\nHost: x\r\n\r\n".as_bytes());
+        assert_malformed(&got, "malformed request line");
+        // Unicode spaces are not trimmed: the version is `HTTP/1.1` plus one.
+        let got = exchange("GET /v1/x HTTP/1.1\u{a0}\r\nHost: x\r\n\r\n".as_bytes());
+        assert_malformed(&got, "malformed request line");
+        let next = server
+            .recv_timeout(Duration::from_millis(300))
+            .expect("recv");
+        assert!(next.is_none(), "{next:?}");
+    }
+
+    /// The patched tiny_http: a control character in the head (a bare LF or CR, which a
+    /// front end may take for the end of a line where tiny_http does not, NUL, a vertical
+    /// tab) is a malformed head: 400, connection closed, and the request a front end would
+    /// have read in it (here a `Content-Length` smuggling a second request) never runs.
+    /// Around a value only spaces and tabs are trimmed, so a length or a coding followed by
+    /// another space character is refused by the framing check, not read as the plain one.
+    #[test]
+    fn a_control_character_or_an_odd_space_in_the_head_is_refused() {
+        let (server, exchange) = head_server();
+        // A front end that reads the `Content-Length` below takes this for the body.
+        let smuggled = "GET /v1/smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+        let n = smuggled.len();
+        for (head, says) in [
+            (
+                format!("X-A: a\nContent-Length: {n}"),
+                "a control character",
+            ),
+            (
+                format!("X-A: a\rContent-Length: {n}"),
+                "a control character",
+            ),
+            (format!("Content-Length: {n}\x0b"), "a control character"),
+            ("X-A: a\0".to_string(), "a control character"),
+            ("X-A\x7f: a".to_string(), "a control character"),
+            // A line folded onto the previous one (obs-fold) is no header of its own.
+            (format!(" Content-Length: {n}"), "send Name: value"),
+            (format!("Content-Length : {n}"), "send Name: value"),
+            ("no colon here".to_string(), "send Name: value"),
+            (format!("Content-Length: {n}\u{a0}"), "not a byte count"),
+        ] {
+            let got = exchange(
+                format!("PUT /v1/x HTTP/1.1\r\nHost: x\r\n{head}\r\n\r\n{smuggled}").as_bytes(),
+            );
+            assert_malformed(&got, says);
+        }
+        let got = exchange(
+            format!("PUT /v1/x HTTP/1.1\r\nTransfer-Encoding: chunked\u{85}\r\n\r\n{smuggled}")
+                .as_bytes(),
+        );
+        assert!(got.starts_with("HTTP/1.1 501 "), "{got}");
+        for line in [
+            "GET /v1/x\0 HTTP/1.1",
+            "GET /v1/x\tHTTP/1.1",
+            "GET /v1/\nx HTTP/1.1",
+        ] {
+            let got = exchange(format!("{line}\r\nHost: x\r\n\r\n{smuggled}").as_bytes());
+            assert_malformed(&got, "a control character");
+        }
+        let next = server
+            .recv_timeout(Duration::from_millis(300))
+            .expect("recv");
+        assert!(next.is_none(), "{next:?}");
+        // A tab in a value is whitespace (trimmed around it) and allowed inside.
+        let addr = server.server_addr().to_ip().expect("ip");
+        let mut sock = std::net::TcpStream::connect(addr).expect("connect");
+        sock.write_all(b"GET /v1/x HTTP/1.1\r\nHost: x\r\nX-A:\ta\tb\t\r\n\r\n")
+            .expect("write");
+        let rq = served(&server);
+        let a = rq.headers().iter().find(|h| h.field.equiv("X-A"));
+        assert_eq!(a.map(|h| h.value.as_str()), Some("a\tb"));
+    }
 }

@@ -288,6 +288,36 @@ fn ambiguous_framing_is_refused_and_a_smuggled_request_never_runs() {
     );
     assert_eq!(s.get("secret/clte").status, 404);
 
+    // A bare LF in a header line: a front end that ends lines there reads a Content-Length
+    // and forwards the smuggled write as this request's body; here the head is malformed
+    // (a control character), refused and the connection closed (tiny_http read one header,
+    // no body, and then the smuggled write as a request of its own).
+    let smuggled = "PUT /v1/secret/lf HTTP/1.1\r\nHost: x\r\nX-Vault-Token: root-e2e\r\n\
+                    Content-Length: 9\r\n\r\n{\"a\":\"b\"}";
+    let (got, closed) = raw_exchange(
+        s.port,
+        format!(
+            "GET /v1/sys/health HTTP/1.1\r\nHost: x\r\nX-A: a\nContent-Length: {}\r\n\r\n\
+             {smuggled}",
+            smuggled.len()
+        )
+        .as_bytes(),
+    );
+    assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
+    assert!(closed && got.contains("Connection: close\r\n"), "{got}");
+    assert_eq!(
+        got.matches("HTTP/1.1 ").count(),
+        1,
+        "one answer only: {got}"
+    );
+    assert!(
+        answer_body(&got)["errors"][0]
+            .as_str()
+            .is_some_and(|m| m.contains("control character")),
+        "{got}"
+    );
+    assert_eq!(s.get("secret/lf").status, 404, "smuggled request ran");
+
     // The cluster listener (the next port) checks the same way.
     let (got, closed) = raw_exchange(
         s.port + 1,

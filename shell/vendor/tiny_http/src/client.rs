@@ -1,11 +1,8 @@
-use ascii::AsciiString;
-
 use std::io::Error as IoError;
 use std::io::Result as IoResult;
 use std::io::{BufReader, BufWriter, Cursor, ErrorKind, Read};
 
 use std::net::SocketAddr;
-use std::str::FromStr;
 
 use crate::common::{HTTPVersion, Method};
 use crate::util::RefinedTcpStream;
@@ -49,16 +46,32 @@ impl std::fmt::Debug for Refusal {
 }
 
 /// Error that can happen when reading a request.
+///
+/// Cairn patch: a malformed request line or header carries the reason the client is told
+/// (a constant: it is put in a JSON string as it is, see [`malformed_answer`]).
 #[derive(Debug)]
 enum ReadError {
-    WrongRequestLine,
-    WrongHeader(HTTPVersion),
+    WrongRequestLine(&'static str),
+    WrongHeader(HTTPVersion, &'static str),
     /// the client sent an unrecognized `Expect` header
     ExpectationFailed(HTTPVersion),
     /// Cairn patch: the head check refused the request
     Refused(HTTPVersion, Refusal),
     ReadIoError(IoError),
 }
+
+/// Cairn patch: the reasons a request line is refused.
+const BAD_REQUEST_LINE: &str =
+    "malformed request line: send METHOD /path HTTP/1.1, with single spaces";
+const REQUEST_LINE_NOT_UTF8: &str =
+    "malformed request line: the request target is not UTF-8; percent-encode other bytes";
+const REQUEST_LINE_CONTROL: &str =
+    "malformed request line: it has a control character; percent-encode it";
+const BAD_HEADER: &str = "malformed header line: send Name: value";
+const HEADER_NAME_NOT_ASCII: &str =
+    "malformed header line: a header name has a character outside ASCII";
+const HEADER_CONTROL: &str =
+    "malformed header line: it has a control character (a bare CR or LF, NUL, ...)";
 
 impl ClientConnection {
     /// Creates a new `ClientConnection` that takes ownership of the `TcpStream`.
@@ -93,7 +106,11 @@ impl ClientConnection {
     ///
     /// Reads until `CRLF` is reached. The next read will start
     ///  at the first byte of the new line.
-    fn read_next_line(&mut self) -> IoResult<AsciiString> {
+    ///
+    /// Cairn patch: the line's bytes as they came; the caller decides what they may be
+    /// (before, a byte outside ASCII anywhere in the head dropped the connection without
+    /// an answer).
+    fn read_next_line(&mut self) -> IoResult<Vec<u8>> {
         let mut buf = Vec::new();
         let mut prev_byte_was_cr = false;
 
@@ -107,8 +124,7 @@ impl ClientConnection {
 
             if byte == b'\n' && prev_byte_was_cr {
                 buf.pop(); // removing the '\r'
-                return AsciiString::from_ascii(buf)
-                    .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
+                return Ok(buf);
             }
 
             prev_byte_was_cr = byte == b'\r';
@@ -124,10 +140,19 @@ impl ClientConnection {
             // reading the request line
             let (method, path, version) = {
                 let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
-
-                parse_request_line(
-                    line.as_str().trim(), // TODO: remove this conversion
-                )?
+                // Cairn patch: no control character (a bare CR or LF, which a front end
+                // may take for the end of the line, NUL, a tab); a request target in UTF-8
+                // is served as it came (as the reference's Go server does); any other byte
+                // is a malformed request line (400). Before, a byte outside ASCII anywhere
+                // in the head closed the connection without an answer.
+                if line.iter().any(|&b| b < b' ' || b == 0x7f) {
+                    return Err(ReadError::WrongRequestLine(REQUEST_LINE_CONTROL));
+                }
+                let line = String::from_utf8(line)
+                    .map_err(|_| ReadError::WrongRequestLine(REQUEST_LINE_NOT_UTF8))?;
+                // Cairn patch: only spaces are trimmed (`str::trim` would take Unicode
+                // spaces off a UTF-8 line too)
+                parse_request_line(line.trim_matches(' '))?
             };
 
             // getting all headers
@@ -139,11 +164,7 @@ impl ClientConnection {
                     if line.is_empty() {
                         break;
                     };
-                    headers.push(match FromStr::from_str(line.as_str().trim()) {
-                        // TODO: remove this conversion
-                        Ok(h) => h,
-                        _ => return Err(ReadError::WrongHeader(version)),
-                    });
+                    headers.push(parse_header_line(line, &version)?);
                 }
 
                 headers
@@ -207,20 +228,25 @@ impl Iterator for ClientConnection {
 
         loop {
             let rq = match self.read() {
-                Err(ReadError::WrongRequestLine) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(400));
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
+                // Cairn patch: a malformed head is answered in the API's error envelope,
+                // saying what is wrong, with `Connection: close` (before, an empty 400 or,
+                // for a byte outside ASCII, no answer at all)
+                Err(ReadError::WrongRequestLine(why)) => {
+                    if let Some(writer) = self.sink.next() {
+                        malformed_answer(why)
+                            .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
+                            .ok();
+                    }
                     return None; // we don't know where the next request would start,
                                  // se we have to close
                 }
 
-                Err(ReadError::WrongHeader(ver)) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(400));
-                    response.raw_print(writer, ver, &[], false, None).ok();
+                Err(ReadError::WrongHeader(ver, why)) => {
+                    if let Some(writer) = self.sink.next() {
+                        malformed_answer(why)
+                            .raw_print(writer, ver, &[], false, None)
+                            .ok();
+                    }
                     return None; // we don't know where the next request would start,
                                  // se we have to close
                 }
@@ -306,10 +332,59 @@ fn parse_http_version(version: &str) -> Result<HTTPVersion, ReadError> {
         "HTTP/1.1" => (1, 1),
         "HTTP/2.0" => (2, 0),
         "HTTP/3.0" => (3, 0),
-        _ => return Err(ReadError::WrongRequestLine),
+        _ => return Err(ReadError::WrongRequestLine(BAD_REQUEST_LINE)),
     };
 
     Ok(HTTPVersion(major, minor))
+}
+
+/// Cairn patch: the answer to a malformed head: 400 in the API's error envelope, with
+/// `Connection: close` and `Cache-Control: no-store` as every API answer. `why` is one of
+/// the constants above (no `"` or `\`, so it is a JSON string as it is).
+fn malformed_answer(why: &'static str) -> Response<Cursor<Vec<u8>>> {
+    let mut r = Response::from_data(format!(r#"{{"errors":["{why}"]}}"#).into_bytes())
+        .with_status_code(400)
+        .with_connection_close();
+    for (k, v) in [
+        (&b"Content-Type"[..], &b"application/json"[..]),
+        (&b"Cache-Control"[..], &b"no-store"[..]),
+    ] {
+        if let Ok(h) = crate::Header::from_bytes(k, v) {
+            r.add_header(h);
+        }
+    }
+    r
+}
+
+/// Cairn patch: parses a header line as it came. The name must be ASCII (without
+/// whitespace, as before); the value may hold bytes outside ASCII (obs-text, which the
+/// reference's Go server accepts too), read as UTF-8 with any other byte replaced by U+FFFD:
+/// every value this server interprets (token, namespace, lengths, codings) is ASCII, so such
+/// a value fails its check there (an unknown token, an invalid length) instead of the
+/// connection being dropped. No control character but a tab (a bare CR or LF could end the
+/// line for a front end and not here), and only spaces and tabs are trimmed around the
+/// value (RFC 9110 5.5: `str::trim` would also take Unicode spaces off, reading
+/// `Content-Length: 5\u{a0}` as 5 where a front end refuses it).
+fn parse_header_line(line: Vec<u8>, version: &HTTPVersion) -> Result<crate::Header, ReadError> {
+    let bad = |why| ReadError::WrongHeader(version.clone(), why);
+    if line.iter().any(|&b| (b < b' ' && b != b'\t') || b == 0x7f) {
+        return Err(bad(HEADER_CONTROL));
+    }
+    let colon = line
+        .iter()
+        .position(|&b| b == b':')
+        .ok_or_else(|| bad(BAD_HEADER))?;
+    let (name, value) = line.split_at(colon);
+    let name = std::str::from_utf8(name)
+        .ok()
+        .filter(|n| n.is_ascii())
+        .ok_or_else(|| bad(HEADER_NAME_NOT_ASCII))?;
+    let field = name.parse().map_err(|()| bad(BAD_HEADER))?;
+    let value = String::from_utf8_lossy(&value[1..]);
+    Ok(crate::Header {
+        field,
+        value: value.trim_matches([' ', '\t']).to_owned(),
+    })
 }
 
 /// Parses the request line of the request.
@@ -323,7 +398,7 @@ fn parse_request_line(line: &str) -> Result<(Method, String, HTTPVersion), ReadE
 
     method
         .and_then(|method| Some((method, path?, version?)))
-        .ok_or(ReadError::WrongRequestLine)
+        .ok_or(ReadError::WrongRequestLine(BAD_REQUEST_LINE))
 }
 
 #[cfg(test)]

@@ -148,10 +148,14 @@ impl PartialOrd<StatusCode> for u16 {
 }
 
 /// Represents a HTTP header.
+///
+/// Cairn patch: the value is a `String` (was an `AsciiString`): a request's header value may
+/// hold bytes outside ASCII (see `parse_header_line` in client.rs). Headers built here, a
+/// response's, are still ASCII only.
 #[derive(Debug, Clone)]
 pub struct Header {
     pub field: HeaderField,
-    pub value: AsciiString,
+    pub value: String,
 }
 
 impl Header {
@@ -173,7 +177,7 @@ impl Header {
 
         Ok(Header {
             field: header,
-            value,
+            value: value.into(),
         })
     }
 }
@@ -190,7 +194,10 @@ impl FromStr for Header {
             .and_then(|v| AsciiString::from_ascii(v.trim()).ok())
             .ok_or(())?;
 
-        Ok(Header { field, value })
+        Ok(Header {
+            field,
+            value: value.into(),
+        })
     }
 }
 
