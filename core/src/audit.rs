@@ -9,6 +9,12 @@
 //! `hmac-sha256:<hex>` under the device key, as the reference does by default. The shell
 //! appends the lines before it commits the batch and fails the batch closed when it cannot.
 //!
+//! A device's options are the reference's file device's ([`FileOptions`]): `file_path`
+//! (or `path`), `mode`, `format` (`json` only: `jsonx` is refused), `prefix`, `log_raw`,
+//! `hmac_accessor`, `elide_list_responses`. They are checked when the device is enabled
+//! (an unknown option or a bad value is a 400; the reference ignores unknown ones) and
+//! stored as strings, as the reference keeps them.
+//!
 //! Enabling a device first asks the shell to open its file ([`Output::AuditProbe`]); the
 //! device is stored only when that works, and a file that cannot be opened is refused
 //! with 400. A device that fails later is reported by the shell
@@ -73,6 +79,170 @@ pub struct Device {
     pub hmac_key: String,
 }
 
+/// The options of a file audit device, as the reference's `file` device reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileOptions {
+    pub file_path: String,
+    /// The file's permission bits: it is created with them and set to them when the device
+    /// is enabled. 0 (`"0000"`) leaves an existing file's mode alone (a new file gets 0600).
+    pub mode: u32,
+    /// Written before each line's JSON.
+    pub prefix: String,
+    /// Log values as they are instead of their HMACs.
+    pub log_raw: bool,
+    /// HMAC token accessors (when false they are logged as they are; tokens stay hashed).
+    pub hmac_accessor: bool,
+    /// In a list's response entry, `keys` and `key_info` become their number of entries.
+    pub elide_list_responses: bool,
+}
+
+impl Default for FileOptions {
+    fn default() -> Self {
+        FileOptions {
+            file_path: String::new(),
+            mode: 0o600,
+            prefix: String::new(),
+            log_raw: false,
+            hmac_accessor: true,
+            elide_list_responses: false,
+        }
+    }
+}
+
+/// The options a file device knows (`path` is the reference's older name of `file_path`).
+const KNOWN_OPTIONS: [&str; 8] = [
+    "file_path",
+    "path",
+    "mode",
+    "format",
+    "prefix",
+    "log_raw",
+    "hmac_accessor",
+    "elide_list_responses",
+];
+
+/// A boolean option as Go's `strconv.ParseBool` reads it (the reference's), or a JSON bool.
+fn option_bool(name: &str, v: &Value) -> ApiResult<bool> {
+    match v {
+        Value::Bool(b) => Ok(*b),
+        Value::String(s) => match s.as_str() {
+            "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+            "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+            _ => Err(ApiError::bad(format!(
+                "options.{name}: {s:?} is not a boolean; use \"true\" or \"false\""
+            ))),
+        },
+        _ => Err(ApiError::bad(format!(
+            "options.{name}: expected \"true\" or \"false\", got {v}"
+        ))),
+    }
+}
+
+/// `mode`: octal permission bits (a string such as `"0640"`; a JSON number is read the same
+/// way, as the reference reads it, `640` as 0640). Read and write bits only: an audit file
+/// is not executable, and set-id and sticky bits are refused too.
+fn option_mode(v: &Value) -> ApiResult<u32> {
+    let text = match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) if n.is_u64() => n.to_string(),
+        _ => {
+            return Err(ApiError::bad(format!(
+                "options.mode: expected an octal mode such as \"0600\", got {v}"
+            )))
+        }
+    };
+    let bad = || {
+        ApiError::bad(format!(
+            "options.mode: {text:?} is not an octal file mode; use read and write bits \
+             only, such as \"0600\" or \"0640\" (\"0000\" leaves the file's mode alone)"
+        ))
+    };
+    if text.is_empty() || text.len() > 4 || !text.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return Err(bad());
+    }
+    let mode = u32::from_str_radix(&text, 8).map_err(|_| bad())?;
+    if mode & !0o666 != 0 {
+        return Err(bad());
+    }
+    Ok(mode)
+}
+
+/// Checks a file device's `options`: the settings, and the options to store (every value
+/// a string, `file_path` set).
+pub fn parse_options(options: &Map<String, Value>) -> ApiResult<(FileOptions, Map<String, Value>)> {
+    if let Some(k) = options
+        .keys()
+        .find(|k| !KNOWN_OPTIONS.contains(&k.as_str()))
+    {
+        return Err(ApiError::bad(format!(
+            "options: {k:?} is not an option of a file audit device (known: {})",
+            KNOWN_OPTIONS.join(", ")
+        )));
+    }
+    let text = |name: &str| -> ApiResult<Option<String>> {
+        match options.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(v) => Err(ApiError::bad(format!(
+                "options.{name}: expected a string, got {v}"
+            ))),
+        }
+    };
+    let file_path = match text("file_path")? {
+        Some(p) => Some(p),
+        None => text("path")?,
+    }
+    .filter(|p| !p.is_empty())
+    .ok_or_else(|| ApiError::bad("options.file_path: required for a file audit device"))?;
+    if file_path == "stdout" || file_path == "discard" || !file_path.starts_with('/') {
+        return Err(ApiError::bad(
+            "options.file_path: must be an absolute path to a file",
+        ));
+    }
+    match text("format")?.as_deref() {
+        None | Some("json") => {}
+        Some("jsonx") => {
+            return Err(ApiError::bad(
+                "options.format: \"jsonx\" (XML) is not supported by this server; use \"json\"",
+            ))
+        }
+        Some(f) => {
+            return Err(ApiError::bad(format!(
+                "options.format: unknown format type {f:?}; use \"json\""
+            )))
+        }
+    }
+    let mut o = FileOptions {
+        file_path,
+        prefix: text("prefix")?.unwrap_or_default(),
+        ..FileOptions::default()
+    };
+    let mut stored = Map::new();
+    for (k, v) in options {
+        let v = match (k.as_str(), v) {
+            (_, Value::Null) => continue,
+            ("mode", v) => {
+                o.mode = option_mode(v)?;
+                format!("{:04o}", o.mode)
+            }
+            ("log_raw" | "hmac_accessor" | "elide_list_responses", v) => {
+                let b = option_bool(k, v)?;
+                match k.as_str() {
+                    "log_raw" => o.log_raw = b,
+                    "hmac_accessor" => o.hmac_accessor = b,
+                    _ => o.elide_list_responses = b,
+                }
+                b.to_string()
+            }
+            (_, Value::String(s)) => s.clone(),
+            (_, v) => v.to_string(),
+        };
+        stored.insert(k.clone(), Value::String(v));
+    }
+    stored.insert("file_path".into(), json!(o.file_path));
+    Ok((o, stored))
+}
+
 impl Device {
     fn file_path(&self) -> String {
         self.options
@@ -80,6 +250,17 @@ impl Device {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string()
+    }
+    /// The device's settings. Its options were checked when it was enabled; a device
+    /// stored before they were (whose options may not parse) keeps the defaults, which
+    /// hash every value, as it did then.
+    fn settings(&self) -> FileOptions {
+        parse_options(&self.options)
+            .map(|(o, _)| o)
+            .unwrap_or_else(|_| FileOptions {
+                file_path: self.file_path(),
+                ..FileOptions::default()
+            })
     }
     fn key(&self) -> Vec<u8> {
         hex::decode(&self.hmac_key).unwrap_or_default()
@@ -100,6 +281,68 @@ impl Device {
 pub struct Sink {
     pub file_path: String,
     pub key: Vec<u8>,
+    pub options: FileOptions,
+}
+
+impl Sink {
+    /// A value as this device logs it: its HMAC, or itself with `log_raw`.
+    fn hash(&self, s: &str) -> String {
+        if self.options.log_raw {
+            s.to_string()
+        } else {
+            hash(&self.key, s)
+        }
+    }
+    /// An accessor as this device logs it (as itself with `hmac_accessor` false).
+    fn accessor(&self, s: &str) -> String {
+        if self.options.hmac_accessor {
+            self.hash(s)
+        } else {
+            s.to_string()
+        }
+    }
+    fn leaves(&self, v: &Value) -> Value {
+        if self.options.log_raw {
+            v.clone()
+        } else {
+            hash_leaves(&self.key, v)
+        }
+    }
+    /// `auth` or `wrap_info` of a response, with its accessors as this device logs them.
+    fn auth(&self, v: &Value, wrap_info: bool) -> Value {
+        let mut out = match (self.options.log_raw, wrap_info) {
+            (true, _) => v.clone(),
+            (false, true) => hash_leaves(&self.key, v),
+            (false, false) => hash_auth(&self.key, v),
+        };
+        if !self.options.hmac_accessor {
+            for k in ["accessor", "wrapped_accessor"] {
+                if let (Some(x), Some(Value::String(_))) = (out.get_mut(k), v.get(k)) {
+                    *x = v[k].clone();
+                }
+            }
+        }
+        out
+    }
+    /// A line of this device: its prefix, then the entry's JSON.
+    fn line(&self, entry: &Value) -> String {
+        format!("{}{entry}", self.options.prefix)
+    }
+}
+
+/// With `elide_list_responses`, a list's response data: `keys` and `key_info` replaced by
+/// their number of entries (the reference's eliding).
+fn elide_list(data: &Value) -> Value {
+    let mut out = data.clone();
+    for k in ["keys", "key_info"] {
+        let n = match data.get(k) {
+            Some(Value::Array(a)) => a.len(),
+            Some(Value::Object(m)) => m.len(),
+            _ => continue,
+        };
+        out[k] = json!(n);
+    }
+    out
 }
 
 /// What the response entry repeats from the request entry.
@@ -257,26 +500,30 @@ pub fn on_request(
         request_data: Vec::new(),
     };
     for d in devs {
-        let key = d.key();
+        let sink = Sink {
+            file_path: d.file_path(),
+            key: d.key(),
+            options: d.settings(),
+        };
         let mut auth = json!({});
         let mut request = st.request.clone();
         if let Some(t) = req.token.as_deref().filter(|t| !t.is_empty()) {
-            request["client_token"] = json!(hash(&key, t));
+            request["client_token"] = json!(sink.hash(t));
         }
         if let Some((_, e)) = &entry {
             auth = json!({
                 "client_token": request["client_token"],
-                "accessor": hash(&key, &e.accessor),
+                "accessor": sink.accessor(&e.accessor),
                 "display_name": e.display_name,
                 "policies": e.policies,
                 "token_policies": e.policies,
-                "metadata": hash_leaves(&key, &json!(e.meta)),
+                "metadata": sink.leaves(&json!(e.meta)),
                 "token_type": if e.kind.is_empty() { "service" } else { e.kind.as_str() },
                 "token_ttl": e.ttl,
             });
-            request["client_token_accessor"] = json!(hash(&key, &e.accessor));
+            request["client_token_accessor"] = json!(sink.accessor(&e.accessor));
         }
-        let hdata = hash_leaves(&key, &data);
+        let hdata = sink.leaves(&data);
         if !hdata.is_null() {
             request["data"] = hdata.clone();
         }
@@ -287,14 +534,12 @@ pub fn on_request(
             "request": request,
         });
         outputs.push(Output::Audit {
-            file_path: d.file_path(),
-            line: line.to_string(),
+            file_path: sink.file_path.clone(),
+            mode: sink.options.mode,
+            line: sink.line(&line),
             required,
         });
-        st.sinks.push(Sink {
-            file_path: d.file_path(),
-            key,
-        });
+        st.sinks.push(sink);
         st.auth.push(auth);
         st.request_data.push(hdata);
     }
@@ -327,6 +572,7 @@ pub fn on_response(
     if let Some(n) = note.filter(|_| !no_error) {
         error = format!("{error} ({n})");
     }
+    let list = st.request.get("operation") == Some(&json!("list"));
     for (i, s) in st.sinks.iter().enumerate() {
         let mut request = st.request.clone();
         if let Some(Value::String(t)) = st.auth.get(i).and_then(|a| a.get("client_token")) {
@@ -336,20 +582,28 @@ pub fn on_response(
             request["data"] = d.clone();
         }
         let mut response = json!({ "status": resp.status });
+        let data = |x: &Value| {
+            if list && s.options.elide_list_responses {
+                s.leaves(&elide_list(x))
+            } else {
+                s.leaves(x)
+            }
+        };
         match body {
             Some(b) if no_error => {
                 let envelope = b.get("request_id").is_some();
                 if envelope {
-                    for (k, v) in [("data", "data"), ("wrap_info", "wrap_info")] {
-                        if let Some(x) = b.get(k).filter(|x| !x.is_null()) {
-                            response[v] = hash_leaves(&s.key, x);
-                        }
+                    if let Some(x) = b.get("data").filter(|x| !x.is_null()) {
+                        response["data"] = data(x);
+                    }
+                    if let Some(x) = b.get("wrap_info").filter(|x| !x.is_null()) {
+                        response["wrap_info"] = s.auth(x, true);
                     }
                     if let Some(a) = b.get("auth").filter(|x| !x.is_null()) {
-                        response["auth"] = hash_auth(&s.key, a);
+                        response["auth"] = s.auth(a, false);
                     }
                 } else {
-                    response["data"] = hash_leaves(&s.key, b);
+                    response["data"] = data(b);
                 }
             }
             _ => {}
@@ -364,7 +618,8 @@ pub fn on_response(
         });
         outputs.push(Output::Audit {
             file_path: s.file_path.clone(),
-            line: line.to_string(),
+            mode: s.options.mode,
+            line: s.line(&line),
             required: st.required,
         });
     }
@@ -427,22 +682,7 @@ pub fn handle(
                 Some(Value::Object(m)) => m.clone(),
                 Some(_) => return Err(ApiError::bad("options: expected an object")),
             };
-            let file_path = options
-                .get("file_path")
-                .or_else(|| options.get("path"))
-                .and_then(Value::as_str)
-                .filter(|p| !p.is_empty())
-                .ok_or_else(|| {
-                    ApiError::bad("options.file_path: required for a file audit device")
-                })?
-                .to_string();
-            if file_path == "stdout" || file_path == "discard" || !file_path.starts_with('/') {
-                return Err(ApiError::bad(
-                    "options.file_path: must be an absolute path to a file",
-                ));
-            }
-            let mut options = options;
-            options.insert("file_path".into(), json!(file_path));
+            let (settings, options) = parse_options(&options)?;
             let d = Device {
                 path: name.to_string(),
                 kind,
@@ -454,7 +694,8 @@ pub fn handle(
             // Stored once the shell has opened the file ([`on_probed`]).
             outputs.push_back(Output::AuditProbe {
                 id: req.id,
-                file_path: d.file_path(),
+                file_path: settings.file_path,
+                mode: settings.mode,
             });
             health.probes.insert(req.id, (key, d));
             Ok(Reply::Pending)
@@ -545,7 +786,7 @@ mod tests {
         let out = run(&mut n, enable);
         assert!(out.iter().all(|o| !matches!(o, Output::Audit { .. })));
         assert!(out.iter().any(
-            |o| matches!(o, Output::AuditProbe { id: 1, file_path } if file_path == "/tmp/a.log")
+            |o| matches!(o, Output::AuditProbe { id: 1, file_path, mode: 0o600 } if file_path == "/tmp/a.log")
         ));
         n.handle(
             2_000,
@@ -569,6 +810,7 @@ mod tests {
                     file_path,
                     line,
                     required: true,
+                    ..
                 } if file_path == "/tmp/a.log" => serde_json::from_str(line).ok(),
                 _ => None,
             })
@@ -614,6 +856,258 @@ mod tests {
             .as_str()
             .unwrap_or("")
             .starts_with("hmac-sha256:"));
+    }
+
+    /// The file device's options as the reference reads them: known names only, values
+    /// checked (the reference's booleans, octal modes without execute bits, `json`), and
+    /// stored as strings.
+    #[test]
+    fn file_options_are_checked_and_stored_as_strings() {
+        let parse = |o: Value| {
+            let Value::Object(m) = o else {
+                panic!("object")
+            };
+            parse_options(&m)
+        };
+        let err = |o: Value| match parse(o) {
+            Err(ApiError::BadRequest(m)) => m,
+            other => panic!("not a 400: {other:?}"),
+        };
+        let (o, stored) = parse(json!({"file_path": "/a.log"})).expect("minimal");
+        assert_eq!(
+            o,
+            FileOptions {
+                file_path: "/a.log".into(),
+                ..FileOptions::default()
+            }
+        );
+        assert_eq!((o.mode, o.log_raw, o.hmac_accessor), (0o600, false, true));
+        assert_eq!(Value::Object(stored), json!({"file_path": "/a.log"}));
+        let (o, stored) = parse(json!({
+            "path": "/b.log", "mode": "640", "format": "json", "prefix": "@cee: ",
+            "log_raw": "t", "hmac_accessor": false, "elide_list_responses": "1",
+        }))
+        .expect("every option");
+        assert_eq!(
+            o,
+            FileOptions {
+                file_path: "/b.log".into(),
+                mode: 0o640,
+                prefix: "@cee: ".into(),
+                log_raw: true,
+                hmac_accessor: false,
+                elide_list_responses: true,
+            }
+        );
+        assert_eq!(
+            Value::Object(stored),
+            json!({"path": "/b.log", "file_path": "/b.log", "mode": "0640", "format": "json",
+                   "prefix": "@cee: ", "log_raw": "true", "hmac_accessor": "false",
+                   "elide_list_responses": "true"})
+        );
+        assert_eq!(
+            parse(json!({"file_path": "/a", "mode": "0000"}))
+                .expect("0")
+                .0
+                .mode,
+            0
+        );
+        assert_eq!(
+            parse(json!({"file_path": "/a", "mode": 644}))
+                .expect("n")
+                .0
+                .mode,
+            0o644
+        );
+        assert!(err(json!({"file_path": "/a", "log_row": "true"}))
+            .contains("\"log_row\" is not an option of a file audit device (known: file_path"));
+        assert!(err(json!({"file_path": "/a", "fallback": "true"})).contains("\"fallback\""));
+        for mode in [
+            "0755", "0700", "1600", "4600", "abc", "", "0o600", "-600", "00600", "8",
+        ] {
+            let m = err(json!({"file_path": "/a", "mode": mode}));
+            assert!(m.contains("is not an octal file mode"), "{mode}: {m}");
+        }
+        assert!(err(json!({"file_path": "/a", "mode": true})).contains("options.mode"));
+        for (k, v) in [
+            ("log_raw", json!("yes")),
+            ("hmac_accessor", json!("")),
+            ("elide_list_responses", json!(1)),
+        ] {
+            let m = err(json!({"file_path": "/a", k: v}));
+            assert!(m.starts_with(&format!("options.{k}: ")), "{m}");
+        }
+        assert!(err(json!({"file_path": "/a", "format": "jsonx"})).contains("not supported"));
+        assert!(err(json!({"file_path": "/a", "format": "xml"})).contains("unknown format"));
+        assert!(err(json!({"file_path": "/a", "prefix": 3})).contains("expected a string"));
+        assert!(err(json!({"mode": "0600"})).contains("file_path: required"));
+        assert!(err(json!({"file_path": "rel.log"})).contains("absolute path"));
+    }
+
+    /// An enable with a bad option is refused before the file is opened: nothing stored,
+    /// no probe.
+    #[test]
+    fn a_bad_option_refuses_the_enable_before_the_file_is_opened() {
+        let mut n = dev_node();
+        let (r, out) = call(
+            &mut n,
+            2_000,
+            Request::new(1, Method::Put, "sys/audit/f")
+                .with_token("root-unit")
+                .with_json(
+                    json!({"type": "file", "options": {"file_path": "/tmp/f.log", "mode": "0777"}}),
+                ),
+        );
+        assert_eq!(r.status, 400, "{r:?}");
+        assert!(out.iter().all(|o| !matches!(o, Output::AuditProbe { .. })));
+        let (list, _) = call(
+            &mut n,
+            2_000,
+            Request::new(2, Method::Get, "sys/audit").with_token("root-unit"),
+        );
+        assert_eq!(list.body.unwrap_or_default()["data"], json!({}));
+    }
+
+    /// `prefix`, `log_raw`, `hmac_accessor` and `elide_list_responses` shape the device's
+    /// lines; `mode` goes to the shell with the probe and every line.
+    #[test]
+    fn the_options_shape_the_lines() {
+        let mut n = dev_node();
+        let enable = |id, name: &str, options: Value| {
+            Request::new(id, Method::Put, &format!("sys/audit/{name}"))
+                .with_token("root-unit")
+                .with_json(json!({"type": "file", "options": options}))
+        };
+        let (_, out) = call(
+            &mut n,
+            2_000,
+            enable(
+                1,
+                "raw",
+                json!({"file_path": "/tmp/raw.log", "mode": "0640", "prefix": "cairn: ",
+                       "log_raw": "true", "elide_list_responses": "true"}),
+            ),
+        );
+        assert!(out.iter().any(|o| matches!(o,
+            Output::AuditProbe { id: 1, file_path, mode: 0o640 } if file_path == "/tmp/raw.log")));
+        n.handle(
+            2_000,
+            crate::node::Input::AuditProbed {
+                id: 1,
+                result: Ok(()),
+            },
+        );
+        while n.poll_output().is_some() {}
+        call(
+            &mut n,
+            2_000,
+            enable(
+                2,
+                "acc",
+                json!({"file_path": "/tmp/acc.log", "hmac_accessor": "false"}),
+            ),
+        );
+        n.handle(
+            2_000,
+            crate::node::Input::AuditProbed {
+                id: 2,
+                result: Ok(()),
+            },
+        );
+        while n.poll_output().is_some() {}
+        let lines = |out: &[Output], file: &str| -> Vec<(u32, String)> {
+            out.iter()
+                .filter_map(|o| match o {
+                    Output::Audit {
+                        file_path,
+                        mode,
+                        line,
+                        ..
+                    } if file_path == file => Some((*mode, line.clone())),
+                    _ => None,
+                })
+                .collect()
+        };
+        let json_of = |line: &str, prefix: &str| -> Value {
+            let rest = line
+                .strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("{line}"));
+            serde_json::from_str(rest).unwrap_or_else(|e| panic!("{e}: {line}"))
+        };
+        let (_, out) = call(
+            &mut n,
+            3_000,
+            Request::new(3, Method::Put, "secret/dir/k")
+                .with_token("root-unit")
+                .with_json(json!({"password": "raw-secret-value"})),
+        );
+        let raw = lines(&out, "/tmp/raw.log");
+        assert_eq!(raw.len(), 2);
+        assert!(raw.iter().all(|(m, _)| *m == 0o640));
+        let req = json_of(&raw[0].1, "cairn: ");
+        assert_eq!(
+            req["request"]["data"]["password"],
+            json!("raw-secret-value")
+        );
+        assert_eq!(req["request"]["client_token"], json!("root-unit"));
+        let acc = lines(&out, "/tmp/acc.log");
+        assert!(acc.iter().all(|(m, _)| *m == 0o600));
+        let req = json_of(&acc[0].1, "");
+        assert!(req["request"]["data"]["password"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("hmac-sha256:")));
+        assert!(req["request"]["client_token"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("hmac-sha256:")));
+        let accessor = req["auth"]["accessor"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            !accessor.is_empty() && !accessor.starts_with("hmac-sha256:"),
+            "{req}"
+        );
+        assert_eq!(req["request"]["client_token_accessor"], json!(accessor));
+        // A new token's accessor in the response's auth: as it is, the token hashed.
+        let (r, out) = call(
+            &mut n,
+            3_000,
+            Request::new(4, Method::Post, "auth/token/create").with_token("root-unit"),
+        );
+        let auth = r.body.unwrap_or_default()["auth"].clone();
+        let resp = json_of(&lines(&out, "/tmp/acc.log")[1].1, "");
+        assert_eq!(resp["response"]["auth"]["accessor"], auth["accessor"]);
+        assert_ne!(
+            resp["response"]["auth"]["client_token"],
+            auth["client_token"]
+        );
+        // A list: elided where asked, hashed keys elsewhere.
+        let (_, out) = call(
+            &mut n,
+            3_000,
+            Request::new(5, Method::List, "secret/dir").with_token("root-unit"),
+        );
+        let resp = json_of(&lines(&out, "/tmp/raw.log")[1].1, "cairn: ");
+        assert_eq!(resp["response"]["data"]["keys"], json!(1), "{resp}");
+        let resp = json_of(&lines(&out, "/tmp/acc.log")[1].1, "");
+        assert_eq!(
+            resp["response"]["data"]["keys"].as_array().map(Vec::len),
+            Some(1)
+        );
+        assert!(resp["response"]["data"]["keys"][0]
+            .as_str()
+            .is_some_and(|k| k.starts_with("hmac-sha256:")));
+        // A read is not a list: nothing elided.
+        let (_, out) = call(
+            &mut n,
+            3_000,
+            Request::new(6, Method::Get, "secret/dir/k").with_token("root-unit"),
+        );
+        let resp = json_of(&lines(&out, "/tmp/raw.log")[1].1, "cairn: ");
+        assert_eq!(
+            resp["response"]["data"]["password"],
+            json!("raw-secret-value")
+        );
     }
 
     fn dev_node() -> crate::node::Node<crate::storage::MemStorage> {

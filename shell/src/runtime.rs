@@ -222,8 +222,8 @@ fn run(
         prefetch(&mut node, &batch);
         let mut ids_in_batch = Vec::new();
         let mut held: Vec<Output> = Vec::new();
-        let mut audit_lines: Vec<(String, String)> = Vec::new();
-        let mut best_effort: Vec<(String, String)> = Vec::new();
+        let mut audit_lines: Vec<(String, u32, String)> = Vec::new();
+        let mut best_effort: Vec<(String, u32, String)> = Vec::new();
         let now = now_ms();
         // Requests come first: while they keep arriving, the node's timers and background
         // work (a reindex steps on every tick when it runs unpaced) get one tick per
@@ -265,14 +265,16 @@ fn run(
                     Output::Ldap(call) => pool.submit(call),
                     Output::Audit {
                         file_path,
+                        mode,
                         line,
                         required: true,
-                    } => audit_lines.push((file_path, line)),
+                    } => audit_lines.push((file_path, mode, line)),
                     Output::Audit {
                         file_path,
+                        mode,
                         line,
                         required: false,
-                    } => best_effort.push((file_path, line)),
+                    } => best_effort.push((file_path, mode, line)),
                     Output::SnapshotSave(save) => saves.push(save),
                     other => held.push(other),
                 }
@@ -565,14 +567,21 @@ impl Delivery {
                 Output::HttpCall(c) => crate::cluster::http_call(c, tx.clone()),
                 Output::ClusterTls(t) => crate::cluster::use_tls(t),
                 Output::Audit {
-                    file_path, line, ..
+                    file_path,
+                    mode,
+                    line,
+                    ..
                 } => {
-                    if let Err(e) = crate::audit_file::append(&[(file_path, line)]) {
+                    if let Err(e) = crate::audit_file::append(&[(file_path, mode, line)]) {
                         log::error!("{e}");
                     }
                 }
-                Output::AuditProbe { id, file_path } => {
-                    let result = crate::audit_file::probe(&file_path);
+                Output::AuditProbe {
+                    id,
+                    file_path,
+                    mode,
+                } => {
+                    let result = crate::audit_file::probe(&file_path, mode);
                     let _ = tx.send(Msg::Input(Input::AuditProbed { id, result }));
                 }
                 // Answers, LDAP calls and HA outputs are not effects (see `run`).

@@ -671,7 +671,7 @@ impl GroupCommit for World {
         let mut probes = Vec::new();
         for o in aside {
             let note = match o {
-                Output::AuditProbe { id, file_path } => {
+                Output::AuditProbe { id, file_path, .. } => {
                     probes.push(id);
                     format!("audit file {file_path} opened for #{id}")
                 }

@@ -185,6 +185,125 @@ fn file_audit_device_hashes_secrets_and_fails_closed() {
     );
 }
 
+/// The file device's options (the reference's): an unknown option or a bad value refuses
+/// the enable with a 400 saying which, before any file is touched (they were stored
+/// unchecked and unused); `mode` is the file's permission bits, `prefix` starts every line,
+/// `log_raw` logs values as they are (hashed by default), `hmac_accessor` false leaves
+/// accessors as they are, `elide_list_responses` logs a list's keys as their number.
+#[test]
+fn file_audit_device_options_are_checked_and_honoured() {
+    let s = Server::dev();
+    let dir = tmpdir("audit-options");
+    let raw = dir.join("raw.log");
+    let raw_path = raw.to_string_lossy().to_string();
+    for (options, says) in [
+        (
+            json!({"log_row": "true"}),
+            "\"log_row\" is not an option of a file audit device",
+        ),
+        (json!({"mode": "0755"}), "is not an octal file mode"),
+        (json!({"mode": "rw-------"}), "is not an octal file mode"),
+        (
+            json!({"log_raw": "maybe"}),
+            "options.log_raw: \"maybe\" is not a boolean",
+        ),
+        (json!({"hmac_accessor": 2}), "options.hmac_accessor"),
+        (
+            json!({"format": "jsonx"}),
+            "\"jsonx\" (XML) is not supported",
+        ),
+        (json!({"format": "yaml"}), "unknown format type \"yaml\""),
+    ] {
+        let mut o = options.clone();
+        o["file_path"] = json!(raw_path);
+        let r = s.put("sys/audit/raw", json!({"type": "file", "options": o}));
+        assert_eq!(r.status, 400, "{options}: {:?}", r.body);
+        let message = r.body["errors"][0].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{options}: {message}");
+        assert!(!raw.exists(), "{options}: the file was opened");
+    }
+    assert_eq!(s.get("sys/audit").body["data"], json!({}));
+
+    let r = s.put(
+        "sys/audit/raw",
+        json!({"type": "file", "options": {"file_path": raw_path, "mode": "0640",
+               "prefix": "cairn: ", "log_raw": true, "elide_list_responses": "true"}}),
+    );
+    assert_eq!(r.status, 204, "{:?}", r.body);
+    let acc = dir.join("acc.log");
+    let r = s.put(
+        "sys/audit/acc",
+        json!({"type": "file", "options": {"file_path": acc.to_string_lossy(),
+               "hmac_accessor": "false"}}),
+    );
+    assert_eq!(r.status, 204, "{:?}", r.body);
+    let listed = s.get("sys/audit").body["data"].clone();
+    assert_eq!(
+        listed["raw/"]["options"],
+        json!({"file_path": raw_path, "mode": "0640", "prefix": "cairn: ", "log_raw": "true",
+               "elide_list_responses": "true"})
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| {
+            std::fs::metadata(p)
+                .expect("audit file")
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode(&raw), 0o640);
+        assert_eq!(mode(&acc), 0o600);
+    }
+
+    let value = "not-a-real-secret-logged-raw";
+    assert_eq!(s.put("secret/opt/k", json!({"v": value})).status, 204);
+    assert_eq!(s.list("secret/opt/").status, 200);
+    let text = std::fs::read_to_string(&raw).expect("raw.log");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| {
+            let json = l
+                .strip_prefix("cairn: ")
+                .unwrap_or_else(|| panic!("no prefix: {l}"));
+            serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {l}"))
+        })
+        .collect();
+    let write = lines
+        .iter()
+        .find(|l| l["type"] == json!("request") && l["request"]["path"] == json!("secret/opt/k"))
+        .unwrap_or_else(|| panic!("no write in {text}"));
+    assert_eq!(write["request"]["data"]["v"], json!(value));
+    let list = lines
+        .iter()
+        .find(|l| l["type"] == json!("response") && l["request"]["operation"] == json!("list"))
+        .unwrap_or_else(|| panic!("no list in {text}"));
+    assert_eq!(list["response"]["data"]["keys"], json!(1), "{list}");
+
+    let hashed = audit_lines(&acc);
+    let write = hashed
+        .iter()
+        .find(|l| l["type"] == json!("request") && l["request"]["path"] == json!("secret/opt/k"))
+        .unwrap_or_else(|| panic!("no write in {hashed:?}"));
+    assert_eq!(
+        write["request"]["data"]["v"],
+        s.post("sys/audit-hash/acc", json!({"input": value})).body["data"]["hash"]
+    );
+    assert_eq!(
+        write["request"]["client_token"],
+        s.post("sys/audit-hash/acc", json!({"input": s.root_token}))
+            .body["data"]["hash"]
+    );
+    let accessor = s.get("auth/token/lookup-self").body["data"]["accessor"].clone();
+    assert!(
+        accessor.as_str().is_some_and(|a| !a.is_empty()),
+        "{accessor}"
+    );
+    assert_eq!(write["auth"]["accessor"], accessor);
+    assert_eq!(write["request"]["client_token_accessor"], accessor);
+}
+
 fn metrics(s: &Server, token: Option<&str>) -> (u16, String, String) {
     let url = format!("{}/v1/sys/metrics?format=prometheus", s.addr);
     let agent: ureq::Agent = ureq::Agent::config_builder()

@@ -107,16 +107,21 @@ pub enum Output {
     /// Append one line to an audit device's file before the batch commits. When
     /// `required`, a failure fails the batch closed (and is reported with
     /// [`Node::audit_device_failed`]); otherwise it is only logged.
+    /// A file the line creates gets the permission bits `mode` (0: 0600).
     Audit {
         file_path: String,
+        mode: u32,
         line: String,
         required: bool,
     },
     /// Open `file_path` for appending (creating it) and answer with
-    /// [`Input::AuditProbed`]: an audit device being enabled by request `id`.
+    /// [`Input::AuditProbed`]: an audit device being enabled by request `id`. The file is
+    /// created with, or set to, the permission bits `mode` (0: an existing file's mode is
+    /// left alone, a new one gets 0600).
     AuditProbe {
         id: RequestId,
         file_path: String,
+        mode: u32,
     },
     /// Acquire, renew or release the cluster's leadership lease; answer with
     /// [`Input::Lease`]. The driver commits every batch under [`Node::fence`].
