@@ -93,6 +93,27 @@ impl HaWorld {
         self.schedule_wake(i, until - self.now);
     }
 
+    /// Node `i`'s pause, which was to last until `until`, ended now: its wake-ups and
+    /// commit that the pause had put off to `until` or later happen now.
+    pub(super) fn resume_now(&mut self, i: usize, until: u64) {
+        let moved: Vec<(u64, u64)> = self
+            .events
+            .iter()
+            .filter(|((t, _), e)| {
+                *t >= until && matches!(e, Ev::Commit(j, _) | Ev::Wake(j) if *j == i)
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in moved {
+            if let Some(e) = self.events.remove(&k) {
+                self.seq += 1;
+                self.events.insert((self.now, self.seq), e);
+            }
+        }
+        self.nodes[i].wake_at = None;
+        self.schedule_wake(i, 1);
+    }
+
     /// Sends node `i` the unseal key of the keyring its cluster holds (a secondary's own
     /// until its activation is known; a node of a secondary whose activation the operator
     /// has not heard of yet is tried with the other key every other time).

@@ -589,11 +589,18 @@ impl HaWorld {
     /// acknowledged write too.
     fn finish(&mut self) -> Checked<bool> {
         self.trace.log(self.now, "final phase: heal everything");
-        for h in &mut self.nodes {
-            h.paused_until = h.paused_until.min(self.now);
+        for i in 0..self.nodes.len() {
+            let h = &mut self.nodes[i];
+            let until = h.paused_until;
             h.pause_before_commit = None;
             h.store_cut_until = 0;
             h.peers_cut_until = 0;
+            if until > self.now {
+                // The pause ends now: what it put off (its wake-ups, a commit it stopped
+                // before) runs now, not when the pause would have ended.
+                h.paused_until = self.now;
+                self.resume_now(i, until);
+            }
         }
         // Let the queued events play out (restarts, commits), without new client ops.
         let healed_at = self.now;
@@ -799,7 +806,11 @@ mod tests {
     /// now drops answers to calls of a replication state it let go of). In
     /// 6443721252915813847 a primary cluster's active node stepped down while it held a
     /// secondary's pull and never answered it: the secondary waited out its read timeout
-    /// (`held-call-after-step-down`; a node stepping down now answers its held pulls).
+    /// (`held-call-after-step-down`; a node stepping down now answers its held pulls). In
+    /// 7422823594142284797 the one node of the primary cluster was paused past the final
+    /// heal: the heal ended the pause but left the node's wake-ups where the pause had put
+    /// them, so it slept on past the check with its lease long expired and stepped down
+    /// there (`failover-liveness`; a checker fault: the heal now runs what the pause put off).
     #[test]
     fn ha_regression_seeds_pass() {
         for seed in [
@@ -808,6 +819,7 @@ mod tests {
             14399065301633516318,
             18170167027443549904,
             6443721252915813847,
+            7422823594142284797,
         ] {
             let mut cfg = RunConfig::new(seed);
             cfg.tier = crate::Tier::Ha;
