@@ -33,6 +33,7 @@ pub mod mounts;
 pub mod namespace;
 pub mod node;
 pub mod policy;
+pub mod reads;
 pub mod remount;
 pub mod replication;
 pub mod router;

@@ -213,20 +213,7 @@ pub fn after_input(st: &mut ObsIo<'_>, from: usize, now: u64) {
         let Some(inf) = st.obs.inflight.remove(&r.id) else {
             continue;
         };
-        let known = st.obs.requests.keys().any(|(_, c, _)| *c == inf.class);
-        let distinct = || {
-            st.obs
-                .requests
-                .keys()
-                .map(|(_, c, _)| c)
-                .collect::<std::collections::BTreeSet<_>>()
-                .len()
-        };
-        let class = if known || distinct() < MAX_CLASSES {
-            inf.class.clone()
-        } else {
-            "other".to_string()
-        };
+        let class = counted_class(st.obs, &inf.class);
         done.push((
             (inf.method.to_string(), class, r.status),
             inf.login_mount.clone(),
@@ -258,6 +245,46 @@ pub fn after_input(st: &mut ObsIo<'_>, from: usize, now: u64) {
         }
     }
     st.outputs.extend(lines);
+}
+
+/// The class a request is counted under: its own, or `other` once [`MAX_CLASSES`]
+/// distinct classes are counted.
+fn counted_class(obs: &Observability, class: &str) -> String {
+    let known = obs.requests.keys().any(|(_, c, _)| c == class);
+    let distinct = || {
+        obs.requests
+            .keys()
+            .map(|(_, c, _)| c)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    };
+    if known || distinct() < MAX_CLASSES {
+        class.to_string()
+    } else {
+        "other".to_string()
+    }
+}
+
+/// A request answered beside the node ([`crate::reads`]), to be counted by it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Answered {
+    pub method: &'static str,
+    pub class: String,
+    pub status: u16,
+}
+
+/// Counts requests answered beside the node as the node counts its own: each kind of
+/// answer with how many there were.
+pub fn count_answered(
+    obs: &mut Observability,
+    answered: impl IntoIterator<Item = (Answered, u64)>,
+) {
+    for (a, n) in answered {
+        let class = counted_class(obs, &a.class);
+        *obs.requests
+            .entry((a.method.to_string(), class, a.status))
+            .or_default() += n;
+    }
 }
 
 fn esc(s: &str) -> String {

@@ -148,7 +148,7 @@ fn needed(ctx: &Ctx, req: &Request, target: &Target, sudo: bool, granted: u8) ->
 /// namespace `ns`.
 fn authorize(
     ctx: &mut Ctx,
-    st: &mut NodeState,
+    spend_use: &mut Option<String>,
     req: &Request,
     ns: &str,
     target: &Target,
@@ -211,7 +211,7 @@ fn authorize(
     // policies or not (as the reference counts): a refusal is an answer too, and a
     // response-wrapping token tried anywhere but `sys/wrapping/*` is used up.
     if e.num_uses > 0 {
-        st.spend_use = Some(h.clone());
+        *spend_use = Some(h.clone());
     }
     let need = needed(ctx, req, target, sudo, acl.capabilities(&acl_path))?;
     // A read of the UI mount list needs only a valid token: the handler shows the mounts
@@ -365,6 +365,43 @@ pub fn authorize_only(
     admit(ctx, st, req).map(|(_, _, caller)| caller)
 }
 
+/// A read of KV data answered from storage alone, without the node's state: `None` when
+/// the request is anything else or needs the node (another method or route, `?help`, a
+/// performance secondary's forward, a token whose uses are counted, a root-only route), so
+/// that the node runs it. The caller checks that the handler wrote nothing
+/// ([`crate::reads`]).
+pub(crate) fn read_only(ctx: &mut Ctx, req: &Request) -> Option<ApiResult> {
+    if !matches!(req.method, Method::Get | Method::List)
+        || req.on_behalf.is_some()
+        || req.query("help").is_some()
+    {
+        return None;
+    }
+    let (routed, ns, target) = locate(ctx, req).ok()?;
+    let req = routed.as_ref().unwrap_or(req);
+    let Target::Mount {
+        route: Some(r),
+        mount,
+        rest,
+    } = &target
+    else {
+        return None;
+    };
+    if r.class != Class::Token || target.scope() == Scope::Root {
+        return None;
+    }
+    let mut spend_use = None;
+    let authorized = authorize(ctx, &mut spend_use, req, &ns, &target, false);
+    if spend_use.is_some() || authorized.is_err() {
+        return None;
+    }
+    match r.handler {
+        Endpoint::Kv => Some(kv::handle(ctx, req, mount, rest)),
+        Endpoint::Kv2 => Some(kv2::handle(ctx, req, mount, rest)),
+        _ => None,
+    }
+}
+
 /// The request relative to its namespace (when it differs), the namespace and the target.
 fn locate(ctx: &mut Ctx, req: &Request) -> ApiResult<(Option<Request>, String, Target)> {
     // The namespace (header and/or leading path segments) and the path inside it; handlers
@@ -430,8 +467,10 @@ fn admit(
     };
     let caller = match class {
         Class::Public | Class::Login | Class::Proof(_) => None,
-        Class::Token => Some(authorize(ctx, st, req, &ns, &target, false)?),
-        Class::Sudo | Class::DrSecondary => Some(authorize(ctx, st, req, &ns, &target, true)?),
+        Class::Token => Some(authorize(ctx, &mut st.spend_use, req, &ns, &target, false)?),
+        Class::Sudo | Class::DrSecondary => {
+            Some(authorize(ctx, &mut st.spend_use, req, &ns, &target, true)?)
+        }
     };
     Ok((routed, target, caller))
 }

@@ -212,6 +212,10 @@ impl Barrier {
     pub fn seal(&mut self) {
         self.key = None;
     }
+    /// The key, for a reader that decrypts beside the node ([`crate::reads::ReadView`]).
+    pub(crate) fn key(&self) -> Option<[u8; 32]> {
+        self.key
+    }
     /// The keys a snapshot file is tied to this cluster with (`None` while sealed).
     pub fn snapshot_keys(&self) -> Option<crate::snapshot::Keys> {
         self.key

@@ -18,6 +18,7 @@ mod latency;
 mod ldap;
 mod logger;
 mod postgres;
+mod reads;
 mod resolve;
 mod runtime;
 mod server;

@@ -38,6 +38,8 @@ pub enum Msg {
 #[derive(Clone)]
 pub struct Core {
     tx: Sender<Msg>,
+    /// Readers that answer KV reads on the API thread (an SQLite database on disk).
+    reads: Option<std::sync::Arc<crate::reads::Readers>>,
     /// A standby's route to the active node, as the node last published it: API requests
     /// are forwarded along it from the worker thread ([`crate::ha::Route`]).
     route: crate::ha::RouteSlot,
@@ -56,6 +58,7 @@ impl Core {
     pub fn from_sender(tx: Sender<Msg>) -> Core {
         Core {
             tx,
+            reads: None,
             route: Default::default(),
         }
     }
@@ -86,6 +89,9 @@ impl Core {
                 let _ = ldap_tx.send(Msg::Input(Input::Ldap(reply)));
             }),
         );
+        let reads = storage
+            .sqlite_file()
+            .map(|db| std::sync::Arc::new(crate::reads::Readers::new(&db)));
         let mut seed = [0u8; 32];
         rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut seed);
         let mut node = Node::new(storage, seed, config);
@@ -97,10 +103,11 @@ impl Core {
             .spawn({
                 let tx = tx.clone();
                 let route = route.clone();
-                move || run(node, rx, tx, pool, lease, route)
+                let reads = reads.clone();
+                move || run(node, rx, tx, pool, lease, route, reads)
             })
             .expect("spawn core thread");
-        Ok(Core { tx, route })
+        Ok(Core { tx, reads, route })
     }
 
     /// Answers an API request: a standby with a route to the active node forwards it from
@@ -108,7 +115,10 @@ impl Core {
     pub fn api_request(&self, req: cairn_core::Request) -> Response {
         match self.route.get() {
             Some(route) => crate::ha::forward_direct(&route, req, self),
-            None => self.request(req),
+            None => match self.reads.as_ref().and_then(|r| r.answer(&req)) {
+                Some(resp) => resp,
+                None => self.request(req),
+            },
         }
     }
 
@@ -177,6 +187,7 @@ fn run(
     pool: crate::ldap::LdapPool,
     lease: Option<crate::ha::LeaseWorker>,
     route: crate::ha::RouteSlot,
+    reads: Option<std::sync::Arc<crate::reads::Readers>>,
 ) {
     // Held until this function returns: the checkpoint thread stops when it is dropped.
     let _checkpoints = match node.storage_mut().checkpointer() {
@@ -191,6 +202,7 @@ fn run(
         node.storage_mut().wal_sync(),
         node.storage_mut().pg_flush(),
         tx.clone(),
+        reads.clone(),
     );
     let mut waiting = Waiting::default();
     let mut last_tick = 0;
@@ -219,6 +231,11 @@ fn run(
         if let Err(e) = node.storage_mut().begin() {
             log::error!("cannot open a storage transaction: {e}");
         }
+        // Reads answered beside the core since the last batch count before this one's
+        // requests (a `sys/metrics` in it sees them).
+        if let Some(r) = &reads {
+            node.count_answered(r.take_answered());
+        }
         prefetch(&mut node, &batch);
         let mut ids_in_batch = Vec::new();
         let mut held: Vec<Output> = Vec::new();
@@ -236,6 +253,8 @@ fn run(
         // A snapshot save ends the batch at its input: the file holds the storage as this
         // batch's commit leaves it, so no later input may write in it.
         let mut saves: Vec<cairn_core::SnapshotSave> = Vec::new();
+        // The readers' count of commits that wrote, once this batch's commit is in.
+        let mut commits = 0;
         let mut msgs = batch.into_iter();
         while let Some(m) = msgs.next() {
             match m {
@@ -303,11 +322,26 @@ fn run(
                 // The batch commits under the node's fence (HA: the lease epoch it ran under,
                 // checked by the database in the commit's own transaction).
                 let fence = node.fence();
+                // Readers beside the core: a view this batch changes is withdrawn before
+                // its commit, and the commit is bracketed on their clock.
+                let writes = node.storage_mut().has_uncommitted_writes();
+                if let Some(r) = &reads {
+                    if r.view() != node.read_view() {
+                        r.set_view(None);
+                    }
+                    if writes {
+                        r.clock.begin_commit();
+                    }
+                }
                 let storage = node.storage_mut();
-                storage
+                let res = storage
                     .set_fence_mode(fence)
                     .and_then(|()| storage.commit_unsynced())
-                    .map_err(BatchFailed::Storage)
+                    .map_err(BatchFailed::Storage);
+                if let (Some(r), true) = (&reads, writes) {
+                    commits = r.clock.end_commit(matches!(res, Ok(true)));
+                }
+                res
             }
         };
         if let Err(BatchFailed::Storage(e)) = &committed {
@@ -368,7 +402,7 @@ fn run(
             }
         }
         let tickets = node.storage_mut().take_tickets();
-        syncer.release(committed.unwrap_or(false), tickets, out);
+        syncer.release(committed.unwrap_or(false), tickets, out, commits);
         if node.storage_mut().take_lost_batch() {
             // The node's memory (Merkle trees, WAL position) holds a batch that is not on
             // disk: carrying on would persist Merkle pages that disagree with the data.
@@ -387,6 +421,12 @@ fn run(
             waiting.fail_all(&ApiError::Unavailable(
                 "the server was reset after a storage failure".into(),
             ));
+        }
+        if let Some(r) = &reads {
+            let view = node.read_view();
+            if r.view() != view {
+                r.set_view(view);
+            }
         }
     }
 }
@@ -624,6 +664,8 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 struct Committed {
     /// The batch wrote something: its answers wait for a sync.
     wrote: bool,
+    /// Readers beside the core: how many commits that wrote there were up to this one.
+    commits: u64,
     /// PostgreSQL: its pipelined commits, which the flush barrier must confirm.
     tickets: Vec<crate::postgres::Ticket>,
     /// Its answers and side effects, in output order.
@@ -689,6 +731,7 @@ impl Syncer {
         wal: Option<crate::sqlite::WalSync>,
         pg: Option<crate::postgres::PgFlush>,
         core_tx: Sender<Msg>,
+        reads: Option<std::sync::Arc<crate::reads::Readers>>,
     ) -> Syncer {
         use std::sync::atomic::Ordering;
         let pending = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -717,6 +760,11 @@ impl Syncer {
                                     std::process::abort();
                                 }
                             }
+                        }
+                        // Readers may now answer from what these batches committed.
+                        if let Some(r) = &reads {
+                            r.clock
+                                .synced(group.iter().map(|c| c.commits).max().unwrap_or(0));
                         }
                         let n = group.len();
                         let tickets: Vec<_> = group
@@ -764,7 +812,13 @@ impl Syncer {
 
     /// Hands a committed batch over; a batch that wrote nothing, with nothing before it
     /// still waiting, is delivered at once.
-    fn release(&self, wrote: bool, tickets: Vec<crate::postgres::Ticket>, out: Vec<Delivery>) {
+    fn release(
+        &self,
+        wrote: bool,
+        tickets: Vec<crate::postgres::Ticket>,
+        out: Vec<Delivery>,
+        commits: u64,
+    ) {
         use std::sync::atomic::Ordering;
         let wrote = wrote || !tickets.is_empty();
         if out.is_empty() && !wrote {
@@ -774,6 +828,7 @@ impl Syncer {
             self.pending.fetch_add(1, Ordering::AcqRel);
             match self.tx.send(Committed {
                 wrote,
+                commits,
                 tickets,
                 out,
             }) {

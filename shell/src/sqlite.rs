@@ -83,11 +83,18 @@ pub struct SqliteStorage {
 
 /// Values of recently read keys (`None`: read and absent), and the results of recent small
 /// prefix scans (audit devices, mounts: read on every request).
-#[derive(Default)]
 pub(crate) struct ReadCache {
     map: HashMap<String, Option<Vec<u8>>>,
     bytes: usize,
     scans: HashMap<String, Vec<(String, Vec<u8>)>>,
+    /// Most bytes of values held ([`ReadCache::MAX_BYTES`] unless made smaller).
+    max_bytes: usize,
+}
+
+impl Default for ReadCache {
+    fn default() -> Self {
+        ReadCache::holding(Self::MAX_BYTES)
+    }
 }
 
 impl ReadCache {
@@ -101,6 +108,16 @@ impl ReadCache {
     const MAX_SCANS: usize = 256;
     const MAX_SCAN_ENTRIES: usize = 64;
     const MAX_SCAN_BYTES: usize = 64 << 10;
+
+    /// An empty cache that holds at most `max_bytes` of values.
+    pub(crate) fn holding(max_bytes: usize) -> Self {
+        ReadCache {
+            map: HashMap::new(),
+            bytes: 0,
+            scans: HashMap::new(),
+            max_bytes,
+        }
+    }
 
     pub(crate) fn get(&self, key: &str) -> Option<Option<Vec<u8>>> {
         self.map.get(key).cloned()
@@ -133,7 +150,7 @@ impl ReadCache {
         if size > Self::MAX_VALUE {
             return;
         }
-        if self.map.len() >= Self::MAX_KEYS || self.bytes + size > Self::MAX_BYTES {
+        if self.map.len() >= Self::MAX_KEYS || self.bytes + size > self.max_bytes {
             self.clear();
         }
         self.bytes += size + key.len();
@@ -283,7 +300,7 @@ fn is_full(e: &rusqlite::Error) -> bool {
 }
 
 /// The kind of a SQLite error: a full disk, a damaged file, or anything else.
-fn err(e: rusqlite::Error) -> StorageError {
+pub(crate) fn err(e: rusqlite::Error) -> StorageError {
     use rusqlite::ErrorCode;
     match e.sqlite_error_code() {
         Some(ErrorCode::DiskFull) => StorageError::Full,
@@ -295,7 +312,7 @@ fn err(e: rusqlite::Error) -> StorageError {
 }
 
 /// The smallest byte string greater than every string starting with `prefix`.
-fn upper_bound(prefix: &[u8]) -> Vec<u8> {
+pub(crate) fn upper_bound(prefix: &[u8]) -> Vec<u8> {
     let mut v = prefix.to_vec();
     v.push(0xff);
     v
@@ -392,6 +409,16 @@ impl SqliteStorage {
             Some(w) => crate::snapshot_read::open_sqlite(&w.db).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The open batch holds write sets a commit would store.
+    pub fn has_uncommitted_writes(&self) -> bool {
+        self.in_txn && !self.log.is_empty()
+    }
+
+    /// The database file (`None` for an in-memory database).
+    pub fn file(&self) -> Option<PathBuf> {
+        self.wal_sync.as_ref().map(|w| w.db.clone())
     }
 
     /// True once after a batch the node holds in memory could not be committed.

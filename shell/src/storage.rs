@@ -45,6 +45,23 @@ impl ShellStorage {
         }
     }
 
+    /// The open batch holds writes a commit would store.
+    pub fn has_uncommitted_writes(&self) -> bool {
+        match self {
+            ShellStorage::Sqlite(s) => s.has_uncommitted_writes(),
+            ShellStorage::Postgres(_) => true,
+        }
+    }
+
+    /// The database file, for readers beside the core thread: SQLite on disk only (no
+    /// second connection sees an in-memory database; PostgreSQL's HA nodes share theirs).
+    pub fn sqlite_file(&self) -> Option<std::path::PathBuf> {
+        match self {
+            ShellStorage::Sqlite(s) => s.file(),
+            ShellStorage::Postgres(_) => None,
+        }
+    }
+
     /// Drops the batch.
     pub fn rollback(&mut self) {
         match self {

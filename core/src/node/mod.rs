@@ -19,7 +19,7 @@ macro_rules! node_ctx {
     };
 }
 
-mod head;
+pub(crate) mod head;
 mod seal_endpoints;
 pub(crate) mod snapshot;
 pub use snapshot::SnapshotSave;
@@ -405,6 +405,33 @@ impl<S: Storage> Node<S> {
             };
         }
         self.st.ha.fence()
+    }
+
+    /// What a reader beside the node needs to answer KV reads from committed storage
+    /// ([`crate::reads`]), while nothing the node holds in memory changes such a read's
+    /// answer: unsealed, not in an HA cluster, not a replication secondary, its replication
+    /// roles loaded. `None` otherwise: every request then goes to the node. A driver asks
+    /// after every batch and replaces its readers' view before it releases the batch's
+    /// answers.
+    pub fn read_view(&self) -> Option<crate::reads::ReadView> {
+        let repl = &self.st.repl;
+        if self.st.ha.enabled()
+            || !repl.roles_loaded()
+            || repl.is_perf_secondary()
+            || repl.is_dr_secondary()
+        {
+            return None;
+        }
+        self.barrier.key().map(crate::reads::ReadView::new)
+    }
+
+    /// Counts requests that readers beside the node answered ([`crate::reads::answer`]),
+    /// as if the node had answered them.
+    pub fn count_answered(
+        &mut self,
+        answered: impl IntoIterator<Item = (crate::metrics::Answered, u64)>,
+    ) {
+        crate::metrics::count_answered(&mut self.st.obs, answered);
     }
 
     /// HA state (role, leader, nodes): for status, tests and the simulator's checkers.
@@ -958,7 +985,7 @@ impl<S: Storage> Node<S> {
 }
 
 /// The standard envelope around a reply.
-fn envelope_of(request_id: &str, reply: Reply) -> Value {
+pub(crate) fn envelope_of(request_id: &str, reply: Reply) -> Value {
     let mut env = api::envelope(request_id, Value::Null);
     match reply {
         Reply::Data(d) => env["data"] = d,

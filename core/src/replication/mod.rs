@@ -379,6 +379,11 @@ impl Replication {
     pub fn is_dr_secondary(&self) -> bool {
         self.dr.role.role == Role::Secondary
     }
+    /// The replication roles in memory are the stored ones (false after a rolled-back
+    /// batch, until they are read again).
+    pub fn roles_loaded(&self) -> bool {
+        self.roles_loaded
+    }
     pub fn is_perf_secondary(&self) -> bool {
         self.perf.role.role == Role::Secondary
     }
