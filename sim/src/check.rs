@@ -118,6 +118,12 @@ impl Checker {
         &self.counts
     }
 
+    /// Counts something the run exercised that no single check names (reads answered
+    /// beside the node, whose answers the checks above judge like any other).
+    pub fn note(&mut self, what: &'static str) {
+        bump(&mut self.counts, what);
+    }
+
     /// The node lost its memory (crash); it comes back sealed.
     pub fn on_crash(&mut self, h: HostId) {
         let e = &mut self.hosts[h];

@@ -88,6 +88,11 @@ pub struct Host<S: HostStorage = SimStorage> {
     batched: bool,
     /// RNG seeds of the node's incarnations.
     seeds: SimRng,
+    /// The view the node had at its last commit (none while down): while a batch is open,
+    /// readers beside the node answer under it, as the shell's do until the batch commits.
+    published: Option<cairn_core::reads::ReadView>,
+    /// Draws the `request_id`s of answers given beside the node.
+    reads_rng: rand_chacha::ChaCha20Rng,
 }
 
 impl<S: HostStorage> Host<S> {
@@ -103,6 +108,10 @@ impl<S: HostStorage> Host<S> {
             commit_scheduled: false,
             batched: false,
             seeds: SimRng::derive(seed, &format!("host/{id}/boot-seeds")),
+            published: None,
+            reads_rng: rand_core::SeedableRng::from_seed(
+                SimRng::derive(seed, &format!("host/{id}/reads")).seed32(),
+            ),
         }
     }
 
@@ -251,6 +260,7 @@ impl<S: HostStorage> Host<S> {
         let node = self.node.as_mut()?;
         let fence = node.fence();
         let info = node.storage_mut().commit_batch(fence);
+        self.published = node.read_view();
         self.batch += 1;
         self.commit_scheduled = false;
         Some((info, std::mem::take(&mut self.held)))
@@ -260,12 +270,47 @@ impl<S: HostStorage> Host<S> {
     /// dropped and the held outputs (never released). `None` when already down.
     pub fn crash(&mut self) -> Option<(S::Crashed, Vec<Output>)> {
         let node = self.node.take()?;
+        self.published = None;
         let mut storage = node.into_storage();
         let info = storage.lose_power();
         self.parked = Some(storage);
         self.batch += 1;
         self.commit_scheduled = false;
         Some((info, std::mem::take(&mut self.held)))
+    }
+}
+
+impl Host<SimStorage> {
+    /// Answers `req` beside the node, as the shell's readers do: from the committed
+    /// storage under the view of the node's last batch, when [`cairn_core::reads::answer`]
+    /// takes it; the node counts it. `None`: the node must run it.
+    pub fn read_beside(
+        &mut self,
+        now: u64,
+        req: &cairn_core::Request,
+    ) -> Option<cairn_core::api::Response> {
+        let node = self.node.as_mut()?;
+        // No batch open: the node's memory is what its last batch left, which the shell
+        // publishes when that batch ends.
+        let view = match node.storage().dirty() {
+            false => node.read_view()?,
+            true => self.published.clone()?,
+        };
+        let storage = node.storage();
+        let served = match storage.fault() {
+            Some(crate::storage::StorageFault::ReadBesideUncommitted) => {
+                cairn_core::reads::answer(&view, storage, now, &mut self.reads_rng, req)
+            }
+            _ => cairn_core::reads::answer(
+                &view,
+                &storage.committed_view(),
+                now,
+                &mut self.reads_rng,
+                req,
+            ),
+        }?;
+        node.count_answered([(served.answered, 1)]);
+        Some(served.response)
     }
 }
 

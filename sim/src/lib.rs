@@ -150,6 +150,9 @@ impl RunConfig {
                 cmd.push_str(" --plant-fault drop-committed-write")
             }
             Some(StorageFault::SkipFenceCheck) => cmd.push_str(" --plant-fault skip-fence-check"),
+            Some(StorageFault::ReadBesideUncommitted) => {
+                cmd.push_str(" --plant-fault read-beside-uncommitted")
+            }
             None => {}
         }
         cmd

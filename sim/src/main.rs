@@ -95,6 +95,7 @@ fn parse_args() -> Result<Args, String> {
             "--plant-fault" => match value("--plant-fault")?.as_str() {
                 "drop-committed-write" => fault = Some(StorageFault::DropCommittedWrite),
                 "skip-fence-check" => fault = Some(StorageFault::SkipFenceCheck),
+                "read-beside-uncommitted" => fault = Some(StorageFault::ReadBesideUncommitted),
                 other => return Err(format!("unknown fault {other:?}")),
             },
             "--regressions" => {

@@ -26,6 +26,10 @@ pub enum StorageFault {
     /// (HA tier) The shared store applies a commit whatever the lease's epoch: a deposed
     /// node's late batch lands after its successor's (the fencing bug HA must not have).
     SkipFenceCheck,
+    /// A reader beside the node reads the open batch too, not only what is committed (the
+    /// bug the shell's commit seqlock and durable wait exist to prevent): it answers with
+    /// writes a crash may still take back.
+    ReadBesideUncommitted,
 }
 
 /// What one commit made durable.
@@ -78,6 +82,11 @@ impl SimStorage {
             fault,
             ..Self::default()
         }
+    }
+
+    /// The planted bug this storage carries, if any.
+    pub fn fault(&self) -> Option<StorageFault> {
+        self.fault
     }
 
     /// Whether writes are waiting for a commit.
@@ -188,6 +197,39 @@ impl SimStorage {
             self.fault = None;
         }
         info
+    }
+}
+
+/// The committed (durable) state of a [`SimStorage`] alone, without the open batch: what a
+/// reader beside the node reads ([`cairn_core::reads`]), as the shell's readers read the
+/// committed database.
+pub struct Committed<'a>(&'a SimStorage);
+
+impl SimStorage {
+    pub fn committed_view(&self) -> Committed<'_> {
+        Committed(self)
+    }
+}
+
+impl Storage for Committed<'_> {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.0.committed.get(key).cloned())
+    }
+
+    fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+        Ok(self
+            .0
+            .committed
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    fn apply(&mut self, _writes: &[Write]) -> Result<(), StorageError> {
+        Err(StorageError::Io(
+            "a reader beside the node does not write".into(),
+        ))
     }
 }
 

@@ -190,6 +190,8 @@ pub struct World {
     checker: Checker,
     trace: Trace,
     faults: SimRng,
+    /// Which reads go to readers beside the node (as the shell's API threads answer them).
+    beside: SimRng,
     params: Params,
     requests: BTreeMap<RequestId, InFlight>,
     next_id: RequestId,
@@ -224,6 +226,7 @@ impl World {
             checker: Checker::new(params.hosts),
             trace,
             faults: SimRng::derive(seed, "faults"),
+            beside: SimRng::derive(seed, "reads-beside"),
             params,
             requests: BTreeMap::new(),
             next_id: 1,
@@ -542,6 +545,11 @@ impl World {
                     if sealed { " (sealed)" } else { "" }
                 ));
                 let now = self.now;
+                if let Payload::Request(req) = &payload {
+                    if self.read_beside(h, req)? {
+                        return Ok(());
+                    }
+                }
                 let host = &mut self.hosts[h];
                 match payload {
                     Payload::Request(req) => host.handle(now, Input::Request(req)),
@@ -582,6 +590,41 @@ impl World {
                 Ok(())
             }
         }
+    }
+
+    /// Half of the reads a node gets are first offered to a reader beside it, as the
+    /// shell's API threads do: one it answers (from the committed storage, under the view
+    /// of the node's last batch) goes straight back to the client, judged by the checker
+    /// like any answer. True when it was answered there.
+    fn read_beside(&mut self, h: HostId, req: &cairn_core::Request) -> Result<bool, Violation> {
+        if !matches!(
+            req.method,
+            cairn_core::api::Method::Get | cairn_core::api::Method::List
+        ) || !self.beside.chance(500)
+        {
+            return Ok(false);
+        }
+        let Some(resp) = self.hosts[h].read_beside(self.now, req) else {
+            return Ok(false);
+        };
+        let id = resp.id;
+        let Some(f) = self.requests.get(&id).cloned() else {
+            return Ok(false);
+        };
+        self.log(&format!(
+            "n{h} answers #{id} beside the node: {}",
+            resp.status
+        ));
+        self.checker.note("read-beside");
+        self.checker
+            .observe(h, &f.op, self.now, Observed::Response(&resp))
+            .map_err(|v| with_request(v, id, self.now))?;
+        self.send(
+            Addr::Host(h),
+            Addr::Client(f.client),
+            Payload::Response(resp),
+        );
+        Ok(true)
     }
 
     /// Power loss on host `h`: the node and its uncommitted batch vanish.

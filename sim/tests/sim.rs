@@ -46,6 +46,34 @@ fn fifty_seeds_pass() {
     );
 }
 
+/// A reader beside the node that also reads the open batch answers with writes a crash
+/// can still take back, or that a failed batch never stores: the checkers must see it
+/// within the seeds CI runs.
+#[test]
+fn a_planted_read_of_uncommitted_writes_beside_the_node_is_caught() {
+    // Seeds of the single-node world (a planted fault keeps every seed there; without it a
+    // third of them replicate), so that the same seed can be run without the bug.
+    let single = seed_sequence(4_242, 400).filter(|&s| !cairn_sim::repl::wants_replication(s));
+    let caught = single.take(150).find(|&seed| {
+        let o = run(&RunConfig {
+            fault: Some(StorageFault::ReadBesideUncommitted),
+            ..cfg(seed, 3_000)
+        });
+        o.failure.is_some()
+    });
+    let Some(seed) = caught else {
+        panic!("reads beside the node of uncommitted writes went unnoticed for 150 seeds");
+    };
+    // Without the planted bug the same seed passes, reads answered beside included.
+    let o = run(&cfg(seed, 3_000));
+    assert!(o.ok(), "{}", o.report());
+    assert!(
+        o.checks.get("read-beside").is_some_and(|&n| n > 0),
+        "{:?}",
+        o.checks
+    );
+}
+
 #[test]
 fn planted_lost_write_is_caught_within_five_seeds() {
     let mut caught = None;

@@ -219,6 +219,8 @@ pub struct ReplWorld {
     net: Network,
     params: Params,
     faults: SimRng,
+    /// Which reads go to readers beside the node (as the shell's API threads answer them).
+    beside: SimRng,
     oprng: SimRng,
     trace: Trace,
     next_id: RequestId,
@@ -383,6 +385,7 @@ impl ReplWorld {
             hosts,
             net: Network::new(SimRng::derive(seed, "unused"), params.client_link),
             faults: SimRng::derive(seed, "faults"),
+            beside: SimRng::derive(seed, "reads-beside"),
             oprng: SimRng::derive(seed, "operator"),
             trace,
             next_id: 1,
@@ -757,6 +760,28 @@ impl ReplWorld {
                             .node()
                             .is_some_and(|n| n.replication().scan_progress().is_some()),
                     });
+                }
+                // Half of the reads are first offered to a reader beside the node, as the
+                // shell's API threads do (a primary's, or a standalone node's: a secondary
+                // has no view); an answer there is released at once, like any other.
+                if matches!(req.method, Method::Get | Method::List) && self.beside.chance(500) {
+                    if let Some(resp) = self.hosts[to].host.read_beside(self.now, &req) {
+                        match from {
+                            Caller::Http { .. } => {
+                                self.hosts[to].http_in.insert(id, from);
+                            }
+                            Caller::Operator => {
+                                self.hosts[to].op_in.insert(id);
+                            }
+                        }
+                        self.log(&format!(
+                            "h{to} answers #{id} beside the node: {}",
+                            resp.status
+                        ));
+                        self.bump("read-beside");
+                        self.release(to, Output::Response(resp));
+                        return Ok(());
+                    }
                 }
                 let Some(node) = self.hosts[to].host.node_mut() else {
                     return Ok(());
