@@ -422,6 +422,24 @@ mod tests {
     const ROOT: &str = "role-tests-root";
 
     impl T {
+        /// Stores the policy `maker` (it may create tokens against roles) and returns a
+        /// token root creates with `body`.
+        fn maker_and_token(&mut self, body: Value) -> String {
+            let pol = r#"path "auth/token/create/*" { capabilities = ["create", "update"] }"#;
+            let r = self.call(
+                ROOT,
+                Method::Put,
+                "sys/policies/acl/maker",
+                json!({ "policy": pol }),
+            );
+            assert_eq!(r.status, 204, "{:?}", r.body);
+            let r = self.call(ROOT, Method::Post, "auth/token/create", body);
+            r.body.unwrap_or_default()["auth"]["client_token"]
+                .as_str()
+                .expect("token")
+                .to_string()
+        }
+
         fn new() -> T {
             T {
                 node: Node::dev_in_memory([7; 32], ROOT),
@@ -709,22 +727,7 @@ mod tests {
     #[test]
     fn disallowed_policies_bound_the_policies_a_token_inherits() {
         let mut t = T::new();
-        let pol = r#"path "auth/token/create/*" { capabilities = ["create", "update"] }"#;
-        let r = t.call(
-            ROOT,
-            Method::Put,
-            "sys/policies/acl/maker",
-            json!({ "policy": pol }),
-        );
-        assert_eq!(r.status, 204, "{:?}", r.body);
-        let token = |t: &mut T, body: Value| {
-            let r = t.call(ROOT, Method::Post, "auth/token/create", body);
-            r.body.unwrap_or_default()["auth"]["client_token"]
-                .as_str()
-                .expect("token")
-                .to_string()
-        };
-        let caller = token(&mut t, json!({"policies": ["maker", "a", "c"]}));
+        let caller = t.maker_and_token(json!({"policies": ["maker", "a", "c"]}));
         assert_eq!(
             t.role("noc", json!({"disallowed_policies": ["c"]})).status,
             204
@@ -752,10 +755,8 @@ mod tests {
                 json!("token policy \"default\" is disallowed by this role")
             )
         );
-        let bare = token(
-            &mut t,
-            json!({"policies": ["maker", "a"], "no_default_policy": true}),
-        );
+        let bare =
+            t.maker_and_token(json!({"policies": ["maker", "a"], "no_default_policy": true}));
         let (s, a, _) = t.create(&bare, "nodef", json!({}));
         assert_eq!((s, a["policies"].clone()), (200, json!(["a", "maker"])));
     }
@@ -873,27 +874,7 @@ mod tests {
     #[test]
     fn policy_globs_allow_and_disallow() {
         let mut t = T::new();
-        let pol = r#"path "auth/token/create/*" { capabilities = ["create", "update"] }"#;
-        let r = t.call(
-            ROOT,
-            Method::Put,
-            "sys/policies/acl/maker",
-            json!({ "policy": pol }),
-        );
-        assert_eq!(r.status, 204, "{:?}", r.body);
-        let token = |t: &mut T, policies: Value| {
-            let r = t.call(
-                ROOT,
-                Method::Post,
-                "auth/token/create",
-                json!({ "policies": policies }),
-            );
-            r.body.unwrap_or_default()["auth"]["client_token"]
-                .as_str()
-                .expect("token")
-                .to_string()
-        };
-        let maker = token(&mut t, json!(["maker"]));
+        let maker = t.maker_and_token(json!({"policies": ["maker"]}));
         let r = t.role("g1", json!({"allowed_policies_glob": ["user*", "adm*-a"]}));
         assert_eq!(r.status, 204, "{:?}", r.body);
         assert_eq!(
@@ -924,7 +905,7 @@ mod tests {
         }
         let r = t.role("g2", json!({"disallowed_policies_glob": ["def*", "adm*"]}));
         assert_eq!(r.status, 204, "{:?}", r.body);
-        let caller = token(&mut t, json!(["maker", "user", "admin-a"]));
+        let caller = t.maker_and_token(json!({"policies": ["maker", "user", "admin-a"]}));
         let (s, a, _) = t.create(&caller, "g2", json!({"policies": ["user"]}));
         assert_eq!((s, a["policies"].clone()), (200, json!(["user"])));
         for body in [json!({}), json!({"policies": ["user", "admin-a"]})] {
