@@ -33,7 +33,7 @@ use cairn_core::reads::ReadView;
 use cairn_core::storage::{Storage, StorageError, Write};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use rusqlite::{Connection, OpenFlags};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -146,45 +146,11 @@ impl ReadConn {
 
 impl Storage for ReadConn {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
-        if let Some(v) = self.cache.borrow().get(key) {
-            return Ok(v);
-        }
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT value FROM kv WHERE key = ?1")
-            .map_err(err)?;
-        let v = st
-            .query_row(params![key.as_bytes()], |r| r.get::<_, Vec<u8>>(0))
-            .optional()
-            .map_err(err)?;
-        self.cache.borrow_mut().fill(key, &v);
-        Ok(v)
+        crate::sqlite::cached_get(&self.conn, &self.cache, key)
     }
 
     fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
-        if let Some(rows) = self.cache.borrow().scanned(prefix) {
-            return Ok(rows);
-        }
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key")
-            .map_err(err)?;
-        let rows = st
-            .query_map(
-                params![
-                    prefix.as_bytes(),
-                    crate::sqlite::upper_bound(prefix.as_bytes())
-                ],
-                |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?)),
-            )
-            .map_err(err)?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (k, v) = row.map_err(err)?;
-            out.push((crate::storage::key_string(k), v));
-        }
-        self.cache.borrow_mut().fill_scan(prefix, &out);
-        Ok(out)
+        crate::sqlite::cached_scan(&self.conn, &self.cache, prefix)
     }
 
     fn apply(&mut self, _writes: &[Write]) -> Result<(), StorageError> {
@@ -370,6 +336,14 @@ mod tests {
         found.unwrap_or_else(|| panic!("no answer to {id}"))
     }
 
+    /// Writes `{"v": v}` at `secret/a` as root.
+    fn put(node: &mut Node<SqliteStorage>, readers: &Readers, v: u64) {
+        let put = Request::new(2, Method::Put, "secret/a")
+            .with_token("root")
+            .with_json(json!({ "v": v }));
+        assert_eq!(batch(node, readers, put).status, 204);
+    }
+
     fn get(path: &str, token: &str) -> Request {
         Request::new(1, Method::Get, path).with_token(token)
     }
@@ -385,10 +359,7 @@ mod tests {
     fn a_reader_sees_every_committed_write_never_its_cache_of_an_older_one() {
         let (_dir, mut node, readers) = setup();
         for v in 1..=3 {
-            let put = Request::new(2, Method::Put, "secret/a")
-                .with_token("root")
-                .with_json(json!({ "v": v }));
-            assert_eq!(batch(&mut node, &readers, put).status, 204);
+            put(&mut node, &readers, v);
             // Twice: the second from the connection's cache.
             for _ in 0..2 {
                 let r = readers
@@ -409,10 +380,7 @@ mod tests {
     #[test]
     fn a_revoked_token_reads_nothing_beside_the_core() {
         let (_dir, mut node, readers) = setup();
-        let put = Request::new(2, Method::Put, "secret/a")
-            .with_token("root")
-            .with_json(json!({"v": 1}));
-        batch(&mut node, &readers, put);
+        put(&mut node, &readers, 1);
         let create = Request::new(3, Method::Post, "auth/token/create")
             .with_token("root")
             .with_json(json!({"policies": ["root"]}));
@@ -433,10 +401,7 @@ mod tests {
     #[test]
     fn nothing_is_answered_during_a_commit_or_before_what_was_read_is_durable() {
         let (_dir, mut node, readers) = setup();
-        let put = Request::new(2, Method::Put, "secret/a")
-            .with_token("root")
-            .with_json(json!({"v": 1}));
-        batch(&mut node, &readers, put);
+        put(&mut node, &readers, 1);
         assert!(readers.answer(&get("secret/a", "root")).is_some());
         assert!(
             readers.answer(&get("secret/none", "root")).is_none(),
@@ -471,10 +436,7 @@ mod tests {
     #[test]
     fn a_withdrawn_view_answers_nothing() {
         let (_dir, mut node, readers) = setup();
-        let put = Request::new(2, Method::Put, "secret/a")
-            .with_token("root")
-            .with_json(json!({"v": 1}));
-        batch(&mut node, &readers, put);
+        put(&mut node, &readers, 1);
         assert!(readers.answer(&get("secret/a", "root")).is_some());
         readers.set_view(None);
         assert!(readers.answer(&get("secret/a", "root")).is_none());

@@ -312,7 +312,60 @@ pub(crate) fn err(e: rusqlite::Error) -> StorageError {
 }
 
 /// The smallest byte string greater than every string starting with `prefix`.
-pub(crate) fn upper_bound(prefix: &[u8]) -> Vec<u8> {
+/// One key read through `cache`, from `conn` on a miss (an absent key is cached too).
+pub(crate) fn cached_get(
+    conn: &Connection,
+    cache: &RefCell<ReadCache>,
+    key: &str,
+) -> Result<Option<Vec<u8>>, StorageError> {
+    if let Some(v) = cache.borrow().get(key) {
+        return Ok(v);
+    }
+    let mut st = conn
+        .prepare_cached("SELECT value FROM kv WHERE key = ?1")
+        .map_err(err)?;
+    let v = st
+        .query_row(params![key.as_bytes()], |r| r.get::<_, Vec<u8>>(0))
+        .optional()
+        .map_err(err)?;
+    cache.borrow_mut().fill(key, &v);
+    Ok(v)
+}
+
+/// Every key under `prefix` with its value, in key order, through `cache`.
+pub(crate) fn cached_scan(
+    conn: &Connection,
+    cache: &RefCell<ReadCache>,
+    prefix: &str,
+) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+    if let Some(rows) = cache.borrow().scanned(prefix) {
+        return Ok(rows);
+    }
+    let rows = scan_rows(conn, prefix)?;
+    cache.borrow_mut().fill_scan(prefix, &rows);
+    Ok(rows)
+}
+
+/// Every key under `prefix` with its value, in key order, from `conn`.
+fn scan_rows(conn: &Connection, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+    let mut st = conn
+        .prepare_cached("SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key")
+        .map_err(err)?;
+    let rows = st
+        .query_map(
+            params![prefix.as_bytes(), upper_bound(prefix.as_bytes())],
+            |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?)),
+        )
+        .map_err(err)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (k, v) = row.map_err(err)?;
+        out.push((crate::storage::key_string(k), v));
+    }
+    Ok(out)
+}
+
+fn upper_bound(prefix: &[u8]) -> Vec<u8> {
     let mut v = prefix.to_vec();
     v.push(0xff);
     v
@@ -583,26 +636,6 @@ impl SqliteStorage {
         }
     }
 
-    /// A prefix scan straight from SQLite.
-    fn scan_uncached(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key")
-            .map_err(err)?;
-        let rows = st
-            .query_map(
-                params![prefix.as_bytes(), upper_bound(prefix.as_bytes())],
-                |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?)),
-            )
-            .map_err(err)?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (k, v) = row.map_err(err)?;
-            out.push((crate::storage::key_string(k), v));
-        }
-        Ok(out)
-    }
-
     fn write_all(&self, writes: &[Write]) -> Result<(), StorageError> {
         for (k, v) in writes {
             match v {
@@ -723,28 +756,11 @@ impl SqliteStorage {
 
 impl Storage for SqliteStorage {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
-        if let Some(v) = self.cache.borrow().get(key) {
-            return Ok(v);
-        }
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT value FROM kv WHERE key = ?1")
-            .map_err(err)?;
-        let v = st
-            .query_row(params![key.as_bytes()], |r| r.get::<_, Vec<u8>>(0))
-            .optional()
-            .map_err(err)?;
-        self.cache.borrow_mut().fill(key, &v);
-        Ok(v)
+        cached_get(&self.conn, &self.cache, key)
     }
 
     fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
-        if let Some(rows) = self.cache.borrow().scanned(prefix) {
-            return Ok(rows);
-        }
-        let rows = self.scan_uncached(prefix)?;
-        self.cache.borrow_mut().fill_scan(prefix, &rows);
-        Ok(rows)
+        cached_scan(&self.conn, &self.cache, prefix)
     }
 
     fn scan_after(

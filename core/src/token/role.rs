@@ -921,29 +921,7 @@ mod tests {
     #[test]
     fn an_orphan_role_needs_no_sudo_and_no_parent_does_not_override_a_role() {
         let mut t = T::new();
-        let pol = r#"path "auth/token/create/*" { capabilities = ["create", "update"] }"#;
-        let r = t.call(
-            ROOT,
-            Method::Put,
-            "sys/policies/acl/maker",
-            json!({ "policy": pol }),
-        );
-        assert_eq!(r.status, 204, "{:?}", r.body);
-        let r = t.call(
-            ROOT,
-            Method::Post,
-            "auth/token/create",
-            json!({"policies": ["maker"]}),
-        );
-        let maker = r
-            .body
-            .map(|b| {
-                b["auth"]["client_token"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string()
-            })
-            .unwrap_or_default();
+        let maker = t.maker_and_token(json!({"policies": ["maker"]}));
         assert_eq!(
             t.role("orph", json!({"orphan": true, "allowed_policies": ["a"]}))
                 .status,
