@@ -949,14 +949,10 @@ mod tests {
     #[test]
     fn a_bad_option_refuses_the_enable_before_the_file_is_opened() {
         let mut n = dev_node();
-        let (r, out) = call(
+        let (r, out) = enable(
             &mut n,
-            2_000,
-            Request::new(1, Method::Put, "sys/audit/f")
-                .with_token("root-unit")
-                .with_json(
-                    json!({"type": "file", "options": {"file_path": "/tmp/f.log", "mode": "0777"}}),
-                ),
+            "f",
+            json!({"file_path": "/tmp/f.log", "mode": "0777"}),
         );
         assert_eq!(r.status, 400, "{r:?}");
         assert!(out.iter().all(|o| !matches!(o, Output::AuditProbe { .. })));
@@ -1130,6 +1126,21 @@ mod tests {
         n
     }
 
+    /// Request 1 at 2 s: root enables the file audit device `name` with `options`.
+    fn enable(
+        n: &mut crate::node::Node<crate::storage::MemStorage>,
+        name: &str,
+        options: Value,
+    ) -> (Response, Vec<Output>) {
+        call(
+            n,
+            2_000,
+            Request::new(1, Method::Put, &format!("sys/audit/{name}"))
+                .with_token("root-unit")
+                .with_json(json!({"type": "file", "options": options})),
+        )
+    }
+
     fn call(
         n: &mut crate::node::Node<crate::storage::MemStorage>,
         now: u64,
@@ -1151,14 +1162,10 @@ mod tests {
     #[test]
     fn a_file_that_cannot_be_opened_is_refused_and_nothing_is_stored() {
         let mut n = dev_node();
-        let (r, out) = call(
+        let (r, out) = enable(
             &mut n,
-            2_000,
-            Request::new(1, Method::Put, "sys/audit/bad")
-                .with_token("root-unit")
-                .with_json(
-                    json!({"type": "file", "options": {"file_path": "/nonexistent/dir/a.log"}}),
-                ),
+            "bad",
+            json!({"file_path": "/nonexistent/dir/a.log"}),
         );
         assert_eq!(r.id, u64::MAX, "answered before the file was tried: {r:?}");
         assert!(out.iter().any(|o| matches!(o, Output::AuditProbe { .. })));
@@ -1204,13 +1211,7 @@ mod tests {
     /// A dev node with device `f` writing to `/tmp/f.log`, which failed at 3 s.
     fn failed_device_node() -> crate::node::Node<crate::storage::MemStorage> {
         let mut n = dev_node();
-        call(
-            &mut n,
-            2_000,
-            Request::new(1, Method::Put, "sys/audit/f")
-                .with_token("root-unit")
-                .with_json(json!({"type": "file", "options": {"file_path": "/tmp/f.log"}})),
-        );
+        enable(&mut n, "f", json!({"file_path": "/tmp/f.log"}));
         n.handle(
             2_000,
             crate::node::Input::AuditProbed {
