@@ -41,11 +41,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex, RwLock};
 use std::time::Duration;
 
-/// Most read connections (each with its cache); a read finding none free goes to the core
-/// thread.
-const MAX_READERS: usize = 8;
-/// Most bytes of values each connection's cache holds.
-const CACHE_BYTES: usize = 4 << 20;
+/// Most read connections (each with its cache): as many as the API's worker threads, so
+/// that a read finds one free; one that does not goes to the core thread.
+const MAX_READERS: usize = 32;
+/// Most bytes of values each connection's cache holds (the hot keys of a read are small:
+/// the token entry, its policies, the mount table, the value).
+const CACHE_BYTES: usize = 1 << 20;
 /// Longest a reader waits for the sync that covers what it read; then the core thread
 /// answers instead.
 const DURABLE_WAIT: Duration = Duration::from_secs(2);
