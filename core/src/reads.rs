@@ -86,8 +86,11 @@ pub fn answer<S: Storage>(
         rng: &mut *rng,
         now,
     };
-    // An audit device records every request with its answer: the node's to do.
-    if !crate::audit::devices(&ctx).is_empty() {
+    // An audit device records every request with its answer: the node's to do. Any device
+    // stored, even one that does not decode, and any failure to tell, sends the read to
+    // the node (`audit::devices` reads a failed scan as "none": a reader must not answer
+    // unaudited because its own connection could not read the device list).
+    if !matches!(ctx.keys(crate::audit::PREFIX), Ok(k) if k.is_empty()) {
         return None;
     }
     let reply = match crate::router::read_only(&mut ctx, &r) {
@@ -325,6 +328,53 @@ mod tests {
         assert!(
             answer(&view, n.storage(), NOW, &mut rng(), &req).is_none(),
             "a read beside the node would not be audited"
+        );
+    }
+
+    /// A storage whose scans of one prefix fail (a reader's connection that cannot read
+    /// the audit devices).
+    struct FailingScan<'a> {
+        inner: &'a MemStorage,
+        prefix: &'static str,
+    }
+
+    impl Storage for FailingScan<'_> {
+        fn get(&self, key: &str) -> Result<Option<Vec<u8>>, crate::storage::StorageError> {
+            self.inner.get(key)
+        }
+        fn scan(
+            &self,
+            prefix: &str,
+        ) -> Result<Vec<(String, Vec<u8>)>, crate::storage::StorageError> {
+            match prefix.starts_with(self.prefix) {
+                true => Err(crate::storage::StorageError::Io("busy".into())),
+                false => self.inner.scan(prefix),
+            }
+        }
+        fn apply(
+            &mut self,
+            _: &[crate::storage::Write],
+        ) -> Result<(), crate::storage::StorageError> {
+            Err(crate::storage::StorageError::Io("read-only".into()))
+        }
+    }
+
+    /// A reader that cannot read the audit devices cannot know the read needs no audit: it
+    /// hands the read to the node (it answered, unaudited, reading a failed scan as "no
+    /// device").
+    #[test]
+    fn a_reader_that_cannot_read_the_audit_devices_hands_the_read_back() {
+        let (n, tokens) = world();
+        let view = n.read_view().expect("view");
+        let req = Request::new(5, Method::Get, "secret/a").with_token(&tokens[1]);
+        assert!(answer(&view, n.storage(), NOW, &mut rng(), &req).is_some());
+        let failing = FailingScan {
+            inner: n.storage(),
+            prefix: crate::audit::PREFIX,
+        };
+        assert!(
+            answer(&view, &failing, NOW, &mut rng(), &req).is_none(),
+            "answered without knowing whether an audit device must record the read"
         );
     }
 
