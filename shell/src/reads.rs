@@ -211,6 +211,9 @@ pub struct Readers {
     idle: Mutex<Vec<ReadConn>>,
     opened: AtomicUsize,
     answered: Mutex<BTreeMap<Answered, u64>>,
+    /// The latest time the node was handed ([`Readers::advance_clock`]): a reader's clock
+    /// never reads earlier (the node's never goes back).
+    floor: AtomicU64,
 }
 
 impl Readers {
@@ -222,6 +225,7 @@ impl Readers {
             idle: Mutex::new(Vec::new()),
             opened: AtomicUsize::new(0),
             answered: Mutex::new(BTreeMap::new()),
+            floor: AtomicU64::new(0),
         }
     }
 
@@ -236,6 +240,19 @@ impl Readers {
             *v = view;
         }
         self.clock.changed();
+    }
+
+    /// The core thread handed the node `now`: the node's clock never goes back from it
+    /// (it keeps the latest time it was given), so neither do the readers'. Without this, a
+    /// wall clock stepped back would have readers serve a token the node already holds
+    /// expired.
+    pub fn advance_clock(&self, now: u64) {
+        self.floor.fetch_max(now, SeqCst);
+    }
+
+    /// The time a read is answered at: the wall clock, never before the node's.
+    fn now(&self) -> u64 {
+        crate::runtime::now_ms().max(self.floor.load(SeqCst))
     }
 
     /// What readers answered since the last call, for the node to count.
@@ -284,7 +301,7 @@ impl Readers {
             conn.seq = Some(seq);
         }
         let commits = self.clock.commits.load(SeqCst);
-        let now = crate::runtime::now_ms();
+        let now = self.now();
         let served = RNG.with(|rng| {
             let mut rng = rng.borrow_mut();
             cairn_core::reads::answer(&view, &conn, now, &mut rng, req)
@@ -344,9 +361,19 @@ mod tests {
     /// Runs `req` on the node as the core thread does: one batch, its commit bracketed on
     /// the readers' clock and synced at once.
     fn batch(node: &mut Node<SqliteStorage>, readers: &Readers, req: Request) -> Response {
+        batch_at(node, readers, req, crate::runtime::now_ms())
+    }
+
+    /// [`batch`] at time `now`.
+    fn batch_at(
+        node: &mut Node<SqliteStorage>,
+        readers: &Readers,
+        req: Request,
+        now: u64,
+    ) -> Response {
         let id = req.id;
         let _ = node.storage_mut().begin();
-        node.handle(crate::runtime::now_ms(), Input::Request(req));
+        node.handle(now, Input::Request(req));
         let mut found = None;
         while let Some(o) = node.poll_output() {
             if let Output::Response(r) = o {
@@ -465,6 +492,39 @@ mod tests {
         assert!(
             was_synced,
             "answered before the commit it could see was durable"
+        );
+    }
+
+    /// The node keeps the latest time it was given; a reader must not answer at an earlier
+    /// one (a wall clock stepped back): a token the node holds expired stays refused.
+    #[test]
+    fn a_wall_clock_stepped_back_does_not_bring_an_expired_token_back() {
+        let (_dir, mut node, readers) = setup();
+        let put = Request::new(2, Method::Put, "secret/a")
+            .with_token("root")
+            .with_json(json!({"v": 1}));
+        batch(&mut node, &readers, put);
+        let create = Request::new(3, Method::Post, "auth/token/create")
+            .with_token("root")
+            .with_json(json!({"policies": ["root"], "ttl": "60s"}));
+        let r = batch(&mut node, &readers, create);
+        let t = r.body.as_ref().map(|b| b["auth"]["client_token"].clone());
+        let Some(Value::String(t)) = t else {
+            panic!("no token: {:?}", r.body)
+        };
+        assert!(readers.answer(&get("secret/a", &t)).is_some());
+        // The core thread ran the node at a time past the token's TTL; the wall clock then
+        // stepped back to now.
+        let later = crate::runtime::now_ms() + 120_000;
+        readers.advance_clock(later);
+        let by_node = batch_at(&mut node, &readers, get("secret/a", &t), later);
+        assert_eq!(by_node.status, 403, "the node holds the token expired");
+        // From now on the node answers at `later` or after, whatever the wall clock says.
+        let by_node = batch(&mut node, &readers, get("secret/a", &t));
+        assert_eq!(by_node.status, 403, "the node's clock went back");
+        assert!(
+            readers.answer(&get("secret/a", &t)).is_none(),
+            "a reader served a token the node holds expired"
         );
     }
 

@@ -242,6 +242,10 @@ fn run(
         let mut audit_lines: Vec<(String, u32, String)> = Vec::new();
         let mut best_effort: Vec<(String, u32, String)> = Vec::new();
         let now = now_ms();
+        // The node's clock never goes back from a time it was given: nor do the readers'.
+        if let Some(r) = &reads {
+            r.advance_clock(now);
+        }
         // Requests come first: while they keep arriving, the node's timers and background
         // work (a reindex steps on every tick when it runs unpaced) get one tick per
         // millisecond; when none is waiting, a tick per round.
