@@ -50,7 +50,7 @@ const CACHE_BYTES: usize = 4 << 20;
 /// answers instead.
 const DURABLE_WAIT: Duration = Duration::from_secs(2);
 /// Most kinds of answer tallied between two batches (the classes are bounded by the
-/// mounts; beyond this the node counts them under `other`).
+/// mounts; beyond this the core thread answers the reads of a new kind, and counts them).
 const MAX_TALLIES: usize = 256;
 
 /// Where the core thread's commits stand, for readers beside it.
@@ -319,16 +319,17 @@ impl Readers {
         if !self.clock.wait_durable(commits) {
             return None;
         }
-        if let Ok(mut m) = self.answered.lock() {
-            let key = match m.len() < MAX_TALLIES || m.contains_key(&served.answered) {
-                true => served.answered,
-                false => Answered {
-                    class: "other".into(),
-                    ..served.answered
-                },
-            };
-            *m.entry(key).or_default() += 1;
+        // Tallied under its own class, as the node counts its own answers: with the tally
+        // full of other kinds (or unusable), the node answers and counts it instead (under
+        // `other` here, it would count what the node counts under its class).
+        let Ok(mut m) = self.answered.lock() else {
+            return None;
+        };
+        if m.len() >= MAX_TALLIES && !m.contains_key(&served.answered) {
+            return None;
         }
+        *m.entry(served.answered).or_default() += 1;
+        drop(m);
         Some(served.response)
     }
 }
@@ -525,6 +526,48 @@ mod tests {
         assert!(
             readers.answer(&get("secret/a", &t)).is_none(),
             "a reader served a token the node holds expired"
+        );
+    }
+
+    /// Reads of many mounts between two batches are counted under their own classes, as the
+    /// node counts them, never under `other` (the readers' tally once lumped them there when
+    /// it held 256 kinds: a deployment with more than 128 KV mounts read within one batch).
+    #[test]
+    fn a_full_tally_never_counts_a_read_under_another_class() {
+        let (_dir, mut node, readers) = setup();
+        let put = Request::new(2, Method::Put, "secret/a")
+            .with_token("root")
+            .with_json(json!({"v": 1}));
+        batch(&mut node, &readers, put);
+        if let Ok(mut m) = readers.answered.lock() {
+            for i in 0..MAX_TALLIES {
+                let a = Answered {
+                    method: "GET",
+                    class: format!("mount{i}"),
+                    status: 200,
+                };
+                m.insert(a, 1);
+            }
+        }
+        let served = readers.answer(&get("secret/a", "root")).is_some();
+        let counted = readers.take_answered();
+        assert!(
+            counted.iter().all(|(a, _)| a.class != "other"),
+            "a read was counted under `other`: {:?}",
+            counted
+                .iter()
+                .filter(|(a, _)| a.class == "other")
+                .collect::<Vec<_>>()
+        );
+        let secret: u64 = counted
+            .iter()
+            .filter(|(a, _)| a.class == "secret")
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(
+            secret,
+            u64::from(served),
+            "answered beside the core: {served}"
         );
     }
 
