@@ -120,6 +120,19 @@ impl CommitClock {
     }
 }
 
+/// Held by the core thread while it runs: when that thread ends, by returning or by a
+/// panic, the readers' view is withdrawn, so that no read is answered beside a core that
+/// no longer answers anything (every other request then fails with "core stopped").
+pub struct Withdraw(pub Option<std::sync::Arc<Readers>>);
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        if let Some(r) = &self.0 {
+            r.set_view(None);
+        }
+    }
+}
+
 /// One read-only connection to the database and its cache of what it read at `seq`.
 struct ReadConn {
     conn: Connection,
@@ -568,6 +581,30 @@ mod tests {
             secret,
             u64::from(served),
             "answered beside the core: {served}"
+        );
+    }
+
+    /// A core thread that dies (a panic) takes the readers' view with it: reads are not
+    /// answered beside a core that answers nothing else.
+    #[test]
+    fn a_core_thread_that_dies_leaves_no_view_behind() {
+        let (_dir, mut node, readers) = setup();
+        let put = Request::new(2, Method::Put, "secret/a")
+            .with_token("root")
+            .with_json(json!({"v": 1}));
+        batch(&mut node, &readers, put);
+        assert!(readers.answer(&get("secret/a", "root")).is_some());
+        let core = std::thread::spawn({
+            let readers = readers.clone();
+            move || {
+                let _withdraw = Withdraw(Some(readers));
+                panic!("the core thread failed");
+            }
+        });
+        assert!(core.join().is_err());
+        assert!(
+            readers.answer(&get("secret/a", "root")).is_none(),
+            "a read was answered beside a dead core thread"
         );
     }
 

@@ -189,6 +189,8 @@ fn run(
     route: crate::ha::RouteSlot,
     reads: Option<std::sync::Arc<crate::reads::Readers>>,
 ) {
+    // Dropped when this thread ends, by a panic too: readers stop answering with it.
+    let _withdraw = crate::reads::Withdraw(reads.clone());
     // Held until this function returns: the checkpoint thread stops when it is dropped.
     let _checkpoints = match node.storage_mut().checkpointer() {
         Ok(Some(c)) => Some(start_checkpoints(c)),
