@@ -319,6 +319,10 @@ impl Readers {
             let mut rng = rng.borrow_mut();
             cairn_core::reads::answer(&view, &conn, now, &mut rng, req)
         });
+        // The reads above happen before the sequence is read again (a seqlock reader's
+        // fence: an atomic load alone lets earlier plain loads, SQLite's, pass it on weakly
+        // ordered processors).
+        std::sync::atomic::fence(SeqCst);
         if self.clock.seq.load(SeqCst) != seq {
             // A commit or a change of view came in between: what was read may mix two
             // states, and so may the cache.
@@ -354,7 +358,7 @@ mod tests {
     use cairn_core::api::Method;
     use cairn_core::{Input, Node, Output};
     use serde_json::{json, Value};
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
     use std::sync::Arc;
 
     /// A dev node on an SQLite file, with readers beside it showing the node's view.
@@ -376,6 +380,31 @@ mod tests {
     /// the readers' clock and synced at once.
     fn batch(node: &mut Node<SqliteStorage>, readers: &Readers, req: Request) -> Response {
         batch_at(node, readers, req, crate::runtime::now_ms())
+    }
+
+    /// Runs `reqs` on the node as one batch of the core thread (see [`batch`]).
+    fn batch_all(node: &mut Node<SqliteStorage>, readers: &Readers, reqs: Vec<Request>) {
+        let _ = node.storage_mut().begin();
+        for req in reqs {
+            node.handle(crate::runtime::now_ms(), Input::Request(req));
+        }
+        while node.poll_output().is_some() {}
+        if readers.view() != node.read_view() {
+            readers.set_view(None);
+        }
+        let writes = node.storage_mut().has_uncommitted_writes();
+        if writes {
+            readers.clock.begin_commit();
+        }
+        let wrote = node
+            .storage_mut()
+            .commit_unsynced()
+            .unwrap_or_else(|e| panic!("{e}"));
+        if writes {
+            let n = readers.clock.end_commit(wrote);
+            readers.clock.synced(n);
+        }
+        readers.set_view(node.read_view());
     }
 
     /// [`batch`] at time `now`.
@@ -582,6 +611,88 @@ mod tests {
             u64::from(served),
             "answered beside the core: {served}"
         );
+    }
+
+    /// Under a stream of batches that each write `secret/a` = k and let the reader's policy
+    /// read it only when k is even, readers on other threads answer only from one whole
+    /// commit: never an odd value (the new value with the old policy, or a cached policy),
+    /// never a value older than the last batch done before the read began.
+    #[test]
+    fn readers_under_a_stream_of_commits_answer_from_one_whole_commit() {
+        let (_dir, mut node, readers) = setup();
+        let policy = |allow: bool| {
+            let caps = if allow { "[\"read\"]" } else { "[\"deny\"]" };
+            Request::new(5, Method::Put, "sys/policies/acl/p")
+                .with_token("root")
+                .with_json(
+                    json!({ "policy": format!("path \"secret/a\" {{ capabilities = {caps} }}") }),
+                )
+        };
+        let value = |k: u64| {
+            Request::new(6, Method::Put, "secret/a")
+                .with_token("root")
+                .with_json(json!({ "v": k }))
+        };
+        batch_all(&mut node, &readers, vec![value(0), policy(true)]);
+        let create = Request::new(3, Method::Post, "auth/token/create")
+            .with_token("root")
+            .with_json(json!({"policies": ["p"]}));
+        let r = batch(&mut node, &readers, create);
+        let t = r.body.as_ref().map(|b| b["auth"]["client_token"].clone());
+        let Some(Value::String(t)) = t else {
+            panic!("no token: {:?}", r.body)
+        };
+        let done = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(AtomicU64::new(0));
+        let answered = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                let (readers, done, acked, answered, t) = (
+                    readers.clone(),
+                    done.clone(),
+                    acked.clone(),
+                    answered.clone(),
+                    t.clone(),
+                );
+                std::thread::spawn(move || {
+                    while !done.load(SeqCst) {
+                        let floor = acked.load(SeqCst);
+                        let Some(r) = readers.answer(&get("secret/a", &t)) else {
+                            continue;
+                        };
+                        let v = value_of(&r);
+                        assert!(
+                            v.is_multiple_of(2),
+                            "answered {v}, which the policy then denied"
+                        );
+                        assert!(v >= floor, "answered {v} after batch {floor} was done");
+                        answered.fetch_add(1, SeqCst);
+                    }
+                })
+            })
+            .collect();
+        for k in 1..=300u64 {
+            batch_all(
+                &mut node,
+                &readers,
+                vec![value(k), policy(k.is_multiple_of(2))],
+            );
+            acked.store(k, SeqCst);
+        }
+        done.store(true, SeqCst);
+        for th in threads {
+            th.join().unwrap_or_else(|_| panic!("a reader failed"));
+        }
+        assert!(
+            answered.load(SeqCst) > 0,
+            "nothing was answered beside the core"
+        );
+    }
+
+    fn value_of(r: &Response) -> u64 {
+        value(r)
+            .as_u64()
+            .unwrap_or_else(|| panic!("no value: {:?}", r.body))
     }
 
     /// A core thread that dies (a panic) takes the readers' view with it: reads are not
