@@ -86,8 +86,11 @@ pub fn answer<S: Storage>(
         rng: &mut *rng,
         now,
     };
-    // An audit device records every request with its answer: the node's to do.
-    if !crate::audit::devices(&ctx).is_empty() {
+    // An audit device records every request with its answer: the node's to do. Any device
+    // stored, even one that does not decode, and any failure to tell, sends the read to
+    // the node (`audit::devices` reads a failed scan as "none": a reader must not answer
+    // unaudited because its own connection could not read the device list).
+    if !matches!(ctx.keys(crate::audit::PREFIX), Ok(k) if k.is_empty()) {
         return None;
     }
     let reply = match crate::router::read_only(&mut ctx, &r) {
@@ -328,6 +331,53 @@ mod tests {
         );
     }
 
+    /// A storage whose scans of one prefix fail (a reader's connection that cannot read
+    /// the audit devices).
+    struct FailingScan<'a> {
+        inner: &'a MemStorage,
+        prefix: &'static str,
+    }
+
+    impl Storage for FailingScan<'_> {
+        fn get(&self, key: &str) -> Result<Option<Vec<u8>>, crate::storage::StorageError> {
+            self.inner.get(key)
+        }
+        fn scan(
+            &self,
+            prefix: &str,
+        ) -> Result<Vec<(String, Vec<u8>)>, crate::storage::StorageError> {
+            match prefix.starts_with(self.prefix) {
+                true => Err(crate::storage::StorageError::Io("busy".into())),
+                false => self.inner.scan(prefix),
+            }
+        }
+        fn apply(
+            &mut self,
+            _: &[crate::storage::Write],
+        ) -> Result<(), crate::storage::StorageError> {
+            Err(crate::storage::StorageError::Io("read-only".into()))
+        }
+    }
+
+    /// A reader that cannot read the audit devices cannot know the read needs no audit: it
+    /// hands the read to the node (it answered, unaudited, reading a failed scan as "no
+    /// device").
+    #[test]
+    fn a_reader_that_cannot_read_the_audit_devices_hands_the_read_back() {
+        let (n, tokens) = world();
+        let view = n.read_view().expect("view");
+        let req = Request::new(5, Method::Get, "secret/a").with_token(&tokens[1]);
+        assert!(answer(&view, n.storage(), NOW, &mut rng(), &req).is_some());
+        let failing = FailingScan {
+            inner: n.storage(),
+            prefix: crate::audit::PREFIX,
+        };
+        assert!(
+            answer(&view, &failing, NOW, &mut rng(), &req).is_none(),
+            "answered without knowing whether an audit device must record the read"
+        );
+    }
+
     #[test]
     fn a_sealed_node_a_secondary_or_an_ha_node_gives_no_view() {
         let (mut n, _) = world();
@@ -412,6 +462,209 @@ mod tests {
                 wrap: u8::arbitrary(g) % 8 == 0,
             }
         }
+    }
+
+    /// A change made as root between reads: every kind of state a read depends on.
+    #[derive(Debug, Clone, Copy)]
+    enum Change {
+        RevokeReader,
+        DeletePolicy,
+        DenyPolicy,
+        DisableSecret,
+        RemountKv2,
+        TuneKv2MaxVersions,
+        DeleteKv2,
+        DestroyKv2,
+        WriteKv2Cas,
+        DeleteNamespace,
+        WaitTwoSeconds,
+    }
+
+    impl Arbitrary for Change {
+        fn arbitrary(g: &mut Gen) -> Change {
+            *g.choose(&[
+                Change::RevokeReader,
+                Change::DeletePolicy,
+                Change::DenyPolicy,
+                Change::DisableSecret,
+                Change::RemountKv2,
+                Change::TuneKv2MaxVersions,
+                Change::DeleteKv2,
+                Change::DestroyKv2,
+                Change::WriteKv2Cas,
+                Change::DeleteNamespace,
+                Change::WaitTwoSeconds,
+            ])
+            .unwrap_or(&Change::WaitTwoSeconds)
+        }
+    }
+
+    /// A request drawn as [`Drawn`] with more shapes, or a change of state.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Read(Drawn, usize),
+        Change(Change),
+    }
+
+    impl Arbitrary for Step {
+        fn arbitrary(g: &mut Gen) -> Step {
+            match u8::arbitrary(g) % 4 {
+                0 => Step::Change(Change::arbitrary(g)),
+                _ => Step::Read(Drawn::arbitrary(g), usize::arbitrary(g) % 3),
+            }
+        }
+    }
+
+    /// [`world`] plus a token bound to `10.0.0.0/8`, a KV mount in `ns1` with a value and a
+    /// token of `ns1`: tokens 6 and 7.
+    fn wider_world() -> (Node<MemStorage>, Vec<String>) {
+        let (mut n, mut tokens) = world();
+        put(
+            &mut n,
+            "auth/token/roles/bound",
+            json!({"allowed_policies": ["reader"], "token_bound_cidrs": ["10.0.0.0/8"]}),
+        );
+        tokens.push(token_at(
+            &mut n,
+            "auth/token/create/bound",
+            json!({"policies": ["reader"]}),
+        ));
+        let in_ns = |path: &str, body: Value| {
+            let mut r = Request::new(9_001, Method::Put, path)
+                .with_token(ROOT)
+                .with_json(body);
+            r.namespace = Some("ns1".into());
+            r
+        };
+        for (path, body) in [
+            ("sys/mounts/secret", json!({"type": "kv"})),
+            ("secret/a", json!({"v": 4})),
+            (
+                "sys/policies/acl/reader",
+                json!({"policy": "path \"secret/*\" { capabilities = [\"read\", \"list\"] }"}),
+            ),
+        ] {
+            let r = call(&mut n, in_ns(path, body));
+            assert!(r.status < 300, "ns1/{path}: {} {:?}", r.status, r.body);
+        }
+        let r = call(
+            &mut n,
+            in_ns("auth/token/create", json!({"policies": ["reader"]})),
+        );
+        let t = r
+            .body
+            .as_ref()
+            .and_then(|b| b["auth"]["client_token"].as_str());
+        tokens.push(
+            t.unwrap_or_else(|| panic!("no ns1 token: {:?}", r.body))
+                .to_string(),
+        );
+        (n, tokens)
+    }
+
+    fn token_at(n: &mut Node<MemStorage>, path: &str, body: Value) -> String {
+        let v = put(n, path, body);
+        v["auth"]["client_token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no token in {v}"))
+            .to_string()
+    }
+
+    /// Runs `change` as root (refusals included: a change may no longer apply).
+    fn change(n: &mut Node<MemStorage>, tokens: &[String], c: Change, now: &mut Millis) {
+        let req = |m: Method, path: &str, body: Value| {
+            Request::new(9_500, m, path)
+                .with_token(ROOT)
+                .with_json(body)
+        };
+        let r = match c {
+            Change::RevokeReader => req(
+                Method::Put,
+                "auth/token/revoke",
+                json!({"token": tokens[1]}),
+            ),
+            Change::DeletePolicy => req(Method::Delete, "sys/policies/acl/reader", json!({})),
+            Change::DenyPolicy => req(
+                Method::Put,
+                "sys/policies/acl/reader",
+                json!({"policy": "path \"secret/*\" { capabilities = [\"deny\"] }\n\
+                       path \"kv2/*\" { capabilities = [\"deny\"] }"}),
+            ),
+            Change::DisableSecret => req(Method::Delete, "sys/mounts/secret", json!({})),
+            Change::RemountKv2 => req(
+                Method::Put,
+                "sys/remount",
+                json!({"from": "kv2", "to": "kv9"}),
+            ),
+            Change::TuneKv2MaxVersions => {
+                req(Method::Put, "kv2/config", json!({"max_versions": 1}))
+            }
+            Change::DeleteKv2 => req(Method::Delete, "kv2/data/c", json!({})),
+            Change::DestroyKv2 => req(Method::Put, "kv2/destroy/c", json!({"versions": [1]})),
+            Change::WriteKv2Cas => req(
+                Method::Put,
+                "kv2/data/c",
+                json!({"options": {"cas": 1}, "data": {"v": 5}}),
+            ),
+            Change::DeleteNamespace => req(Method::Delete, "sys/namespaces/ns1", json!({})),
+            Change::WaitTwoSeconds => {
+                *now += 2_000;
+                return;
+            }
+        };
+        n.handle(*now, Input::Request(r));
+        while n.poll_output().is_some() {}
+    }
+
+    /// As [`the_reader_answers_as_the_node_or_not_at_all`], with the state changed between
+    /// reads (tokens revoked or expired, policies changed or deleted, mounts disabled,
+    /// moved or tuned, versions deleted or destroyed, a namespace deleted), from addresses inside and outside a token's bound CIDR blocks.
+    #[test]
+    fn the_reader_answers_as_the_node_or_not_at_all_as_the_state_changes() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static ANSWERED: AtomicUsize = AtomicUsize::new(0);
+        fn prop(steps: Vec<Step>) -> bool {
+            let (mut n, tokens) = wider_world();
+            let mut now = NOW;
+            for (i, s) in steps.iter().enumerate() {
+                let (d, addr) = match s {
+                    Step::Change(c) => {
+                        change(&mut n, &tokens, *c, &mut now);
+                        continue;
+                    }
+                    Step::Read(d, addr) => (d, *addr),
+                };
+                let path = match d.path {
+                    "kv2/data/c" if addr == 2 => "kv9/data/c",
+                    p => p,
+                };
+                let mut req = Request::new(100 + i as u64, d.method, path);
+                if let Some(t) = tokens.get(d.token + (addr % 2) * 6) {
+                    req.token = Some(t.clone());
+                }
+                req.remote_addr = ["10.1.2.3:4000", "192.168.0.9:4000", ""][addr].into();
+                req.namespace = d.namespace.map(str::to_string);
+                req.query = d
+                    .query
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                if d.wrap {
+                    req.wrap_ttl = Some("30s".into());
+                }
+                if agree(&mut n, req, now) {
+                    ANSWERED.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            true
+        }
+        QuickCheck::new()
+            .tests(200)
+            .quickcheck(prop as fn(Vec<Step>) -> bool);
+        assert!(
+            ANSWERED.load(Ordering::Relaxed) > 0,
+            "no drawn request was answered beside the node: the property checked nothing"
+        );
     }
 
     /// Whatever is asked, the reader either hands the request back or answers exactly as

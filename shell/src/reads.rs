@@ -51,7 +51,7 @@ const CACHE_BYTES: usize = 1 << 20;
 /// answers instead.
 const DURABLE_WAIT: Duration = Duration::from_secs(2);
 /// Most kinds of answer tallied between two batches (the classes are bounded by the
-/// mounts; beyond this the node counts them under `other`).
+/// mounts; beyond this the core thread answers the reads of a new kind, and counts them).
 const MAX_TALLIES: usize = 256;
 
 /// Where the core thread's commits stand, for readers beside it.
@@ -121,6 +121,19 @@ impl CommitClock {
     }
 }
 
+/// Held by the core thread while it runs: when that thread ends, by returning or by a
+/// panic, the readers' view is withdrawn, so that no read is answered beside a core that
+/// no longer answers anything (every other request then fails with "core stopped").
+pub struct Withdraw(pub Option<std::sync::Arc<Readers>>);
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        if let Some(r) = &self.0 {
+            r.set_view(None);
+        }
+    }
+}
+
 /// One read-only connection to the database and its cache of what it read at `seq`.
 struct ReadConn {
     conn: Connection,
@@ -178,6 +191,9 @@ pub struct Readers {
     idle: Mutex<Vec<ReadConn>>,
     opened: AtomicUsize,
     answered: Mutex<BTreeMap<Answered, u64>>,
+    /// The latest time the node was handed ([`Readers::advance_clock`]): a reader's clock
+    /// never reads earlier (the node's never goes back).
+    floor: AtomicU64,
 }
 
 impl Readers {
@@ -189,6 +205,7 @@ impl Readers {
             idle: Mutex::new(Vec::new()),
             opened: AtomicUsize::new(0),
             answered: Mutex::new(BTreeMap::new()),
+            floor: AtomicU64::new(0),
         }
     }
 
@@ -203,6 +220,19 @@ impl Readers {
             *v = view;
         }
         self.clock.changed();
+    }
+
+    /// The core thread handed the node `now`: the node's clock never goes back from it
+    /// (it keeps the latest time it was given), so neither do the readers'. Without this, a
+    /// wall clock stepped back would have readers serve a token the node already holds
+    /// expired.
+    pub fn advance_clock(&self, now: u64) {
+        self.floor.fetch_max(now, SeqCst);
+    }
+
+    /// The time a read is answered at: the wall clock, never before the node's.
+    fn now(&self) -> u64 {
+        crate::runtime::now_ms().max(self.floor.load(SeqCst))
     }
 
     /// What readers answered since the last call, for the node to count.
@@ -240,6 +270,14 @@ impl Readers {
     /// Answers `req` here when it is a read [`cairn_core::reads::answer`] takes and no
     /// commit or change of the view came in between; `None`: the core thread must.
     pub fn answer(&self, req: &Request) -> Option<Response> {
+        // Only reads are ever taken: anything else goes to the core without touching a
+        // connection.
+        if !matches!(
+            req.method,
+            cairn_core::api::Method::Get | cairn_core::api::Method::List
+        ) {
+            return None;
+        }
         let seq = self.clock.seq.load(SeqCst);
         if seq % 2 == 1 {
             return None;
@@ -251,11 +289,15 @@ impl Readers {
             conn.seq = Some(seq);
         }
         let commits = self.clock.commits.load(SeqCst);
-        let now = crate::runtime::now_ms();
+        let now = self.now();
         let served = RNG.with(|rng| {
             let mut rng = rng.borrow_mut();
             cairn_core::reads::answer(&view, &conn, now, &mut rng, req)
         });
+        // The reads above happen before the sequence is read again (a seqlock reader's
+        // fence: an atomic load alone lets earlier plain loads, SQLite's, pass it on weakly
+        // ordered processors).
+        std::sync::atomic::fence(SeqCst);
         if self.clock.seq.load(SeqCst) != seq {
             // A commit or a change of view came in between: what was read may mix two
             // states, and so may the cache.
@@ -269,16 +311,17 @@ impl Readers {
         if !self.clock.wait_durable(commits) {
             return None;
         }
-        if let Ok(mut m) = self.answered.lock() {
-            let key = match m.len() < MAX_TALLIES || m.contains_key(&served.answered) {
-                true => served.answered,
-                false => Answered {
-                    class: "other".into(),
-                    ..served.answered
-                },
-            };
-            *m.entry(key).or_default() += 1;
+        // Tallied under its own class, as the node counts its own answers: with the tally
+        // full of other kinds (or unusable), the node answers and counts it instead (under
+        // `other` here, it would count what the node counts under its class).
+        let Ok(mut m) = self.answered.lock() else {
+            return None;
+        };
+        if m.len() >= MAX_TALLIES && !m.contains_key(&served.answered) {
+            return None;
         }
+        *m.entry(served.answered).or_default() += 1;
+        drop(m);
         Some(served.response)
     }
 }
@@ -290,7 +333,7 @@ mod tests {
     use cairn_core::api::Method;
     use cairn_core::{Input, Node, Output};
     use serde_json::{json, Value};
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
     use std::sync::Arc;
 
     /// A dev node on an SQLite file, with readers beside it showing the node's view.
@@ -311,9 +354,44 @@ mod tests {
     /// Runs `req` on the node as the core thread does: one batch, its commit bracketed on
     /// the readers' clock and synced at once.
     fn batch(node: &mut Node<SqliteStorage>, readers: &Readers, req: Request) -> Response {
+        batch_at(node, readers, req, crate::runtime::now_ms())
+    }
+
+    /// Runs `reqs` on the node as one batch of the core thread (see [`batch`]).
+    fn batch_all(node: &mut Node<SqliteStorage>, readers: &Readers, reqs: Vec<Request>) {
+        let _ = node.storage_mut().begin();
+        for req in reqs {
+            node.handle(crate::runtime::now_ms(), Input::Request(req));
+        }
+        while node.poll_output().is_some() {}
+        if readers.view() != node.read_view() {
+            readers.set_view(None);
+        }
+        let writes = node.storage_mut().has_uncommitted_writes();
+        if writes {
+            readers.clock.begin_commit();
+        }
+        let wrote = node
+            .storage_mut()
+            .commit_unsynced()
+            .unwrap_or_else(|e| panic!("{e}"));
+        if writes {
+            let n = readers.clock.end_commit(wrote);
+            readers.clock.synced(n);
+        }
+        readers.set_view(node.read_view());
+    }
+
+    /// [`batch`] at time `now`.
+    fn batch_at(
+        node: &mut Node<SqliteStorage>,
+        readers: &Readers,
+        req: Request,
+        now: u64,
+    ) -> Response {
         let id = req.id;
         let _ = node.storage_mut().begin();
-        node.handle(crate::runtime::now_ms(), Input::Request(req));
+        node.handle(now, Input::Request(req));
         let mut found = None;
         while let Some(o) = node.poll_output() {
             if let Output::Response(r) = o {
@@ -431,6 +509,187 @@ mod tests {
         assert!(
             was_synced,
             "answered before the commit it could see was durable"
+        );
+    }
+
+    /// The node keeps the latest time it was given; a reader must not answer at an earlier
+    /// one (a wall clock stepped back): a token the node holds expired stays refused.
+    #[test]
+    fn a_wall_clock_stepped_back_does_not_bring_an_expired_token_back() {
+        let (_dir, mut node, readers) = setup();
+        let put = Request::new(2, Method::Put, "secret/a")
+            .with_token("root")
+            .with_json(json!({"v": 1}));
+        batch(&mut node, &readers, put);
+        let create = Request::new(3, Method::Post, "auth/token/create")
+            .with_token("root")
+            .with_json(json!({"policies": ["root"], "ttl": "60s"}));
+        let r = batch(&mut node, &readers, create);
+        let t = r.body.as_ref().map(|b| b["auth"]["client_token"].clone());
+        let Some(Value::String(t)) = t else {
+            panic!("no token: {:?}", r.body)
+        };
+        assert!(readers.answer(&get("secret/a", &t)).is_some());
+        // The core thread ran the node at a time past the token's TTL; the wall clock then
+        // stepped back to now.
+        let later = crate::runtime::now_ms() + 120_000;
+        readers.advance_clock(later);
+        let by_node = batch_at(&mut node, &readers, get("secret/a", &t), later);
+        assert_eq!(by_node.status, 403, "the node holds the token expired");
+        // From now on the node answers at `later` or after, whatever the wall clock says.
+        let by_node = batch(&mut node, &readers, get("secret/a", &t));
+        assert_eq!(by_node.status, 403, "the node's clock went back");
+        assert!(
+            readers.answer(&get("secret/a", &t)).is_none(),
+            "a reader served a token the node holds expired"
+        );
+    }
+
+    /// Reads of many mounts between two batches are counted under their own classes, as the
+    /// node counts them, never under `other` (the readers' tally once lumped them there when
+    /// it held 256 kinds: a deployment with more than 128 KV mounts read within one batch).
+    #[test]
+    fn a_full_tally_never_counts_a_read_under_another_class() {
+        let (_dir, mut node, readers) = setup();
+        let put = Request::new(2, Method::Put, "secret/a")
+            .with_token("root")
+            .with_json(json!({"v": 1}));
+        batch(&mut node, &readers, put);
+        if let Ok(mut m) = readers.answered.lock() {
+            for i in 0..MAX_TALLIES {
+                let a = Answered {
+                    method: "GET",
+                    class: format!("mount{i}"),
+                    status: 200,
+                };
+                m.insert(a, 1);
+            }
+        }
+        let served = readers.answer(&get("secret/a", "root")).is_some();
+        let counted = readers.take_answered();
+        assert!(
+            counted.iter().all(|(a, _)| a.class != "other"),
+            "a read was counted under `other`: {:?}",
+            counted
+                .iter()
+                .filter(|(a, _)| a.class == "other")
+                .collect::<Vec<_>>()
+        );
+        let secret: u64 = counted
+            .iter()
+            .filter(|(a, _)| a.class == "secret")
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(
+            secret,
+            u64::from(served),
+            "answered beside the core: {served}"
+        );
+    }
+
+    /// Under a stream of batches that each write `secret/a` = k and let the reader's policy
+    /// read it only when k is even, readers on other threads answer only from one whole
+    /// commit: never an odd value (the new value with the old policy, or a cached policy),
+    /// never a value older than the last batch done before the read began.
+    #[test]
+    fn readers_under_a_stream_of_commits_answer_from_one_whole_commit() {
+        let (_dir, mut node, readers) = setup();
+        let policy = |allow: bool| {
+            let caps = if allow { "[\"read\"]" } else { "[\"deny\"]" };
+            Request::new(5, Method::Put, "sys/policies/acl/p")
+                .with_token("root")
+                .with_json(
+                    json!({ "policy": format!("path \"secret/a\" {{ capabilities = {caps} }}") }),
+                )
+        };
+        let value = |k: u64| {
+            Request::new(6, Method::Put, "secret/a")
+                .with_token("root")
+                .with_json(json!({ "v": k }))
+        };
+        batch_all(&mut node, &readers, vec![value(0), policy(true)]);
+        let create = Request::new(3, Method::Post, "auth/token/create")
+            .with_token("root")
+            .with_json(json!({"policies": ["p"]}));
+        let r = batch(&mut node, &readers, create);
+        let t = r.body.as_ref().map(|b| b["auth"]["client_token"].clone());
+        let Some(Value::String(t)) = t else {
+            panic!("no token: {:?}", r.body)
+        };
+        let done = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(AtomicU64::new(0));
+        let answered = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                let (readers, done, acked, answered, t) = (
+                    readers.clone(),
+                    done.clone(),
+                    acked.clone(),
+                    answered.clone(),
+                    t.clone(),
+                );
+                std::thread::spawn(move || {
+                    while !done.load(SeqCst) {
+                        let floor = acked.load(SeqCst);
+                        let Some(r) = readers.answer(&get("secret/a", &t)) else {
+                            continue;
+                        };
+                        let v = value_of(&r);
+                        assert!(
+                            v.is_multiple_of(2),
+                            "answered {v}, which the policy then denied"
+                        );
+                        assert!(v >= floor, "answered {v} after batch {floor} was done");
+                        answered.fetch_add(1, SeqCst);
+                    }
+                })
+            })
+            .collect();
+        for k in 1..=300u64 {
+            batch_all(
+                &mut node,
+                &readers,
+                vec![value(k), policy(k.is_multiple_of(2))],
+            );
+            acked.store(k, SeqCst);
+        }
+        done.store(true, SeqCst);
+        for th in threads {
+            th.join().unwrap_or_else(|_| panic!("a reader failed"));
+        }
+        assert!(
+            answered.load(SeqCst) > 0,
+            "nothing was answered beside the core"
+        );
+    }
+
+    fn value_of(r: &Response) -> u64 {
+        value(r)
+            .as_u64()
+            .unwrap_or_else(|| panic!("no value: {:?}", r.body))
+    }
+
+    /// A core thread that dies (a panic) takes the readers' view with it: reads are not
+    /// answered beside a core that answers nothing else.
+    #[test]
+    fn a_core_thread_that_dies_leaves_no_view_behind() {
+        let (_dir, mut node, readers) = setup();
+        let put = Request::new(2, Method::Put, "secret/a")
+            .with_token("root")
+            .with_json(json!({"v": 1}));
+        batch(&mut node, &readers, put);
+        assert!(readers.answer(&get("secret/a", "root")).is_some());
+        let core = std::thread::spawn({
+            let readers = readers.clone();
+            move || {
+                let _withdraw = Withdraw(Some(readers));
+                panic!("the core thread failed");
+            }
+        });
+        assert!(core.join().is_err());
+        assert!(
+            readers.answer(&get("secret/a", "root")).is_none(),
+            "a read was answered beside a dead core thread"
         );
     }
 

@@ -189,6 +189,8 @@ fn run(
     route: crate::ha::RouteSlot,
     reads: Option<std::sync::Arc<crate::reads::Readers>>,
 ) {
+    // Dropped when this thread ends, by a panic too: readers stop answering with it.
+    let _withdraw = crate::reads::Withdraw(reads.clone());
     // Held until this function returns: the checkpoint thread stops when it is dropped.
     let _checkpoints = match node.storage_mut().checkpointer() {
         Ok(Some(c)) => Some(start_checkpoints(c)),
@@ -242,6 +244,10 @@ fn run(
         let mut audit_lines: Vec<(String, u32, String)> = Vec::new();
         let mut best_effort: Vec<(String, u32, String)> = Vec::new();
         let now = now_ms();
+        // The node's clock never goes back from a time it was given: nor do the readers'.
+        if let Some(r) = &reads {
+            r.advance_clock(now);
+        }
         // Requests come first: while they keep arriving, the node's timers and background
         // work (a reindex steps on every tick when it runs unpaced) get one tick per
         // millisecond; when none is waiting, a tick per round.
