@@ -411,6 +411,24 @@ mod tests {
         wrap: bool,
     }
 
+    impl Drawn {
+        /// The drawn request with id `id` on `path`, with `token` if any.
+        fn request(&self, id: u64, path: &str, token: Option<&String>) -> Request {
+            let mut req = Request::new(id, self.method, path);
+            req.token = token.cloned();
+            req.namespace = self.namespace.map(str::to_string);
+            req.query = self
+                .query
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            if self.wrap {
+                req.wrap_ttl = Some("30s".into());
+            }
+            req
+        }
+    }
+
     impl Arbitrary for Drawn {
         fn arbitrary(g: &mut Gen) -> Drawn {
             let paths = [
@@ -638,20 +656,8 @@ mod tests {
                     "kv2/data/c" if addr == 2 => "kv9/data/c",
                     p => p,
                 };
-                let mut req = Request::new(100 + i as u64, d.method, path);
-                if let Some(t) = tokens.get(d.token + (addr % 2) * 6) {
-                    req.token = Some(t.clone());
-                }
+                let mut req = d.request(100 + i as u64, path, tokens.get(d.token + (addr % 2) * 6));
                 req.remote_addr = ["10.1.2.3:4000", "192.168.0.9:4000", ""][addr].into();
-                req.namespace = d.namespace.map(str::to_string);
-                req.query = d
-                    .query
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect();
-                if d.wrap {
-                    req.wrap_ttl = Some("30s".into());
-                }
                 if agree(&mut n, req, now) {
                     ANSWERED.fetch_add(1, Ordering::Relaxed);
                 }
@@ -676,19 +682,7 @@ mod tests {
         fn prop(reqs: Vec<Drawn>) -> bool {
             let (mut n, tokens) = world();
             for (i, d) in reqs.iter().enumerate() {
-                let mut req = Request::new(100 + i as u64, d.method, d.path);
-                if let Some(t) = tokens.get(d.token) {
-                    req.token = Some(t.clone());
-                }
-                req.namespace = d.namespace.map(str::to_string);
-                req.query = d
-                    .query
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect();
-                if d.wrap {
-                    req.wrap_ttl = Some("30s".into());
-                }
+                let req = d.request(100 + i as u64, d.path, tokens.get(d.token));
                 if agree(&mut n, req, NOW) {
                     ANSWERED.fetch_add(1, Ordering::Relaxed);
                 }

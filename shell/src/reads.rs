@@ -423,6 +423,18 @@ mod tests {
         assert_eq!(batch(node, readers, put).status, 204);
     }
 
+    /// A token root creates with `body`.
+    fn token(node: &mut Node<SqliteStorage>, readers: &Readers, body: Value) -> String {
+        let create = Request::new(3, Method::Post, "auth/token/create")
+            .with_token("root")
+            .with_json(body);
+        let r = batch(node, readers, create);
+        match r.body.as_ref().map(|b| b["auth"]["client_token"].clone()) {
+            Some(Value::String(t)) => t,
+            _ => panic!("no token: {:?}", r.body),
+        }
+    }
+
     fn get(path: &str, token: &str) -> Request {
         Request::new(1, Method::Get, path).with_token(token)
     }
@@ -460,14 +472,7 @@ mod tests {
     fn a_revoked_token_reads_nothing_beside_the_core() {
         let (_dir, mut node, readers) = setup();
         put(&mut node, &readers, 1);
-        let create = Request::new(3, Method::Post, "auth/token/create")
-            .with_token("root")
-            .with_json(json!({"policies": ["root"]}));
-        let r = batch(&mut node, &readers, create);
-        let t = r.body.as_ref().map(|b| b["auth"]["client_token"].clone());
-        let Some(Value::String(t)) = t else {
-            panic!("no token: {:?}", r.body)
-        };
+        let t = token(&mut node, &readers, json!({"policies": ["root"]}));
         assert!(readers.answer(&get("secret/a", &t)).is_some());
         let revoke = Request::new(4, Method::Post, "auth/token/revoke-self").with_token(&t);
         assert_eq!(batch(&mut node, &readers, revoke).status, 204);
@@ -517,18 +522,12 @@ mod tests {
     #[test]
     fn a_wall_clock_stepped_back_does_not_bring_an_expired_token_back() {
         let (_dir, mut node, readers) = setup();
-        let put = Request::new(2, Method::Put, "secret/a")
-            .with_token("root")
-            .with_json(json!({"v": 1}));
-        batch(&mut node, &readers, put);
-        let create = Request::new(3, Method::Post, "auth/token/create")
-            .with_token("root")
-            .with_json(json!({"policies": ["root"], "ttl": "60s"}));
-        let r = batch(&mut node, &readers, create);
-        let t = r.body.as_ref().map(|b| b["auth"]["client_token"].clone());
-        let Some(Value::String(t)) = t else {
-            panic!("no token: {:?}", r.body)
-        };
+        put(&mut node, &readers, 1);
+        let t = token(
+            &mut node,
+            &readers,
+            json!({"policies": ["root"], "ttl": "60s"}),
+        );
         assert!(readers.answer(&get("secret/a", &t)).is_some());
         // The core thread ran the node at a time past the token's TTL; the wall clock then
         // stepped back to now.
@@ -551,10 +550,7 @@ mod tests {
     #[test]
     fn a_full_tally_never_counts_a_read_under_another_class() {
         let (_dir, mut node, readers) = setup();
-        let put = Request::new(2, Method::Put, "secret/a")
-            .with_token("root")
-            .with_json(json!({"v": 1}));
-        batch(&mut node, &readers, put);
+        put(&mut node, &readers, 1);
         if let Ok(mut m) = readers.answered.lock() {
             for i in 0..MAX_TALLIES {
                 let a = Answered {
@@ -608,14 +604,7 @@ mod tests {
                 .with_json(json!({ "v": k }))
         };
         batch_all(&mut node, &readers, vec![value(0), policy(true)]);
-        let create = Request::new(3, Method::Post, "auth/token/create")
-            .with_token("root")
-            .with_json(json!({"policies": ["p"]}));
-        let r = batch(&mut node, &readers, create);
-        let t = r.body.as_ref().map(|b| b["auth"]["client_token"].clone());
-        let Some(Value::String(t)) = t else {
-            panic!("no token: {:?}", r.body)
-        };
+        let t = token(&mut node, &readers, json!({"policies": ["p"]}));
         let done = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(AtomicU64::new(0));
         let answered = Arc::new(AtomicU64::new(0));
@@ -674,10 +663,7 @@ mod tests {
     #[test]
     fn a_core_thread_that_dies_leaves_no_view_behind() {
         let (_dir, mut node, readers) = setup();
-        let put = Request::new(2, Method::Put, "secret/a")
-            .with_token("root")
-            .with_json(json!({"v": 1}));
-        batch(&mut node, &readers, put);
+        put(&mut node, &readers, 1);
         assert!(readers.answer(&get("secret/a", "root")).is_some());
         let core = std::thread::spawn({
             let readers = readers.clone();
