@@ -379,7 +379,7 @@ mod tests {
     }
 
     #[test]
-    fn a_sealed_node_a_secondary_or_an_ha_node_gives_no_view() {
+    fn a_sealed_node_gives_no_view() {
         let (mut n, _) = world();
         assert!(n.read_view().is_some());
         call(
@@ -388,6 +388,7 @@ mod tests {
         );
         assert!(n.is_sealed());
         assert!(n.read_view().is_none(), "sealed");
+        // Secondaries: `replication::tests`; HA nodes: `ha::node_tests`.
     }
 
     #[test]

@@ -311,7 +311,7 @@ pub fn route(ctx: &mut Ctx, st: &mut NodeState, req: &Request) -> ApiResult {
         let req = routed.as_ref().unwrap_or(req);
         return help(ctx, req, &target, &req.path);
     }
-    let (routed, target, caller) = admit(ctx, st, req)?;
+    let (routed, target, caller) = admit(ctx, &mut st.spend_use, st.repl.is_dr_secondary(), req)?;
     let req = routed.as_ref().unwrap_or(req);
     dispatch(ctx, st, req, target, caller.as_ref())
 }
@@ -362,7 +362,7 @@ pub fn authorize_only(
     st: &mut NodeState,
     req: &Request,
 ) -> ApiResult<Option<Caller>> {
-    admit(ctx, st, req).map(|(_, _, caller)| caller)
+    admit(ctx, &mut st.spend_use, st.repl.is_dr_secondary(), req).map(|(_, _, caller)| caller)
 }
 
 /// A read of KV data answered from storage alone, without the node's state: `None` when
@@ -377,27 +377,24 @@ pub(crate) fn read_only(ctx: &mut Ctx, req: &Request) -> Option<ApiResult> {
     {
         return None;
     }
-    let (routed, ns, target) = locate(ctx, req).ok()?;
-    let req = routed.as_ref().unwrap_or(req);
-    let Target::Mount {
-        route: Some(r),
-        mount,
-        rest,
-    } = &target
-    else {
-        return None;
-    };
-    if r.class != Class::Token || target.scope() == Scope::Root {
-        return None;
-    }
+    // The node's own admission, on a spent-use slot of its own: a token whose uses are
+    // counted, or any refusal, goes to the node, which answers it (and spends the use).
     let mut spend_use = None;
-    let authorized = authorize(ctx, &mut spend_use, req, &ns, &target, false);
-    if spend_use.is_some() || authorized.is_err() {
+    let (routed, target, _) = admit(ctx, &mut spend_use, false, req).ok()?;
+    if spend_use.is_some() || target.scope() == Scope::Root {
         return None;
     }
-    match r.handler {
-        Endpoint::Kv => Some(kv::handle(ctx, req, mount, rest)),
-        Endpoint::Kv2 => Some(kv2::handle(ctx, req, mount, rest)),
+    let req = routed.as_ref().unwrap_or(req);
+    match &target {
+        Target::Mount {
+            route: Some(r),
+            mount,
+            rest,
+        } if r.class == Class::Token => match r.handler {
+            Endpoint::Kv => Some(kv::handle(ctx, req, mount, rest)),
+            Endpoint::Kv2 => Some(kv2::handle(ctx, req, mount, rest)),
+            _ => None,
+        },
         _ => None,
     }
 }
@@ -427,10 +424,13 @@ fn target_in(ctx: &Ctx, header: Option<&str>, path: &str) -> ApiResult<(String, 
 }
 
 /// The request relative to its namespace (when it differs), its target and its authorized
-/// caller.
+/// caller. A token whose uses are counted leaves its accessor in `spend_use`, for the
+/// batch to spend; `dr_secondary` says whether this node is a DR secondary (whose
+/// DR-operation routes want the DR operation token, not a sudo token).
 fn admit(
     ctx: &mut Ctx,
-    st: &mut NodeState,
+    spend_use: &mut Option<String>,
+    dr_secondary: bool,
     req: &Request,
 ) -> ApiResult<(Option<Request>, Target, Option<Caller>)> {
     let (routed, ns, target) = locate(ctx, req)?;
@@ -461,15 +461,15 @@ fn admit(
         )));
     }
     let class = match target.class() {
-        Class::DrSecondary if st.repl.is_dr_secondary() => Class::Proof(Proof::DrOperationToken),
+        Class::DrSecondary if dr_secondary => Class::Proof(Proof::DrOperationToken),
         Class::DrSecondary => Class::Sudo,
         c => c,
     };
     let caller = match class {
         Class::Public | Class::Login | Class::Proof(_) => None,
-        Class::Token => Some(authorize(ctx, &mut st.spend_use, req, &ns, &target, false)?),
+        Class::Token => Some(authorize(ctx, spend_use, req, &ns, &target, false)?),
         Class::Sudo | Class::DrSecondary => {
-            Some(authorize(ctx, &mut st.spend_use, req, &ns, &target, true)?)
+            Some(authorize(ctx, spend_use, req, &ns, &target, true)?)
         }
     };
     Ok((routed, target, caller))

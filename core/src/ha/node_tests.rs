@@ -213,6 +213,15 @@ fn an_active_node_serves_its_cluster_listener_with_the_cluster_ca() {
     );
 }
 
+/// Readers beside a node answer from storage alone; an HA node (active or standby) shares
+/// its storage with other writers, so neither hands out a view.
+#[test]
+fn no_node_of_an_ha_cluster_gives_readers_a_view() {
+    let (c, _) = unsealed(2);
+    assert!(!c.nodes[0].is_sealed() && !c.nodes[1].is_sealed());
+    assert!(c.nodes.iter().all(|n| n.read_view().is_none()));
+}
+
 #[test]
 fn one_node_is_active_and_a_standby_forwards_what_it_does_not_serve() {
     let (mut c, root) = unsealed(3);

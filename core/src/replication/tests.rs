@@ -394,6 +394,24 @@ fn kv_mount_uuid(n: &Node<MemStorage>) -> String {
     class::mount_uuid(&keys[0]).unwrap().to_string()
 }
 
+/// Readers beside a node answer from its own storage: a secondary's storage is the
+/// primary's copy, which a secondary serves under its own rules (forwarding, filters, the
+/// DR secondary's refusals), so a secondary hands out no view; the primary keeps its own.
+#[test]
+fn a_perf_or_dr_secondary_gives_readers_no_view_and_the_primary_keeps_one() {
+    let (mut net, roots) = Net::new(3);
+    let r0 = roots[0].clone();
+    assert!(net.nodes.iter().all(|n| n.read_view().is_some()));
+    net.enable_primary(0, &r0, "performance");
+    net.enable_primary(0, &r0, "dr");
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.activate(0, &r0, 2, &roots[2], "dr", "dr1");
+    net.run_for(2_000);
+    assert!(net.nodes[0].read_view().is_some(), "the primary's view");
+    assert!(net.nodes[1].read_view().is_none(), "a performance secondary");
+    assert!(net.nodes[2].read_view().is_none(), "a DR secondary");
+}
+
 #[test]
 fn perf_and_dr_secondaries_converge_and_resync_after_retention() {
     let (mut net, roots) = Net::new(3);
