@@ -209,8 +209,9 @@ fn policy_limits_token_and_failed_write_changes_nothing() {
     assert_eq!(gone.status, 403);
 }
 
-#[test]
-fn failed_request_spends_a_use_of_a_limited_token() {
+/// A dev node with a policy `p` that reads `secret/*` (its text returned too) and a token of
+/// `p` with `uses` uses: the node, the root token, the policy and the token.
+fn reader_with_uses(uses: u64) -> (Node<MemStorage>, String, &'static str, String) {
     let (mut n, root) = dev();
     let pol = r#"path "secret/*" { capabilities = ["read"] }"#;
     call(
@@ -225,12 +226,18 @@ fn failed_request_spends_a_use_of_a_limited_token() {
         2_000,
         Request::new(2, Method::Post, "auth/token/create")
             .with_token(&root)
-            .with_json(json!({"policies": ["p"], "num_uses": 1})),
+            .with_json(json!({"policies": ["p"], "num_uses": uses})),
     );
     let t = r.body.unwrap()["auth"]["client_token"]
         .as_str()
         .unwrap()
         .to_string();
+    (n, root, pol, t)
+}
+
+#[test]
+fn failed_request_spends_a_use_of_a_limited_token() {
+    let (mut n, _, _, t) = reader_with_uses(1);
     assert_eq!(
         call(
             &mut n,
@@ -256,26 +263,7 @@ fn failed_request_spends_a_use_of_a_limited_token() {
 /// response-wrapping token tried as a client token is used up.
 #[test]
 fn a_refused_request_spends_a_use_of_a_limited_token() {
-    let (mut n, root) = dev();
-    let pol = r#"path "secret/*" { capabilities = ["read"] }"#;
-    call(
-        &mut n,
-        2_000,
-        Request::new(1, Method::Put, "sys/policies/acl/p")
-            .with_token(&root)
-            .with_json(json!({ "policy": pol })),
-    );
-    let r = call(
-        &mut n,
-        2_000,
-        Request::new(2, Method::Post, "auth/token/create")
-            .with_token(&root)
-            .with_json(json!({"policies": ["p"], "num_uses": 2})),
-    );
-    let t = r.body.unwrap()["auth"]["client_token"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (mut n, root, pol, t) = reader_with_uses(2);
     for id in [3, 4] {
         let r = call(
             &mut n,

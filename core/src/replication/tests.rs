@@ -408,7 +408,10 @@ fn a_perf_or_dr_secondary_gives_readers_no_view_and_the_primary_keeps_one() {
     net.activate(0, &r0, 2, &roots[2], "dr", "dr1");
     net.run_for(2_000);
     assert!(net.nodes[0].read_view().is_some(), "the primary's view");
-    assert!(net.nodes[1].read_view().is_none(), "a performance secondary");
+    assert!(
+        net.nodes[1].read_view().is_none(),
+        "a performance secondary"
+    );
     assert!(net.nodes[2].read_view().is_none(), "a DR secondary");
 }
 

@@ -236,21 +236,27 @@ fn wrapping_tokens_unwrap_once_and_expire() {
     assert_eq!(e.invariant, "wrapping-ttl");
 }
 
-#[test]
-fn use_limited_tokens_spend_uses_on_failed_requests() {
+/// A checker that saw root create a token of `team-a` with `uses` uses; the token.
+fn use_limited_token(uses: u64) -> (Checker, &'static str) {
     let mut c = ready();
     let create = Op::TokenCreate {
         tok: tok("root", ROOT),
         policies: vec!["team-a".into()],
         ttl_s: 100,
         ttl_as_string: false,
-        num_uses: 1,
+        num_uses: uses,
         wrap: None,
     };
     let t2 = "cs.t2000000000000000000000";
     let body = json!({"auth": {"client_token": t2, "lease_duration": 100,
-        "policies": ["default", "team-a"], "num_uses": 1}});
+        "policies": ["default", "team-a"], "num_uses": uses}});
     see(&mut c, &create, 0, 200, Some(body)).unwrap();
+    (c, t2)
+}
+
+#[test]
+fn use_limited_tokens_spend_uses_on_failed_requests() {
+    let (mut c, t2) = use_limited_token(1);
     // The only use: a read of a missing key.
     see(&mut c, &kv(t2, get("secret/a/k2")), 1_000, 404, None).unwrap();
     let e = see(&mut c, &kv(t2, get("secret/a/k2")), 1_000, 404, None).unwrap_err();
@@ -261,19 +267,7 @@ fn use_limited_tokens_spend_uses_on_failed_requests() {
 /// uses, one refusal and one read leave none.
 #[test]
 fn use_limited_tokens_spend_uses_on_refused_requests() {
-    let mut c = ready();
-    let create = Op::TokenCreate {
-        tok: tok("root", ROOT),
-        policies: vec!["team-a".into()],
-        ttl_s: 100,
-        ttl_as_string: false,
-        num_uses: 2,
-        wrap: None,
-    };
-    let t2 = "cs.t2000000000000000000000";
-    let body = json!({"auth": {"client_token": t2, "lease_duration": 100,
-        "policies": ["default", "team-a"], "num_uses": 2}});
-    see(&mut c, &create, 0, 200, Some(body)).unwrap();
+    let (mut c, t2) = use_limited_token(2);
     see(&mut c, &kv(t2, get("secret/b/k0")), 1_000, 403, None).unwrap();
     see(&mut c, &kv(t2, get("secret/a/k2")), 1_000, 404, None).unwrap();
     let e = see(&mut c, &kv(t2, get("secret/a/k2")), 1_000, 404, None).unwrap_err();
