@@ -168,8 +168,9 @@ fn reads_must_match_acknowledged_writes_and_survive_restarts() {
     .unwrap();
 }
 
-#[test]
-fn wrapping_tokens_unwrap_once_and_expire() {
+/// A checker that saw root put `{"w": true}` at `secret/a/k1` and read it wrapped for 30 s
+/// (the wrapping token `cs.wrap0000000000000000000`), both at 1 s; the wrapped read.
+fn wrapped_k1() -> (Checker, Op) {
     let mut c = ready();
     let put = kv(
         ROOT,
@@ -188,6 +189,12 @@ fn wrapping_tokens_unwrap_once_and_expire() {
     );
     let wrapped = json!({"data": null, "wrap_info": {"token": "cs.wrap0000000000000000000"}});
     see(&mut c, &wrap_get, 1_000, 200, Some(wrapped)).unwrap();
+    (c, wrap_get)
+}
+
+#[test]
+fn wrapping_tokens_unwrap_once_and_expire() {
+    let (mut c, wrap_get) = wrapped_k1();
     let unwrap = Op::Unwrap {
         wrap: tok("w1", "cs.wrap0000000000000000000"),
         in_body: false,
@@ -280,25 +287,8 @@ fn use_limited_tokens_spend_uses_on_refused_requests() {
 /// spent and must not unwrap afterwards.
 #[test]
 fn a_wrapping_token_tried_as_a_client_token_is_spent() {
-    let mut c = ready();
-    let put = kv(
-        ROOT,
-        KvOp::Put {
-            key: "secret/a/k1".into(),
-            value: json!({"w": true}),
-        },
-    );
-    see(&mut c, &put, 1_000, 204, None).unwrap();
-    let wrap_get = kv(
-        ROOT,
-        KvOp::Get {
-            key: "secret/a/k1".into(),
-            wrap: Some(("30s".into(), 30)),
-        },
-    );
+    let (mut c, _) = wrapped_k1();
     let w = "cs.wrap0000000000000000000";
-    let wrapped = json!({"data": null, "wrap_info": {"token": w}});
-    see(&mut c, &wrap_get, 1_000, 200, Some(wrapped)).unwrap();
     // Tried as a client token: refused, and its one use is gone.
     see(&mut c, &kv(w, get("secret/a/k1")), 1_500, 403, None).unwrap();
     let unwrap = Op::Unwrap {
