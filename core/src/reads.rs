@@ -35,7 +35,7 @@ use rand_chacha::ChaCha20Rng;
 /// state changes (see [`crate::node::Node::read_view`]); compared to tell.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ReadView {
-    key: [u8; 32],
+    key: zeroize::Zeroizing<[u8; 32]>,
 }
 
 impl std::fmt::Debug for ReadView {
@@ -45,8 +45,8 @@ impl std::fmt::Debug for ReadView {
 }
 
 impl ReadView {
-    pub(crate) fn new(key: [u8; 32]) -> ReadView {
-        ReadView { key }
+    pub(crate) fn new(key: &zeroize::Zeroizing<[u8; 32]>) -> ReadView {
+        ReadView { key: key.clone() }
     }
 }
 
@@ -78,8 +78,7 @@ pub fn answer<S: Storage>(
         Ok(h) if h.wrap_ttl.is_none() && h.index.is_none() => {}
         _ => return None,
     }
-    let mut barrier = Barrier::default();
-    barrier.unseal_with(view.key);
+    let barrier = Barrier::with_key(&view.key);
     let mut ctx = Ctx {
         txn: Txn::new(storage),
         barrier: &barrier,

@@ -9,6 +9,7 @@
 use crate::crypto;
 use rand_core::RngCore;
 use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
 
 pub const SEAL_CONFIG_KEY: &str = "core/seal-config";
 pub const KEYRING_KEY: &str = "core/keyring";
@@ -183,10 +184,11 @@ pub fn unwrap_keyring(root: &[u8; 32], sealed: &[u8]) -> Result<[u8; 32], SealEr
     key.as_slice().try_into().map_err(|_| SealError::WrongKey)
 }
 
-/// Encrypts and decrypts stored values with the barrier key.
+/// Encrypts and decrypts stored values with the barrier key (zeroed in memory when the
+/// barrier seals or is dropped).
 #[derive(Clone, Default)]
 pub struct Barrier {
-    key: Option<[u8; 32]>,
+    key: Option<Zeroizing<[u8; 32]>>,
     /// Values encrypted with the key since this node last unsealed (`sys/key-status`).
     encryptions: std::cell::Cell<u64>,
 }
@@ -202,8 +204,15 @@ impl Barrier {
         self.key.is_none()
     }
     pub fn unseal_with(&mut self, key: [u8; 32]) {
-        self.key = Some(key);
+        self.key = Some(Zeroizing::new(key));
         self.encryptions.set(0);
+    }
+    /// An unsealed barrier with a copy of `key` (a reader's, [`crate::reads::ReadView`]).
+    pub(crate) fn with_key(key: &Zeroizing<[u8; 32]>) -> Barrier {
+        Barrier {
+            key: Some(key.clone()),
+            encryptions: std::cell::Cell::new(0),
+        }
     }
     /// How many values were encrypted with the key since this node unsealed.
     pub fn encryptions(&self) -> u64 {
@@ -213,17 +222,17 @@ impl Barrier {
         self.key = None;
     }
     /// The key, for a reader that decrypts beside the node ([`crate::reads::ReadView`]).
-    pub(crate) fn key(&self) -> Option<[u8; 32]> {
-        self.key
+    pub(crate) fn key(&self) -> Option<&Zeroizing<[u8; 32]>> {
+        self.key.as_ref()
     }
     /// The keys a snapshot file is tied to this cluster with (`None` while sealed).
     pub fn snapshot_keys(&self) -> Option<crate::snapshot::Keys> {
         self.key
-            .as_ref()
+            .as_deref()
             .map(crate::snapshot::Keys::from_barrier_key)
     }
     pub fn encrypt(&self, path: &str, plain: &[u8], rng: &mut dyn RngCore) -> Option<Vec<u8>> {
-        let key = self.key.as_ref()?;
+        let key = self.key.as_deref()?;
         self.encryptions
             .set(self.encryptions.get().saturating_add(1));
         let mut out = vec![1u8];
@@ -231,7 +240,7 @@ impl Barrier {
         Some(out)
     }
     pub fn decrypt(&self, path: &str, data: &[u8]) -> Option<Vec<u8>> {
-        let key = self.key.as_ref()?;
+        let key = self.key.as_deref()?;
         if data.first() != Some(&1) {
             return None;
         }
