@@ -463,25 +463,25 @@ pub(crate) fn forward_message(req: &crate::api::Request) -> Vec<u8> {
 }
 
 /// The `forwarded` value a standby puts on a request it forwards with `stamp`: the stamp
-/// and an HMAC-SHA256 of both under a key derived from the barrier key, so only a node
-/// unsealed with the cluster's keys can make one.
+/// and an HMAC-SHA256 of both under the cluster's `signing_key` ([`route::signing_key`]),
+/// so only a node unsealed with the cluster's keys, reading its storage, can make one.
 pub fn forward_mac(
-    barrier_key: &[u8; 32],
+    signing_key: &[u8; 32],
     stamp: &replay::Stamp,
     req: &crate::api::Request,
 ) -> String {
-    stamp.render(&route::mac(&route::signing_key(barrier_key), stamp, req))
+    stamp.render(&route::mac(signing_key, stamp, req))
 }
 
 /// The stamp of `forwarded` when it is a signature of `req` with it (constant-time), `None`
 /// when it is not.
 pub fn forward_mac_ok(
-    barrier_key: &[u8; 32],
+    signing_key: &[u8; 32],
     req: &crate::api::Request,
     forwarded: &str,
 ) -> Option<replay::Stamp> {
     let (stamp, mac) = replay::Stamp::parse(forwarded)?;
-    let want = route::mac(&route::signing_key(barrier_key), &stamp, req);
+    let want = route::mac(signing_key, &stamp, req);
     crypto::ct_eq(want.as_bytes(), mac.as_bytes()).then_some(stamp)
 }
 

@@ -779,16 +779,30 @@ fn a_standby_publishes_its_route_only_unsealed_with_a_known_active_node_and_foll
     assert_eq!(own_stamp.epoch, 1);
     assert_ne!(own_stamp.sender, r.sender);
     // Signed with another key, or sent to a standby: refused as such (nothing applied).
-    let mut forged = req.clone();
-    let stamp = crate::ha::replay::Stamp {
-        epoch: 1,
-        sender: r.sender.clone(),
-        seq: 1,
-    };
-    forged.forwarded =
-        Some(stamp.render(&route::mac(&route::signing_key(&[9u8; 32]), &stamp, &req)));
-    let (aout, _) = c.step(0, 3_020, Input::Request(forged));
-    assert!(route::is_refusal(response(&aout).expect("refused")));
+    // The cluster's barrier key alone is another key: a performance secondary holds its
+    // primary's barrier key, but not the primary cluster's CA seed the key is bound to.
+    let (barrier_key, seed) = c.nodes[0].forward_key_parts();
+    let seed = seed.expect("the active node made the cluster CA");
+    assert_eq!(r.signing_key, route::signing_key(&barrier_key, Some(&seed)));
+    for (i, key) in [
+        route::signing_key(&[9u8; 32], Some(&seed)),
+        route::signing_key(&barrier_key, None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut forged = req.clone();
+        let stamp = crate::ha::replay::Stamp {
+            epoch: 1,
+            sender: r.sender.clone(),
+            seq: 1 + i as u64,
+        };
+        forged.forwarded = Some(stamp.render(&route::mac(&key, &stamp, &req)));
+        let (aout, _) = c.step(0, 3_020, Input::Request(forged));
+        let refused = response(&aout).expect("refused");
+        assert!(route::is_refusal(refused), "{refused:?}");
+        assert_eq!(refused.status, 403, "{refused:?}");
+    }
     let (sout, _) = c.step(2, 3_030, Input::Request(req.clone()));
     assert!(route::is_refusal(response(&sout).expect("refused")));
     // A client's own error is not a refusal.

@@ -21,7 +21,7 @@ pub struct ForwardRoute {
     pub ca_pem: Option<String>,
     /// The client certificate the standby presents to the active node's listener.
     pub client: Option<crate::replication::tls::ClientCert>,
-    /// The key forwards are signed with ([`signing_key`] of the barrier key).
+    /// The key forwards are signed with ([`signing_key`]).
     pub signing_key: [u8; 32],
     /// The lease epoch of the active node this route leads to.
     pub epoch: u64,
@@ -42,10 +42,24 @@ impl std::fmt::Debug for ForwardRoute {
     }
 }
 
-/// The key a standby signs forwards with, derived from the barrier key: only a node
-/// unsealed with the cluster's keys has it, and it opens nothing.
-pub fn signing_key(barrier_key: &[u8; 32]) -> [u8; 32] {
-    crypto::hmac_sha256(barrier_key, b"cairn ha: forwarded request signing key")
+/// The key a standby signs forwards with, derived from the barrier key and the seed of the
+/// cluster's CA: only a node unsealed with the cluster's keys that reads this cluster's
+/// storage has it, and it opens nothing. The CA seed is cluster-local, so a performance
+/// secondary, which holds its primary's barrier key, cannot sign a forward to the primary.
+/// Before the cluster has a CA (`ca_seed` `None`: the first active node makes it as it takes
+/// over), the barrier key alone.
+pub fn signing_key(barrier_key: &[u8; 32], ca_seed: Option<&[u8; 32]>) -> [u8; 32] {
+    match ca_seed {
+        Some(seed) => crypto::hmac_sha256(
+            barrier_key,
+            &[
+                &b"cairn ha: forwarded request signing key, cluster CA "[..],
+                seed,
+            ]
+            .concat(),
+        ),
+        None => crypto::hmac_sha256(barrier_key, b"cairn ha: forwarded request signing key"),
+    }
 }
 
 /// The signature of `req` with `stamp` under `signing_key`.
@@ -145,7 +159,7 @@ mod tests {
             to: "10.0.0.1:8201".into(),
             ca_pem: Some("pem".into()),
             client: None,
-            signing_key: signing_key(&[7u8; 32]),
+            signing_key: signing_key(&[7u8; 32], Some(&[1u8; 32])),
             epoch: 3,
             sender: "5e".into(),
         }
@@ -158,12 +172,20 @@ mod tests {
         req.body = br#"{"v":1}"#.to_vec();
         assert!(sign(Some(&r), &r.sender, 9, &mut req));
         let mac = req.forwarded.clone().expect("signed");
-        let stamp = super::super::forward_mac_ok(&[7u8; 32], &req, &mac).expect("valid");
+        let stamp = super::super::forward_mac_ok(&r.signing_key, &req, &mac).expect("valid");
         assert_eq!(
             (stamp.epoch, stamp.sender.as_str(), stamp.seq),
             (3, "5e", 9)
         );
-        assert!(super::super::forward_mac_ok(&[8u8; 32], &req, &mac).is_none());
+        // Another barrier key, another CA seed, or the barrier key alone (what a performance
+        // secondary of this cluster holds) does not make the signature.
+        for other in [
+            signing_key(&[8u8; 32], Some(&[1u8; 32])),
+            signing_key(&[7u8; 32], Some(&[2u8; 32])),
+            signing_key(&[7u8; 32], None),
+        ] {
+            assert!(super::super::forward_mac_ok(&other, &req, &mac).is_none());
+        }
         // The stamp is signed: another number, sender or epoch breaks the signature.
         let (_, sig) = Stamp::parse(&mac).expect("parses");
         for other in [
@@ -180,7 +202,9 @@ mod tests {
                 ..stamp.clone()
             },
         ] {
-            assert!(super::super::forward_mac_ok(&[7u8; 32], &req, &other.render(sig)).is_none());
+            assert!(
+                super::super::forward_mac_ok(&r.signing_key, &req, &other.render(sig)).is_none()
+            );
         }
     }
 

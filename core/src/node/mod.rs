@@ -236,6 +236,8 @@ pub struct NodeState {
     /// reads go to the database). Dropped when a forward fails, the node's role changes or it
     /// is sealed, and read again.
     pub(crate) forward_ca: Option<(String, Option<crate::replication::tls::ClientCert>)>,
+    /// The forward signing key, with what it was derived from (`standby::ForwardKey`).
+    pub(crate) forward_key: Option<standby::ForwardKey>,
     /// What the forward route last published was derived from, and the route itself
     /// (`Output::ForwardRoute`; see `publish_route`).
     pub(crate) route_basis: Option<standby::RouteBasis>,
@@ -297,6 +299,7 @@ impl<S: Storage> Node<S> {
                 ha: crate::ha::Ha::new(config_ha),
                 forwarded: BTreeMap::new(),
                 forward_ca: None,
+                forward_key: None,
                 route_basis: None,
                 route_sent: None,
                 forward_sender: String::new(),

@@ -65,7 +65,7 @@ impl<S: Storage> Node<S> {
         if !self.st.ha.is_standby() || self.barrier.sealed() {
             return None;
         }
-        let key = self.st.repl.barrier_key?;
+        let signing_key = self.forward_key()?;
         let leader = self.st.ha.leader()?.clone();
         let own = self.st.ha.config().map(|c| c.cluster_addr.as_str());
         if own == Some(leader.cluster_addr.as_str()) {
@@ -89,7 +89,7 @@ impl<S: Storage> Node<S> {
             to: leader.cluster_addr,
             ca_pem,
             client,
-            signing_key: ha::route::signing_key(&key),
+            signing_key,
             epoch: leader.epoch,
             // Given by `publish_route`, fresh for each route it publishes.
             sender: String::new(),
@@ -207,7 +207,7 @@ impl<S: Storage> Node<S> {
     /// target `forwarded_request` signs its hostile requests with, so that they get past
     /// the check to the handlers.
     pub(crate) fn forward_signature(&mut self, req: &Request) -> Option<String> {
-        let key = self.st.repl.barrier_key?;
+        let key = self.forward_key()?;
         self.st.forward_seq += 1;
         let stamp = ha::replay::Stamp {
             epoch: self.st.ha.epoch().unwrap_or(0),
@@ -218,11 +218,42 @@ impl<S: Storage> Node<S> {
     }
 
     /// Whether `req` carries a signature of this cluster (whatever its stamp).
-    pub(crate) fn forward_signed(&self, req: &Request) -> bool {
-        match (self.st.repl.barrier_key, &req.forwarded) {
-            (Some(k), Some(f)) => ha::forward_mac_ok(&k, req, f).is_some(),
+    pub(crate) fn forward_signed(&mut self, req: &Request) -> bool {
+        match (&req.forwarded, self.forward_key()) {
+            (Some(f), Some(k)) => ha::forward_mac_ok(&k, req, f).is_some(),
             _ => false,
         }
+    }
+
+    /// What the forward signing key is derived from: the barrier key and the CA seed.
+    #[cfg(test)]
+    pub(crate) fn forward_key_parts(&mut self) -> ([u8; 32], Option<[u8; 32]>) {
+        let barrier_key = self.st.repl.barrier_key.expect("unsealed");
+        let mut ctx = node_ctx!(self);
+        let seed = crate::replication::tls::ca_seed(&mut ctx).expect("read");
+        (barrier_key, seed)
+    }
+
+    /// This cluster's forward signing key ([`ha::route::signing_key`]): `None` while sealed.
+    /// Kept with the stored CA record it was derived from, which is read (from the storage's
+    /// cache) each time: a CA made, or replaced by a replication role change, is seen at once.
+    pub(super) fn forward_key(&mut self) -> Option<[u8; 32]> {
+        let barrier_key = self.st.repl.barrier_key?;
+        let stored = self.storage.get(crate::replication::tls::CA_KEY).ok()?;
+        if let Some(k) = &self.st.forward_key {
+            if k.barrier_key == barrier_key && k.stored == stored {
+                return Some(k.key);
+            }
+        }
+        let mut ctx = node_ctx!(self);
+        let seed = crate::replication::tls::ca_seed(&mut ctx).ok()?;
+        let key = ha::route::signing_key(&barrier_key, seed.as_ref());
+        self.st.forward_key = Some(ForwardKey {
+            barrier_key,
+            stored,
+            key,
+        });
+        Some(key)
     }
 
     /// A request that says it was forwarded must carry a valid signature of this cluster
@@ -238,9 +269,7 @@ impl<S: Storage> Node<S> {
             ));
         }
         let stamp = self
-            .st
-            .repl
-            .barrier_key
+            .forward_key()
             .and_then(|key| ha::forward_mac_ok(&key, req, forwarded))
             .ok_or_else(ha::route::bad_signature)?;
         match self.st.forwards_seen.take(self.st.ha.epoch(), &stamp) {
@@ -425,4 +454,19 @@ pub fn ha_status(st: &NodeState, req: &Request) -> ApiResult {
             .collect()
     };
     Ok(Reply::Raw(200, json!({ "nodes": nodes })))
+}
+
+/// A derived forward signing key and what it was derived from ([`Node::forward_key`]).
+#[derive(Clone)]
+pub(crate) struct ForwardKey {
+    barrier_key: [u8; 32],
+    /// The CA record as stored (encrypted), or `None` before the cluster has a CA.
+    stored: Option<Vec<u8>>,
+    key: [u8; 32],
+}
+
+impl std::fmt::Debug for ForwardKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ForwardKey { <redacted> }")
+    }
 }

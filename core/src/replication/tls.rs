@@ -107,6 +107,12 @@ fn load_seed(ctx: &mut Ctx, create: bool) -> ApiResult<Option<[u8; 32]>> {
     Ok(b.as_slice().try_into().ok())
 }
 
+/// The cluster CA's seed (`None` before the cluster has a CA): what the forward signing key
+/// is bound to ([`crate::ha::route::signing_key`]).
+pub(crate) fn ca_seed(ctx: &mut Ctx) -> ApiResult<Option<[u8; 32]>> {
+    load_seed(ctx, false)
+}
+
 /// The cluster CA certificate (PEM), creating the CA when `create`.
 pub fn ca_pem(ctx: &mut Ctx, create: bool) -> ApiResult<Option<String>> {
     let Some(seed) = load_seed(ctx, create)? else {
