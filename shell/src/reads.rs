@@ -367,6 +367,13 @@ mod tests {
         if readers.view() != node.read_view() {
             readers.set_view(None);
         }
+        commit(node, readers);
+        readers.set_view(node.read_view());
+    }
+
+    /// Commits the node's batch as the core thread does, bracketed on the readers' clock
+    /// and counted durable at once.
+    fn commit(node: &mut Node<SqliteStorage>, readers: &Readers) {
         let writes = node.storage_mut().has_uncommitted_writes();
         if writes {
             readers.clock.begin_commit();
@@ -379,7 +386,6 @@ mod tests {
             let n = readers.clock.end_commit(wrote);
             readers.clock.synced(n);
         }
-        readers.set_view(node.read_view());
     }
 
     /// [`batch`] at time `now`.
@@ -400,18 +406,7 @@ mod tests {
                 }
             }
         }
-        let writes = node.storage_mut().has_uncommitted_writes();
-        if writes {
-            readers.clock.begin_commit();
-        }
-        let wrote = node
-            .storage_mut()
-            .commit_unsynced()
-            .unwrap_or_else(|e| panic!("{e}"));
-        if writes {
-            let n = readers.clock.end_commit(wrote);
-            readers.clock.synced(n);
-        }
+        commit(node, readers);
         found.unwrap_or_else(|| panic!("no answer to {id}"))
     }
 
