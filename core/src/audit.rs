@@ -986,14 +986,7 @@ mod tests {
         );
         assert!(out.iter().any(|o| matches!(o,
             Output::AuditProbe { id: 1, file_path, mode: 0o640 } if file_path == "/tmp/raw.log")));
-        n.handle(
-            2_000,
-            crate::node::Input::AuditProbed {
-                id: 1,
-                result: Ok(()),
-            },
-        );
-        while n.poll_output().is_some() {}
+        probed_ok(&mut n, 1);
         call(
             &mut n,
             2_000,
@@ -1003,14 +996,7 @@ mod tests {
                 json!({"file_path": "/tmp/acc.log", "hmac_accessor": "false"}),
             ),
         );
-        n.handle(
-            2_000,
-            crate::node::Input::AuditProbed {
-                id: 2,
-                result: Ok(()),
-            },
-        );
-        while n.poll_output().is_some() {}
+        probed_ok(&mut n, 2);
         let lines = |out: &[Output], file: &str| -> Vec<(u32, String)> {
             out.iter()
                 .filter_map(|o| match o {
@@ -1141,6 +1127,15 @@ mod tests {
         )
     }
 
+    /// The driver opened the file of request `id`'s device (at 2 s); outputs drained.
+    fn probed_ok(n: &mut crate::node::Node<crate::storage::MemStorage>, id: u64) {
+        n.handle(
+            2_000,
+            crate::node::Input::AuditProbed { id, result: Ok(()) },
+        );
+        while n.poll_output().is_some() {}
+    }
+
     fn call(
         n: &mut crate::node::Node<crate::storage::MemStorage>,
         now: u64,
@@ -1212,14 +1207,7 @@ mod tests {
     fn failed_device_node() -> crate::node::Node<crate::storage::MemStorage> {
         let mut n = dev_node();
         enable(&mut n, "f", json!({"file_path": "/tmp/f.log"}));
-        n.handle(
-            2_000,
-            crate::node::Input::AuditProbed {
-                id: 1,
-                result: Ok(()),
-            },
-        );
-        while n.poll_output().is_some() {}
+        probed_ok(&mut n, 1);
         n.audit_device_failed(3_000, "/tmp/f.log", "disk full");
         n
     }
