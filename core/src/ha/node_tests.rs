@@ -739,6 +739,38 @@ fn a_standby_whose_keyring_was_replaced_seals_and_unseals_with_the_new_shares() 
     );
 }
 
+/// A sealed node keeps no forward signing key in memory, nor the copy of the barrier key it
+/// was derived from: they go as the barrier's key is zeroed.
+#[test]
+fn a_sealed_node_keeps_no_forward_key() {
+    let (mut c, root) = unsealed(2);
+    let (out, _) = c.request(
+        1,
+        3_000,
+        Request::new(0, Method::Put, "kv/s")
+            .with_token(&root)
+            .with_json(json!({"v": 1})),
+    );
+    let f = forward(&out).expect("forwarded").req.clone();
+    let (aout, _) = c.step(0, 3_010, Input::Request(f));
+    assert_eq!(response(&aout).map(|r| r.status), Some(204));
+    assert!(
+        c.nodes[0].state().forward_key.is_some(),
+        "derived to check it"
+    );
+    let (out, _) = c.request(
+        0,
+        3_100,
+        Request::new(0, Method::Put, "sys/seal").with_token(&root),
+    );
+    assert_eq!(response(&out).map(|r| r.status), Some(204));
+    assert!(c.nodes[0].is_sealed());
+    assert!(
+        c.nodes[0].state().forward_key.is_none(),
+        "dropped as the node sealed"
+    );
+}
+
 /// A standby publishes its route to the active node only while it is unsealed and knows
 /// the active node; a request signed along it is the node's own forward (the active node
 /// runs it); the route follows a change of active node; an active node publishes none.

@@ -677,6 +677,8 @@ impl<S: Storage> Node<S> {
             self.st.seal_requested = false;
             self.barrier.seal();
             self.st.forward_ca = None;
+            // It holds a copy of the barrier key: zeroed with the barrier's.
+            self.st.forward_key = None;
             self.st.keyring_seen = None;
             self.st.unseal_progress.clear();
             self.st.repl.refuse_waiters(

@@ -241,17 +241,17 @@ impl<S: Storage> Node<S> {
         let barrier_key = self.st.repl.barrier_key?;
         let stored = self.storage.get(crate::replication::tls::CA_KEY).ok()?;
         if let Some(k) = &self.st.forward_key {
-            if k.barrier_key == barrier_key && k.stored == stored {
-                return Some(k.key);
+            if *k.barrier_key == barrier_key && k.stored == stored {
+                return Some(*k.key);
             }
         }
         let mut ctx = node_ctx!(self);
         let seed = crate::replication::tls::ca_seed(&mut ctx).ok()?;
         let key = ha::route::signing_key(&barrier_key, seed.as_ref());
         self.st.forward_key = Some(ForwardKey {
-            barrier_key,
+            barrier_key: zeroize::Zeroizing::new(barrier_key),
             stored,
-            key,
+            key: zeroize::Zeroizing::new(key),
         });
         Some(key)
     }
@@ -456,13 +456,14 @@ pub fn ha_status(st: &NodeState, req: &Request) -> ApiResult {
     Ok(Reply::Raw(200, json!({ "nodes": nodes })))
 }
 
-/// A derived forward signing key and what it was derived from ([`Node::forward_key`]).
+/// A derived forward signing key and what it was derived from ([`Node::forward_key`]);
+/// both keys are zeroed when it is dropped (as the node seals).
 #[derive(Clone)]
 pub(crate) struct ForwardKey {
-    barrier_key: [u8; 32],
+    barrier_key: zeroize::Zeroizing<[u8; 32]>,
     /// The CA record as stored (encrypted), or `None` before the cluster has a CA.
     stored: Option<Vec<u8>>,
-    key: [u8; 32],
+    key: zeroize::Zeroizing<[u8; 32]>,
 }
 
 impl std::fmt::Debug for ForwardKey {

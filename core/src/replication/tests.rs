@@ -415,6 +415,34 @@ fn a_perf_or_dr_secondary_gives_readers_no_view_and_the_primary_keeps_one() {
     assert!(net.nodes[2].read_view().is_none(), "a DR secondary");
 }
 
+/// A performance secondary holds its primary's barrier key, and the activation wipe takes
+/// its own cluster CA away: it makes a CA of its own there, so that its HA cluster's forward
+/// signing key is bound to a seed only its nodes read, not to the barrier key alone (which
+/// the primary and every other performance secondary of it hold too, and with which they
+/// could sign a forward its active node would take). A DR secondary ends up with its
+/// primary's CA (cluster-local data replicates to it).
+#[test]
+fn a_perf_secondary_has_a_cluster_ca_of_its_own_and_a_dr_secondary_its_primarys() {
+    let (mut net, roots) = Net::new(3);
+    let r0 = roots[0].clone();
+    net.enable_primary(0, &r0, "performance");
+    net.enable_primary(0, &r0, "dr");
+    let (_, own1) = net.nodes[1].forward_key_parts();
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.activate(0, &r0, 2, &roots[2], "dr", "dr1");
+    net.run_for(3_000);
+    let (k0, s0) = net.nodes[0].forward_key_parts();
+    let s0 = s0.expect("the primary's CA");
+    let (k1, s1) = net.nodes[1].forward_key_parts();
+    assert_eq!(k1, k0, "the perf secondary holds the primary's barrier key");
+    let s1 = s1.expect("the perf secondary has a CA of its own");
+    assert_ne!(s1, s0);
+    assert_ne!(Some(s1), own1, "a fresh one");
+    let (k2, s2) = net.nodes[2].forward_key_parts();
+    assert_eq!(k2, k0);
+    assert_eq!(s2, Some(s0), "the DR secondary holds its primary's CA");
+}
+
 #[test]
 fn perf_and_dr_secondaries_converge_and_resync_after_retention() {
     let (mut net, roots) = Net::new(3);

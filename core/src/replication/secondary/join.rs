@@ -149,6 +149,17 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
             .ok_or(ApiError::Sealed)?;
         writes.push((m.role_key(), Some(enc)));
     }
+    // The wipe took this cluster's CA away. A performance secondary never receives its
+    // primary's (cluster-local): it makes its own now, or its HA cluster's forwards would be
+    // signed with the barrier key alone, which its primary and every other performance
+    // secondary of that primary hold too. A DR secondary receives its primary's CA.
+    if mode == Mode::Performance {
+        let ca = super::super::tls::new_ca_record(&mut *env.rng)?;
+        let enc = nb
+            .encrypt(super::super::tls::CA_KEY, &ca, &mut *env.rng)
+            .ok_or(ApiError::Sealed)?;
+        writes.push((super::super::tls::CA_KEY.to_string(), Some(enc)));
+    }
     writes.push((merkle::MARKER.to_string(), Some(merkle::VERSION.to_vec())));
     let old = env.st.repl.wal;
     let meta = wal::Meta {
@@ -211,6 +222,13 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
         env.storage.apply(&tree_pages)?;
     }
     sync_wal_activity(env)?;
+    // The listener serves a certificate of the CA made above (an HA cluster's standbys pin
+    // it when they forward to this node).
+    if mode == Mode::Performance {
+        if let Err(e) = super::super::announce_tls_now(env) {
+            log::warn!("the cluster listener certificate was not made: {e}");
+        }
+    }
     log::info!(
         "activated as a {} secondary of cluster {}",
         mode.name(),
