@@ -13,8 +13,8 @@
 //!   so a paused or cut-off node stops serving before another node can take over;
 //! * on a standby it decides which requests are answered locally ([`served_locally`]) and
 //!   signs the ones it forwards to the active ([`forward_mac`]) with a key derived from the
-//!   barrier key, which only the cluster's unsealed nodes hold, over a stamp the active node
-//!   takes only once ([`replay`]).
+//!   barrier key and the cluster CA's seed ([`route::signing_key`]), which only the
+//!   cluster's unsealed nodes hold, over a stamp the active node takes only once ([`replay`]).
 
 pub mod replay;
 pub mod route;
