@@ -107,15 +107,6 @@ fn load_seed(ctx: &mut Ctx, create: bool) -> ApiResult<Option<[u8; 32]>> {
     Ok(b.as_slice().try_into().ok())
 }
 
-/// A new CA record (what [`CA_KEY`] holds, before the barrier encrypts it), its seed drawn
-/// from `rng`: a cluster made a performance secondary writes one in its activation wipe, so
-/// that it keeps a CA of its own (its primary's is cluster-local, never sent to it), and with
-/// it a forward signing key bound to a seed only its nodes read.
-pub(crate) fn new_ca_record(rng: &mut dyn rand_core::RngCore) -> ApiResult<Vec<u8>> {
-    let seed = hex::encode(crate::crypto::random_key(rng));
-    serde_json::to_vec(&StoredCa { seed }).map_err(|e| ApiError::Internal(e.to_string()))
-}
-
 /// The cluster CA's seed (`None` before the cluster has a CA): what the forward signing key
 /// is bound to ([`crate::ha::route::signing_key`]).
 pub(crate) fn ca_seed(ctx: &mut Ctx) -> ApiResult<Option<[u8; 32]>> {

@@ -149,17 +149,6 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
             .ok_or(ApiError::Sealed)?;
         writes.push((m.role_key(), Some(enc)));
     }
-    // The wipe took this cluster's CA away. A performance secondary never receives its
-    // primary's (cluster-local): it makes its own now, or its HA cluster's forwards would be
-    // signed with the barrier key alone, which its primary and every other performance
-    // secondary of that primary hold too. A DR secondary receives its primary's CA.
-    if mode == Mode::Performance {
-        let ca = super::super::tls::new_ca_record(&mut *env.rng)?;
-        let enc = nb
-            .encrypt(super::super::tls::CA_KEY, &ca, &mut *env.rng)
-            .ok_or(ApiError::Sealed)?;
-        writes.push((super::super::tls::CA_KEY.to_string(), Some(enc)));
-    }
     writes.push((merkle::MARKER.to_string(), Some(merkle::VERSION.to_vec())));
     let old = env.st.repl.wal;
     let meta = wal::Meta {
@@ -222,9 +211,24 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
         env.storage.apply(&tree_pages)?;
     }
     sync_wal_activity(env)?;
-    // The listener serves a certificate of the CA made above (an HA cluster's standbys pin
-    // it when they forward to this node).
+    // The wipe took this cluster's CA away. A performance secondary never receives its
+    // primary's (cluster-local): it makes its own now, through the commit hook like any
+    // write (so its trees hold it), or its HA cluster's forwards would be signed with the
+    // barrier key alone, which its primary and every other performance secondary of that
+    // primary hold too. A DR secondary receives its primary's CA. The listener then serves
+    // a certificate of it (an HA cluster's standbys pin it when they forward to this node).
     if mode == Mode::Performance {
+        let ws = {
+            let mut ctx = crate::ctx::Ctx {
+                txn: crate::storage::Txn::new(&*env.storage),
+                barrier: &*env.barrier,
+                rng: &mut *env.rng,
+                now: env.now,
+            };
+            super::super::tls::ca_pem(&mut ctx, true)?;
+            ctx.txn.into_write_set()
+        };
+        super::super::hooks::commit(env, ws, Origin::Replication)?;
         if let Err(e) = super::super::announce_tls_now(env) {
             log::warn!("the cluster listener certificate was not made: {e}");
         }
