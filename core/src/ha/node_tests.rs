@@ -741,6 +741,38 @@ fn a_standby_whose_keyring_was_replaced_seals_and_unseals_with_the_new_shares() 
 
 /// A sealed node keeps no forward signing key in memory, nor the copy of the barrier key it
 /// was derived from: they go as the barrier's key is zeroed.
+/// An active node whose cluster CA is missing (its creation's commit failed as it took
+/// over) makes it on its next periodic tick: the cluster does not stay without TLS on its
+/// channel, nor with forwards signed by the barrier key alone, until another node takes over.
+#[test]
+fn an_active_node_without_a_cluster_ca_makes_it_on_its_tick() {
+    let ca = crate::replication::tls::CA_KEY;
+    let (mut c, _) = unsealed(2);
+    assert!(
+        c.store.borrow().data.contains_key(ca),
+        "made as node 0 took over"
+    );
+    c.store.borrow_mut().data.remove(ca);
+    let barrier_only = {
+        let (key, seed) = c.nodes[0].forward_key_parts();
+        assert!(seed.is_none());
+        route::signing_key(&key, None)
+    };
+    // Past the tick interval (1 s), within the lease: the CA is made again, under a new seed.
+    c.tick(0, 3_000);
+    assert!(
+        matches!(c.nodes[0].fence(), Fence::Epoch(_)),
+        "still active"
+    );
+    assert!(
+        c.store.borrow().data.contains_key(ca),
+        "made again on the tick"
+    );
+    let (key, seed) = c.nodes[0].forward_key_parts();
+    let seed = seed.expect("a seed");
+    assert_ne!(route::signing_key(&key, Some(&seed)), barrier_only);
+}
+
 #[test]
 fn a_sealed_node_keeps_no_forward_key() {
     let (mut c, root) = unsealed(2);

@@ -572,6 +572,14 @@ impl<S: Storage> Node<S> {
                     if !self.st.ha.is_standby() {
                         self.tick();
                     }
+                    // An active node whose cluster CA could not be made when it took over
+                    // tries again.
+                    if self.st.ha.epoch().is_some()
+                        && !self.barrier.sealed()
+                        && matches!(self.storage.get(crate::replication::tls::CA_KEY), Ok(None))
+                    {
+                        self.ensure_cluster_ca();
+                    }
                 }
             }
             Input::Admin {

@@ -280,6 +280,29 @@ impl<S: Storage> Node<S> {
         }
     }
 
+    /// The cluster channel's CA: the first active node creates it (a write under its epoch);
+    /// its listener then serves a certificate of it, which the standbys pin when they
+    /// forward, and the forward signing key is bound to its seed. Run as a node becomes
+    /// active, and on its periodic tick while the CA is missing (a commit that failed), so
+    /// that a cluster does not stay without one until the next change of active node.
+    pub(super) fn ensure_cluster_ca(&mut self) {
+        let mut ctx = node_ctx!(self);
+        let created = crate::replication::tls::ca_pem(&mut ctx, true);
+        let writes = ctx.txn.into_write_set();
+        let fresh = !writes.writes.is_empty();
+        match created.and_then(|_| self.commit(writes)) {
+            // Its listener serves a certificate of the new CA from now on (the state loaded
+            // when it became active announced none: there was no CA yet).
+            Ok(()) if fresh => {
+                if let Err(e) = crate::replication::announce_tls_now(&mut self.env()) {
+                    log::warn!("the cluster listener certificate was not made: {e}");
+                }
+            }
+            Ok(()) => {}
+            Err(e) => log::warn!("the cluster CA could not be created: {e}"),
+        }
+    }
+
     /// Acts on a role change: an active node loads what it derives from storage afresh (the
     /// previous active wrote it); a deposed one answers what it was still working on with
     /// an error and forgets its derived state.
@@ -301,24 +324,7 @@ impl<S: Storage> Node<S> {
                 if let Err(e) = crate::replication::ensure_loaded(&mut self.env()) {
                     log::error!("replication state not loaded: {e}");
                 }
-                // The cluster channel's CA: the first active node creates it (a write under
-                // its new epoch); its listener then serves a certificate of it, which the
-                // standbys pin when they forward.
-                let mut ctx = node_ctx!(self);
-                let created = crate::replication::tls::ca_pem(&mut ctx, true);
-                let writes = ctx.txn.into_write_set();
-                let fresh = !writes.writes.is_empty();
-                match created.and_then(|_| self.commit(writes)) {
-                    // Its listener serves a certificate of the new CA from now on (the state
-                    // loaded above announced none: there was no CA yet).
-                    Ok(()) if fresh => {
-                        if let Err(e) = crate::replication::announce_tls_now(&mut self.env()) {
-                            log::warn!("the cluster listener certificate was not made: {e}");
-                        }
-                    }
-                    Ok(()) => {}
-                    Err(e) => log::warn!("the cluster CA could not be created: {e}"),
-                }
+                self.ensure_cluster_ca();
                 self.st.outputs.push_back(Output::HaRole(Some(epoch)));
             }
             Change::BecameStandby { reason } => {
