@@ -773,6 +773,26 @@ fn an_active_node_without_a_cluster_ca_makes_it_on_its_tick() {
     assert_ne!(route::signing_key(&key, Some(&seed)), barrier_only);
 }
 
+/// A cluster CA that arrives by replication while a node is active (a DR secondary's copy
+/// of its primary's, synced after its activation wipe) is served by its cluster listener at
+/// once: its standbys pin that CA when they forward to it.
+#[test]
+fn an_active_node_serves_a_cluster_ca_that_replication_brought() {
+    let (mut c, _) = unsealed(2);
+    let n = &mut c.nodes[0];
+    while n.poll_output().is_some() {}
+    n.replicate_ca([5; 32]).expect("applied");
+    let tls: Vec<_> = std::iter::from_fn(|| n.poll_output())
+        .filter_map(|o| match o {
+            Output::ClusterTls(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tls.len(), 1, "the listener's certificate of the new CA");
+    let (_, seed) = n.forward_key_parts();
+    assert_eq!(seed, Some([5; 32]));
+}
+
 #[test]
 fn a_sealed_node_keeps_no_forward_key() {
     let (mut c, root) = unsealed(2);

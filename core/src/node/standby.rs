@@ -234,6 +234,27 @@ impl<S: Storage> Node<S> {
         (barrier_key, seed)
     }
 
+    /// Writes a cluster CA record of `seed` as replication does (a DR secondary receiving
+    /// its primary's CA), with the node's outputs left to poll.
+    #[cfg(test)]
+    pub(crate) fn replicate_ca(&mut self, seed: [u8; 32]) -> ApiResult<()> {
+        let key = crate::replication::tls::CA_KEY;
+        let rec = serde_json::to_vec(&json!({ "seed": hex::encode(seed) }))
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let enc = self
+            .barrier
+            .encrypt(key, &rec, &mut self.rng)
+            .ok_or(ApiError::Sealed)?;
+        crate::replication::commit_changes(
+            &mut self.env(),
+            vec![crate::replication::Change::write(
+                key.to_string(),
+                Some(enc),
+            )],
+            crate::replication::Origin::Replication,
+        )
+    }
+
     /// This cluster's forward signing key ([`ha::route::signing_key`]): `None` while sealed.
     /// Kept with the stored CA record it was derived from, which is read (from the storage's
     /// cache) each time: a CA made, or replaced by a replication role change, is seen at once.

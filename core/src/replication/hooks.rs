@@ -41,6 +41,14 @@ pub fn commit_changes(env: &mut Env, changes: Vec<Change>, origin: Origin) -> Ap
     if changes.is_empty() {
         return Ok(());
     }
+    // A cluster CA written by replication (a DR secondary's copy of its primary's, streamed
+    // or synced after the activation wipe; a performance secondary's own, made as it is
+    // activated) is served at once: an HA cluster's standbys read it and pin it when they
+    // forward. A client's write path announces it itself.
+    let new_ca = origin != Origin::Client
+        && changes
+            .iter()
+            .any(|c| c.key == tls::CA_KEY && c.value.is_some());
     let limits = env.st.config.replication.wal;
     let staged = env
         .st
@@ -52,6 +60,11 @@ pub fn commit_changes(env: &mut Env, changes: Vec<Change>, origin: Origin) -> Ap
             env.st.repl.serve_due = true;
         } else {
             primary::serve_waiters(env);
+        }
+    }
+    if new_ca {
+        if let Err(e) = announce_tls_now(env) {
+            log::warn!("the cluster listener certificate was not made: {e}");
         }
     }
     Ok(())

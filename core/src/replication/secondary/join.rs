@@ -228,10 +228,8 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
             super::super::tls::ca_pem(&mut ctx, true)?;
             ctx.txn.into_write_set()
         };
+        // The commit hook announces the listener's certificate of it.
         super::super::hooks::commit(env, ws, Origin::Replication)?;
-        if let Err(e) = super::super::announce_tls_now(env) {
-            log::warn!("the cluster listener certificate was not made: {e}");
-        }
     }
     log::info!(
         "activated as a {} secondary of cluster {}",
