@@ -219,12 +219,7 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
     // a certificate of it (an HA cluster's standbys pin it when they forward to this node).
     if mode == Mode::Performance {
         let ws = {
-            let mut ctx = crate::ctx::Ctx {
-                txn: crate::storage::Txn::new(&*env.storage),
-                barrier: &*env.barrier,
-                rng: &mut *env.rng,
-                now: env.now,
-            };
+            let mut ctx = env.ctx();
             super::super::tls::ca_pem(&mut ctx, true)?;
             ctx.txn.into_write_set()
         };
