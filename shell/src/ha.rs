@@ -6,11 +6,11 @@
 //!   lease holder and the node registry as the database has them. Every operation is also
 //!   the node's echo in the registry (`sys/ha-status`).
 //! * Forwarding: a standby's requests are posted once to the active node's cluster
-//!   listener (`POST /v1/cluster/forward`), over TLS pinned to the cluster CA once the
-//!   cluster has one, and never retried after they were sent: a broken connection answers
-//!   the client with a 503 rather than risk applying a write twice. The active node checks
-//!   the request's signature (made with a key derived from the barrier key) before it runs
-//!   it. The API worker that read the request posts it itself along the route the node
+//!   listener (`POST /v1/cluster/forward`), over TLS pinned to the cluster CA (a cluster
+//!   without one forwards nothing), and never retried after they were sent: a broken
+//!   connection answers the client with a 503 rather than risk applying a write twice. The
+//!   active node checks the request's signature (made with a key derived from the barrier
+//!   key and the CA's seed) before it runs it. The API worker that read the request posts it itself along the route the node
 //!   published ([`RouteSlot`], [`forward_direct`]); the node's own path
 //!   (`Output::Forward`, posted on the cluster pool) takes the requests the worker hands
 //!   back (no route, not sent, refused).
@@ -180,8 +180,8 @@ pub struct Route {
 }
 
 /// Where the core thread puts the route it last got from the node and API workers read
-/// it. Empty while the node forwards nothing itself, and before the cluster has a CA (the
-/// node's own path forwards then).
+/// it. Empty while the node forwards nothing (the node's own path then answers the
+/// requests the workers hand it).
 #[derive(Clone, Default)]
 pub struct RouteSlot(Arc<RwLock<Option<Arc<Route>>>>);
 
@@ -193,9 +193,11 @@ impl RouteSlot {
     /// The node published `route`.
     pub fn set(&self, route: Option<cairn_core::ha::route::ForwardRoute>) {
         let next = route.and_then(|r| {
-            let ca = r.ca_pem.as_deref()?;
-            match crate::cluster::pinned_agent_with(ca, r.client.as_ref(), FORWARD_CONNECT_TIMEOUT)
-            {
+            match crate::cluster::pinned_agent_with(
+                &r.ca_pem,
+                r.client.as_ref(),
+                FORWARD_CONNECT_TIMEOUT,
+            ) {
                 Ok(agent) => Some(Arc::new(Route {
                     url: format!("https://{}{FORWARD_PATH}", host_of(&r.to)),
                     agent,
@@ -324,16 +326,9 @@ fn post_once(agent: &ureq::Agent, url: &str, req: &Request) -> Result<Response, 
 
 fn post_forward(f: &cairn_core::node::Forward) -> Result<Response, String> {
     let host = host_of(&f.to);
-    let (agent, url) = match &f.ca_pem {
-        Some(ca) => (
-            crate::cluster::pinned_agent_with(ca, f.client.as_ref(), FORWARD_CONNECT_TIMEOUT)?,
-            format!("https://{host}{FORWARD_PATH}"),
-        ),
-        None => (
-            crate::cluster::agent().clone(),
-            format!("http://{host}{FORWARD_PATH}"),
-        ),
-    };
+    let agent =
+        crate::cluster::pinned_agent_with(&f.ca_pem, f.client.as_ref(), FORWARD_CONNECT_TIMEOUT)?;
+    let url = format!("https://{host}{FORWARD_PATH}");
     // A connection that fails before the request could be sent (refused, or no TLS
     // handshake: an active node that has no certificate yet) is tried again; once the
     // request may have been sent it never is.

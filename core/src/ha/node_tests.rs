@@ -639,24 +639,17 @@ fn a_standby_reads_the_cluster_ca_once_and_again_after_a_failed_forward() {
         forward(&out).expect("forwarded").clone()
     };
     let first = get(&mut c, 3_000);
-    let pem = first.ca_pem.clone().expect("the cluster CA is pinned");
-    // The CA leaves storage (as if the cluster's CA were replaced): the standby still pins
-    // the one it read, without reading storage again.
-    let stored: Vec<String> = c
-        .store
-        .borrow()
-        .data
-        .keys()
-        .filter(|k| k.contains("cluster-ca"))
-        .cloned()
-        .collect();
-    assert!(!stored.is_empty(), "the CA is stored");
-    for k in &stored {
-        c.store.borrow_mut().data.remove(k);
-    }
+    let pem = first.ca_pem.clone();
+    // The cluster's CA is replaced in storage: the standby still pins the one it read,
+    // without reading and parsing it again (its signing key follows the stored record).
+    let n = &mut c.nodes[0];
+    n.replicate_ca([5; 32]).expect("replaced");
+    while n.poll_output().is_some() {}
+    let fence = n.fence();
+    n.storage_mut().commit(fence).expect("committed");
     let second = get(&mut c, 3_100);
-    assert_eq!(second.ca_pem.as_deref(), Some(pem.as_str()));
-    // A forward fails: the next one reads storage again (and finds no CA now).
+    assert_eq!(second.ca_pem, pem);
+    // A forward fails: the next one reads the CA again (and pins the new one).
     let (out, _) = c.step(
         1,
         3_200,
@@ -667,7 +660,66 @@ fn a_standby_reads_the_cluster_ca_once_and_again_after_a_failed_forward() {
     );
     assert_eq!(response(&out).map(|r| r.status), Some(503));
     let third = get(&mut c, 3_300);
-    assert_eq!(third.ca_pem, None, "read again after the failure");
+    assert_ne!(third.ca_pem, pem, "read again after the failure");
+}
+
+/// While its cluster has no CA (a DR secondary between its activation wipe and its first
+/// sync, or a CA whose creation failed), no node forwards or takes a forward: a standby
+/// answers 503 and sends nothing, and the active node refuses a forward signed with the
+/// barrier key alone (all a performance secondary of the cluster could sign with), with
+/// nothing applied.
+#[test]
+fn a_cluster_without_a_ca_forwards_nothing_and_takes_no_forward() {
+    let (mut c, root) = unsealed(2);
+    remove_ca(&mut c);
+    let (out, _) = c.request(
+        1,
+        3_000,
+        Request::new(0, Method::Put, "kv/w")
+            .with_token(&root)
+            .with_json(json!({"v": 1})),
+    );
+    assert!(forward(&out).is_none(), "nothing sent");
+    let r = response(&out).expect("answered");
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(
+        format!("{r:?}").contains("has no CA yet"),
+        "{r:?}"
+    );
+    let mut forged = Request::new(4_000, Method::Put, "kv/w")
+        .with_token(&root)
+        .with_json(json!({"v": 1}));
+    let stamp = crate::ha::replay::Stamp {
+        epoch: 1,
+        sender: "ab".into(),
+        seq: 0,
+    };
+    let key = barrier_only_key(&c.nodes[0].forward_key_parts().0);
+    forged.forwarded = Some(stamp.render(&route::mac(&key, &stamp, &forged)));
+    let (aout, _) = c.step(0, 3_010, Input::Request(forged));
+    let refused = response(&aout).expect("refused");
+    assert_eq!(refused.status, 403, "{refused:?}");
+    assert!(route::is_refusal(refused));
+    let (out, _) = c.request(
+        0,
+        3_020,
+        Request::new(0, Method::Get, "kv/w").with_token(&root),
+    );
+    assert_eq!(response(&out).map(|r| r.status), Some(404), "nothing applied");
+}
+
+/// Removes the cluster CA record from the shared store.
+fn remove_ca(c: &mut Cluster) {
+    let ca = crate::replication::tls::CA_KEY;
+    assert!(c.store.borrow().data.contains_key(ca), "the CA is stored");
+    c.store.borrow_mut().data.remove(ca);
+}
+
+/// The signing key a forward would have from the barrier key alone (the derivation used
+/// before the key was bound to the CA seed): what anyone holding the cluster's barrier key,
+/// a performance secondary included, can compute.
+fn barrier_only_key(barrier_key: &[u8; 32]) -> [u8; 32] {
+    crate::crypto::hmac_sha256(barrier_key, b"cairn ha: forwarded request signing key")
 }
 
 /// A standby whose cluster's keyring was replaced under it (its cluster made a replication
@@ -747,17 +799,13 @@ fn a_standby_whose_keyring_was_replaced_seals_and_unseals_with_the_new_shares() 
 #[test]
 fn an_active_node_without_a_cluster_ca_makes_it_on_its_tick() {
     let ca = crate::replication::tls::CA_KEY;
-    let (mut c, _) = unsealed(2);
+    let (mut c, root) = unsealed(2);
+    remove_ca(&mut c);
+    let probe = Request::new(0, Method::Get, "kv/a").with_token(&root);
     assert!(
-        c.store.borrow().data.contains_key(ca),
-        "made as node 0 took over"
+        c.nodes[0].forward_signature(&probe).is_none(),
+        "no signing key without a CA"
     );
-    c.store.borrow_mut().data.remove(ca);
-    let barrier_only = {
-        let (key, seed) = c.nodes[0].forward_key_parts();
-        assert!(seed.is_none());
-        route::signing_key(&key, None)
-    };
     // Past the tick interval (1 s), within the lease: the CA is made again, under a new seed.
     c.tick(0, 3_000);
     assert!(
@@ -770,7 +818,11 @@ fn an_active_node_without_a_cluster_ca_makes_it_on_its_tick() {
     );
     let (key, seed) = c.nodes[0].forward_key_parts();
     let seed = seed.expect("a seed");
-    assert_ne!(route::signing_key(&key, Some(&seed)), barrier_only);
+    let sig = c.nodes[0].forward_signature(&probe).expect("signs again");
+    assert!(
+        crate::ha::forward_mac_ok(&route::signing_key(&key, &seed), &probe, &sig).is_some(),
+        "bound to the new seed"
+    );
 }
 
 /// A cluster CA that arrives by replication while a node is active (a DR secondary's copy
@@ -838,7 +890,7 @@ fn a_standby_publishes_its_route_only_unsealed_with_a_known_active_node_and_foll
     );
     let r = routes[0].clone().expect("a route");
     assert_eq!((r.to.as_str(), r.epoch), ("10.0.0.1:8201", 1));
-    assert!(r.ca_pem.is_some(), "pinned to the cluster CA");
+    assert!(!r.ca_pem.is_empty(), "pinned to the cluster CA");
     assert!(c.routes[0].is_empty(), "the active node forwards nothing");
 
     // A write signed along the route is run by the active node, once.
@@ -867,10 +919,10 @@ fn a_standby_publishes_its_route_only_unsealed_with_a_known_active_node_and_foll
     // primary's barrier key, but not the primary cluster's CA seed the key is bound to.
     let (barrier_key, seed) = c.nodes[0].forward_key_parts();
     let seed = seed.expect("the active node made the cluster CA");
-    assert_eq!(r.signing_key, route::signing_key(&barrier_key, Some(&seed)));
+    assert_eq!(r.signing_key, route::signing_key(&barrier_key, &seed));
     for (i, key) in [
-        route::signing_key(&[9u8; 32], Some(&seed)),
-        route::signing_key(&barrier_key, None),
+        route::signing_key(&[9u8; 32], &seed),
+        barrier_only_key(&barrier_key),
     ]
     .into_iter()
     .enumerate()

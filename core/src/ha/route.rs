@@ -17,8 +17,8 @@ pub struct ForwardRoute {
     /// The active node's cluster address.
     pub to: String,
     /// The cluster CA (PEM) the active node's cluster listener presents a certificate of.
-    /// `None` before the cluster has one: the driver then leaves forwarding to the node.
-    pub ca_pem: Option<String>,
+    /// A cluster without a CA has no route: a standby forwards nothing then.
+    pub ca_pem: String,
     /// The client certificate the standby presents to the active node's listener.
     pub client: Option<crate::replication::tls::ClientCert>,
     /// The key forwards are signed with ([`signing_key`]).
@@ -34,7 +34,7 @@ impl std::fmt::Debug for ForwardRoute {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ForwardRoute")
             .field("to", &self.to)
-            .field("ca_pem", &self.ca_pem.as_ref().map(|_| "<pem>"))
+            .field("ca_pem", &"<pem>")
             .field("signing_key", &"<redacted>")
             .field("epoch", &self.epoch)
             .field("sender", &self.sender)
@@ -46,20 +46,26 @@ impl std::fmt::Debug for ForwardRoute {
 /// cluster's CA: only a node unsealed with the cluster's keys that reads this cluster's
 /// storage has it, and it opens nothing. The CA seed is cluster-local, so a performance
 /// secondary, which holds its primary's barrier key, cannot sign a forward to the primary.
-/// Before the cluster has a CA (`ca_seed` `None`: the first active node makes it as it takes
-/// over), the barrier key alone.
-pub fn signing_key(barrier_key: &[u8; 32], ca_seed: Option<&[u8; 32]>) -> [u8; 32] {
-    match ca_seed {
-        Some(seed) => crypto::hmac_sha256(
-            barrier_key,
-            &[
-                &b"cairn ha: forwarded request signing key, cluster CA "[..],
-                seed,
-            ]
-            .concat(),
-        ),
-        None => crypto::hmac_sha256(barrier_key, b"cairn ha: forwarded request signing key"),
-    }
+/// A cluster without a CA (before its first active node made it, or a DR secondary between
+/// its activation wipe and its first sync) has no signing key: no node forwards or takes a
+/// forward then.
+pub fn signing_key(barrier_key: &[u8; 32], ca_seed: &[u8; 32]) -> [u8; 32] {
+    crypto::hmac_sha256(
+        barrier_key,
+        &[
+            &b"cairn ha: forwarded request signing key, cluster CA "[..],
+            ca_seed,
+        ]
+        .concat(),
+    )
+}
+
+/// What a standby answers while its cluster has no CA: it cannot forward yet.
+pub fn no_cluster_ca() -> ApiError {
+    ApiError::Unavailable(
+        "this node is a standby and its cluster has no CA yet (the active node makes it as it          takes over; a DR secondary receives its primary's at its first sync): requests are          forwarded once it exists; retry shortly"
+            .into(),
+    )
 }
 
 /// The signature of `req` with `stamp` under `signing_key`.
@@ -157,9 +163,9 @@ mod tests {
     fn route() -> ForwardRoute {
         ForwardRoute {
             to: "10.0.0.1:8201".into(),
-            ca_pem: Some("pem".into()),
+            ca_pem: "pem".into(),
             client: None,
-            signing_key: signing_key(&[7u8; 32], Some(&[1u8; 32])),
+            signing_key: signing_key(&[7u8; 32], &[1u8; 32]),
             epoch: 3,
             sender: "5e".into(),
         }
@@ -180,9 +186,9 @@ mod tests {
         // Another barrier key, another CA seed, or the barrier key alone (what a performance
         // secondary of this cluster holds) does not make the signature.
         for other in [
-            signing_key(&[8u8; 32], Some(&[1u8; 32])),
-            signing_key(&[7u8; 32], Some(&[2u8; 32])),
-            signing_key(&[7u8; 32], None),
+            signing_key(&[8u8; 32], &[1u8; 32]),
+            signing_key(&[7u8; 32], &[2u8; 32]),
+            crypto::hmac_sha256(&[7u8; 32], b"cairn ha: forwarded request signing key"),
         ] {
             assert!(super::super::forward_mac_ok(&other, &req, &mac).is_none());
         }

@@ -156,8 +156,8 @@ pub struct Forward {
     /// The active node's cluster address.
     pub to: String,
     /// The cluster CA (PEM) the active node's cluster listener presents a certificate of:
-    /// the connection is TLS pinned to it. `None` before the cluster has a CA.
-    pub ca_pem: Option<String>,
+    /// the connection is TLS pinned to it.
+    pub ca_pem: String,
     /// The client certificate the standby presents (mutual TLS).
     pub client: Option<crate::replication::tls::ClientCert>,
 }

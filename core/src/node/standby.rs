@@ -33,7 +33,11 @@ impl<S: Storage> Node<S> {
             );
             return self.finish(id, Err(e));
         }
-        let route = self.forward_route();
+        let route = match self.forward_route() {
+            Ok(route) => route,
+            Err(NoRoute::NoCa) => return self.finish(id, Err(ha::route::no_cluster_ca())),
+            Err(NoRoute::NotStandby) => None,
+        };
         if self.st.forward_sender.is_empty() {
             self.st.forward_sender = hex::encode(crate::crypto::random_key(&mut self.rng));
         }
@@ -58,19 +62,23 @@ impl<S: Storage> Node<S> {
         }));
     }
 
-    /// The route a standby forwards requests along now: `None` when this node forwards
-    /// nothing (active, sealed, no active node known, or the store still naming this node).
-    /// Reads the cluster CA once (kept in `forward_ca`).
-    fn forward_route(&mut self) -> Option<ha::route::ForwardRoute> {
+    /// The route a standby forwards requests along now: `Ok(None)` when this node forwards
+    /// nothing (active, sealed, no active node known, or the store still naming this node),
+    /// [`NoRoute::NoCa`] while its cluster has no CA (nothing is forwarded without the
+    /// channel's TLS and the signing key bound to the CA). Reads the cluster CA once (kept
+    /// in `forward_ca`).
+    fn forward_route(&mut self) -> Result<Option<ha::route::ForwardRoute>, NoRoute> {
         if !self.st.ha.is_standby() || self.barrier.sealed() {
-            return None;
+            return Err(NoRoute::NotStandby);
         }
-        let signing_key = self.forward_key()?;
-        let leader = self.st.ha.leader()?.clone();
+        let Some(leader) = self.st.ha.leader().cloned() else {
+            return Err(NoRoute::NotStandby);
+        };
         let own = self.st.ha.config().map(|c| c.cluster_addr.as_str());
         if own == Some(leader.cluster_addr.as_str()) {
-            return None;
+            return Ok(None);
         }
+        let signing_key = self.forward_key().ok_or(NoRoute::NoCa)?;
         if self.st.forward_ca.is_none() {
             let mut ctx = node_ctx!(self);
             let pem = crate::replication::tls::ca_pem(&mut ctx, false)
@@ -81,11 +89,8 @@ impl<S: Storage> Node<S> {
                 .flatten();
             self.st.forward_ca = pem.map(|p| (p, client));
         }
-        let (ca_pem, client) = match &self.st.forward_ca {
-            Some((ca, client)) => (Some(ca.clone()), client.clone()),
-            None => (None, None),
-        };
-        Some(ha::route::ForwardRoute {
+        let (ca_pem, client) = self.st.forward_ca.clone().ok_or(NoRoute::NoCa)?;
+        Ok(Some(ha::route::ForwardRoute {
             to: leader.cluster_addr,
             ca_pem,
             client,
@@ -93,7 +98,7 @@ impl<S: Storage> Node<S> {
             epoch: leader.epoch,
             // Given by `publish_route`, fresh for each route it publishes.
             sender: String::new(),
-        })
+        }))
     }
 
     /// After an input: publishes the forward route with `Output::ForwardRoute` when it
@@ -116,7 +121,7 @@ impl<S: Storage> Node<S> {
         if self.st.route_basis.as_ref() == Some(&basis) {
             return;
         }
-        let mut route = self.forward_route();
+        let mut route = self.forward_route().ok().flatten();
         // Reading the CA changes the basis: record it as it is after the read.
         self.st.route_basis = Some(RouteBasis {
             ca: self.st.forward_ca.is_some(),
@@ -255,20 +260,21 @@ impl<S: Storage> Node<S> {
         )
     }
 
-    /// This cluster's forward signing key ([`ha::route::signing_key`]): `None` while sealed.
-    /// Kept with the stored CA record it was derived from, which is read (from the storage's
-    /// cache) each time: a CA made, or replaced by a replication role change, is seen at once.
+    /// This cluster's forward signing key ([`ha::route::signing_key`]): `None` while sealed
+    /// and while the cluster has no CA. Kept with the stored CA record it was derived from,
+    /// which is read (from the storage's cache) each time: a CA made, or replaced by a
+    /// replication role change, is seen at once.
     pub(super) fn forward_key(&mut self) -> Option<[u8; 32]> {
         let barrier_key = self.st.repl.barrier_key?;
-        let stored = self.storage.get(crate::replication::tls::CA_KEY).ok()?;
+        let stored = self.storage.get(crate::replication::tls::CA_KEY).ok()??;
         if let Some(k) = &self.st.forward_key {
             if *k.barrier_key == barrier_key && k.stored == stored {
                 return Some(*k.key);
             }
         }
         let mut ctx = node_ctx!(self);
-        let seed = crate::replication::tls::ca_seed(&mut ctx).ok()?;
-        let key = ha::route::signing_key(&barrier_key, seed.as_ref());
+        let seed = crate::replication::tls::ca_seed(&mut ctx).ok()??;
+        let key = ha::route::signing_key(&barrier_key, &seed);
         self.st.forward_key = Some(ForwardKey {
             barrier_key: zeroize::Zeroizing::new(barrier_key),
             stored,
@@ -371,6 +377,14 @@ impl<S: Storage> Node<S> {
             }
         }
     }
+}
+
+/// Why a standby has no forward route.
+enum NoRoute {
+    /// Not a standby that knows its active node (or sealed): nothing to forward along.
+    NotStandby,
+    /// Its cluster has no CA yet: nothing is forwarded until it has.
+    NoCa,
 }
 
 /// What a standby's forward route is derived from (compared after every input, so that the
@@ -488,8 +502,8 @@ pub fn ha_status(st: &NodeState, req: &Request) -> ApiResult {
 #[derive(Clone)]
 pub(crate) struct ForwardKey {
     barrier_key: zeroize::Zeroizing<[u8; 32]>,
-    /// The CA record as stored (encrypted), or `None` before the cluster has a CA.
-    stored: Option<Vec<u8>>,
+    /// The CA record as stored (encrypted).
+    stored: Vec<u8>,
     key: zeroize::Zeroizing<[u8; 32]>,
 }
 
