@@ -682,10 +682,7 @@ fn a_cluster_without_a_ca_forwards_nothing_and_takes_no_forward() {
     assert!(forward(&out).is_none(), "nothing sent");
     let r = response(&out).expect("answered");
     assert_eq!(r.status, 503, "{r:?}");
-    assert!(
-        format!("{r:?}").contains("has no CA yet"),
-        "{r:?}"
-    );
+    assert!(format!("{r:?}").contains("has no CA yet"), "{r:?}");
     let mut forged = Request::new(4_000, Method::Put, "kv/w")
         .with_token(&root)
         .with_json(json!({"v": 1}));
@@ -705,7 +702,11 @@ fn a_cluster_without_a_ca_forwards_nothing_and_takes_no_forward() {
         3_020,
         Request::new(0, Method::Get, "kv/w").with_token(&root),
     );
-    assert_eq!(response(&out).map(|r| r.status), Some(404), "nothing applied");
+    assert_eq!(
+        response(&out).map(|r| r.status),
+        Some(404),
+        "nothing applied"
+    );
 }
 
 /// Removes the cluster CA record from the shared store.
