@@ -516,7 +516,18 @@ fn two_racing_initialisations_of_one_cluster_cannot_both_succeed() {
             assert_eq!(r.body["sealed"], json!(false), "{}", r.body);
         }
         let a = c.wait_active(Duration::from_secs(10), None);
-        let r = c.nodes[1 - a].call_as(Some(&root), "GET", "auth/token/lookup-self", None);
+        // The standby learns the active node from the lease (read every 0.5 s) and the
+        // cluster CA from storage: until then it answers 503 "retry shortly", as a client
+        // is told; then its forwards go through.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let r = loop {
+            let r = c.nodes[1 - a].call_as(Some(&root), "GET", "auth/token/lookup-self", None);
+            if r.status != 503 || Instant::now() > deadline {
+                break r;
+            }
+            assert!(r.body.to_string().contains("retry shortly"), "{}", r.body);
+            std::thread::sleep(Duration::from_millis(100));
+        };
         assert_eq!(r.status, 200, "{}", r.body);
     }
 }

@@ -328,6 +328,7 @@ impl HaWorld {
                     }
                 }
             }
+            Output::ForwardRoute(r) => self.route_published(i, r),
             Output::PeerSend(s) => self.route_peer_send(i, s),
             Output::PeerResponse(r) => self.route_peer_response(i, r, failed.is_some()),
             Output::HttpCall(c) => self.route_http_call(i, c),

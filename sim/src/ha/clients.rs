@@ -185,6 +185,7 @@ impl HaWorld {
             Caller::Unseal => {}
             Caller::Setup(c) => self.on_setup_answer(c, &r),
             Caller::GenRoot(step) => self.on_gen_answer(step, &r),
+            Caller::Forged { key } => self.on_forged_answer(i, &key, &r)?,
             Caller::Http { from, boot, call } => self.on_http_answer(i, from, boot, call, r),
             Caller::Forwarded(j, id, boot) => {
                 // Back over the cluster channel, unless it broke meanwhile.

@@ -19,7 +19,9 @@
 //! position are those of its cluster's storage: what a secondary compares with), and
 //! `failover-liveness` (once faults heal, a node of each cluster is active within a bounded
 //! time). A planted bug (`--plant-fault skip-fence-check`: the stores forget the epoch
-//! check) must be caught.
+//! check) must be caught. An attacker who runs the performance secondary ([`forger`])
+//! sends forwards signed with its own cluster's signing key to the other clusters' nodes:
+//! `forged-forward-refused` (every one refused, none of its writes on the primary).
 //!
 //! Half of the primary clusters are performance and DR replication primaries with a
 //! secondary cluster of each kind ([`secondaries`]), one to three nodes each on a store of
@@ -41,6 +43,7 @@
 mod batch;
 mod clients;
 mod faults;
+mod forger;
 mod secondaries;
 
 use crate::host::Host;
@@ -123,6 +126,11 @@ enum Caller {
     Setup(usize),
     /// A step of the operator's `sys/generate-root` flow on the performance secondary.
     GenRoot(clients::GenStep),
+    /// A forward forged with a performance secondary's signing key ([`forger`]), writing
+    /// `key`.
+    Forged {
+        key: String,
+    },
 }
 
 struct HaNode {
@@ -245,6 +253,9 @@ pub struct HaWorld {
     /// A root token of the performance secondary (generated with the primary's key).
     perf_root: Option<String>,
     gen: clients::GenRoot,
+    forger: forger::Forger,
+    /// The forger's own random stream.
+    forger_rng: SimRng,
     next_id: RequestId,
     next_key: u64,
     acked: BTreeMap<String, u64>,
@@ -339,6 +350,8 @@ impl HaWorld {
             root: String::new(),
             perf_root: None,
             gen: clients::GenRoot::default(),
+            forger: forger::Forger::default(),
+            forger_rng: SimRng::derive(cfg.seed, "ha-forger"),
             next_id: 1,
             next_key: 0,
             acked: BTreeMap::new(),
@@ -530,6 +543,7 @@ impl HaWorld {
             Ev::Client => {
                 if self.events_run < self.steps {
                     self.client_op();
+                    self.forge();
                     let d = self.rng.delay(40);
                     self.at(d, Ev::Client);
                 } else {
@@ -570,7 +584,13 @@ impl HaWorld {
     }
 
     /// Hands a client request to node `i`.
-    fn send(&mut self, i: usize, mut req: Request, caller: Caller) {
+    fn send(&mut self, i: usize, req: Request, caller: Caller) {
+        let d = self.rng.delay(2);
+        self.send_after(i, req, caller, d);
+    }
+
+    /// Hands a client request to node `i` after `d` ms.
+    fn send_after(&mut self, i: usize, mut req: Request, caller: Caller, d: u64) {
         req.id = self.next_id;
         self.next_id += 1;
         if !self.nodes[i].host.is_up() {
@@ -579,7 +599,6 @@ impl HaWorld {
         self.requests += 1;
         self.nodes[i].waiting.insert(req.id, caller);
         let boot = self.nodes[i].host.boot();
-        let d = self.rng.delay(2);
         self.at(d, Ev::Deliver(i, boot, Input::Request(req)));
     }
 
@@ -637,6 +656,7 @@ impl HaWorld {
         };
         let root = self.root.clone();
         self.read_back(a, &root, "the primary's active node")?;
+        self.forged_absent(a)?;
         self.converge()?;
         Ok(false)
     }
@@ -749,7 +769,7 @@ mod tests {
 
     #[test]
     fn ha_seeds_pass_and_replay() {
-        let (mut converged, mut sec_failovers, mut resumed) = (0, 0, 0);
+        let (mut converged, mut sec_failovers, mut resumed, mut forged) = (0, 0, 0, 0);
         for seed in 1..=12 {
             let mut cfg = RunConfig::new(seed);
             cfg.tier = crate::Tier::Ha;
@@ -761,12 +781,14 @@ mod tests {
             converged += get("secondary-converges");
             sec_failovers += get("ha:secondary-failovers");
             resumed += get("resume-without-resync");
+            forged += get("forged-forward-refused");
         }
         // Some of them are replication primaries whose secondary clusters failed over
         // themselves, resumed streaming without a resync and converged.
         assert!(converged > 0, "no seed checked its secondaries");
         assert!(sec_failovers > 0, "no secondary cluster failed over");
         assert!(resumed > 0, "no secondary cluster was checked for resyncs");
+        assert!(forged > 0, "the forger sent no forged forward");
     }
 
     /// The scale profile on the HA tier: fifteen secondary clusters of one to three nodes,
