@@ -700,6 +700,207 @@ fn a_three_node_primary_cluster_fails_over_under_writes_and_its_secondaries_stre
     }
 }
 
+/// A DR secondary that is itself an HA cluster of two nodes on its own tables: its standby,
+/// whose keyring the activation replaced, seals itself and is unsealed with the primary's
+/// key shares; it forwards to its active node over the cluster channel pinned to the CA the
+/// cluster received from its primary by sync; when its active node is killed with -9 the
+/// other node takes over and streams on from the WAL index the cluster stored, without a
+/// Merkle diff (killed within the second its Merkle records are deferred, the node taking
+/// over rebuilds its trees and compares roots with the primary once, by design); promoted
+/// through its active node, the cluster serves the primary's data.
+#[test]
+fn a_dr_secondary_cluster_of_two_nodes_forwards_and_streams_on_through_a_failover() {
+    use cairn_tests::cluster::{enable_secondary, licensed, promote_dr, status, token, wait_for};
+    let started = Instant::now();
+    let p = licensed("ha-dr2-primary");
+    let keys = p.unseal_keys.clone();
+    assert_eq!(p.post("sys/mounts/kv", json!({"type": "kv"})).status, 204);
+    let r = p.post("sys/replication/dr/primary/enable", json!({}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(p.put("kv/before", json!({"v": 0})).status, 204);
+
+    // The DR secondary cluster: two nodes on their own tables, DR secondary enabled on the
+    // active one.
+    let mut d = Cluster::start_with(2, "ha_dr2", licensed_extra);
+    let a = d.wait_active(Duration::from_secs(15), None);
+    let b = 1 - a;
+    let tok = token(&p, "dr", "dr-ha2");
+    enable_secondary(&d.nodes[a], "dr", &tok);
+    // The cluster's tokens are gone (a DR secondary serves none); its keyring is the
+    // primary's now: the standby's key no longer reads the cluster's data, it seals itself
+    // and is unsealed, without a restart, with the primary's key shares.
+    for n in d.nodes.iter_mut() {
+        n.root_token = String::new();
+        n.unseal_keys = keys.clone();
+    }
+    wait_for("the DR secondary's standby seals itself", 60, || {
+        d.nodes[b].get("sys/seal-status").body["sealed"] == json!(true)
+    });
+    d.nodes[b].unseal();
+    assert_eq!(
+        d.nodes[b].get("sys/seal-status").body["sealed"],
+        json!(false)
+    );
+    assert_eq!(
+        d.nodes[a].get("sys/leader").body["is_self"],
+        json!(true),
+        "the DR secondary's active node stayed active"
+    );
+    wait_for("the DR secondary cluster's first sync", 120, || {
+        status(&d.nodes[a], "dr")["state"] == json!("stream-wals")
+    });
+    wait_streaming(&p, &d.nodes[a], "dr", "after its first sync");
+    eprintln!("ha-dr2: first sync done after {:?}", started.elapsed());
+
+    // The standby forwards what it does not serve itself (the DR status included) to the
+    // active node, over the cluster channel pinned to the primary's CA, received by sync.
+    assert_eq!(d.nodes[b].get("sys/health").status, 429);
+    assert_eq!(d.nodes[b].get("sys/leader").body["is_self"], json!(false));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let fwd = loop {
+        let r = d.nodes[b].call_as(None, "GET", "sys/replication/dr/status", None);
+        if r.status == 200 || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(fwd.status, 200, "forwarded DR status: {}", fwd.body);
+    let (fwd, own) = (fwd.body["data"].clone(), status(&d.nodes[a], "dr"));
+    assert_eq!(fwd["state"], json!("stream-wals"), "{fwd}");
+    assert_eq!(fwd["secondary_id"], json!("dr-ha2"), "{fwd}");
+    assert_eq!(fwd["cluster_id"], own["cluster_id"], "{fwd}\n{own}");
+    assert_eq!(
+        fwd["last_remote_wal"], own["last_remote_wal"],
+        "{fwd}\n{own}"
+    );
+    assert_eq!(fwd["merkle_root"], own["merkle_root"], "{fwd}\n{own}");
+    // A request the DR secondary refuses is refused the same way through its standby.
+    let r = d.nodes[b].call_as(Some(&p.root_token), "GET", "kv/before", None);
+    let r2 = d.nodes[a].call_as(Some(&p.root_token), "GET", "kv/before", None);
+    assert_eq!((r.status, &r.body), (r2.status, &r2.body));
+    assert!(r.status >= 400, "a DR secondary served a read: {}", r.body);
+
+    // kill -9 of the DR secondary cluster's active node once it wrote its Merkle records
+    // (they are written at most a second after the changes; the completeness marker is
+    // stored again with them): the standby takes over and streams on from the WAL index the
+    // cluster stored, without a Merkle diff.
+    let wal_before = own["last_remote_wal"].as_u64().expect("last_remote_wal");
+    // Paused once the marker is stored, and killed if it still is (nothing written since).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        wait_for("the DR secondary's Merkle records written", 30, || {
+            merkle_marker_stored("ha_dr2")
+        });
+        signal(d.pid(a), "-STOP");
+        if merkle_marker_stored("ha_dr2") {
+            break;
+        }
+        signal(d.pid(a), "-CONT");
+        assert!(Instant::now() < deadline, "the Merkle marker never stayed");
+    }
+    let killed_at = Instant::now();
+    d.nodes[a].kill9();
+    assert_eq!(d.wait_active(Duration::from_secs(30), Some(a)), b);
+    eprintln!(
+        "ha-dr2: node {b} active {:?} after the kill",
+        killed_at.elapsed()
+    );
+    assert_eq!(p.put("kv/after", json!({"v": 1})).status, 204);
+    wait_streaming(&p, &d.nodes[b], "dr", "after its active node was killed");
+    let st = status(&d.nodes[b], "dr");
+    eprintln!(
+        "ha-dr2: streaming again {:?} after the kill",
+        killed_at.elapsed()
+    );
+    assert!(
+        st["last_remote_wal"].as_u64() > Some(wal_before),
+        "{wal_before} {st}"
+    );
+    // The counter counts the Merkle diffs this node's process started as a secondary: it
+    // was a standby until the kill and resumed from the stored WAL index.
+    assert_eq!(st["merkle_diffs"].as_u64(), Some(0), "{st}");
+
+    // The killed node comes back as a standby (unsealed with the primary's shares). Its
+    // active node is killed while the primary writes: the Merkle records of what it applied
+    // last are not written yet (the marker is absent), so the node taking over rebuilds the
+    // trees from the data and, by design, compares its roots with the primary's once (a
+    // value changed in storage behind the dead node's back would be in the rebuilt trees):
+    // one Merkle diff, after which it streams on with the primary's roots.
+    d.restart(a);
+    wait_for("the restarted node to see the active one", 30, || {
+        d.nodes[a].get("sys/health").status == 429
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (addr, root, stop) = (p.addr.clone(), p.root_token.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let agent = cairn_tests::agent(Duration::from_secs(30));
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let r = agent
+                    .put(&format!("{addr}/v1/kv/w{i}"))
+                    .header("X-Vault-Token", &root)
+                    .send_json(json!({ "v": i }));
+                assert_eq!(r.map(|r| r.status().as_u16()).ok(), Some(204), "kv/w{i}");
+                i += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            i
+        })
+    };
+    let from = status(&d.nodes[b], "dr")["last_remote_wal"].as_u64();
+    wait_for("streamed writes on the DR secondary", 60, || {
+        status(&d.nodes[b], "dr")["last_remote_wal"].as_u64() > from.map(|f| f + 20)
+    });
+    // Paused first, so that what it left in storage can be read before it is killed.
+    signal(d.pid(b), "-STOP");
+    let marker = merkle_marker_stored("ha_dr2");
+    stop.store(true, Ordering::Relaxed);
+    let writes = writer.join().expect("writer");
+    d.nodes[b].kill9();
+    assert_eq!(d.wait_active(Duration::from_secs(30), Some(b)), a);
+    wait_streaming(&p, &d.nodes[a], "dr", "after its second failover");
+    let st = status(&d.nodes[a], "dr");
+    eprintln!(
+        "ha-dr2: {writes} writes during the second failover; Merkle marker stored at the \
+         kill: {marker}; {st}"
+    );
+    assert_eq!(
+        st["merkle_diffs"].as_u64(),
+        Some(if marker { 0 } else { 1 }),
+        "{st}"
+    );
+    let last = writes.checked_sub(1).expect("writes");
+    assert_eq!(p.get(&format!("kv/w{last}")).body["data"]["v"], json!(last));
+
+    // Promoted through its active node with a DR operation token made from the primary's
+    // shares: it serves the primary's data (and its tokens), through its standby as well.
+    d.restart(b);
+    promote_dr(&d.nodes[a], &keys);
+    for n in d.nodes.iter_mut() {
+        n.root_token = p.root_token.clone();
+    }
+    wait_for("the promoted cluster to serve the last write", 60, || {
+        d.nodes[a].get(&format!("kv/w{last}")).body["data"]["v"] == json!(last)
+    });
+    assert_eq!(d.nodes[a].get("kv/before").body["data"]["v"], json!(0));
+    wait_for(
+        "kv/after through the promoted cluster's standby",
+        30,
+        || d.nodes[b].get("kv/after").body["data"]["v"] == json!(1),
+    );
+    eprintln!("ha-dr2: done after {:?}", started.elapsed());
+}
+
+/// Whether the Merkle completeness marker of the cluster on `table` is stored (every page
+/// record of its trees written).
+fn merkle_marker_stored(table: &str) -> bool {
+    let n = psql(&format!(
+        "select count(*) from {table}_kv where key = convert_to('node/merkle-version', 'UTF8')"
+    ));
+    n == "1"
+}
+
 /// A standby forwards its clients' requests on kept-alive connections to the active node.
 /// When the active node is killed with such connections open, a write through the standby
 /// gets its answer or a 5xx, and is never applied twice: KV version 2 keeps every applied
