@@ -10,6 +10,8 @@ use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::rc::Rc;
 
+mod ca;
+
 struct Cluster {
     store: Rc<RefCell<LeaseStore>>,
     nodes: Vec<Node<SharedStorage>>,
@@ -171,46 +173,6 @@ fn unsealed_with_key(n: usize, seed_base: u8) -> (Cluster, String, String) {
     assert!(ok);
     assert_eq!(response(&out).map(|r| r.status), Some(204));
     (c, root, key)
-}
-
-/// The first active node creates the cluster CA and hands its listener a certificate of it
-/// at once (the standbys forward to that listener); a later active node too.
-#[test]
-fn an_active_node_serves_its_cluster_listener_with_the_cluster_ca() {
-    let tls = |out: &[Output]| out.iter().any(|o| matches!(o, Output::ClusterTls(_)));
-    let mut c = Cluster::new(2);
-    let (out, ok) = c.request(
-        0,
-        1_000,
-        Request::new(0, Method::Put, "sys/init")
-            .with_json(json!({"secret_shares": 1, "secret_threshold": 1})),
-    );
-    assert!(ok);
-    let key = body(response(&out).expect("init"))["keys"][0]
-        .as_str()
-        .expect("key")
-        .to_string();
-    for i in 0..2 {
-        c.request(
-            i,
-            1_100,
-            Request::new(0, Method::Put, "sys/unseal").with_json(json!({ "key": key })),
-        );
-    }
-    let (out, _) = c.step(0, 2_000, Input::Tick);
-    assert_eq!(c.nodes[0].fence(), Fence::Epoch(1));
-    assert!(
-        tls(&out),
-        "the first active node announced no listener certificate"
-    );
-    // Node 0 stops renewing; node 1 takes over and serves the same CA's certificate.
-    let (out, _) = c.step(1, 13_000, Input::Tick);
-    assert_eq!(c.nodes[1].fence(), Fence::Epoch(2));
-    let (more, _) = c.step(1, 13_010, Input::Tick);
-    assert!(
-        tls(&out) || tls(&more),
-        "the new active node announced no listener certificate"
-    );
 }
 
 /// Readers beside a node answer from storage alone; an HA node (active or standby) shares
@@ -625,104 +587,6 @@ fn a_standby_refuses_snapshots_and_names_the_active_node() {
     assert_eq!(response(&out).map(|r| r.status), Some(200));
 }
 
-/// A standby reads the cluster CA it pins once, not once per forwarded request (its
-/// storage reads go to the database), and reads it again after a forward failed.
-#[test]
-fn a_standby_reads_the_cluster_ca_once_and_again_after_a_failed_forward() {
-    let (mut c, root) = unsealed(2);
-    let get = |c: &mut Cluster, now: u64| {
-        let (out, _) = c.request(
-            1,
-            now,
-            Request::new(0, Method::Get, "kv/a").with_token(&root),
-        );
-        forward(&out).expect("forwarded").clone()
-    };
-    let first = get(&mut c, 3_000);
-    let pem = first.ca_pem.clone();
-    // The cluster's CA is replaced in storage: the standby still pins the one it read,
-    // without reading and parsing it again (its signing key follows the stored record).
-    let n = &mut c.nodes[0];
-    n.replicate_ca([5; 32]).expect("replaced");
-    while n.poll_output().is_some() {}
-    let fence = n.fence();
-    n.storage_mut().commit(fence).expect("committed");
-    let second = get(&mut c, 3_100);
-    assert_eq!(second.ca_pem, pem);
-    // A forward fails: the next one reads the CA again (and pins the new one).
-    let (out, _) = c.step(
-        1,
-        3_200,
-        Input::Forwarded {
-            id: second.req.id,
-            result: Err("connection refused".into()),
-        },
-    );
-    assert_eq!(response(&out).map(|r| r.status), Some(503));
-    let third = get(&mut c, 3_300);
-    assert_ne!(third.ca_pem, pem, "read again after the failure");
-}
-
-/// While its cluster has no CA (a DR secondary between its activation wipe and its first
-/// sync, or a CA whose creation failed), no node forwards or takes a forward: a standby
-/// answers 503 and sends nothing, and the active node refuses a forward signed with the
-/// barrier key alone (all a performance secondary of the cluster could sign with), with
-/// nothing applied.
-#[test]
-fn a_cluster_without_a_ca_forwards_nothing_and_takes_no_forward() {
-    let (mut c, root) = unsealed(2);
-    remove_ca(&mut c);
-    let (out, _) = c.request(
-        1,
-        3_000,
-        Request::new(0, Method::Put, "kv/w")
-            .with_token(&root)
-            .with_json(json!({"v": 1})),
-    );
-    assert!(forward(&out).is_none(), "nothing sent");
-    let r = response(&out).expect("answered");
-    assert_eq!(r.status, 503, "{r:?}");
-    assert!(format!("{r:?}").contains("has no CA yet"), "{r:?}");
-    let mut forged = Request::new(4_000, Method::Put, "kv/w")
-        .with_token(&root)
-        .with_json(json!({"v": 1}));
-    let stamp = crate::ha::replay::Stamp {
-        epoch: 1,
-        sender: "ab".into(),
-        seq: 0,
-    };
-    let key = barrier_only_key(&c.nodes[0].forward_key_parts().0);
-    forged.forwarded = Some(stamp.render(&route::mac(&key, &stamp, &forged)));
-    let (aout, _) = c.step(0, 3_010, Input::Request(forged));
-    let refused = response(&aout).expect("refused");
-    assert_eq!(refused.status, 403, "{refused:?}");
-    assert!(route::is_refusal(refused));
-    let (out, _) = c.request(
-        0,
-        3_020,
-        Request::new(0, Method::Get, "kv/w").with_token(&root),
-    );
-    assert_eq!(
-        response(&out).map(|r| r.status),
-        Some(404),
-        "nothing applied"
-    );
-}
-
-/// Removes the cluster CA record from the shared store.
-fn remove_ca(c: &mut Cluster) {
-    let ca = crate::replication::tls::CA_KEY;
-    assert!(c.store.borrow().data.contains_key(ca), "the CA is stored");
-    c.store.borrow_mut().data.remove(ca);
-}
-
-/// The signing key a forward would have from the barrier key alone (the derivation used
-/// before the key was bound to the CA seed): what anyone holding the cluster's barrier key,
-/// a performance secondary included, can compute.
-fn barrier_only_key(barrier_key: &[u8; 32]) -> [u8; 32] {
-    crate::crypto::hmac_sha256(barrier_key, b"cairn ha: forwarded request signing key")
-}
-
 /// A standby whose cluster's keyring was replaced under it (its cluster made a replication
 /// secondary: the storage now holds another cluster's data and keyring) seals itself, is
 /// unsealed again with the new keyring's key shares without a restart, and a node in that
@@ -792,90 +656,6 @@ fn a_standby_whose_keyring_was_replaced_seals_and_unseals_with_the_new_shares() 
     );
 }
 
-/// A sealed node keeps no forward signing key in memory, nor the copy of the barrier key it
-/// was derived from: they go as the barrier's key is zeroed.
-/// An active node whose cluster CA is missing (its creation's commit failed as it took
-/// over) makes it on its next periodic tick: the cluster does not stay without TLS on its
-/// channel, nor with forwards signed by the barrier key alone, until another node takes over.
-#[test]
-fn an_active_node_without_a_cluster_ca_makes_it_on_its_tick() {
-    let ca = crate::replication::tls::CA_KEY;
-    let (mut c, root) = unsealed(2);
-    remove_ca(&mut c);
-    let probe = Request::new(0, Method::Get, "kv/a").with_token(&root);
-    assert!(
-        c.nodes[0].forward_signature(&probe).is_none(),
-        "no signing key without a CA"
-    );
-    // Past the tick interval (1 s), within the lease: the CA is made again, under a new seed.
-    c.tick(0, 3_000);
-    assert!(
-        matches!(c.nodes[0].fence(), Fence::Epoch(_)),
-        "still active"
-    );
-    assert!(
-        c.store.borrow().data.contains_key(ca),
-        "made again on the tick"
-    );
-    let (key, seed) = c.nodes[0].forward_key_parts();
-    let seed = seed.expect("a seed");
-    let sig = c.nodes[0].forward_signature(&probe).expect("signs again");
-    assert!(
-        crate::ha::forward_mac_ok(&route::signing_key(&key, &seed), &probe, &sig).is_some(),
-        "bound to the new seed"
-    );
-}
-
-/// A cluster CA that arrives by replication while a node is active (a DR secondary's copy
-/// of its primary's, synced after its activation wipe) is served by its cluster listener at
-/// once: its standbys pin that CA when they forward to it.
-#[test]
-fn an_active_node_serves_a_cluster_ca_that_replication_brought() {
-    let (mut c, _) = unsealed(2);
-    let n = &mut c.nodes[0];
-    while n.poll_output().is_some() {}
-    n.replicate_ca([5; 32]).expect("applied");
-    let tls: Vec<_> = std::iter::from_fn(|| n.poll_output())
-        .filter_map(|o| match o {
-            Output::ClusterTls(t) => Some(t),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(tls.len(), 1, "the listener's certificate of the new CA");
-    let (_, seed) = n.forward_key_parts();
-    assert_eq!(seed, Some([5; 32]));
-}
-
-#[test]
-fn a_sealed_node_keeps_no_forward_key() {
-    let (mut c, root) = unsealed(2);
-    let (out, _) = c.request(
-        1,
-        3_000,
-        Request::new(0, Method::Put, "kv/s")
-            .with_token(&root)
-            .with_json(json!({"v": 1})),
-    );
-    let f = forward(&out).expect("forwarded").req.clone();
-    let (aout, _) = c.step(0, 3_010, Input::Request(f));
-    assert_eq!(response(&aout).map(|r| r.status), Some(204));
-    assert!(
-        c.nodes[0].state().forward_key.is_some(),
-        "derived to check it"
-    );
-    let (out, _) = c.request(
-        0,
-        3_100,
-        Request::new(0, Method::Put, "sys/seal").with_token(&root),
-    );
-    assert_eq!(response(&out).map(|r| r.status), Some(204));
-    assert!(c.nodes[0].is_sealed());
-    assert!(
-        c.nodes[0].state().forward_key.is_none(),
-        "dropped as the node sealed"
-    );
-}
-
 /// A standby publishes its route to the active node only while it is unsealed and knows
 /// the active node; a request signed along it is the node's own forward (the active node
 /// runs it); the route follows a change of active node; an active node publishes none.
@@ -923,7 +703,7 @@ fn a_standby_publishes_its_route_only_unsealed_with_a_known_active_node_and_foll
     assert_eq!(r.signing_key, route::signing_key(&barrier_key, &seed));
     for (i, key) in [
         route::signing_key(&[9u8; 32], &seed),
-        barrier_only_key(&barrier_key),
+        ca::barrier_only_key(&barrier_key),
     ]
     .into_iter()
     .enumerate()
