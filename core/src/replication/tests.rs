@@ -416,11 +416,11 @@ fn a_perf_or_dr_secondary_gives_readers_no_view_and_the_primary_keeps_one() {
 }
 
 /// A performance secondary holds its primary's barrier key, and the activation wipe takes
-/// its own cluster CA away: it makes a CA of its own there, so that its HA cluster's forward
-/// signing key is bound to a seed only its nodes read, not to the barrier key alone (which
-/// the primary and every other performance secondary of it hold too, and with which they
-/// could sign a forward its active node would take). A DR secondary ends up with its
-/// primary's CA (cluster-local data replicates to it).
+/// its own cluster CA away: it makes a CA of its own there, so that its HA cluster can
+/// forward at once (a cluster without a CA forwards nothing), with a signing key bound to a
+/// seed only its nodes read, not to its barrier key (which the primary and every other
+/// performance secondary of it hold too). A DR secondary ends up with its primary's CA
+/// (cluster-local data replicates to it).
 #[test]
 fn a_perf_secondary_has_a_cluster_ca_of_its_own_and_a_dr_secondary_its_primarys() {
     let (mut net, roots) = Net::new(3);

@@ -143,11 +143,9 @@ pub(super) fn barrier_only_key(barrier_key: &[u8; 32]) -> [u8; 32] {
     crate::crypto::hmac_sha256(barrier_key, b"cairn ha: forwarded request signing key")
 }
 
-/// A sealed node keeps no forward signing key in memory, nor the copy of the barrier key it
-/// was derived from: they go as the barrier's key is zeroed.
 /// An active node whose cluster CA is missing (its creation's commit failed as it took
-/// over) makes it on its next periodic tick: the cluster does not stay without TLS on its
-/// channel, nor with forwards signed by the barrier key alone, until another node takes over.
+/// over) makes it on its next periodic tick: the cluster does not stay unable to forward
+/// (no CA, no signing key) until another node takes over.
 #[test]
 fn an_active_node_without_a_cluster_ca_makes_it_on_its_tick() {
     let ca = crate::replication::tls::CA_KEY;
@@ -197,6 +195,8 @@ fn an_active_node_serves_a_cluster_ca_that_replication_brought() {
     assert_eq!(seed, Some([5; 32]));
 }
 
+/// A sealed node keeps no forward signing key in memory, nor the copy of the barrier key it
+/// was derived from: they go as the barrier's key is zeroed.
 #[test]
 fn a_sealed_node_keeps_no_forward_key() {
     let (mut c, root) = unsealed(2);
