@@ -63,7 +63,9 @@ pub fn signing_key(barrier_key: &[u8; 32], ca_seed: &[u8; 32]) -> [u8; 32] {
 /// What a standby answers while its cluster has no CA: it cannot forward yet.
 pub fn no_cluster_ca() -> ApiError {
     ApiError::Unavailable(
-        "this node is a standby and its cluster has no CA yet (the active node makes it as it          takes over; a DR secondary receives its primary's at its first sync): requests are          forwarded once it exists; retry shortly"
+        "this node is a standby and its cluster has no CA yet (the active node makes it as it \
+         takes over; a DR secondary receives its primary's at its first sync): requests are \
+         forwarded once it exists; retry shortly"
             .into(),
     )
 }

@@ -8,9 +8,10 @@
 //! sync), across failovers.
 //!
 //! Invariant `forged-forward-refused`: every such forward is refused (an answer of 400 or
-//! more), and at the end none of the forged keys exists on the primary's active node. The
-//! forger draws from a random stream of its own, so that the other draws of a seed stay as
-//! they were.
+//! more; half of them are reads of `sys/replication/status`, which a node that took the
+//! forward answers with 200 whatever its role), and at the end none of the forged keys
+//! exists on the primary's active node. The forger draws from a random stream of its own,
+//! so that the other draws of a seed stay as they were.
 
 use super::{fail, Caller, Checked, HaWorld};
 use cairn_core::api::{Method, Request, Response};
@@ -69,15 +70,26 @@ impl HaWorld {
         let t = targets[self.forger_rng.below(targets.len() as u64) as usize];
         route.epoch = self.clusters[self.nodes[t].cluster].store.borrow().epoch();
         self.forger.seq += 1;
+        // Half of them a read every unsealed node answers with 200 without a token
+        // (`sys/replication/status`): a node that took the forward answers it, so a forged
+        // forward a DR secondary accepted shows too (it refuses a client's write after it
+        // took the forward: the write's error status alone would hide it).
+        let probe = self.forger_rng.chance(500);
         let key = format!("forged{}", self.forger.seq);
-        let mut req = Request::new(0, Method::Put, &format!("kv/{key}"))
-            .with_token(&self.root)
-            .with_json(json!({ "v": self.forger.seq }));
+        let mut req = if probe {
+            Request::new(0, Method::Get, "sys/replication/status")
+        } else {
+            Request::new(0, Method::Put, &format!("kv/{key}"))
+                .with_token(&self.root)
+                .with_json(json!({ "v": self.forger.seq }))
+        };
         let sender = format!("f{:x}", self.forger_rng.below(u64::MAX));
         if !route::sign(Some(&route), &sender, self.forger.seq, &mut req) {
             return;
         }
-        self.forger.keys.push(key.clone());
+        if !probe {
+            self.forger.keys.push(key.clone());
+        }
         let delay = self.forger_rng.delay(2);
         self.send_after(t, req, Caller::Forged { key }, delay);
     }
@@ -88,8 +100,9 @@ impl HaWorld {
             return fail(
                 "forged-forward-refused",
                 format!(
-                    "node {i} answered {} to a write of {key} forwarded with a performance \
-                     secondary's signing key: {:?}",
+                    "node {i} answered {} to forged forward {key} (a write, or a read of \
+                     sys/replication/status) signed with a performance secondary's signing \
+                     key: {:?}",
                     r.status, r.body
                 ),
             );

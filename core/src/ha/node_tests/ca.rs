@@ -226,3 +226,106 @@ fn a_sealed_node_keeps_no_forward_key() {
         "dropped as the node sealed"
     );
 }
+
+/// The 503 a standby answers while its cluster has no CA reads as one sentence: no run of
+/// spaces left in it by a string broken over lines without its continuation.
+#[test]
+fn the_no_ca_answer_has_no_runs_of_spaces() {
+    let r = Response::error(1, &route::no_cluster_ca());
+    let text = format!("{:?}", r.body);
+    assert!(text.contains("has no CA yet"), "{text}");
+    assert!(
+        !text.contains("  "),
+        "a run of spaces in the answer: {text}"
+    );
+}
+
+/// The cluster CA is replaced under a standby that published a route (a DR secondary's
+/// copy of its primary's arriving after the standby pinned the one made in the window):
+/// the driver's forward along the stale route is refused, the driver tells the node
+/// (`Input::ForwardFailed`), and the node publishes a route with the new CA and the key
+/// bound to its seed, which the active node takes.
+#[test]
+fn a_standby_publishes_a_route_of_the_new_ca_after_a_refused_forward() {
+    let (mut c, root) = unsealed(2);
+    let old = c.routes[1].last().cloned().flatten().expect("a route");
+    let n = &mut c.nodes[0];
+    n.replicate_ca([5; 32]).expect("replaced");
+    while n.poll_output().is_some() {}
+    let fence = n.fence();
+    n.storage_mut().commit(fence).expect("committed");
+    let write = |id: u64| {
+        let mut r = Request::new(0, Method::Put, "kv/n")
+            .with_token(&root)
+            .with_json(json!({"v": 1}));
+        r.id = id;
+        r
+    };
+    let mut stale = write(5_000);
+    assert!(route::sign(Some(&old), &old.sender, 0, &mut stale));
+    let (aout, _) = c.step(0, 3_000, Input::Request(stale));
+    let refused = response(&aout).expect("refused");
+    assert!(route::is_refusal(refused), "{refused:?}");
+    let published = c.routes[1].len();
+    c.step(
+        1,
+        3_010,
+        Input::ForwardFailed {
+            reason: "refused".into(),
+        },
+    );
+    assert_eq!(c.routes[1].len(), published + 1, "a new route published");
+    let new = c.routes[1].last().cloned().flatten().expect("a route");
+    assert_ne!(new.ca_pem, old.ca_pem, "pinned to the new CA");
+    assert_ne!(new.signing_key, old.signing_key, "bound to the new seed");
+    let mut fresh = write(5_001);
+    assert!(route::sign(Some(&new), &new.sender, 0, &mut fresh));
+    let (aout, ok) = c.step(0, 3_020, Input::Request(fresh));
+    assert!(ok);
+    assert_eq!(response(&aout).map(|r| r.status), Some(204));
+}
+
+/// A standby that pinned the cluster CA sees it removed (and the active node refuse its
+/// forwards), withdraws its route, and, once the active node made a CA again on its tick,
+/// forwards along the node's own path and publishes a route of the new CA: it is not left
+/// without a route.
+#[test]
+fn a_standby_without_a_route_forwards_again_once_the_ca_is_made_again() {
+    let (mut c, root) = unsealed(2);
+    let old = c.routes[1].last().cloned().flatten().expect("a route");
+    remove_ca(&mut c);
+    c.step(
+        1,
+        3_000,
+        Input::ForwardFailed {
+            reason: "refused".into(),
+        },
+    );
+    assert_eq!(c.routes[1].last(), Some(&None), "withdrawn without a CA");
+    let put = |c: &mut Cluster, now: u64| {
+        c.request(
+            1,
+            now,
+            Request::new(0, Method::Put, "kv/m")
+                .with_token(&root)
+                .with_json(json!({"v": 1})),
+        )
+    };
+    let (out, _) = put(&mut c, 3_100);
+    assert_eq!(response(&out).map(|r| r.status), Some(503));
+    c.tick(0, 4_000);
+    let (out, _) = put(&mut c, 4_100);
+    let f = forward(&out)
+        .expect("forwarded along the node's path")
+        .clone();
+    assert_ne!(f.ca_pem, old.ca_pem);
+    let new = c.routes[1]
+        .last()
+        .cloned()
+        .flatten()
+        .expect("a route again");
+    assert_eq!(new.ca_pem, f.ca_pem);
+    let (aout, ok) = c.step(0, 4_110, Input::Request(f.req));
+    assert!(ok);
+    assert_eq!(response(&aout).map(|r| r.status), Some(204));
+}
