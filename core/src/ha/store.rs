@@ -68,6 +68,8 @@ pub struct LeaseStore {
     nodes: BTreeMap<String, Peer>,
     /// A planted bug for the simulator's self-check: commits skip the epoch check.
     pub skip_fence_check: bool,
+    /// Reads of committed data fail, as with a database that cannot be reached (tests).
+    pub unreadable: bool,
 }
 
 impl LeaseStore {
@@ -247,7 +249,13 @@ impl crate::storage::Storage for SharedStorage {
         if let Some(v) = self.pending.get(key) {
             return Ok(v.clone());
         }
-        Ok(self.store.borrow().data.get(key).cloned())
+        let store = self.store.borrow();
+        if store.unreadable {
+            return Err(crate::storage::StorageError::Io(
+                "the database cannot be reached".into(),
+            ));
+        }
+        Ok(store.data.get(key).cloned())
     }
     fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, crate::storage::StorageError> {
         let store = self.store.borrow();

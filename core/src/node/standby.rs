@@ -36,6 +36,13 @@ impl<S: Storage> Node<S> {
         let route = match self.forward_route() {
             Ok(route) => route,
             Err(NoRoute::NoCa) => return self.finish(id, Err(ha::route::no_cluster_ca())),
+            Err(NoRoute::Storage(e)) => {
+                let e = ApiError::Unavailable(format!(
+                    "this node is a standby and could not read its cluster's CA from storage \
+                     to forward the request ({e}); retry shortly"
+                ));
+                return self.finish(id, Err(e));
+            }
             Err(NoRoute::NotStandby) => None,
         };
         if self.st.forward_sender.is_empty() {
@@ -78,7 +85,10 @@ impl<S: Storage> Node<S> {
         if own == Some(leader.cluster_addr.as_str()) {
             return Ok(None);
         }
-        let signing_key = self.forward_key().ok_or(NoRoute::NoCa)?;
+        let signing_key = self
+            .read_forward_key()
+            .map_err(NoRoute::Storage)?
+            .ok_or(NoRoute::NoCa)?;
         if self.st.forward_ca.is_none() {
             let mut ctx = node_ctx!(self);
             let pem = crate::replication::tls::ca_pem(&mut ctx, false)
@@ -260,27 +270,40 @@ impl<S: Storage> Node<S> {
         )
     }
 
-    /// This cluster's forward signing key ([`ha::route::signing_key`]): `None` while sealed
-    /// and while the cluster has no CA. Kept with the stored CA record it was derived from,
+    /// This cluster's forward signing key ([`ha::route::signing_key`]): `None` while sealed,
+    /// while the cluster has no CA, and when its storage cannot be read
+    /// ([`Self::read_forward_key`] tells these apart).
+    pub(super) fn forward_key(&mut self) -> Option<[u8; 32]> {
+        self.read_forward_key().ok().flatten()
+    }
+
+    /// The forward signing key, `Ok(None)` while sealed or while the cluster has no CA, or
+    /// the error reading the CA record. Kept with the stored CA record it was derived from,
     /// which is read (from the storage's cache) each time: a CA made, or replaced by a
     /// replication role change, is seen at once.
-    pub(super) fn forward_key(&mut self) -> Option<[u8; 32]> {
-        let barrier_key = self.st.repl.barrier_key?;
-        let stored = self.storage.get(crate::replication::tls::CA_KEY).ok()??;
+    fn read_forward_key(&mut self) -> ApiResult<Option<[u8; 32]>> {
+        let Some(barrier_key) = self.st.repl.barrier_key else {
+            return Ok(None);
+        };
+        let Some(stored) = self.storage.get(crate::replication::tls::CA_KEY)? else {
+            return Ok(None);
+        };
         if let Some(k) = &self.st.forward_key {
             if *k.barrier_key == barrier_key && k.stored == stored {
-                return Some(*k.key);
+                return Ok(Some(*k.key));
             }
         }
         let mut ctx = node_ctx!(self);
-        let seed = crate::replication::tls::ca_seed(&mut ctx).ok()??;
+        let Some(seed) = crate::replication::tls::ca_seed(&mut ctx)? else {
+            return Ok(None);
+        };
         let key = ha::route::signing_key(&barrier_key, &seed);
         self.st.forward_key = Some(ForwardKey {
             barrier_key: zeroize::Zeroizing::new(barrier_key),
             stored,
             key: zeroize::Zeroizing::new(key),
         });
-        Some(key)
+        Ok(Some(key))
     }
 
     /// A request that says it was forwarded must carry a valid signature of this cluster
@@ -295,8 +318,13 @@ impl<S: Storage> Node<S> {
                 "this node is not part of an HA cluster: it takes no forwarded requests",
             ));
         }
-        let stamp = self
-            .forward_key()
+        let key = self.read_forward_key().map_err(|e| {
+            ApiError::Unavailable(format!(
+                "this node could not read its cluster's CA from storage to check the forwarded \
+                 request ({e}); nothing was applied, retry it"
+            ))
+        })?;
+        let stamp = key
             .and_then(|key| ha::forward_mac_ok(&key, req, forwarded))
             .ok_or_else(ha::route::bad_signature)?;
         match self.st.forwards_seen.take(self.st.ha.epoch(), &stamp) {
@@ -385,6 +413,8 @@ enum NoRoute {
     NotStandby,
     /// Its cluster has no CA yet: nothing is forwarded until it has.
     NoCa,
+    /// Its storage could not be read (the CA record).
+    Storage(ApiError),
 }
 
 /// What a standby's forward route is derived from (compared after every input, so that the

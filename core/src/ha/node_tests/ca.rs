@@ -329,3 +329,43 @@ fn a_standby_without_a_route_forwards_again_once_the_ca_is_made_again() {
     assert!(ok);
     assert_eq!(response(&aout).map(|r| r.status), Some(204));
 }
+
+/// A standby that cannot read its cluster's storage (the database cut off) says so instead
+/// of claiming the cluster has no CA, and sends nothing; the active node in the same state
+/// refuses a forward with 503 and applies nothing.
+#[test]
+fn a_node_that_cannot_read_the_ca_says_so_and_forwards_nothing() {
+    let (mut c, root) = unsealed(2);
+    let write = || {
+        Request::new(0, Method::Put, "kv/u")
+            .with_token(&root)
+            .with_json(json!({"v": 1}))
+    };
+    // A signed forward, made while the store could be read.
+    let req = write();
+    let (out, _) = c.request(1, 3_000, req);
+    let signed = forward(&out).expect("forwarded").req.clone();
+    c.store.borrow_mut().unreadable = true;
+    let req = write();
+    let (out, _) = c.request(1, 3_100, req);
+    assert!(forward(&out).is_none(), "nothing sent");
+    let r = response(&out).expect("answered");
+    assert_eq!(r.status, 503, "{r:?}");
+    let msg = format!("{r:?}");
+    assert!(msg.contains("could not read its cluster's CA"), "{msg}");
+    assert!(!msg.contains("no CA yet"), "{msg}");
+    let (aout, _) = c.step(0, 3_200, Input::Request(signed.clone()));
+    let r = response(&aout).expect("answered");
+    assert_eq!(r.status, 503, "{r:?}");
+    c.store.borrow_mut().unreadable = false;
+    let (out, _) = c.request(
+        0,
+        3_300,
+        Request::new(0, Method::Get, "kv/u").with_token(&root),
+    );
+    assert_eq!(
+        response(&out).map(|r| r.status),
+        Some(404),
+        "nothing applied"
+    );
+}
