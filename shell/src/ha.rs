@@ -10,8 +10,9 @@
 //!   without one forwards nothing), and never retried after they were sent: a broken
 //!   connection answers the client with a 503 rather than risk applying a write twice. The
 //!   active node checks the request's signature (made with a key derived from the barrier
-//!   key and the CA's seed) before it runs it. The API worker that read the request posts it itself along the route the node
-//!   published ([`RouteSlot`], [`forward_direct`]); the node's own path
+//!   key and the CA's seed) before it runs it. The API worker that read the request posts
+//!   it itself along the route the node published ([`RouteSlot`], [`forward_direct`]); the
+//!   node's own path
 //!   (`Output::Forward`, posted on the cluster pool) takes the requests the worker hands
 //!   back (no route, not sent, refused).
 

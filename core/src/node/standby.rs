@@ -43,7 +43,6 @@ impl<S: Storage> Node<S> {
                 ));
                 return self.finish(id, Err(e));
             }
-            Err(NoRoute::NotStandby) => None,
         };
         if self.st.forward_sender.is_empty() {
             self.st.forward_sender = hex::encode(crate::crypto::random_key(&mut self.rng));
@@ -72,14 +71,14 @@ impl<S: Storage> Node<S> {
     /// The route a standby forwards requests along now: `Ok(None)` when this node forwards
     /// nothing (active, sealed, no active node known, or the store still naming this node),
     /// [`NoRoute::NoCa`] while its cluster has no CA (nothing is forwarded without the
-    /// channel's TLS and the signing key bound to the CA). Reads the cluster CA once (kept
-    /// in `forward_ca`).
+    /// channel's TLS and the signing key bound to the CA), [`NoRoute::Storage`] when the CA
+    /// could not be read. Reads the cluster CA once (kept in `forward_ca`).
     fn forward_route(&mut self) -> Result<Option<ha::route::ForwardRoute>, NoRoute> {
         if !self.st.ha.is_standby() || self.barrier.sealed() {
-            return Err(NoRoute::NotStandby);
+            return Ok(None);
         }
         let Some(leader) = self.st.ha.leader().cloned() else {
-            return Err(NoRoute::NotStandby);
+            return Ok(None);
         };
         let own = self.st.ha.config().map(|c| c.cluster_addr.as_str());
         if own == Some(leader.cluster_addr.as_str()) {
@@ -407,10 +406,8 @@ impl<S: Storage> Node<S> {
     }
 }
 
-/// Why a standby has no forward route.
+/// Why a standby that knows its active node has no route to it.
 enum NoRoute {
-    /// Not a standby that knows its active node (or sealed): nothing to forward along.
-    NotStandby,
     /// Its cluster has no CA yet: nothing is forwarded until it has.
     NoCa,
     /// Its storage could not be read (the CA record).

@@ -117,11 +117,12 @@ fn a_cluster_without_a_ca_forwards_nothing_and_takes_no_forward() {
     let refused = response(&aout).expect("refused");
     assert_eq!(refused.status, 403, "{refused:?}");
     assert!(route::is_refusal(refused));
-    let (out, _) = c.request(
-        0,
-        3_020,
-        Request::new(0, Method::Get, "kv/w").with_token(&root),
-    );
+    assert_not_written(&mut c, &root, 3_020, "kv/w");
+}
+
+/// `path` reads 404 on the active node 0 at `now`: nothing was applied there.
+fn assert_not_written(c: &mut Cluster, root: &str, now: u64, path: &str) {
+    let (out, _) = c.request(0, now, Request::new(0, Method::Get, path).with_token(root));
     assert_eq!(
         response(&out).map(|r| r.status),
         Some(404),
@@ -358,14 +359,5 @@ fn a_node_that_cannot_read_the_ca_says_so_and_forwards_nothing() {
     let r = response(&aout).expect("answered");
     assert_eq!(r.status, 503, "{r:?}");
     c.store.borrow_mut().unreadable = false;
-    let (out, _) = c.request(
-        0,
-        3_300,
-        Request::new(0, Method::Get, "kv/u").with_token(&root),
-    );
-    assert_eq!(
-        response(&out).map(|r| r.status),
-        Some(404),
-        "nothing applied"
-    );
+    assert_not_written(&mut c, &root, 3_300, "kv/u");
 }

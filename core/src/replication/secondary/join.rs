@@ -213,10 +213,10 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
     sync_wal_activity(env)?;
     // The wipe took this cluster's CA away. A performance secondary never receives its
     // primary's (cluster-local): it makes its own now, through the commit hook like any
-    // write (so its trees hold it), or its HA cluster's forwards would be signed with the
-    // barrier key alone, which its primary and every other performance secondary of that
-    // primary hold too. A DR secondary receives its primary's CA. The listener then serves
-    // a certificate of it (an HA cluster's standbys pin it when they forward to this node).
+    // write (so its trees hold it), or its HA cluster could not forward at all (a cluster
+    // without a CA forwards nothing). A DR secondary receives its primary's CA. The
+    // listener then serves a certificate of it (an HA cluster's standbys pin it when they
+    // forward to this node).
     if mode == Mode::Performance {
         let ws = {
             let mut ctx = env.ctx();
