@@ -121,7 +121,7 @@ pub fn use_tls(t: cairn_core::replication::tls::ClusterTls) {
     }
     match l.server.set_ssl(tiny_http::SslConfig {
         certificate: pem.clone(),
-        private_key: t.key_pem.into_bytes(),
+        private_key: t.key_pem.as_bytes().to_vec(),
         client_ca: Some(t.ca_pem.into_bytes()),
     }) {
         Ok(()) => {
@@ -708,7 +708,7 @@ mod tests {
             key.serialize_pem(),
             super::ClientCert {
                 cert_pem: client.pem(),
-                key_pem: client_key.serialize_pem(),
+                key_pem: client_key.serialize_pem().into(),
             },
         )
     }

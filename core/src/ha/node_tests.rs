@@ -700,7 +700,7 @@ fn a_standby_publishes_its_route_only_unsealed_with_a_known_active_node_and_foll
     // primary's barrier key, but not the primary cluster's CA seed the key is bound to.
     let (barrier_key, seed) = c.nodes[0].forward_key_parts();
     let seed = seed.expect("the active node made the cluster CA");
-    assert_eq!(r.signing_key, route::signing_key(&barrier_key, &seed));
+    assert_eq!(*r.signing_key, route::signing_key(&barrier_key, &seed));
     for (i, key) in [
         route::signing_key(&[9u8; 32], &seed),
         ca::barrier_only_key(&barrier_key),

@@ -22,7 +22,7 @@ pub struct ForwardRoute {
     /// The client certificate the standby presents to the active node's listener.
     pub client: Option<crate::replication::tls::ClientCert>,
     /// The key forwards are signed with ([`signing_key`]).
-    pub signing_key: [u8; 32],
+    pub signing_key: zeroize::Zeroizing<[u8; 32]>,
     /// The lease epoch of the active node this route leads to.
     pub epoch: u64,
     /// The sender id the driver stamps its forwards along this route with (fresh for every
@@ -167,7 +167,7 @@ mod tests {
             to: "10.0.0.1:8201".into(),
             ca_pem: "pem".into(),
             client: None,
-            signing_key: signing_key(&[7u8; 32], &[1u8; 32]),
+            signing_key: zeroize::Zeroizing::new(signing_key(&[7u8; 32], &[1u8; 32])),
             epoch: 3,
             sender: "5e".into(),
         }

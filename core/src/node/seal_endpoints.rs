@@ -220,7 +220,7 @@ impl<S: Storage> Node<S> {
                 .recover(&cfg, keyring.as_deref())
                 .map_err(|e| ApiError::bad(e.to_string()))?;
             self.barrier.unseal_with(bk);
-            self.st.repl.barrier_key = Some(bk);
+            self.st.repl.barrier_key = Some(zeroize::Zeroizing::new(bk));
         }
         self.seal_status()
     }
@@ -238,7 +238,7 @@ impl<S: Storage> Node<S> {
         let bk =
             seal::unwrap_keyring(&root, &keyring).map_err(|e| ApiError::Internal(e.to_string()))?;
         self.barrier.unseal_with(bk);
-        self.st.repl.barrier_key = Some(bk);
+        self.st.repl.barrier_key = Some(zeroize::Zeroizing::new(bk));
         if let Err(e) = replication::ensure_loaded(&mut self.env()) {
             log::error!("replication state not loaded: {e}");
         }

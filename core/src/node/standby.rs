@@ -103,7 +103,7 @@ impl<S: Storage> Node<S> {
             to: leader.cluster_addr,
             ca_pem,
             client,
-            signing_key,
+            signing_key: zeroize::Zeroizing::new(signing_key),
             epoch: leader.epoch,
             // Given by `publish_route`, fresh for each route it publishes.
             sender: String::new(),
@@ -119,7 +119,7 @@ impl<S: Storage> Node<S> {
         let basis = RouteBasis {
             standby: self.st.ha.is_standby(),
             sealed: self.barrier.sealed(),
-            key: self.st.repl.barrier_key,
+            key: self.st.repl.barrier_key.clone(),
             leader: self
                 .st
                 .ha
@@ -242,7 +242,7 @@ impl<S: Storage> Node<S> {
     /// What the forward signing key is derived from: the barrier key and the CA seed.
     #[cfg(test)]
     pub(crate) fn forward_key_parts(&mut self) -> ([u8; 32], Option<[u8; 32]>) {
-        let barrier_key = self.st.repl.barrier_key.expect("unsealed");
+        let barrier_key = *self.st.repl.barrier_key.clone().expect("unsealed");
         let mut ctx = node_ctx!(self);
         let seed = crate::replication::tls::ca_seed(&mut ctx).expect("read");
         (barrier_key, seed)
@@ -281,14 +281,14 @@ impl<S: Storage> Node<S> {
     /// which is read (from the storage's cache) each time: a CA made, or replaced by a
     /// replication role change, is seen at once.
     fn read_forward_key(&mut self) -> ApiResult<Option<[u8; 32]>> {
-        let Some(barrier_key) = self.st.repl.barrier_key else {
+        let Some(barrier_key) = self.st.repl.barrier_key.clone() else {
             return Ok(None);
         };
         let Some(stored) = self.storage.get(crate::replication::tls::CA_KEY)? else {
             return Ok(None);
         };
         if let Some(k) = &self.st.forward_key {
-            if *k.barrier_key == barrier_key && k.stored == stored {
+            if k.barrier_key == barrier_key && k.stored == stored {
                 return Ok(Some(*k.key));
             }
         }
@@ -298,7 +298,7 @@ impl<S: Storage> Node<S> {
         };
         let key = ha::route::signing_key(&barrier_key, &seed);
         self.st.forward_key = Some(ForwardKey {
-            barrier_key: zeroize::Zeroizing::new(barrier_key),
+            barrier_key,
             stored,
             key: zeroize::Zeroizing::new(key),
         });
@@ -420,7 +420,8 @@ enum NoRoute {
 pub(crate) struct RouteBasis {
     standby: bool,
     sealed: bool,
-    key: Option<[u8; 32]>,
+    /// Zeroed when dropped, as the route itself is.
+    key: Option<zeroize::Zeroizing<[u8; 32]>>,
     leader: Option<(String, u64)>,
     ca: bool,
 }

@@ -514,6 +514,7 @@ fn secondary_token(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode
     let key = st
         .repl
         .barrier_key
+        .clone()
         .ok_or_else(|| ApiError::Internal("barrier key not available".into()))?;
     let role = mode_of(st, mode).clone();
     let secret = crate::crypto::base62(ctx.rng(), 40);
@@ -526,7 +527,7 @@ fn secondary_token(ctx: &mut Ctx, st: &mut ReplIo<'_>, req: &Request, mode: Mode
         secret: secret.clone(),
         ca_pem: super::tls::ca_pem(ctx, false)?.unwrap_or_default(),
         client: super::tls::secondary_client(ctx, &id)?,
-        barrier_key: hex::encode(key),
+        barrier_key: hex::encode(&key[..]),
         seal_config: String::from_utf8_lossy(
             &ctx.txn
                 .get(crate::seal::SEAL_CONFIG_KEY)?

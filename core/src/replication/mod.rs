@@ -325,7 +325,7 @@ pub struct Replication {
     pub(crate) waiters: Vec<Waiter>,
     pub(crate) live: BTreeMap<(Mode, String), Live>,
     /// The barrier key (set by the node when it unseals), for activation bundles.
-    pub barrier_key: Option<[u8; 32]>,
+    pub barrier_key: Option<zeroize::Zeroizing<[u8; 32]>>,
     /// Reindex and Merkle check.
     pub(crate) jobs: reindex::Jobs,
     /// Held pulls are answered at the end of the driver's batch ([`crate::Node::end_batch`])

@@ -34,7 +34,7 @@ struct StoredCa {
 pub struct ClusterTls {
     /// Server certificate followed by the CA certificate.
     pub cert_pem: String,
-    pub key_pem: String,
+    pub key_pem: zeroize::Zeroizing<String>,
     /// The cluster CA alone: clients must present a certificate it signed.
     pub ca_pem: String,
 }
@@ -53,7 +53,7 @@ impl std::fmt::Debug for ClusterTls {
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientCert {
     pub cert_pem: String,
-    pub key_pem: String,
+    pub key_pem: zeroize::Zeroizing<String>,
 }
 
 impl std::fmt::Debug for ClientCert {
@@ -170,7 +170,7 @@ fn issue_client(seed: &[u8; 32], leaf_seed: &[u8; 32], name: &str) -> Result<Cli
     let cert = p.signed_by(&leaf_key, &issuer).map_err(|e| e.to_string())?;
     Ok(ClientCert {
         cert_pem: cert.pem(),
-        key_pem: leaf_key.serialize_pem(),
+        key_pem: zeroize::Zeroizing::new(leaf_key.serialize_pem()),
     })
 }
 
@@ -198,7 +198,7 @@ fn issue(seed: &[u8; 32], hosts: &[String]) -> Result<ClusterTls, String> {
     let cert = p.signed_by(&leaf_key, &issuer).map_err(|e| e.to_string())?;
     Ok(ClusterTls {
         cert_pem: format!("{}{}", cert.pem(), ca_cert.pem()),
-        key_pem: leaf_key.serialize_pem(),
+        key_pem: zeroize::Zeroizing::new(leaf_key.serialize_pem()),
         ca_pem: ca_cert.pem(),
     })
 }

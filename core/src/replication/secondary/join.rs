@@ -164,7 +164,7 @@ fn activate(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
     let now = env.now;
     let mut tree_pages: Vec<Write> = Vec::new();
     let r = env.repl();
-    r.barrier_key = Some(key);
+    r.barrier_key = Some(zeroize::Zeroizing::new(key));
     r.trees = merkle::Trees::default();
     // The wipe removed every stored record: nothing deferred is left to write.
     r.deferred.clear();
@@ -247,7 +247,8 @@ fn update_primary(env: &mut Env, mode: Mode, b: Bundle) -> ApiResult<()> {
         .st
         .repl
         .barrier_key
-        .is_some_and(|k| !crate::crypto::ct_eq(&k, &key))
+        .as_ref()
+        .is_some_and(|k| !crate::crypto::ct_eq(&k[..], &key))
     {
         return Err(ApiError::bad(
             "the new primary does not share this cluster's keyring (another replication set): use secondary/enable, which wipes this cluster",
