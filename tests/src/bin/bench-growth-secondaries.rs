@@ -32,6 +32,11 @@
 //! machine where they share the primary's cores they stand for secondaries on other hosts:
 //! they get the CPU the primary and the load generator leave (the catch-up column then says
 //! how far they fell behind); unset, all processes are equal.
+//! `BENCH_PIN=P:S` (CPU lists as `taskset -c` takes them, e.g. `0:1`) pins the load
+//! generator and the primary to the CPUs P and every secondary to the CPUs S, so that the
+//! secondaries stand for secondaries on other hosts: they take no CPU from the primary, and
+//! the ratio says what serving them costs the primary itself (the baseline is measured
+//! under the same pinning). The table's title says so when it is set.
 
 use cairn_tests::cluster::generate_root;
 use cairn_tests::growth::{num, percentile, sizes, wait, Table};
@@ -72,9 +77,22 @@ fn main() {
         Ok(n) => format!("replication {{\n pull_gap_ms = {n}\n}}\n"),
         Err(_) => String::new(),
     };
+    let pin: Option<(String, String)> = std::env::var("BENCH_PIN").ok().map(|v| {
+        let (a, b) = v
+            .split_once(':')
+            .unwrap_or_else(|| panic!("BENCH_PIN={v}: want PRIMARY_CPUS:SECONDARY_CPUS"));
+        (a.to_string(), b.to_string())
+    });
+    if let Some((cpus, _)) = &pin {
+        // Before any load-generator thread exists: they inherit it.
+        pin_to(std::process::id(), cpus);
+    }
     let nice: Option<i32> = std::env::var("BENCH_SECONDARY_NICE")
         .ok()
         .and_then(|v| v.parse().ok());
+    if let Some((cpus, _)) = &pin {
+        pin_to(p.pid(), cpus);
+    }
     assert_eq!(
         p.post("sys/mounts/secret", json!({"type": "kv"})).status,
         204
@@ -121,6 +139,9 @@ fn main() {
                     .map(|o| o.status.success())
                     .unwrap_or(false);
                 assert!(ok, "renice -n {n} of secondary {id} failed");
+            }
+            if let Some((_, cpus)) = &pin {
+                pin_to(s.pid(), cpus);
             }
             ports.push(s.port);
             attach_perf(&p, &s, &id);
@@ -191,6 +212,9 @@ fn main() {
          {rate} paced writes/s for {} s, every {EVERY}th write sampled on every secondary{}.\n",
         secs * 2.0,
         nice.map_or(String::new(), |n| format!("; secondaries at niceness {n}"))
+            + &pin.as_ref().map_or(String::new(), |(a, b)| format!(
+                "; load generator and primary pinned to CPUs {a}, secondaries to CPUs {b}"
+            ))
     );
     table.finish(&[
         "--x",
@@ -222,4 +246,14 @@ fn main() {
             if last.1 <= 50.0 { "met" } else { "MISSED" }
         );
     }
+}
+
+/// Pins every thread of process `pid` (and the threads it starts later) to `cpus`.
+fn pin_to(pid: u32, cpus: &str) {
+    let ok = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &pid.to_string()])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(ok, "taskset -a -p -c {cpus} {pid} failed");
 }
