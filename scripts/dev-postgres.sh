@@ -14,6 +14,10 @@
 #                                             from then on a commit on the primary returns only
 #                                             once the standby has it; prints its `export` lines
 #   scripts/dev-postgres.sh promote DIR       promotes the standby in DIR to a primary
+#   scripts/dev-postgres.sh down DIR          stops the server in DIR (fast shutdown: its
+#                                             clients are cut off) and keeps DIR: an outage
+#   scripts/dev-postgres.sh up DIR            starts the server stopped by `down` again, on
+#                                             the same port, with the same data
 #
 # DIR defaults to $CAIRN_PG_DIR or /tmp/cairn-dev-postgres. Everything lives in DIR: the
 # cluster (DIR/data), its log (DIR/postgres.log), its Unix socket and lock file (DIR itself).
@@ -304,8 +308,32 @@ promote() {
     log "promoted the standby in $DIR"
 }
 
+# An outage of the server in DIR: stopped, data and port kept for `up`.
+down() {
+    local bin
+    bin=$(pg_bindir)
+    server_pid >/dev/null || die "no server running in $DIR"
+    as_pg "$bin/pg_ctl" -D "$DIR/data" -m fast -w -t 60 stop >/dev/null || die "pg_ctl stop failed"
+    log "stopped the server in $DIR (kept; \`$0 up $DIR\` starts it again)"
+}
+
+# The end of an outage: the server in DIR started again on the port it had.
+up() {
+    local bin
+    bin=$(pg_bindir)
+    [ -f "$DIR/env" ] || die "no server was started in $DIR (run: $0 start)"
+    server_pid >/dev/null && die "the server in $DIR is running"
+    WANT_PORT=$(sed -n "s/^export CAIRN_PG_PORT='\(.*\)'$/\1/p" "$DIR/env")
+    start_server "$bin"
+    sed -i "s/^export CAIRN_PG_PID=.*/export CAIRN_PG_PID='$(server_pid)'/" "$DIR/env"
+    log "postgres running again: 127.0.0.1:$port"
+    print_env
+}
+
 case "$CMD" in
     start) start ;;
+    down) down ;;
+    up) up ;;
     stop) stop_cmd ;;
     env) print_env ;;
     standby) [ -n "${3:-}" ] || { echo "usage: $0 standby DIR PRIMARY_DIR" >&2; exit 2; }

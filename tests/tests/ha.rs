@@ -2,7 +2,9 @@
 //! `scripts/dev-postgres.sh`, stopped when this process exits): one active node, standbys
 //! that forward, failover on kill -9 under write load, a paused active node that comes back
 //! and commits nothing, step-down, `sys/leader`, `sys/health` and `sys/ha-status`, writes
-//! through a standby whose active node is killed (answered or 5xx, never applied twice).
+//! through a standby whose active node is killed (answered or 5xx, never applied twice), and
+//! a database outage longer than the lease (nothing acknowledged meanwhile, one active node
+//! again by itself afterwards, nothing acknowledged lost).
 
 use cairn_tests::{fresh_port_pair, note_secret, start_dev_directory, tmpdir, Server};
 use serde_json::{json, Value};
@@ -60,7 +62,12 @@ impl Cluster {
 
     /// As [`Cluster::start`], each node's configuration extended with `extra(dir)`.
     fn start_with(n: usize, table: &str, extra: impl Fn(&Path) -> String) -> Cluster {
-        let mut c = Cluster::spawn(n, table, extra);
+        Cluster::start_on(n, table, &postgres()["CAIRN_PG_URL"], extra)
+    }
+
+    /// As [`Cluster::start_with`], on the database at `url`.
+    fn start_on(n: usize, table: &str, url: &str, extra: impl Fn(&Path) -> String) -> Cluster {
+        let mut c = Cluster::spawn_on(n, table, url, extra);
         c.nodes[0].init_unseal(1, 1);
         let (root, keys) = (
             c.nodes[0].root_token.clone(),
@@ -77,13 +84,17 @@ impl Cluster {
 
     /// `n` fresh nodes on `table`, sealed and not initialised.
     fn spawn(n: usize, table: &str, extra: impl Fn(&Path) -> String) -> Cluster {
-        let env = postgres();
+        Cluster::spawn_on(n, table, &postgres()["CAIRN_PG_URL"], extra)
+    }
+
+    /// As [`Cluster::spawn`], on the database at `url`.
+    fn spawn_on(n: usize, table: &str, url: &str, extra: impl Fn(&Path) -> String) -> Cluster {
         let dir = tmpdir(table);
         let mut nodes = Vec::new();
         let mut configs = Vec::new();
         for _ in 0..n {
             let port = fresh_port_pair();
-            let cfg = write_config_with(&dir, port, &env["CAIRN_PG_URL"], table, &extra(&dir));
+            let cfg = write_config_with(&dir, port, url, table, &extra(&dir));
             let api = format!("http://127.0.0.1:{port}");
             let s = Server::spawn_config(&cfg, &api).unwrap_or_else(|e| panic!("start: {e}"));
             s.wait_ready();
@@ -994,4 +1005,137 @@ fn writes_through_a_standby_whose_active_node_is_killed_are_never_applied_twice(
         answers.len()
     );
     assert!(answers.len() > failed, "no write acknowledged");
+}
+
+#[test]
+fn a_database_outage_longer_than_the_lease_acknowledges_nothing_and_the_cluster_recovers_alone() {
+    use std::ffi::OsStr;
+    // A database of its own: this test stops it.
+    let pg = std::env::temp_dir().join(format!("cairn-e2e-ha-outage-{}", std::process::id()));
+    let env = start_dev_directory("dev-postgres.sh", &pg, "CAIRN_PG_WATCH_PID");
+    note_secret(&env["CAIRN_PG_PASSWORD"]);
+    let url = format!("{}&connect_timeout=2", env["CAIRN_PG_URL"]);
+    let c = Cluster::start_on(3, "ha_outage", &url, |_| String::new());
+    let a = c.wait_active(Duration::from_secs(5), None);
+    let b = (a + 1) % 3;
+    assert_eq!(
+        c.nodes[a]
+            .post("sys/mounts/kv", json!({"type": "kv"}))
+            .status,
+        204
+    );
+
+    // Writers through the active node and through a standby, all along: every write
+    // acknowledged is recorded with when its answer came.
+    let acked: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = [a, b]
+        .into_iter()
+        .map(|n| {
+            let (addr, token) = (c.nodes[n].addr.clone(), c.nodes[n].root_token.clone());
+            let (acked, stop) = (acked.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let agent = cairn_tests::agent(Duration::from_secs(30));
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let key = format!("n{n}-{i}");
+                    let r = cairn_tests::request(
+                        &agent,
+                        &addr,
+                        Some(&token),
+                        "PUT",
+                        &format!("kv/{key}"),
+                        Some(&json!({ "v": i })),
+                    );
+                    match r.map(|r| r.status) {
+                        Some(204) => acked.lock().expect("lock").push((key, Instant::now())),
+                        Some(s) => {
+                            assert!(s >= 500 || s == 429, "write {key}: status {s}");
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        None => std::thread::sleep(Duration::from_millis(50)),
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1000));
+
+    // The database goes away for longer than the lease (6 s).
+    let script = |cmd: &str| {
+        cairn_tests::run_dev_script(
+            "dev-postgres.sh",
+            &[OsStr::new(cmd), pg.as_os_str()],
+            "CAIRN_PG_WATCH_PID",
+        )
+    };
+    script("down");
+    let down_at = Instant::now();
+    std::thread::sleep(Duration::from_millis(2000));
+    // Every node still answers (no request hangs on the missing database), and none says
+    // it is a healthy active node once the lease it could not renew has run out.
+    std::thread::sleep(Duration::from_millis(6000));
+    for (i, n) in c.nodes.iter().enumerate() {
+        let t = Instant::now();
+        let h = n.get("sys/health");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "node {i} took {:?} to answer sys/health during the outage",
+            t.elapsed()
+        );
+        assert_ne!(
+            h.status, 200,
+            "node {i} healthy and active without its database: {}",
+            h.body
+        );
+    }
+    let up_at = Instant::now();
+    script("up");
+
+    // One node takes the lease again by itself, and writes are acknowledged again.
+    let active = c.wait_active(Duration::from_secs(30), None);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n = acked
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|(_, t)| *t > up_at)
+            .count();
+        if n >= 10 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no writes acknowledged 20 s after the database came back ({n})"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().expect("writer");
+    }
+    let acked = acked.lock().expect("lock").clone();
+    // Nothing was acknowledged while the database was down (past the answers already on
+    // their way when it went: 1 s), and nothing acknowledged is lost.
+    let during: Vec<&String> = acked
+        .iter()
+        .filter(|(_, t)| *t > down_at + Duration::from_secs(1) && *t < up_at)
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        during.is_empty(),
+        "acknowledged while the database was down: {during:?}"
+    );
+    let before = acked.iter().filter(|(_, t)| *t < down_at).count();
+    assert!(before > 0, "no write acknowledged before the outage");
+    for (key, _) in &acked {
+        let r = c.nodes[active].get(&format!("kv/{key}"));
+        assert_eq!(r.status, 200, "acknowledged {key} lost: {}", r.body);
+    }
+    eprintln!(
+        "outage: {} writes acknowledged ({before} before it); node {active} active after",
+        acked.len()
+    );
 }
