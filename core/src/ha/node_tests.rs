@@ -477,6 +477,45 @@ fn step_down_hands_the_lease_over() {
     ));
 }
 
+/// `sys/ha-status` answers as the reference does (tests/tests/ha_differential.rs): the
+/// standard envelope with the nodes in `data` and again at the top level, each node with
+/// its `version` and `upgrade_version`, the active node first (here node 1, after node 0
+/// stepped down).
+#[test]
+fn ha_status_answers_the_envelope_with_the_nodes_at_the_top_level_too() {
+    let (mut c, root) = unsealed(2);
+    let (out, _) = c.request(
+        0,
+        3_000,
+        Request::new(0, Method::Put, "sys/step-down").with_token(&root),
+    );
+    assert_eq!(response(&out).map(|r| r.status), Some(204));
+    c.tick(1, 3_600);
+    assert_eq!(c.nodes[1].fence(), Fence::Epoch(3));
+    let (out, _) = c.request(
+        1,
+        4_100,
+        Request::new(0, Method::Get, "sys/ha-status").with_token(&root),
+    );
+    let r = response(&out).expect("ha-status");
+    assert_eq!(r.status, 200);
+    let b = body(r);
+    assert!(b["request_id"].is_string(), "{b}");
+    assert_eq!(b["auth"], Value::Null);
+    let nodes = b["data"]["nodes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(nodes.len(), 2, "{b}");
+    assert_eq!(b["nodes"], b["data"]["nodes"]);
+    assert_eq!(
+        nodes[0]["active_node"],
+        json!(true),
+        "the active node first: {b}"
+    );
+    for n in &nodes {
+        assert!(n["version"].is_string(), "{n}");
+        assert_eq!(n["upgrade_version"], n["version"], "{n}");
+    }
+}
+
 #[test]
 fn a_sealed_standby_answers_sealed_and_forwards_nothing() {
     let mut c = Cluster::new(2);

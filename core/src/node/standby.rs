@@ -490,7 +490,8 @@ pub fn step_down(st: &mut NodeState, req: &Request) -> ApiResult {
     Ok(Reply::Empty)
 }
 
-/// `sys/ha-status`: the cluster's nodes as they last announced themselves.
+/// `sys/ha-status`: the cluster's nodes as they last announced themselves, each with the
+/// version it runs and the one it would upgrade to (the same: Cairn has no autopilot).
 pub fn ha_status(st: &NodeState, req: &Request) -> ApiResult {
     if req.method != Method::Get {
         return Err(ApiError::MethodNotAllowed);
@@ -504,6 +505,7 @@ pub fn ha_status(st: &NodeState, req: &Request) -> ApiResult {
             "active_node": true,
             "last_echo": null,
             "version": st.config.version,
+            "upgrade_version": st.config.version,
         })]
     } else {
         st.ha
@@ -518,11 +520,19 @@ pub fn ha_status(st: &NodeState, req: &Request) -> ApiResult {
                     "active_node": active,
                     "last_echo": if active { Value::Null } else { json!(time::rfc3339(p.last_echo_ms)) },
                     "version": p.version,
+                    "upgrade_version": p.version,
                 })
             })
             .collect()
     };
-    Ok(Reply::Raw(200, json!({ "nodes": nodes })))
+    // The active node first, as the reference lists them.
+    let mut nodes = nodes;
+    nodes.sort_by_key(|n| n["active_node"] != json!(true));
+    // The reference answers the standard envelope and repeats `nodes` at its top level (as
+    // `sys/mounts` repeats its table) for old clients that read it there.
+    Ok(Reply::Envelope(
+        json!({ "nodes": nodes.clone(), "data": { "nodes": nodes } }),
+    ))
 }
 
 /// A derived forward signing key and what it was derived from ([`Node::forward_key`]);
