@@ -179,7 +179,7 @@ pub fn print_secret(body: &Value, format: Format, field: Option<&str>) -> CmdRes
         };
     }
     match format {
-        Format::Json => print_json(body),
+        Format::Json => print_json(&secret_view(body)),
         Format::Table => {
             let rows = secret_rows(body);
             if !rows.is_empty() {
@@ -188,6 +188,32 @@ pub fn print_secret(body: &Value, format: Format, field: Option<&str>) -> CmdRes
         }
     }
     Ok(0)
+}
+
+/// The fields of an answer in the standard envelope that a secret has, as Vault's CLI prints
+/// it: a copy some `sys/` answers repeat at the top level (`sys/mounts`, `sys/ha-status`) is
+/// left out. An answer without the envelope (`sys/seal-status`) is printed whole.
+fn secret_view(body: &Value) -> Value {
+    const FIELDS: [&str; 9] = [
+        "request_id",
+        "lease_id",
+        "lease_duration",
+        "renewable",
+        "data",
+        "warnings",
+        "wrap_info",
+        "auth",
+        "mount_type",
+    ];
+    match body.as_object() {
+        Some(o) if o.contains_key("request_id") => Value::Object(
+            o.iter()
+                .filter(|(k, _)| FIELDS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        _ => body.clone(),
+    }
 }
 
 pub fn read(a: ReadArgs) -> CmdResult {
@@ -278,6 +304,26 @@ pub fn delete(a: PathArgs) -> CmdResult {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn json_output_keeps_the_envelope_and_drops_its_top_level_copy() {
+        let body = serde_json::json!({
+            "request_id": "r", "lease_id": "", "lease_duration": 0, "renewable": false,
+            "data": { "nodes": [{ "hostname": "a" }] }, "warnings": null,
+            "nodes": [{ "hostname": "a" }],
+        });
+        let v = super::secret_view(&body);
+        assert!(v.get("nodes").is_none(), "{v}");
+        assert_eq!(v["data"]["nodes"][0]["hostname"], "a");
+        assert_eq!(v["request_id"], "r");
+        assert!(
+            v.as_object().is_some_and(|o| o.contains_key("warnings")),
+            "{v}"
+        );
+        // Not an envelope: printed whole.
+        let raw = serde_json::json!({ "initialized": true, "sealed": false });
+        assert_eq!(super::secret_view(&raw), raw);
+    }
+
     use super::*;
     use serde_json::json;
 
