@@ -947,8 +947,8 @@ impl<S: Storage> Node<S> {
                 }
                 return self.forward_to_primary(req, spend.as_deref());
             }
-            if req.on_behalf.is_some() {
-                self.only_replicated(&writes)?;
+            if let Some(on) = &req.on_behalf {
+                self.only_replicated(on, &writes)?;
             }
             self.commit(writes)?;
         }

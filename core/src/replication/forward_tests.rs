@@ -333,3 +333,67 @@ fn a_lagging_read_asking_for_a_wrapped_answer_is_not_forwarded_unwrapped() {
     assert_eq!(r.status, 400, "{body}");
     assert_eq!(forwards(&net), 0);
 }
+
+/// A mount the secondary's paths filter leaves out is the primary's alone through the
+/// `sys/` routes too: a secondary's root token can neither unmount it, nor rewrite its data
+/// with a tune, nor purge the namespace that holds it through a forward (each deleted or
+/// rewrote on the primary the data that replication keeps away from the secondary).
+#[test]
+fn a_forward_never_unmounts_tunes_or_purges_what_the_filter_leaves_out() {
+    let (mut net, roots) = Net::new(2);
+    let r0 = roots[0].clone();
+    net.enable_primary(0, &r0, "performance");
+    net.ok(0, &r0, Method::Post, "sys/namespaces/hidden", json!({}));
+    for (ns, path) in [(None, "private"), (Some("hidden"), "kv")] {
+        net.next_id += 1;
+        let mut req = Request::new(net.next_id, Method::Post, &format!("sys/mounts/{path}"))
+            .with_token(&r0)
+            .with_json(json!({"type": "kv"}));
+        req.namespace = ns.map(String::from);
+        assert_eq!(net.send(0, req).status, 204);
+    }
+    net.ok(
+        0,
+        &r0,
+        Method::Put,
+        "private/a",
+        json!({"v": "filtered-out"}),
+    );
+    net.ok(
+        0,
+        &r0,
+        Method::Put,
+        "hidden/kv/a",
+        json!({"v": "filtered-ns"}),
+    );
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/paths-filter/perf1",
+        json!({"mode": "deny", "paths": ["private/", "hidden/"]}),
+    );
+    net.run_for(3_000);
+    let t1 = generate_root(&mut net, 1, 0);
+    let wal = net.nodes[0].replication().wal.last;
+    for (method, path, body) in [
+        (Method::Delete, "sys/mounts/private", json!({})),
+        (
+            Method::Post,
+            "sys/mounts/private/tune",
+            json!({"options": {"version": "2"}}),
+        ),
+        (Method::Delete, "sys/namespaces/hidden", json!({})),
+    ] {
+        let r = net.call(1, &t1, method, path, body);
+        let msg = r.body.clone().unwrap_or_default().to_string();
+        assert_eq!(r.status, 403, "{path}: {msg}");
+        assert!(msg.contains("paths filter"), "{path}: {msg}");
+    }
+    assert_eq!(net.nodes[0].replication().wal.last, wal, "nothing applied");
+    let kept = net.ok(0, &r0, Method::Get, "private/a", json!({}));
+    assert_eq!(kept["data"]["v"], "filtered-out");
+    let kept = net.ok(0, &r0, Method::Get, "hidden/kv/a", json!({}));
+    assert_eq!(kept["data"]["v"], "filtered-ns");
+}
