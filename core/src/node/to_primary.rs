@@ -93,7 +93,7 @@ impl<S: Storage> Node<S> {
     }
 
     /// Spends one use of the limited-use token `hash`, in a write set of its own.
-    fn spend(&mut self, hash: Option<&str>) -> ApiResult<()> {
+    pub(super) fn spend(&mut self, hash: Option<&str>) -> ApiResult<()> {
         let Some(h) = hash else { return Ok(()) };
         let mut ctx = node_ctx!(self);
         super::spend_use(&mut ctx, h)?;

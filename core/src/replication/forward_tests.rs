@@ -397,3 +397,33 @@ fn a_forward_never_unmounts_tunes_or_purges_what_the_filter_leaves_out() {
     let kept = net.ok(0, &r0, Method::Get, "hidden/kv/a", json!({}));
     assert_eq!(kept["data"]["v"], "filtered-ns");
 }
+
+/// A limited-use token spends a use on a write it was checked for even when the secondary
+/// refuses to forward it because it asks for a wrapped answer (the use was dropped with
+/// the write set, so the token could be tried again and again at no cost).
+#[test]
+fn a_refused_wrapped_forward_still_spends_a_use_of_a_limited_use_token() {
+    let (mut net, _r0, team) = pair();
+    let once = net.ok(
+        1,
+        &team,
+        Method::Post,
+        "auth/token/create",
+        json!({"policies": ["team"], "num_uses": 1}),
+    )["auth"]["client_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    net.next_id += 1;
+    let mut req = Request::new(net.next_id, Method::Put, "secret/team/w")
+        .with_token(&once)
+        .with_json(json!({"v": 1}));
+    req.wrap_ttl = Some("60s".into());
+    let r = net.send(1, req);
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(forwards(&net), 0);
+    // Its one use is gone: the next request is refused, and nothing is forwarded.
+    let r = net.call(1, &once, Method::Put, "secret/team/w", json!({"v": 2}));
+    assert_eq!(r.status, 403, "{:?}", r.body);
+    assert_eq!(forwards(&net), 0);
+}
