@@ -427,3 +427,68 @@ fn a_refused_wrapped_forward_still_spends_a_use_of_a_limited_use_token() {
     assert_eq!(r.status, 403, "{:?}", r.body);
     assert_eq!(forwards(&net), 0);
 }
+
+/// The primary's `local` mounts are its own: a secondary's caller does not list them, nor
+/// read their settings, through a forwarded read of `sys/mounts` or `sys/auth`.
+#[test]
+fn a_forwarded_read_of_the_mount_tables_shows_no_local_mount_of_the_primary() {
+    let (mut net, roots) = Net::new(2);
+    let r0 = roots[0].clone();
+    net.enable_primary(0, &r0, "performance");
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/mounts/lsec",
+        json!({"type": "kv", "local": true, "description": "primary-only"}),
+    );
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/auth/lauth",
+        json!({"type": "ldap", "local": true, "description": "primary-only"}),
+    );
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.run_for(3_000);
+    let t1 = generate_root(&mut net, 1, 0);
+    let lagging = index_state::IndexState {
+        perf_cluster_id: net.nodes[0]
+            .replication()
+            .mode(Mode::Performance)
+            .role
+            .cluster_id
+            .clone(),
+        dr_cluster_id: String::new(),
+        index: u64::MAX,
+    }
+    .encode();
+    for path in [
+        "sys/mounts",
+        "sys/auth",
+        "sys/mounts/lsec/tune",
+        "sys/auth/lauth/tune",
+    ] {
+        net.next_id += 1;
+        let mut req = Request::new(net.next_id, Method::Get, path).with_token(&t1);
+        req.index = Some(lagging.clone());
+        req.forward_inconsistent = true;
+        let r = net.send(1, req);
+        let body = r.body.clone().unwrap_or_default().to_string();
+        // (A tune's refusal names the path the client asked for, nothing more.)
+        let listed = body.contains("lsec/\":") || body.contains("lauth/\":");
+        assert!(
+            !body.contains("primary-only") && !listed && !body.contains("\"local\":true"),
+            "{path}: {} {body}",
+            r.status
+        );
+    }
+    // Forwarded all the same: the primary's replicated mounts are listed.
+    net.next_id += 1;
+    let mut req = Request::new(net.next_id, Method::Get, "sys/mounts").with_token(&t1);
+    req.index = Some(lagging);
+    req.forward_inconsistent = true;
+    let r = net.send(1, req);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert!(r.body.unwrap()["data"].get("secret/").is_some());
+}
