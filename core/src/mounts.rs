@@ -153,6 +153,18 @@ fn seen_by(ctx: &Ctx, req: &Request, table: Table) -> ApiResult<Vec<MountEntry>>
     Ok(v)
 }
 
+/// A request a performance secondary forwarded changes only a mount replicated to that
+/// secondary (not one its paths filter leaves out), even where only the mount table
+/// changes ([`crate::replication::forward::check_replicated_to`]).
+fn check_forwarded(ctx: &Ctx, req: &Request, table: Table, m: &MountEntry) -> ApiResult<()> {
+    match &req.on_behalf {
+        Some(on) => {
+            crate::replication::forward::check_replicated_to(ctx, on, m, table == Table::Auth)
+        }
+        None => Ok(()),
+    }
+}
+
 /// The mount of namespace `ns` owning `path` (relative to `ns`), and the path inside it.
 /// Built-in mounts belong to every namespace.
 pub fn resolve_in(
@@ -493,6 +505,7 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
         }
         (Method::Post | Method::Put, p) if p.ends_with("/tune") => {
             let m = tuned_mount(ctx, req, table, &ns, p)?;
+            check_forwarded(ctx, req, table, &m)?;
             let body = body_object(&req.body)?;
             let f = Fields(&body);
             let default_ttl = f.duration("default_lease_ttl")?;
@@ -605,6 +618,9 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
         }
         (Method::Delete, p) if !p.is_empty() => {
             let full = format!("{ns}{}", normalize_path(p)?);
+            if let Some(m) = seen_by(ctx, req, table)?.iter().find(|m| m.path == full) {
+                check_forwarded(ctx, req, table, m)?;
+            }
             disable(ctx, table, &full)?;
             Ok(Reply::Empty)
         }

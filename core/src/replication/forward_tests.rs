@@ -344,7 +344,7 @@ fn a_forward_never_unmounts_tunes_or_purges_what_the_filter_leaves_out() {
     let r0 = roots[0].clone();
     net.enable_primary(0, &r0, "performance");
     net.ok(0, &r0, Method::Post, "sys/namespaces/hidden", json!({}));
-    for (ns, path) in [(None, "private"), (Some("hidden"), "kv")] {
+    for (ns, path) in [(None, "private"), (None, "empty"), (Some("hidden"), "kv")] {
         net.next_id += 1;
         let mut req = Request::new(net.next_id, Method::Post, &format!("sys/mounts/{path}"))
             .with_token(&r0)
@@ -372,12 +372,19 @@ fn a_forward_never_unmounts_tunes_or_purges_what_the_filter_leaves_out() {
         &r0,
         Method::Post,
         "sys/replication/performance/primary/paths-filter/perf1",
-        json!({"mode": "deny", "paths": ["private/", "hidden/"]}),
+        json!({"mode": "deny", "paths": ["private/", "empty/", "hidden/"]}),
     );
     net.run_for(3_000);
     let t1 = generate_root(&mut net, 1, 0);
     let wal = net.nodes[0].replication().wal.last;
     for (method, path, body) in [
+        // Only the mount table changes: the mount itself is refused.
+        (
+            Method::Post,
+            "sys/mounts/private/tune",
+            json!({"description": "renamed by a secondary"}),
+        ),
+        (Method::Delete, "sys/mounts/empty", json!({})),
         (Method::Delete, "sys/mounts/private", json!({})),
         (
             Method::Post,
@@ -396,6 +403,8 @@ fn a_forward_never_unmounts_tunes_or_purges_what_the_filter_leaves_out() {
     assert_eq!(kept["data"]["v"], "filtered-out");
     let kept = net.ok(0, &r0, Method::Get, "hidden/kv/a", json!({}));
     assert_eq!(kept["data"]["v"], "filtered-ns");
+    let mounts = net.ok(0, &r0, Method::Get, "sys/mounts", json!({}));
+    assert!(mounts["data"].get("empty/").is_some());
 }
 
 /// A limited-use token spends a use on a write it was checked for even when the secondary
