@@ -142,6 +142,29 @@ pub fn all(ctx: &Ctx, table: Table) -> ApiResult<Vec<MountEntry>> {
     Ok(v)
 }
 
+/// The mounts of a table that `req` may see: all of them, but for a request a performance
+/// secondary forwarded to its primary, which sees only the replicated ones (the primary's
+/// `local` mounts, like their data, stay in its cluster).
+fn seen_by(ctx: &Ctx, req: &Request, table: Table) -> ApiResult<Vec<MountEntry>> {
+    let mut v = all(ctx, table)?;
+    if req.on_behalf.is_some() {
+        v.retain(|m| !m.local);
+    }
+    Ok(v)
+}
+
+/// A request a performance secondary forwarded changes only a mount replicated to that
+/// secondary (not one its paths filter leaves out), even where only the mount table
+/// changes ([`crate::replication::forward::check_replicated_to`]).
+fn check_forwarded(ctx: &Ctx, req: &Request, table: Table, m: &MountEntry) -> ApiResult<()> {
+    match &req.on_behalf {
+        Some(on) => {
+            crate::replication::forward::check_replicated_to(ctx, on, m, table == Table::Auth)
+        }
+        None => Ok(()),
+    }
+}
+
 /// The mount of namespace `ns` owning `path` (relative to `ns`), and the path inside it.
 /// Built-in mounts belong to every namespace.
 pub fn resolve_in(
@@ -364,10 +387,10 @@ pub fn disable(ctx: &mut Ctx, table: Table, path: &str) -> ApiResult<()> {
 }
 
 /// The mount a `<path>/tune` request names (in namespace `ns`); 400 when there is none.
-fn tuned_mount(ctx: &Ctx, table: Table, ns: &str, p: &str) -> ApiResult<MountEntry> {
+fn tuned_mount(ctx: &Ctx, req: &Request, table: Table, ns: &str, p: &str) -> ApiResult<MountEntry> {
     let path = normalize_path(p.strip_suffix("tune").unwrap_or(p))?;
     let full = format!("{ns}{path}");
-    all(ctx, table)?
+    seen_by(ctx, req, table)?
         .into_iter()
         .find(|m| m.path == full && (m.namespace == ns || m.uuid == m.kind))
         .ok_or_else(|| {
@@ -444,10 +467,10 @@ fn config_ttls(config: Option<&Value>) -> ApiResult<(u64, u64)> {
 }
 
 /// The mounts of namespace `ns` (and the built-ins), by path relative to `ns`.
-fn table_view(ctx: &Ctx, table: Table, ns: &str) -> ApiResult<Map<String, Value>> {
+fn table_view(ctx: &Ctx, req: &Request, table: Table, ns: &str) -> ApiResult<Map<String, Value>> {
     let mut out = Map::new();
     let builtins: Vec<String> = builtin(table).into_iter().map(|m| m.path).collect();
-    for m in all(ctx, table)? {
+    for m in seen_by(ctx, req, table)? {
         if m.namespace == ns {
             out.insert(m.path[ns.len()..].to_string(), m.api_view());
         } else if builtins.contains(&m.path) && m.namespace.is_empty() {
@@ -470,18 +493,19 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
     }
     match (req.method, rest.trim_matches('/')) {
         (Method::Get, "") => {
-            let t = table_view(ctx, table, &ns)?;
+            let t = table_view(ctx, req, table, &ns)?;
             // The reference repeats the table at the top level for old clients.
             let mut env = t.clone();
             env.insert("data".into(), Value::Object(t));
             Ok(Reply::Envelope(Value::Object(env)))
         }
         (Method::Get, p) if p.ends_with("/tune") || p == "tune" => {
-            let m = tuned_mount(ctx, table, &ns, p)?;
+            let m = tuned_mount(ctx, req, table, &ns, p)?;
             Ok(Reply::Data(tune_view(&m, table)))
         }
         (Method::Post | Method::Put, p) if p.ends_with("/tune") => {
-            let m = tuned_mount(ctx, table, &ns, p)?;
+            let m = tuned_mount(ctx, req, table, &ns, p)?;
+            check_forwarded(ctx, req, table, &m)?;
             let body = body_object(&req.body)?;
             let f = Fields(&body);
             let default_ttl = f.duration("default_lease_ttl")?;
@@ -594,6 +618,9 @@ pub fn handle(ctx: &mut Ctx, req: &Request, table: Table, rest: &str) -> ApiResu
         }
         (Method::Delete, p) if !p.is_empty() => {
             let full = format!("{ns}{}", normalize_path(p)?);
+            if let Some(m) = seen_by(ctx, req, table)?.iter().find(|m| m.path == full) {
+                check_forwarded(ctx, req, table, m)?;
+            }
             disable(ctx, table, &full)?;
             Ok(Reply::Empty)
         }
@@ -692,7 +719,7 @@ pub fn ui_mounts(
     if path.is_empty() {
         let mut data = Map::new();
         for (key, table) in [("secret", Table::Secrets), ("auth", Table::Auth)] {
-            let t: Map<String, Value> = table_view(ctx, table, &ns)?
+            let t: Map<String, Value> = table_view(ctx, req, table, &ns)?
                 .into_iter()
                 .filter(|(rel, _)| visible(rel, table))
                 .collect();

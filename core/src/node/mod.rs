@@ -789,6 +789,9 @@ impl<S: Storage> Node<S> {
             if self.st.repl.is_perf_secondary() && self.writes_replicated(&writes)? {
                 // Replicated data is the primary's to write: the request goes there.
                 if wrap.is_some() {
+                    // The use its policies were checked for is spent all the same (it was
+                    // dropped with the write set).
+                    self.spend(spend.as_deref())?;
                     return Err(ApiError::bad(
                         "this performance secondary forwards writes of replicated data to its \
                          primary, and a forwarded answer cannot be response-wrapped here: \
@@ -797,8 +800,8 @@ impl<S: Storage> Node<S> {
                 }
                 return self.forward_to_primary(req, spend.as_deref());
             }
-            if req.on_behalf.is_some() {
-                self.only_replicated(&writes)?;
+            if let Some(on) = &req.on_behalf {
+                self.only_replicated(on, &writes)?;
             }
             self.commit(writes)?;
         }

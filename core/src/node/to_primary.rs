@@ -19,16 +19,18 @@ impl<S: Storage> Node<S> {
     }
 
     /// A primary running a secondary's request: its writes must all be replicated data
-    /// (what the secondary cannot write itself); anything else is refused whole.
-    pub(super) fn only_replicated(&self, ws: &WriteSet) -> ApiResult<()> {
+    /// (what the secondary cannot write itself), and replicated to that secondary (not
+    /// left out by its paths filter); anything else is refused whole.
+    pub(super) fn only_replicated(&mut self, on: &OnBehalf, ws: &WriteSet) -> ApiResult<()> {
         let classes = self.st.repl.classes(&self.storage, &self.barrier, ws)?;
-        match classes.iter().find(|(_, c)| *c != Class::Replicated) {
-            None => Ok(()),
-            Some((key, c)) => Err(ApiError::Forbidden(format!(
+        if let Some((key, c)) = classes.iter().find(|(_, c)| *c != Class::Replicated) {
+            return Err(ApiError::Forbidden(format!(
                 "a request forwarded by a performance secondary may write only replicated \
                  data, and this one writes {c:?} data ({key:?}): nothing was applied"
-            ))),
+            )));
         }
+        let ctx = node_ctx!(self);
+        forward::check_writes_replicated_to(&ctx, on, classes.iter().map(|(k, _)| k.as_str()))
     }
 
     /// A performance secondary sends a request it authorized (and whose own writes it
@@ -91,7 +93,7 @@ impl<S: Storage> Node<S> {
     }
 
     /// Spends one use of the limited-use token `hash`, in a write set of its own.
-    fn spend(&mut self, hash: Option<&str>) -> ApiResult<()> {
+    pub(super) fn spend(&mut self, hash: Option<&str>) -> ApiResult<()> {
         let Some(h) = hash else { return Ok(()) };
         let mut ctx = node_ctx!(self);
         super::spend_use(&mut ctx, h)?;

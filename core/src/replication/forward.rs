@@ -299,6 +299,41 @@ pub(crate) fn check_replicated_to(
     Ok(())
 }
 
+/// Primary: refuses the write set (`keys`) of a request a performance secondary forwarded
+/// when it touches the data of a mount that secondary's paths filter leaves out: through
+/// the `sys/` routes (an unmount, a tune that rewrites a mount's keys, a namespace's purge)
+/// as through the mount's own, a secondary's caller changes only what replication gives
+/// its cluster.
+pub(crate) fn check_writes_replicated_to<'a>(
+    ctx: &crate::ctx::Ctx,
+    on: &OnBehalf,
+    keys: impl IntoIterator<Item = &'a str>,
+) -> Result<(), ApiError> {
+    let Some(rec) = primary::load_record(ctx, Mode::Performance, &on.secondary_id)? else {
+        return Err(ApiError::Forbidden(format!(
+            "performance secondary {:?} is not registered here: nothing was applied",
+            on.secondary_id
+        )));
+    };
+    if rec.filter.is_none() {
+        return Ok(());
+    }
+    let mm = super::filter::mount_map(ctx)?;
+    for key in keys {
+        let subtree = super::class::subtree(key);
+        if !super::filter::included(rec.filter.as_ref(), &mm, &subtree) {
+            let mount = mm.by_subtree.get(&subtree).map_or(subtree.as_str(), |m| m);
+            return Err(ApiError::Forbidden(format!(
+                "this request would change the data of {mount}, which is not replicated to \
+                 performance secondary {:?} (left out by its paths filter): a primary applies \
+                 a secondary's requests only to the data replicated to it; nothing was applied",
+                on.secondary_id
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Primary: the answer to the secondary for its request's response.
 pub(crate) fn peer_answer(r: Response) -> PeerAnswer {
     let body = match (r.body, r.raw) {

@@ -333,3 +333,171 @@ fn a_lagging_read_asking_for_a_wrapped_answer_is_not_forwarded_unwrapped() {
     assert_eq!(r.status, 400, "{body}");
     assert_eq!(forwards(&net), 0);
 }
+
+/// A mount the secondary's paths filter leaves out is the primary's alone through the
+/// `sys/` routes too: a secondary's root token can neither unmount it, nor rewrite its data
+/// with a tune, nor purge the namespace that holds it through a forward (each deleted or
+/// rewrote on the primary the data that replication keeps away from the secondary).
+#[test]
+fn a_forward_never_unmounts_tunes_or_purges_what_the_filter_leaves_out() {
+    let (mut net, roots) = Net::new(2);
+    let r0 = roots[0].clone();
+    net.enable_primary(0, &r0, "performance");
+    net.ok(0, &r0, Method::Post, "sys/namespaces/hidden", json!({}));
+    for (ns, path) in [(None, "private"), (None, "empty"), (Some("hidden"), "kv")] {
+        net.next_id += 1;
+        let mut req = Request::new(net.next_id, Method::Post, &format!("sys/mounts/{path}"))
+            .with_token(&r0)
+            .with_json(json!({"type": "kv"}));
+        req.namespace = ns.map(String::from);
+        assert_eq!(net.send(0, req).status, 204);
+    }
+    net.ok(
+        0,
+        &r0,
+        Method::Put,
+        "private/a",
+        json!({"v": "filtered-out"}),
+    );
+    net.ok(
+        0,
+        &r0,
+        Method::Put,
+        "hidden/kv/a",
+        json!({"v": "filtered-ns"}),
+    );
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/replication/performance/primary/paths-filter/perf1",
+        json!({"mode": "deny", "paths": ["private/", "empty/", "hidden/"]}),
+    );
+    net.run_for(3_000);
+    let t1 = generate_root(&mut net, 1, 0);
+    let wal = net.nodes[0].replication().wal.last;
+    for (method, path, body) in [
+        // Only the mount table changes: the mount itself is refused.
+        (
+            Method::Post,
+            "sys/mounts/private/tune",
+            json!({"description": "renamed by a secondary"}),
+        ),
+        (Method::Delete, "sys/mounts/empty", json!({})),
+        (Method::Delete, "sys/mounts/private", json!({})),
+        (
+            Method::Post,
+            "sys/mounts/private/tune",
+            json!({"options": {"version": "2"}}),
+        ),
+        (Method::Delete, "sys/namespaces/hidden", json!({})),
+    ] {
+        let r = net.call(1, &t1, method, path, body);
+        let msg = r.body.clone().unwrap_or_default().to_string();
+        assert_eq!(r.status, 403, "{path}: {msg}");
+        assert!(msg.contains("paths filter"), "{path}: {msg}");
+    }
+    assert_eq!(net.nodes[0].replication().wal.last, wal, "nothing applied");
+    let kept = net.ok(0, &r0, Method::Get, "private/a", json!({}));
+    assert_eq!(kept["data"]["v"], "filtered-out");
+    let kept = net.ok(0, &r0, Method::Get, "hidden/kv/a", json!({}));
+    assert_eq!(kept["data"]["v"], "filtered-ns");
+    let mounts = net.ok(0, &r0, Method::Get, "sys/mounts", json!({}));
+    assert!(mounts["data"].get("empty/").is_some());
+}
+
+/// A limited-use token spends a use on a write it was checked for even when the secondary
+/// refuses to forward it because it asks for a wrapped answer (the use was dropped with
+/// the write set, so the token could be tried again and again at no cost).
+#[test]
+fn a_refused_wrapped_forward_still_spends_a_use_of_a_limited_use_token() {
+    let (mut net, _r0, team) = pair();
+    let once = net.ok(
+        1,
+        &team,
+        Method::Post,
+        "auth/token/create",
+        json!({"policies": ["team"], "num_uses": 1}),
+    )["auth"]["client_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    net.next_id += 1;
+    let mut req = Request::new(net.next_id, Method::Put, "secret/team/w")
+        .with_token(&once)
+        .with_json(json!({"v": 1}));
+    req.wrap_ttl = Some("60s".into());
+    let r = net.send(1, req);
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(forwards(&net), 0);
+    // Its one use is gone: the next request is refused, and nothing is forwarded.
+    let r = net.call(1, &once, Method::Put, "secret/team/w", json!({"v": 2}));
+    assert_eq!(r.status, 403, "{:?}", r.body);
+    assert_eq!(forwards(&net), 0);
+}
+
+/// The primary's `local` mounts are its own: a secondary's caller does not list them, nor
+/// read their settings, through a forwarded read of `sys/mounts` or `sys/auth`.
+#[test]
+fn a_forwarded_read_of_the_mount_tables_shows_no_local_mount_of_the_primary() {
+    let (mut net, roots) = Net::new(2);
+    let r0 = roots[0].clone();
+    net.enable_primary(0, &r0, "performance");
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/mounts/lsec",
+        json!({"type": "kv", "local": true, "description": "primary-only"}),
+    );
+    net.ok(
+        0,
+        &r0,
+        Method::Post,
+        "sys/auth/lauth",
+        json!({"type": "ldap", "local": true, "description": "primary-only"}),
+    );
+    net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
+    net.run_for(3_000);
+    let t1 = generate_root(&mut net, 1, 0);
+    let lagging = index_state::IndexState {
+        perf_cluster_id: net.nodes[0]
+            .replication()
+            .mode(Mode::Performance)
+            .role
+            .cluster_id
+            .clone(),
+        dr_cluster_id: String::new(),
+        index: u64::MAX,
+    }
+    .encode();
+    for path in [
+        "sys/mounts",
+        "sys/auth",
+        "sys/mounts/lsec/tune",
+        "sys/auth/lauth/tune",
+    ] {
+        net.next_id += 1;
+        let mut req = Request::new(net.next_id, Method::Get, path).with_token(&t1);
+        req.index = Some(lagging.clone());
+        req.forward_inconsistent = true;
+        let r = net.send(1, req);
+        let body = r.body.clone().unwrap_or_default().to_string();
+        // (A tune's refusal names the path the client asked for, nothing more.)
+        let listed = body.contains("lsec/\":") || body.contains("lauth/\":");
+        assert!(
+            !body.contains("primary-only") && !listed && !body.contains("\"local\":true"),
+            "{path}: {} {body}",
+            r.status
+        );
+    }
+    // Forwarded all the same: the primary's replicated mounts are listed.
+    net.next_id += 1;
+    let mut req = Request::new(net.next_id, Method::Get, "sys/mounts").with_token(&t1);
+    req.index = Some(lagging);
+    req.forward_inconsistent = true;
+    let r = net.send(1, req);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert!(r.body.unwrap()["data"].get("secret/").is_some());
+}
