@@ -258,17 +258,7 @@ fn a_forward_never_reaches_a_local_or_filtered_out_mount_of_the_primary() {
     net.run_for(3_000);
     let t1 = generate_root(&mut net, 1, 0);
     // A state of the primary the secondary has not reached: the read goes to the primary.
-    let lagging = index_state::IndexState {
-        perf_cluster_id: net.nodes[0]
-            .replication()
-            .mode(Mode::Performance)
-            .role
-            .cluster_id
-            .clone(),
-        dr_cluster_id: String::new(),
-        index: u64::MAX,
-    }
-    .encode();
+    let lagging = lagging_index(&net);
     let get = |net: &mut Net, path: &str| {
         net.next_id += 1;
         let mut req = Request::new(net.next_id, Method::Get, path).with_token(&t1);
@@ -461,17 +451,7 @@ fn a_forwarded_read_of_the_mount_tables_shows_no_local_mount_of_the_primary() {
     net.activate(0, &r0, 1, &roots[1], "performance", "perf1");
     net.run_for(3_000);
     let t1 = generate_root(&mut net, 1, 0);
-    let lagging = index_state::IndexState {
-        perf_cluster_id: net.nodes[0]
-            .replication()
-            .mode(Mode::Performance)
-            .role
-            .cluster_id
-            .clone(),
-        dr_cluster_id: String::new(),
-        index: u64::MAX,
-    }
-    .encode();
+    let lagging = lagging_index(&net);
     for path in [
         "sys/mounts",
         "sys/auth",
@@ -500,4 +480,20 @@ fn a_forwarded_read_of_the_mount_tables_shows_no_local_mount_of_the_primary() {
     let r = net.send(1, req);
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert!(r.body.unwrap()["data"].get("secret/").is_some());
+}
+
+/// An `X-Vault-Index` of a state of node 0 (the primary) no secondary has reached: a read
+/// sent with it to a secondary goes to the primary.
+fn lagging_index(net: &Net) -> String {
+    index_state::IndexState {
+        perf_cluster_id: net.nodes[0]
+            .replication()
+            .mode(Mode::Performance)
+            .role
+            .cluster_id
+            .clone(),
+        dr_cluster_id: String::new(),
+        index: u64::MAX,
+    }
+    .encode()
 }
