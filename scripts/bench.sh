@@ -43,6 +43,8 @@ case "$what" in
     # comma lists (100k, 1M, 5M). See each binary's top comment.
     # `growth-secondaries [COUNTS=0,1,2,4,8] [SECONDS=5] [CLIENTS=16] [RATE=500]`: primary
     # write throughput and replication lag p50/p99 vs performance secondaries attached.
+    # BENCH_PIN=0:1 pins the load generator and primary to CPU 0 and the secondaries to CPU 1
+    # (secondaries standing on other hosts); see the binary's top comment for the others.
     growth-secondaries) exec "$REL"/bench-growth-secondaries "$@" ;;
     # `growth-resync [CHANGED=1k,10k,100k] [TOTALS=10k,30k,100k] [BASE=100k] [FIXED=10k] [CLIENTS=16]`:
     # resync bytes and time vs changed keys (BASE stored) and vs keys stored (FIXED changed;
