@@ -497,7 +497,7 @@ pub fn ha_status(st: &NodeState, req: &Request) -> ApiResult {
         return Err(ApiError::MethodNotAllowed);
     }
     let leader = st.ha.leader();
-    let nodes: Vec<Value> = if !st.ha.enabled() {
+    let mut nodes: Vec<Value> = if !st.ha.enabled() {
         vec![json!({
             "hostname": st.config.node_id,
             "api_address": "",
@@ -526,7 +526,6 @@ pub fn ha_status(st: &NodeState, req: &Request) -> ApiResult {
             .collect()
     };
     // The active node first, as the reference lists them.
-    let mut nodes = nodes;
     nodes.sort_by_key(|n| n["active_node"] != json!(true));
     // The reference answers the standard envelope and repeats `nodes` at its top level (as
     // `sys/mounts` repeats its table) for old clients that read it there.
